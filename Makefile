@@ -1,0 +1,142 @@
+# kvfs - a FUSE filesystem that stores and composes LLM KV caches.
+# Plain Makefile: `make`, `make test`, `make asan`, `make run`, `make bench`.
+
+PKGS      := fuse3 sqlite3 libzstd liburing libxxhash libpcre2-8 libcrypto
+CORE_PKGS := sqlite3 libzstd liburing libxxhash libcrypto
+MODEL_PKGS:= libpcre2-8
+
+BUILD     ?= build
+CC        ?= cc
+OPT       ?= -O2
+ARCHFLAGS ?= -march=native
+CFLAGS    ?=
+CFLAGS    += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
+             -Wall -Wextra -Werror -MMD -MP -pthread \
+             -Iindex -Ifs -Iblend -Igpu -Itools
+SAN       ?=
+CFLAGS    += $(SAN)
+LDFLAGS   += $(SAN) -pthread
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CORE_LIBS  := $(shell pkg-config --libs $(CORE_PKGS) 2>/dev/null)
+MODEL_LIBS := $(shell pkg-config --libs $(MODEL_PKGS) 2>/dev/null)
+FUSE_LIBS  := $(shell pkg-config --libs fuse3 2>/dev/null)
+CFLAGS     += $(PKG_CFLAGS)
+# BLAS: OpenBLAS is loaded at run time by gpu/blas.c (so it can pick the
+# kernel before the library initialises); cblas.h comes from here.
+CFLAGS     += -I/usr/include/x86_64-linux-gnu/openblas-pthread
+SYSLIBS    := -ldl -lm
+
+# CUDA: compiled when nvcc is found (NO_CUDA=1 to skip).
+NVCC      ?= $(shell command -v nvcc 2>/dev/null)
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+ifneq ($(SAN),)
+NVCC :=
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+CORE_SRC  := $(wildcard index/*.c)
+MODEL_SRC := $(wildcard blend/*.c) $(wildcard gpu/*.c)
+FS_SRC    := $(wildcard fs/*.c)
+TOOL_SRC  := $(wildcard tools/*.c)
+CUDA_SRC  := $(wildcard gpu/cuda/*.cu)
+TEST_SRC  := $(wildcard tests/unit/test_*.c)
+GPU_TEST_SRC := $(wildcard tests/unit/gpu_test_*.c)
+
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
+MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o)
+FS_OBJ    := $(FS_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+LIBCORE   := $(BUILD)/libkvfs_core.a
+LIBMODEL  := $(BUILD)/libkvfs_model.a
+LIBS_ALL  := $(LIBMODEL) $(LIBCORE)
+LINK_LIBS := $(MODEL_LIBS) $(CORE_LIBS) $(SYSLIBS)
+
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LIBCUDA   := $(BUILD)/libkvfs_cuda.a
+CFLAGS    += -DKVFS_HAVE_CUDA
+LIBS_ALL  := $(LIBCUDA) $(LIBS_ALL)
+TEST_BIN  += $(GPU_TEST_BIN)
+LINK_LIBS += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -DKVFS_HAVE_CUDA \
+             -Xcompiler -Wall,-Wextra,-Werror
+endif
+endif
+
+.PHONY: all asan test test-gpu bench bench-gpu run model deps oracle clean install
+
+all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN)
+	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
+
+$(LIBCORE): $(CORE_OBJ)
+	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+$(LIBMODEL): $(MODEL_OBJ)
+	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+$(LIBCUDA): $(CUDA_OBJ)
+	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+
+$(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL)
+	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
+$(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
+	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# Sanitizer build: same tree, separate build dir; `make asan test` runs the
+# tests against it.
+asan:
+	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1 all
+
+deps:
+	@tools/install-deps.sh
+
+model: deps
+	@tools/fetch-model.sh
+
+oracle: deps
+	@tools/install-oracle.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tools/fetch-model.sh || true
+	@tools/install-oracle.sh || true
+	@BUILD=$(BUILD) tests/run.sh
+
+test-gpu: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/run.sh gpu
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@tools/fetch-model.sh
+	@tools/install-oracle.sh
+	@BUILD=$(BUILD) bench/run.sh
+
+bench-gpu: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/run-gpu.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@tools/fetch-model.sh
+	@BUILD=$(BUILD) tools/run-demo.sh
+
+clean:
+	rm -rf build build-asan kvfs kvfsctl
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,100 @@
+/* backend.h - the compute backend interface (CPU reference, CUDA).
+ *
+ * A backend is { iface, ctx }, like ggml-backend: `iface` is a table of
+ * function pointers, `ctx` the backend's private state.  Every op works on
+ * device buffers (host memory for the CPU backend) holding row-major f32
+ * activations; weights live in backend-owned objects created from host f32.
+ * Ops may be asynchronous: results are visible on the host after download()
+ * or synchronize().  Every function returns 0 or a negative errno.
+ *
+ * Shapes in comments: [rows][cols], rows outermost.
+ */
+#ifndef KVFS_BACKEND_H
+#define KVFS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvfs_weight; /* opaque backend-owned matrix [out_dim][in_dim] */
+
+enum kvfs_rope_style { KVFS_ROPE_STYLE_NORM = 0, KVFS_ROPE_STYLE_NEOX = 2 };
+
+struct kvfs_backend_iface {
+    const char *name; /* "cpu", "cuda" */
+
+    /* memory */
+    int (*alloc)(void *ctx, size_t bytes, void **dev);
+    void (*free)(void *ctx, void *dev);
+    int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
+    int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
+    int (*synchronize)(void *ctx);
+
+    /* weights: W[out_dim][in_dim] from host f32 (the backend may convert) */
+    int (*weight_create)(void *ctx, const float *host, int out_dim, int in_dim,
+                         struct kvfs_weight **out);
+    void (*weight_free)(void *ctx, struct kvfs_weight *w);
+
+    /* y[n][out_dim] = x[n][in_dim] . W^T  (+ bias[out_dim] if bias != NULL) */
+    int (*matmul)(void *ctx, const struct kvfs_weight *w, const float *bias,
+                  const float *x, float *y, int n);
+
+    /* y[n][dim] = x / rms(x) * g, rms over each row; y may equal x */
+    int (*rmsnorm)(void *ctx, const float *x, const float *g, float *y, int n,
+                   int dim, float eps);
+
+    /* In-place RoPE on x[n][n_heads][head_dim] by angle pos[i] * theta^(-2j/rope_dim)
+     * for the first rope_dim dims of each head.  pos is a device int32 array;
+     * a negative position rotates backwards, so re-positioning by a delta is
+     * one call with pos = delta. */
+    int (*rope)(void *ctx, float *x, const int32_t *pos, int n, int n_heads,
+                int head_dim, int rope_dim, float theta, int style);
+
+    /* out[i] = a[i] + b[i] for i < count; out may alias a or b */
+    int (*add)(void *ctx, const float *a, const float *b, float *out, size_t count);
+
+    /* out[n][dim] = silu(gate) * up; out may alias gate */
+    int (*swiglu)(void *ctx, const float *gate, const float *up, float *out, size_t count);
+
+    /* out[n][dim] = table[ids[i]][dim]; table is a device f32 buffer, ids device int32 */
+    int (*get_rows)(void *ctx, const float *table, const int32_t *ids, float *out,
+                    int n, int dim);
+
+    /* Attention with an exact causal mask by position:
+     *   q[n_q][n_head][head_dim], q_pos[n_q]
+     *   k, v[n_kv][n_kv_head][head_dim], kv_pos[n_kv]
+     *   query i attends to every kv row j with kv_pos[j] <= q_pos[i]
+     *   (GQA: head h uses kv head h / (n_head / n_kv_head))
+     *   out[n_q][n_head][head_dim] = softmax(scale * q.k^T) . v
+     * Must not materialise more than O(n_q * n_kv) per head at once. */
+    int (*attention)(void *ctx, const float *q, const int32_t *q_pos, int n_q,
+                     const float *k, const float *v, const int32_t *kv_pos, int n_kv,
+                     int n_head, int n_kv_head, int head_dim, float scale, float *out);
+
+    /* out[i] = sum_j (a[i][j] - b[i][j])^2 for i < n; out is a device f32[n] */
+    int (*row_sqdiff)(void *ctx, const float *a, const float *b, float *out, int n, int dim);
+
+    /* rows: out[k] = src[idx[k]] for k < n_idx (gather) or dst[idx[k]] = src[k]
+     * (scatter); rows of `dim` floats; idx device int32 */
+    int (*gather_rows)(void *ctx, const float *src, const int32_t *idx, float *out,
+                       int n_idx, int dim);
+    int (*scatter_rows)(void *ctx, const float *src, const int32_t *idx, float *dst,
+                        int n_idx, int dim);
+
+    void (*destroy)(void *ctx);
+};
+
+struct kvfs_backend {
+    const struct kvfs_backend_iface *iface;
+    void *ctx;
+};
+
+/* Backends.  n_threads <= 0 means all cores. */
+int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out);
+#ifdef KVFS_HAVE_CUDA
+int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
+#endif
+/* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
+int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
+void kvfs_backend_free(struct kvfs_backend *b);
+
+#endif

@@ -1,0 +1,143 @@
+/* kvformat.h - the kvfs chunk file format, version 1 (see kvfs(5)).
+ *
+ * A chunk file is self-describing and layer-major:
+ *
+ *   [fixed header, 128 bytes]
+ *   [token ids: u32 x n_tokens]
+ *   [layer table: n_layer x struct kvfs_layer_entry (24 bytes)]
+ *   [zero padding up to header_size, a multiple of KVFS_ALIGN]
+ *   [layer 0: K then V, each [token][kv_head][head_dim] of dtype,
+ *             zero padded up to a multiple of KVFS_ALIGN]
+ *   [layer 1 ...] ...
+ *
+ * All integers little-endian.  Layer L starts at header_size + L*layer_stride,
+ * so one layer is readable with one pread at a known, 4 KiB aligned offset.
+ *
+ * All functions return 0 or a negative errno.  No function here allocates
+ * unless documented, none aborts, none touches FUSE.
+ */
+#ifndef KVFS_KVFORMAT_H
+#define KVFS_KVFORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVFS_MAGIC "KVFSCHNK" /* 8 bytes, no NUL */
+#define KVFS_VERSION 1u
+#define KVFS_ALIGN 4096u
+#define KVFS_FIXED_HEADER_SIZE 128u
+#define KVFS_HASH_HEX_LEN 64 /* SHA-256, lowercase hex */
+#define KVFS_MAX_LAYERS 1024u
+#define KVFS_MAX_TOKENS (1u << 24)
+
+enum kvfs_dtype {
+    KVFS_DTYPE_F32 = 1,
+    KVFS_DTYPE_F16 = 2,
+    KVFS_DTYPE_BF16 = 3,
+};
+
+enum kvfs_rope_type {
+    KVFS_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]); GGML "normal" */
+    KVFS_ROPE_NEOX = 2, /* rotate (x[i], x[i + rope_dim/2]); GGML "neox" */
+};
+
+#define KVFS_FLAG_KEYS_ROPED 0x1u /* keys stored after RoPE at positions pos0.. */
+
+/* What determines the KV bytes besides the tokens.  Canonical encoding is the
+ * header bytes 40..120 (see kvfs_fingerprint_encode). */
+struct kvfs_fingerprint {
+    uint32_t n_layer;
+    uint32_t n_kv_head;
+    uint32_t head_dim;
+    uint32_t rope_type;  /* enum kvfs_rope_type */
+    float rope_theta;    /* base frequency */
+    uint32_t rope_dim;   /* rotated dims per head (== head_dim for Llama) */
+    char arch[16];       /* "llama", "qwen2"; NUL padded */
+    uint8_t model_id[32];/* SHA-256 identity of the weights (see blend/model.h) */
+    uint32_t n_head;     /* query heads */
+    uint32_t n_embd;     /* hidden size */
+};
+
+/* Parsed header.  token ids and layer table point into the caller's buffer. */
+struct kvfs_header {
+    uint32_t version;
+    uint32_t header_size;   /* offset of layer 0; multiple of KVFS_ALIGN */
+    uint64_t file_size;     /* whole file, bytes */
+    uint32_t dtype;         /* enum kvfs_dtype */
+    uint32_t flags;         /* KVFS_FLAG_* */
+    uint32_t n_tokens;
+    uint32_t pos0;          /* absolute position of token 0 */
+    struct kvfs_fingerprint fp;
+    uint64_t header_checksum; /* XXH3-64 of [0,header_size) with this field zeroed */
+    const uint32_t *tokens;   /* n_tokens, little-endian in the file */
+    const struct kvfs_layer_entry *layers; /* n_layer entries */
+};
+
+/* On-disk layer table entry, 24 bytes. */
+struct kvfs_layer_entry {
+    uint64_t offset;   /* absolute file offset of the layer (K then V) */
+    uint64_t size;     /* bytes of K+V, without padding */
+    uint64_t checksum; /* XXH3-64 of those size bytes */
+};
+
+/* Sizes */
+size_t kvfs_dtype_size(uint32_t dtype);               /* 0 if unknown */
+uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer, unpadded */
+uint64_t kvfs_layer_stride(const struct kvfs_header *h);/* padded to KVFS_ALIGN */
+uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer);
+uint64_t kvfs_file_size_for(const struct kvfs_header *h);
+
+/* Parse and validate the header at buf[0..len).  len may be just the header
+ * (>= header_size) or the whole file.  Checks magic, version, dtype, shapes,
+ * sizes, layer table consistency and the header checksum.  On error returns
+ * -EINVAL (malformed), -EPROTO (wrong magic/version), -EBADMSG (checksum)
+ * and, if errmsg is not NULL, writes a human-readable reason into it. */
+int kvfs_header_parse(const void *buf, size_t len, struct kvfs_header *out,
+                      char *errmsg, size_t errlen);
+
+/* Verify a whole file image: header plus every layer checksum and zero
+ * padding.  Same errors as kvfs_header_parse. */
+int kvfs_file_verify(const void *buf, size_t len, struct kvfs_header *out,
+                     char *errmsg, size_t errlen);
+
+/* Verify one layer's bytes against its table entry (-EBADMSG on mismatch). */
+int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer,
+                      const void *layer_bytes, size_t len);
+
+/* Content hash of a chunk (see kvfs(5), "Content hash"): SHA-256 over
+ * "kvfs-chunk-v1\0", the 80-byte canonical fingerprint, dtype, flags, pos0,
+ * n_tokens and the token ids, all little-endian.  hex gets 64 chars + NUL. */
+int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32]);
+void kvfs_hash_to_hex(const uint8_t digest[32], char hex[KVFS_HASH_HEX_LEN + 1]);
+int kvfs_hex_to_hash(const char *hex, uint8_t digest[32]); /* -EINVAL if not 64 hex */
+
+/* Canonical 80-byte fingerprint encoding and its short id (first 8 bytes of
+ * SHA-256 of it, 16 hex chars) used to group chunks by model. */
+void kvfs_fingerprint_encode(const struct kvfs_fingerprint *fp, uint8_t out[80]);
+void kvfs_fingerprint_id(const struct kvfs_fingerprint *fp, char hex[17]);
+
+/* Writing.  The writer builds a complete file image in memory:
+ *   kvfs_writer_init(&w, &fp, dtype, flags, pos0, n_tokens, tokens)
+ *   for each layer: memcpy K then V into kvfs_writer_layer(&w, L)
+ *   kvfs_writer_finish(&w)  -> computes checksums; image in w.buf, w.size
+ *   kvfs_writer_free(&w)
+ */
+struct kvfs_writer {
+    uint8_t *buf;   /* whole file image, 4 KiB aligned allocation */
+    size_t size;
+    struct kvfs_header hdr;
+};
+int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp,
+                     uint32_t dtype, uint32_t flags, uint32_t pos0,
+                     uint32_t n_tokens, const uint32_t *tokens);
+void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer); /* K then V */
+int kvfs_writer_finish(struct kvfs_writer *w);
+void kvfs_writer_free(struct kvfs_writer *w);
+
+/* fp16 / bf16 helpers (round to nearest even). */
+uint16_t kvfs_f32_to_f16(float f);
+float kvfs_f16_to_f32(uint16_t h);
+uint16_t kvfs_f32_to_bf16(float f);
+float kvfs_bf16_to_f32(uint16_t h);
+
+#endif

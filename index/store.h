@@ -1,0 +1,114 @@
+/* store.h - the kvfs storage core: content-addressed chunk objects in a
+ * backing directory, a SQLite index, a RAM tier, capacity and eviction.
+ *
+ * No FUSE here: fs/ is a thin layer over this API.  Every function returns 0
+ * or a negative errno; where an `err` buffer is taken, a human-readable reason
+ * is written to it on failure (the caller logs it).  Thread-safe: one store
+ * may be used from many threads at once.
+ */
+#ifndef KVFS_STORE_H
+#define KVFS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvformat.h"
+
+struct kvfs_store;      /* opaque */
+struct kvfs_chunk_ref;  /* opaque, refcounted handle on a chunk's bytes */
+
+enum kvfs_tier {
+    KVFS_TIER_RAM = 0,    /* decompressed copy held in memory */
+    KVFS_TIER_DISK = 1,   /* object in the backing directory */
+    KVFS_TIER_REMOTE = 2, /* reserved: RADOS */
+};
+
+struct kvfs_store_opts {
+    const char *dir;        /* backing directory; created if missing */
+    uint64_t capacity;      /* hard limit on stored (on-disk) bytes; 0 = unlimited */
+    uint64_t ram_bytes;     /* RAM tier size; 0 = no RAM tier */
+    int zstd_level;         /* 0 = store raw, 1..19 = zstd level (default 1) */
+    int read_only;          /* open without modifying (fsck, info) */
+};
+
+struct kvfs_chunk_info {
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    char model[17];          /* kvfs_fingerprint_id() of the chunk's model */
+    char arch[16];
+    uint32_t n_tokens;
+    uint32_t n_layer;
+    uint32_t dtype;
+    uint64_t logical_size;   /* size of the v1 file image */
+    uint64_t stored_size;    /* size of the object on disk */
+    int64_t created_ns;      /* CLOCK_REALTIME */
+    int64_t accessed_ns;
+    uint64_t hits;
+    int pinned;
+    int in_ram;              /* currently held by the RAM tier */
+};
+
+int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
+                    char *err, size_t errlen);
+void kvfs_store_close(struct kvfs_store *s);
+
+/* Ingest a complete v1 file image.  Verifies it (header, checksums, padding),
+ * computes its content hash, and, if expect_hash is not NULL, requires it to
+ * match (-EINVAL otherwise).  Compresses, writes a temp file, fsyncs, renames,
+ * fsyncs the directory, then indexes it; evicts LRU unpinned chunks first if
+ * capacity requires (-ENOSPC if impossible; nothing is left behind).
+ * Storing a chunk that already exists is a no-op success.  hash_out (may be
+ * NULL) receives the hex hash. */
+int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len,
+                   const char *expect_hash, char hash_out[KVFS_HASH_HEX_LEN + 1],
+                   char *err, size_t errlen);
+
+/* Look up metadata (-ENOENT if absent). Does not count as a hit. */
+int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
+
+/* Iterate over all indexed chunks, in hash order.  The callback returns 0 to
+ * continue or non-zero to stop (that value is returned). */
+typedef int (*kvfs_store_list_cb)(const struct kvfs_chunk_info *info, void *ctx);
+int kvfs_store_list(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx);
+uint64_t kvfs_store_count(struct kvfs_store *s);
+
+/* Open a chunk for reading: counts a hit (or a miss on -ENOENT), updates the
+ * access time, and returns a refcounted handle whose bytes stay valid until
+ * released, even if the chunk is removed or evicted meanwhile. */
+int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
+/* Read up to len bytes of the v1 image at off; returns bytes read or -errno. */
+ssize_t kvfs_chunk_pread(struct kvfs_chunk_ref *ref, void *dst, size_t len, uint64_t off);
+uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref);
+/* Whole image in memory (decompresses or maps if needed); NULL on error. */
+const void *kvfs_chunk_data(struct kvfs_chunk_ref *ref);
+void kvfs_chunk_release(struct kvfs_chunk_ref *ref);
+
+int kvfs_store_remove(struct kvfs_store *s, const char *hash);
+int kvfs_store_set_pinned(struct kvfs_store *s, const char *hash, int pinned);
+
+/* JSON object with counts, bytes logical/stored, hits, misses, evictions,
+ * capacity, per-tier usage.  *out is malloc'ed; caller frees. */
+int kvfs_store_stats_json(struct kvfs_store *s, char **out);
+
+/* fsck: check every object against the index and its checksums; with
+ * rebuild, recreate the index from the objects alone and remove temp files
+ * and invalid objects (moved to DIR/lost+found).  Progress and problems go to
+ * report (may be NULL).  Returns 0 if consistent (or repaired), -EUCLEAN if
+ * problems remain. */
+typedef void (*kvfs_fsck_report)(void *ctx, const char *line);
+int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void *ctx);
+
+/* Logging: the store writes one line per problem through this hook
+ * (default: stderr with a "kvfs: " prefix). */
+typedef void (*kvfs_log_fn)(int level, const char *msg);
+void kvfs_set_log(kvfs_log_fn fn);
+void kvfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define KVFS_LOG_ERR 3
+#define KVFS_LOG_WARN 4
+#define KVFS_LOG_INFO 6
+#define KVFS_LOG_DEBUG 7
+
+/* Size parsing for options: "64M", "1G", "123" -> bytes (-EINVAL). */
+int kvfs_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,444 @@
+/* kvformat.c - kvfs chunk file format v1: parse, verify, write, hash. */
+#include "kvformat.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <xxhash.h>
+
+#define OFF_MAGIC 0
+#define OFF_VERSION 8
+#define OFF_HEADER_SIZE 12
+#define OFF_FILE_SIZE 16
+#define OFF_DTYPE 24
+#define OFF_FLAGS 28
+#define OFF_NTOKENS 32
+#define OFF_POS0 36
+#define OFF_FP 40
+#define OFF_CHECKSUM 120
+#define FP_BYTES 80
+#define LAYER_ENTRY_BYTES 24
+
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static int fail(int err, char *errmsg, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(int err, char *errmsg, size_t errlen, const char *fmt, ...)
+{
+    if (errmsg && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errmsg, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
+static uint64_t align_up(uint64_t v) { return (v + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN; }
+
+size_t kvfs_dtype_size(uint32_t dtype)
+{
+    switch (dtype) {
+    case KVFS_DTYPE_F32: return 4;
+    case KVFS_DTYPE_F16: return 2;
+    case KVFS_DTYPE_BF16: return 2;
+    default: return 0;
+    }
+}
+
+uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
+{
+    return 2ull * h->n_tokens * h->fp.n_kv_head * h->fp.head_dim * kvfs_dtype_size(h->dtype);
+}
+
+uint64_t kvfs_layer_stride(const struct kvfs_header *h) { return align_up(kvfs_layer_bytes(h)); }
+
+uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer)
+{
+    uint64_t raw = KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * n_layer;
+    return (uint32_t)align_up(raw);
+}
+
+uint64_t kvfs_file_size_for(const struct kvfs_header *h)
+{
+    return kvfs_header_size_for(h->n_tokens, h->fp.n_layer) + kvfs_layer_stride(h) * h->fp.n_layer;
+}
+
+void kvfs_fingerprint_encode(const struct kvfs_fingerprint *fp, uint8_t out[80])
+{
+    memset(out, 0, FP_BYTES);
+    wr32(out + 0, fp->n_layer);
+    wr32(out + 4, fp->n_kv_head);
+    wr32(out + 8, fp->head_dim);
+    wr32(out + 12, fp->rope_type);
+    memcpy(out + 16, &fp->rope_theta, 4);
+    wr32(out + 20, fp->rope_dim);
+    memcpy(out + 24, fp->arch, 16);
+    memcpy(out + 40, fp->model_id, 32);
+    wr32(out + 72, fp->n_head);
+    wr32(out + 76, fp->n_embd);
+}
+
+static void fingerprint_decode(const uint8_t *in, struct kvfs_fingerprint *fp)
+{
+    fp->n_layer = rd32(in + 0);
+    fp->n_kv_head = rd32(in + 4);
+    fp->head_dim = rd32(in + 8);
+    fp->rope_type = rd32(in + 12);
+    memcpy(&fp->rope_theta, in + 16, 4);
+    fp->rope_dim = rd32(in + 20);
+    memcpy(fp->arch, in + 24, 16);
+    memcpy(fp->model_id, in + 40, 32);
+    fp->n_head = rd32(in + 72);
+    fp->n_embd = rd32(in + 76);
+}
+
+static int sha256(const void *const *parts, const size_t *lens, int n, uint8_t digest[32])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned int dlen = 0;
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (int i = 0; ok && i < n; i++)
+        ok = EVP_DigestUpdate(ctx, parts[i], lens[i]);
+    ok = ok && EVP_DigestFinal_ex(ctx, digest, &dlen) && dlen == 32;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -EIO;
+}
+
+void kvfs_fingerprint_id(const struct kvfs_fingerprint *fp, char hex[17])
+{
+    uint8_t enc[FP_BYTES], digest[32];
+    kvfs_fingerprint_encode(fp, enc);
+    const void *parts[] = {enc};
+    size_t lens[] = {FP_BYTES};
+    if (sha256(parts, lens, 1, digest) != 0)
+        memset(digest, 0, sizeof(digest));
+    static const char *x = "0123456789abcdef";
+    for (int i = 0; i < 8; i++) {
+        hex[2 * i] = x[digest[i] >> 4];
+        hex[2 * i + 1] = x[digest[i] & 15];
+    }
+    hex[16] = '\0';
+}
+
+int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32])
+{
+    static const char domain[] = "kvfs-chunk-v1"; /* hashed with its NUL */
+    uint8_t fp[FP_BYTES], meta[16];
+    kvfs_fingerprint_encode(&h->fp, fp);
+    wr32(meta + 0, h->dtype);
+    wr32(meta + 4, h->flags);
+    wr32(meta + 8, h->pos0);
+    wr32(meta + 12, h->n_tokens);
+    const void *parts[] = {domain, fp, meta, h->tokens};
+    size_t lens[] = {sizeof(domain), FP_BYTES, sizeof(meta), 4ull * h->n_tokens};
+    return sha256(parts, lens, 4, digest);
+}
+
+void kvfs_hash_to_hex(const uint8_t digest[32], char hex[KVFS_HASH_HEX_LEN + 1])
+{
+    static const char *x = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = x[digest[i] >> 4];
+        hex[2 * i + 1] = x[digest[i] & 15];
+    }
+    hex[64] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1; /* upper case is not canonical: names are lowercase */
+}
+
+int kvfs_hex_to_hash(const char *hex, uint8_t digest[32])
+{
+    for (int i = 0; i < 32; i++) {
+        int hi = hexval(hex[2 * i]), lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -EINVAL;
+        digest[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return hex[64] == '\0' ? 0 : -EINVAL;
+}
+
+static uint64_t header_checksum(const uint8_t *buf, uint32_t header_size)
+{
+    /* checksum over the header with its own field zeroed */
+    XXH3_state_t *st = XXH3_createState();
+    static const uint8_t zeros[8];
+    uint64_t v = 0;
+    if (!st)
+        return 0;
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, buf, OFF_CHECKSUM);
+    XXH3_64bits_update(st, zeros, 8);
+    XXH3_64bits_update(st, buf + OFF_CHECKSUM + 8, header_size - OFF_CHECKSUM - 8);
+    v = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return v;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char *errmsg,
+                      size_t errlen)
+{
+    const uint8_t *buf = vbuf;
+    memset(h, 0, sizeof(*h));
+    if (len < KVFS_FIXED_HEADER_SIZE)
+        return fail(-EINVAL, errmsg, errlen, "truncated: %zu bytes, a header needs at least %u",
+                    len, KVFS_FIXED_HEADER_SIZE);
+    if (memcmp(buf + OFF_MAGIC, KVFS_MAGIC, 8) != 0)
+        return fail(-EPROTO, errmsg, errlen, "wrong magic: not a kvfs chunk file");
+    h->version = rd32(buf + OFF_VERSION);
+    if (h->version != KVFS_VERSION)
+        return fail(-EPROTO, errmsg, errlen, "unsupported format version %u (this kvfs reads %u)",
+                    h->version, KVFS_VERSION);
+    h->header_size = rd32(buf + OFF_HEADER_SIZE);
+    h->file_size = rd64(buf + OFF_FILE_SIZE);
+    h->dtype = rd32(buf + OFF_DTYPE);
+    h->flags = rd32(buf + OFF_FLAGS);
+    h->n_tokens = rd32(buf + OFF_NTOKENS);
+    h->pos0 = rd32(buf + OFF_POS0);
+    fingerprint_decode(buf + OFF_FP, &h->fp);
+    h->header_checksum = rd64(buf + OFF_CHECKSUM);
+
+    if (!kvfs_dtype_size(h->dtype))
+        return fail(-EINVAL, errmsg, errlen, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
+    if (h->flags & ~KVFS_FLAG_KEYS_ROPED)
+        return fail(-EINVAL, errmsg, errlen, "unknown flags 0x%x", h->flags);
+    if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
+        return fail(-EINVAL, errmsg, errlen, "bad token count %u", h->n_tokens);
+    if (h->fp.n_layer == 0 || h->fp.n_layer > KVFS_MAX_LAYERS)
+        return fail(-EINVAL, errmsg, errlen, "bad layer count %u", h->fp.n_layer);
+    if (h->fp.n_kv_head == 0 || h->fp.n_kv_head > 4096 || h->fp.head_dim == 0 ||
+        h->fp.head_dim > 4096 || h->fp.n_head < h->fp.n_kv_head || h->fp.n_head % h->fp.n_kv_head)
+        return fail(-EINVAL, errmsg, errlen, "bad head shape: %u heads, %u kv heads, head_dim %u",
+                    h->fp.n_head, h->fp.n_kv_head, h->fp.head_dim);
+    if (h->fp.rope_type != KVFS_ROPE_NORM && h->fp.rope_type != KVFS_ROPE_NEOX)
+        return fail(-EINVAL, errmsg, errlen, "unknown rope type %u", h->fp.rope_type);
+    if (h->fp.rope_dim > h->fp.head_dim || h->fp.rope_dim % 2 || !(h->fp.rope_theta > 0) ||
+        !isfinite(h->fp.rope_theta))
+        return fail(-EINVAL, errmsg, errlen, "bad rope parameters (dim %u, theta %g)",
+                    h->fp.rope_dim, (double)h->fp.rope_theta);
+    if (h->fp.arch[0] == '\0' || memchr(h->fp.arch, '\0', 16) == NULL)
+        return fail(-EINVAL, errmsg, errlen, "architecture name missing or not terminated");
+    if (h->header_size != kvfs_header_size_for(h->n_tokens, h->fp.n_layer))
+        return fail(-EINVAL, errmsg, errlen, "header size %u, expected %u for %u tokens, %u layers",
+                    h->header_size, kvfs_header_size_for(h->n_tokens, h->fp.n_layer),
+                    h->n_tokens, h->fp.n_layer);
+    if (h->file_size != kvfs_file_size_for(h))
+        return fail(-EINVAL, errmsg, errlen, "file size field %llu, expected %llu from the shape",
+                    (unsigned long long)h->file_size, (unsigned long long)kvfs_file_size_for(h));
+    if (len < h->header_size)
+        return fail(-EINVAL, errmsg, errlen, "truncated: %zu bytes, header alone is %u", len,
+                    h->header_size);
+    if (header_checksum(buf, h->header_size) != h->header_checksum)
+        return fail(-EBADMSG, errmsg, errlen, "header checksum mismatch");
+
+    h->tokens = (const uint32_t *)(buf + KVFS_FIXED_HEADER_SIZE);
+    h->layers = (const struct kvfs_layer_entry *)(buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens);
+    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    for (uint32_t l = 0; l < h->fp.n_layer; l++) {
+        const uint8_t *e = (const uint8_t *)h->layers + (uint64_t)l * LAYER_ENTRY_BYTES;
+        if (rd64(e) != h->header_size + l * stride || rd64(e + 8) != lbytes)
+            return fail(-EINVAL, errmsg, errlen, "layer table entry %u inconsistent", l);
+    }
+    size_t used = KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens + (size_t)LAYER_ENTRY_BYTES * h->fp.n_layer;
+    if (!all_zero(buf + used, h->header_size - used))
+        return fail(-EINVAL, errmsg, errlen, "non-zero header padding");
+    return 0;
+}
+
+static uint64_t layer_checksum_entry(const struct kvfs_header *h, uint32_t layer)
+{
+    return rd64((const uint8_t *)h->layers + (uint64_t)layer * LAYER_ENTRY_BYTES + 16);
+}
+
+int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer, const void *bytes, size_t len)
+{
+    if (layer >= h->fp.n_layer || len < kvfs_layer_bytes(h))
+        return -EINVAL;
+    return XXH3_64bits(bytes, kvfs_layer_bytes(h)) == layer_checksum_entry(h, layer) ? 0 : -EBADMSG;
+}
+
+int kvfs_file_verify(const void *vbuf, size_t len, struct kvfs_header *h, char *errmsg,
+                     size_t errlen)
+{
+    const uint8_t *buf = vbuf;
+    int rc = kvfs_header_parse(buf, len, h, errmsg, errlen);
+    if (rc)
+        return rc;
+    if (len != h->file_size)
+        return fail(-EINVAL, errmsg, errlen, "%s: %zu bytes, header says %llu",
+                    len < h->file_size ? "truncated" : "trailing data", len,
+                    (unsigned long long)h->file_size);
+    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    for (uint32_t l = 0; l < h->fp.n_layer; l++) {
+        const uint8_t *p = buf + h->header_size + l * stride;
+        if (kvfs_layer_verify(h, l, p, lbytes) != 0)
+            return fail(-EBADMSG, errmsg, errlen, "layer %u checksum mismatch", l);
+        if (!all_zero(p + lbytes, stride - lbytes))
+            return fail(-EINVAL, errmsg, errlen, "layer %u: non-zero padding", l);
+    }
+    return 0;
+}
+
+int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
+                     uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens)
+{
+    memset(w, 0, sizeof(*w));
+    if (!kvfs_dtype_size(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
+        fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS)
+        return -EINVAL;
+    struct kvfs_header *h = &w->hdr;
+    h->version = KVFS_VERSION;
+    h->dtype = dtype;
+    h->flags = flags;
+    h->n_tokens = n_tokens;
+    h->pos0 = pos0;
+    h->fp = *fp;
+    h->header_size = kvfs_header_size_for(n_tokens, fp->n_layer);
+    h->file_size = kvfs_file_size_for(h);
+    void *buf = NULL;
+    if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0)
+        return -ENOMEM;
+    memset(buf, 0, h->file_size);
+    w->buf = buf;
+    w->size = h->file_size;
+    uint8_t *b = w->buf;
+    memcpy(b + OFF_MAGIC, KVFS_MAGIC, 8);
+    wr32(b + OFF_VERSION, KVFS_VERSION);
+    wr32(b + OFF_HEADER_SIZE, h->header_size);
+    wr64(b + OFF_FILE_SIZE, h->file_size);
+    wr32(b + OFF_DTYPE, dtype);
+    wr32(b + OFF_FLAGS, flags);
+    wr32(b + OFF_NTOKENS, n_tokens);
+    wr32(b + OFF_POS0, pos0);
+    kvfs_fingerprint_encode(fp, b + OFF_FP);
+    for (uint32_t i = 0; i < n_tokens; i++)
+        wr32(b + KVFS_FIXED_HEADER_SIZE + 4ull * i, tokens[i]);
+    h->tokens = (const uint32_t *)(b + KVFS_FIXED_HEADER_SIZE);
+    h->layers = (const struct kvfs_layer_entry *)(b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens);
+    return 0;
+}
+
+void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer)
+{
+    if (!w->buf || layer >= w->hdr.fp.n_layer)
+        return NULL;
+    return w->buf + w->hdr.header_size + layer * kvfs_layer_stride(&w->hdr);
+}
+
+int kvfs_writer_finish(struct kvfs_writer *w)
+{
+    if (!w->buf)
+        return -EINVAL;
+    struct kvfs_header *h = &w->hdr;
+    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    uint8_t *table = w->buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens;
+    for (uint32_t l = 0; l < h->fp.n_layer; l++) {
+        uint8_t *e = table + (uint64_t)l * LAYER_ENTRY_BYTES;
+        const uint8_t *p = w->buf + h->header_size + l * stride;
+        wr64(e, h->header_size + l * stride);
+        wr64(e + 8, lbytes);
+        wr64(e + 16, XXH3_64bits(p, lbytes));
+        memset((uint8_t *)p + lbytes, 0, stride - lbytes);
+    }
+    h->header_checksum = header_checksum(w->buf, h->header_size);
+    wr64(w->buf + OFF_CHECKSUM, h->header_checksum);
+    return 0;
+}
+
+void kvfs_writer_free(struct kvfs_writer *w)
+{
+    free(w->buf);
+    memset(w, 0, sizeof(*w));
+}
+
+/* IEEE half conversions, round to nearest even. */
+uint16_t kvfs_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7fffffu;
+    int32_t exp = (int32_t)((x >> 23) & 0xff);
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    exp = exp - 127 + 15;
+    if (exp >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (exp <= 0) {
+        if (exp < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)exp << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1)))
+        half++; /* may carry into the exponent, which is still correct */
+    return (uint16_t)(sign | half);
+}
+
+float kvfs_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, x;
+    if (exp == 0) {
+        if (mant == 0) {
+            x = sign;
+        } else {
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400u)) {
+                mant <<= 1;
+                exp--;
+            }
+            x = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+uint16_t kvfs_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+float kvfs_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}

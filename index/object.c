@@ -1,0 +1,243 @@
+/* object.c - encode/decode store objects (per-layer zstd frames). */
+#include "object.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static int say(int rc, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int say(int rc, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EIO; /* object shorter than its table says */
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+int kvfs_obj_encode(const void *image, const struct kvfs_header *h, int zstd_level, uint8_t **out,
+                    size_t *out_len)
+{
+    const uint8_t *img = image;
+    uint32_t nl = h->fp.n_layer;
+    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    uint64_t prefix = KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * nl + h->header_size;
+    size_t bound = zstd_level > 0 ? ZSTD_compressBound(lbytes) : lbytes;
+    uint64_t cap = prefix + (uint64_t)nl * (bound > lbytes ? bound : lbytes);
+    uint8_t *buf = malloc(cap);
+    ZSTD_CCtx *cctx = NULL;
+    int rc = 0;
+    if (!buf)
+        return -ENOMEM;
+    if (zstd_level > 0 && !(cctx = ZSTD_createCCtx())) {
+        rc = -ENOMEM;
+        goto free_buf;
+    }
+    memset(buf, 0, KVFS_OBJ_FIXED + (size_t)KVFS_OBJ_ENTRY * nl);
+    memcpy(buf, KVFS_OBJ_MAGIC, 8);
+    wr32(buf + 8, 1);
+    wr32(buf + 12, nl);
+    wr64(buf + 16, h->file_size);
+    wr32(buf + 24, h->header_size);
+    memcpy(buf + prefix - h->header_size, img, h->header_size);
+    uint64_t pos = prefix;
+    for (uint32_t l = 0; l < nl; l++) {
+        const uint8_t *src = img + h->header_size + l * stride;
+        uint32_t codec = KVFS_CODEC_RAW;
+        uint64_t sz = lbytes;
+        if (cctx) {
+            size_t c = ZSTD_compressCCtx(cctx, buf + pos, bound, src, lbytes, zstd_level);
+            if (!ZSTD_isError(c) && c < lbytes - lbytes / 10) {
+                codec = KVFS_CODEC_ZSTD;
+                sz = c;
+            }
+        }
+        if (codec == KVFS_CODEC_RAW)
+            memcpy(buf + pos, src, lbytes);
+        uint8_t *e = buf + KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * l;
+        wr64(e, pos);
+        wr64(e + 8, sz);
+        wr32(e + 16, codec);
+        pos += sz;
+    }
+    *out = buf;
+    *out_len = pos;
+    ZSTD_freeCCtx(cctx);
+    return 0;
+free_buf:
+    free(buf);
+    return rc;
+}
+
+void kvfs_obj_info_free(struct kvfs_obj_info *info)
+{
+    free(info->frames);
+    info->frames = NULL;
+}
+
+int kvfs_obj_read_prefix(int fd, uint64_t obj_size, struct kvfs_obj_info *info, uint8_t **hdr_buf,
+                         struct kvfs_header *hdr, char *err, size_t errlen)
+{
+    uint8_t fixed[KVFS_OBJ_FIXED];
+    uint8_t *table = NULL, *hb = NULL;
+    int rc;
+    memset(info, 0, sizeof(*info));
+    *hdr_buf = NULL;
+    if (obj_size < KVFS_OBJ_FIXED)
+        return say(-EINVAL, err, errlen, "object truncated (%llu bytes)", (unsigned long long)obj_size);
+    if ((rc = pread_full(fd, fixed, sizeof(fixed), 0)))
+        return say(rc, err, errlen, "object read failed: %s", strerror(-rc));
+    if (memcmp(fixed, KVFS_OBJ_MAGIC, 8) != 0 || rd32(fixed + 8) != 1)
+        return say(-EPROTO, err, errlen, "not a kvfs store object (bad magic or version)");
+    info->n_layer = rd32(fixed + 12);
+    info->logical_size = rd64(fixed + 16);
+    info->header_size = rd32(fixed + 24);
+    if (info->n_layer == 0 || info->n_layer > KVFS_MAX_LAYERS || info->header_size < KVFS_FIXED_HEADER_SIZE ||
+        info->header_size > (64u << 20))
+        return say(-EINVAL, err, errlen, "object prefix has impossible sizes");
+    size_t tlen = (size_t)KVFS_OBJ_ENTRY * info->n_layer;
+    info->header_offset = KVFS_OBJ_FIXED + tlen;
+    if (info->header_offset + info->header_size > obj_size)
+        return say(-EINVAL, err, errlen, "object truncated in its header");
+    table = malloc(tlen);
+    hb = malloc(info->header_size);
+    info->frames = calloc(info->n_layer, sizeof(*info->frames));
+    if (!table || !hb || !info->frames) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if ((rc = pread_full(fd, table, tlen, KVFS_OBJ_FIXED)) ||
+        (rc = pread_full(fd, hb, info->header_size, info->header_offset))) {
+        say(rc, err, errlen, "object read failed: %s", strerror(-rc));
+        goto fail;
+    }
+    if ((rc = kvfs_header_parse(hb, info->header_size, hdr, err, errlen)))
+        goto fail;
+    if (hdr->fp.n_layer != info->n_layer || hdr->file_size != info->logical_size ||
+        hdr->header_size != info->header_size) {
+        rc = say(-EINVAL, err, errlen, "object prefix disagrees with its chunk header");
+        goto fail;
+    }
+    uint64_t lbytes = kvfs_layer_bytes(hdr);
+    for (uint32_t l = 0; l < info->n_layer; l++) {
+        const uint8_t *e = table + (uint64_t)KVFS_OBJ_ENTRY * l;
+        struct kvfs_obj_frame *f = &info->frames[l];
+        f->offset = rd64(e);
+        f->stored_size = rd64(e + 8);
+        f->codec = rd32(e + 16);
+        int bad = f->codec > KVFS_CODEC_ZSTD || f->offset < info->header_offset + info->header_size ||
+                  f->offset > obj_size || f->stored_size > obj_size - f->offset ||
+                  (f->codec == KVFS_CODEC_RAW && f->stored_size != lbytes);
+        if (bad) {
+            rc = say(-EINVAL, err, errlen, "object frame %u out of bounds or bad codec", l);
+            goto fail;
+        }
+    }
+    free(table);
+    *hdr_buf = hb;
+    return 0;
+fail:
+    free(table);
+    free(hb);
+    kvfs_obj_info_free(info);
+    return rc;
+}
+
+int kvfs_obj_read_layer(int fd, const struct kvfs_obj_info *info, const struct kvfs_header *hdr,
+                        uint32_t layer, void *dst)
+{
+    if (layer >= info->n_layer)
+        return -EINVAL;
+    const struct kvfs_obj_frame *f = &info->frames[layer];
+    uint64_t lbytes = kvfs_layer_bytes(hdr);
+    int rc;
+    if (f->codec == KVFS_CODEC_RAW) {
+        if ((rc = pread_full(fd, dst, lbytes, f->offset)))
+            return rc;
+    } else {
+        void *tmp = malloc(f->stored_size ? f->stored_size : 1);
+        if (!tmp)
+            return -ENOMEM;
+        rc = pread_full(fd, tmp, f->stored_size, f->offset);
+        if (!rc) {
+            size_t n = ZSTD_decompress(dst, lbytes, tmp, f->stored_size);
+            if (ZSTD_isError(n) || n != lbytes)
+                rc = -EBADMSG;
+        }
+        free(tmp);
+        if (rc)
+            return rc;
+    }
+    return kvfs_layer_verify(hdr, layer, dst, lbytes);
+}
+
+int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len, char *err,
+                         size_t errlen)
+{
+    struct kvfs_obj_info info;
+    struct kvfs_header hdr;
+    uint8_t *hb = NULL;
+    void *img = NULL;
+    int rc = kvfs_obj_read_prefix(fd, obj_size, &info, &hb, &hdr, err, errlen);
+    if (rc)
+        return rc;
+    if (posix_memalign(&img, KVFS_ALIGN, info.logical_size) != 0) {
+        rc = -ENOMEM;
+        goto free_info;
+    }
+    uint8_t *p = img;
+    uint64_t stride = kvfs_layer_stride(&hdr), lbytes = kvfs_layer_bytes(&hdr);
+    memcpy(p, hb, hdr.header_size);
+    for (uint32_t l = 0; l < info.n_layer; l++) {
+        uint8_t *dst = p + hdr.header_size + l * stride;
+        if ((rc = kvfs_obj_read_layer(fd, &info, &hdr, l, dst))) {
+            say(rc, err, errlen, "layer %u: %s", l,
+                rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
+            goto free_img;
+        }
+        memset(dst + lbytes, 0, stride - lbytes);
+    }
+    *image = img;
+    *len = info.logical_size;
+    free(hb);
+    kvfs_obj_info_free(&info);
+    return 0;
+free_img:
+    free(img);
+free_info:
+    free(hb);
+    kvfs_obj_info_free(&info);
+    return rc;
+}

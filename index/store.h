@@ -108,6 +108,25 @@ void kvfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 #define KVFS_LOG_INFO 6
 #define KVFS_LOG_DEBUG 7
 
+/* Listing in pages for readdir: up to max rows with hash > after ("" or
+ * NULL from the start).  Callbacks run under the store lock: keep them short
+ * and never call back into the store. */
+int kvfs_store_list_from(struct kvfs_store *s, const char *after, size_t max,
+                         kvfs_store_list_cb cb, void *ctx);
+
+/* Path of a chunk's object file (for loaders that read layers directly). */
+int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, size_t len);
+/* Read and verify one layer (K then V, unpadded) of a chunk straight from its
+ * object, without the RAM tier.  -ERANGE if len is too small, -EBADMSG on a
+ * checksum mismatch. */
+int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len);
+const char *kvfs_store_dir(const struct kvfs_store *s);
+/* Let another component (blending, remote tier) append `,\n  "name": {...}`
+ * members to the stats JSON; fn runs under the store lock. */
+#include <stdio.h>
+int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx);
+void kvfs_set_log_level(int level);
+
 /* Size parsing for options: "64M", "1G", "123" -> bytes (-EINVAL). */
 int kvfs_parse_size(const char *s, uint64_t *out);
 

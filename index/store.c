@@ -1,0 +1,870 @@
+/* store.c - content-addressed chunk store: objects on disk, SQLite index,
+ * an in-memory table of rows for fast lookups and listing, a RAM tier of
+ * decoded images, capacity enforcement with LRU eviction.
+ *
+ * Locking: one mutex (s->lock) protects rows, counters and the RAM tier.
+ * Object encoding, decoding, writing and fsync happen outside it.
+ */
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "index_db.h"
+#include "object.h"
+#include "store_internal.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- rows: sorted array of pointers, binary search by hash ---- */
+
+static long row_find(struct kvfs_store *s, const char *hash, int *found)
+{
+    long lo = 0, hi = (long)s->n_rows;
+    while (lo < hi) {
+        long mid = (lo + hi) / 2;
+        int c = strcmp(s->rows[mid]->hash, hash);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+static struct kvfs_chunk_info *row_get(struct kvfs_store *s, const char *hash)
+{
+    int found;
+    long i = row_find(s, hash, &found);
+    return found ? s->rows[i] : NULL;
+}
+
+static int row_insert(struct kvfs_store *s, const struct kvfs_chunk_info *info)
+{
+    int found;
+    long i = row_find(s, info->hash, &found);
+    if (found) {
+        *s->rows[i] = *info;
+        return 0;
+    }
+    if (s->n_rows == s->cap_rows) {
+        size_t cap = s->cap_rows ? s->cap_rows * 2 : 1024;
+        struct kvfs_chunk_info **r = realloc(s->rows, cap * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        s->rows = r;
+        s->cap_rows = cap;
+    }
+    struct kvfs_chunk_info *c = malloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    *c = *info;
+    memmove(&s->rows[i + 1], &s->rows[i], (s->n_rows - (size_t)i) * sizeof(*s->rows));
+    s->rows[i] = c;
+    s->n_rows++;
+    s->bytes_stored += info->stored_size;
+    s->bytes_logical += info->logical_size;
+    return 0;
+}
+
+static void row_remove(struct kvfs_store *s, const char *hash)
+{
+    int found;
+    long i = row_find(s, hash, &found);
+    if (!found)
+        return;
+    s->bytes_stored -= s->rows[i]->stored_size;
+    s->bytes_logical -= s->rows[i]->logical_size;
+    free(s->rows[i]);
+    memmove(&s->rows[i], &s->rows[i + 1], (s->n_rows - (size_t)i - 1) * sizeof(*s->rows));
+    s->n_rows--;
+}
+
+/* ---- RAM tier ---- */
+
+struct ram_entry {
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    uint8_t *img;
+    size_t size;
+    int refs;
+    int cached;          /* counted in the RAM tier; else freed at last release */
+    uint64_t stamp;      /* LRU clock */
+    struct ram_entry *next;
+};
+
+struct kvfs_chunk_ref {
+    struct kvfs_store *s;
+    struct ram_entry *e;
+};
+
+static struct ram_entry *ram_lookup(struct kvfs_store *s, const char *hash)
+{
+    for (struct ram_entry *e = s->ram; e; e = e->next)
+        if (!strcmp(e->hash, hash))
+            return e;
+    return NULL;
+}
+
+static void ram_unlink(struct kvfs_store *s, struct ram_entry *e)
+{
+    for (struct ram_entry **pp = &s->ram; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    }
+    s->ram_used -= e->size;
+    s->ram_count--;
+    e->cached = 0;
+    e->next = NULL;
+    if (e->refs == 0) {
+        free(e->img);
+        free(e);
+    }
+}
+
+static void ram_drop(struct kvfs_store *s, const char *hash)
+{
+    struct ram_entry *e = ram_lookup(s, hash);
+    if (e)
+        ram_unlink(s, e);
+}
+
+/* Make room for `need` bytes by dropping least recently used entries. */
+static int ram_make_room(struct kvfs_store *s, size_t need)
+{
+    if (need > s->opts.ram_bytes)
+        return -ENOSPC;
+    while (s->ram_used + need > s->opts.ram_bytes) {
+        struct ram_entry *victim = NULL;
+        for (struct ram_entry *e = s->ram; e; e = e->next)
+            if (!victim || e->stamp < victim->stamp)
+                victim = e;
+        if (!victim)
+            return -ENOSPC;
+        ram_unlink(s, victim);
+    }
+    return 0;
+}
+
+/* ---- paths ---- */
+
+static void object_path(const struct kvfs_store *s, const char *hash, char *out, size_t len)
+{
+    snprintf(out, len, "%s/objects/%.2s/%s.kvo", s->dir, hash, hash);
+}
+
+int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, size_t len)
+{
+    pthread_mutex_lock(&s->lock);
+    int present = row_get(s, hash) != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (!present)
+        return -ENOENT;
+    object_path(s, hash, out, len);
+    return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void kvfs_info_from_header(const struct kvfs_header *h, const char *hash, uint64_t stored,
+                           struct kvfs_chunk_info *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->hash, sizeof(c->hash), "%s", hash);
+    kvfs_fingerprint_id(&h->fp, c->model);
+    memcpy(c->arch, h->fp.arch, sizeof(c->arch));
+    c->arch[sizeof(c->arch) - 1] = '\0';
+    c->n_tokens = h->n_tokens;
+    c->n_layer = h->fp.n_layer;
+    c->dtype = h->dtype;
+    c->logical_size = h->file_size;
+    c->stored_size = stored;
+}
+
+/* ---- open / reconcile ---- */
+
+static int load_row_cb(const struct kvfs_chunk_info *info, void *ctx)
+{
+    return row_insert(ctx, info);
+}
+
+/* Make the index agree with the objects after a crash: objects without a row
+ * are verified (prefix) and indexed, rows without objects are dropped,
+ * half-written temp files are removed. */
+static int reconcile(struct kvfs_store *s)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tmp", s->dir);
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.')
+                continue;
+            char p[4096 + 256];
+            snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+            if (unlink(p) == 0)
+                kvfs_log(KVFS_LOG_INFO, "removed unfinished ingest %s", p);
+        }
+        closedir(d);
+    }
+    uint8_t *seen = calloc(s->n_rows + 1, 1);
+    if (!seen)
+        return -ENOMEM;
+    size_t n_at_start = s->n_rows;
+    char **added = NULL;
+    size_t n_added = 0;
+    snprintf(path, sizeof(path), "%s/objects", s->dir);
+    DIR *top = opendir(path);
+    struct dirent *sub;
+    while (top && (sub = readdir(top))) {
+        if (sub->d_name[0] == '.')
+            continue;
+        char subpath[4096 + 256];
+        snprintf(subpath, sizeof(subpath), "%s/%s", path, sub->d_name);
+        DIR *sd = opendir(subpath);
+        struct dirent *de;
+        while (sd && (de = readdir(sd))) {
+            size_t nl = strlen(de->d_name);
+            if (de->d_name[0] == '.' || nl != KVFS_HASH_HEX_LEN + 4 || strcmp(de->d_name + KVFS_HASH_HEX_LEN, ".kvo"))
+                continue;
+            char hash[KVFS_HASH_HEX_LEN + 1];
+            memcpy(hash, de->d_name, KVFS_HASH_HEX_LEN);
+            hash[KVFS_HASH_HEX_LEN] = '\0';
+            int found;
+            long i = row_find(s, hash, &found);
+            if (found) {
+                if ((size_t)i < n_at_start)
+                    seen[i] = 1;
+                continue;
+            }
+            /* not indexed: a crash between rename and index insert */
+            char *dup = strdup(hash);
+            char **a = dup ? realloc(added, (n_added + 1) * sizeof(*a)) : NULL;
+            if (!a) {
+                free(dup);
+                continue;
+            }
+            added = a;
+            added[n_added++] = dup;
+        }
+        if (sd)
+            closedir(sd);
+    }
+    if (top)
+        closedir(top);
+    /* drop rows whose object vanished (iterate from the end: indices stay valid) */
+    for (long i = (long)n_at_start - 1; i >= 0; i--) {
+        if (seen[i])
+            continue;
+        char hash[KVFS_HASH_HEX_LEN + 1];
+        memcpy(hash, s->rows[i]->hash, sizeof(hash));
+        kvfs_log(KVFS_LOG_WARN, "index row %s has no object; dropping it", hash);
+        kvfs_idx_delete(s->db, hash);
+        row_remove(s, hash);
+    }
+    free(seen);
+    for (size_t k = 0; k < n_added; k++) {
+        char p[4096];
+        object_path(s, added[k], p, sizeof(p));
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        struct kvfs_obj_info info;
+        struct kvfs_header h;
+        uint8_t *hb = NULL, digest[32];
+        char hex[KVFS_HASH_HEX_LEN + 1], why[256] = "";
+        int ok = fd >= 0 && fstat(fd, &st) == 0 &&
+                 kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why)) == 0;
+        if (ok) {
+            ok = kvfs_content_hash(&h, digest) == 0;
+            kvfs_hash_to_hex(digest, hex);
+            ok = ok && !strcmp(hex, added[k]);
+            if (ok) {
+                struct kvfs_chunk_info c;
+                kvfs_info_from_header(&h, hex, (uint64_t)st.st_size, &c);
+                c.created_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+                c.accessed_ns = c.created_ns;
+                ok = kvfs_idx_insert(s->db, &c) == 0 && row_insert(s, &c) == 0;
+                if (ok)
+                    kvfs_log(KVFS_LOG_INFO, "indexed object %s found without an index row", hex);
+            } else {
+                snprintf(why, sizeof(why), "name does not match content hash");
+            }
+            kvfs_obj_info_free(&info);
+            free(hb);
+        }
+        if (fd >= 0)
+            close(fd);
+        if (!ok) {
+            char lf[4096 + 128];
+            snprintf(lf, sizeof(lf), "%s/lost+found", s->dir);
+            mkdir(lf, 0700);
+            snprintf(lf, sizeof(lf), "%s/lost+found/%s.kvo", s->dir, added[k]);
+            kvfs_log(KVFS_LOG_WARN, "object %s is invalid (%s); moved to lost+found", added[k], why);
+            rename(p, lf);
+        }
+        free(added[k]);
+    }
+    free(added);
+    return 0;
+}
+
+int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out, char *err, size_t errlen)
+{
+    struct kvfs_store *s = calloc(1, sizeof(*s));
+    char path[4096];
+    int rc;
+    if (!s)
+        return -ENOMEM;
+    s->opts = *opts;
+    if (s->opts.zstd_level < 0 || s->opts.zstd_level > 19) {
+        set_err(err, errlen, "zstd level %d out of range 0..19", s->opts.zstd_level);
+        free(s);
+        return -EINVAL;
+    }
+    s->dir = strdup(opts->dir);
+    if (!s->dir) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->opts.dir = s->dir;
+    pthread_mutex_init(&s->lock, NULL);
+    if (!opts->read_only) {
+        const char *subs[] = {"", "/objects", "/tmp"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof(path), "%s%s", s->dir, subs[i]);
+            if ((rc = mkdir_p(path))) {
+                set_err(err, errlen, "cannot create %s: %s", path, strerror(-rc));
+                goto fail;
+            }
+        }
+    }
+    snprintf(path, sizeof(path), "%s/index.sqlite", s->dir);
+    if ((rc = kvfs_idx_open(path, opts->read_only, &s->db, err, errlen)))
+        goto fail;
+    if ((rc = kvfs_idx_load(s->db, load_row_cb, s))) {
+        set_err(err, errlen, "cannot load index %s: %s", path, strerror(-rc));
+        goto fail;
+    }
+    if (!opts->read_only && (rc = reconcile(s))) {
+        set_err(err, errlen, "cannot reconcile store: %s", strerror(-rc));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    kvfs_store_close(s);
+    return rc;
+}
+
+void kvfs_store_close(struct kvfs_store *s)
+{
+    if (!s)
+        return;
+    kvfs_idx_close(s->db);
+    for (size_t i = 0; i < s->n_rows; i++)
+        free(s->rows[i]);
+    free(s->rows);
+    while (s->ram) {
+        struct ram_entry *e = s->ram;
+        s->ram = e->next;
+        if (e->refs == 0) { /* live refs own their entry now */
+            free(e->img);
+            free(e);
+        } else {
+            e->cached = 0;
+        }
+    }
+    pthread_mutex_destroy(&s->lock);
+    free(s->dir);
+    free(s);
+}
+
+/* ---- removal and eviction (lock held) ---- */
+
+static int remove_locked(struct kvfs_store *s, const char *hash)
+{
+    char p[4096];
+    object_path(s, hash, p, sizeof(p));
+    if (unlink(p) != 0 && errno != ENOENT)
+        return -errno;
+    int rc = kvfs_idx_delete(s->db, hash);
+    if (rc)
+        kvfs_log(KVFS_LOG_WARN, "index delete of %s failed (%s); fixed at next open", hash, strerror(-rc));
+    row_remove(s, hash);
+    ram_drop(s, hash);
+    return 0;
+}
+
+static int evict_for(struct kvfs_store *s, uint64_t need)
+{
+    if (!s->opts.capacity)
+        return 0;
+    if (need > s->opts.capacity)
+        return -ENOSPC;
+    while (s->bytes_stored + need > s->opts.capacity) {
+        struct kvfs_chunk_info *victim = NULL;
+        for (size_t i = 0; i < s->n_rows; i++) {
+            struct kvfs_chunk_info *c = s->rows[i];
+            if (!c->pinned && (!victim || c->accessed_ns < victim->accessed_ns))
+                victim = c;
+        }
+        if (!victim)
+            return -ENOSPC;
+        char hash[KVFS_HASH_HEX_LEN + 1];
+        memcpy(hash, victim->hash, sizeof(hash));
+        kvfs_log(KVFS_LOG_INFO, "evicting %s (least recently used) to stay within capacity", hash);
+        int rc = remove_locked(s, hash);
+        if (rc)
+            return rc;
+        s->evictions++;
+    }
+    return 0;
+}
+
+/* ---- put ---- */
+
+int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char *expect_hash,
+                   char hash_out[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+{
+    struct kvfs_header h;
+    uint8_t digest[32], *obj = NULL;
+    size_t obj_len = 0;
+    char hex[KVFS_HASH_HEX_LEN + 1], why[256], tmp[4096], dst[4096];
+    int rc, fd = -1;
+    if (s->opts.read_only)
+        return -EROFS;
+    if ((rc = kvfs_file_verify(buf, len, &h, why, sizeof(why)))) {
+        set_err(err, errlen, "invalid chunk: %s", why);
+        goto count_error;
+    }
+    if ((rc = kvfs_content_hash(&h, digest)))
+        goto count_error;
+    kvfs_hash_to_hex(digest, hex);
+    if (expect_hash && strcmp(expect_hash, hex) != 0) {
+        set_err(err, errlen, "name %s does not match the chunk's content hash %s", expect_hash, hex);
+        rc = -EINVAL;
+        goto count_error;
+    }
+    if (hash_out)
+        memcpy(hash_out, hex, sizeof(hex));
+    pthread_mutex_lock(&s->lock);
+    int exists = row_get(s, hex) != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (exists)
+        return 0; /* content addressed: same name, same meaning */
+
+    if ((rc = kvfs_obj_encode(buf, &h, s->opts.zstd_level, &obj, &obj_len))) {
+        set_err(err, errlen, "cannot encode object: %s", strerror(-rc));
+        goto count_error;
+    }
+    static atomic_uint seq;
+    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.tmp", s->dir, hex, (int)getpid(), atomic_fetch_add(&seq, 1));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        set_err(err, errlen, "cannot create %s: %s", tmp, strerror(-rc));
+        goto free_obj;
+    }
+    if ((rc = write_full(fd, obj, obj_len)) || (fsync(fd) != 0 && (rc = -errno))) {
+        set_err(err, errlen, "writing object failed: %s%s", strerror(-rc),
+                rc == -ENOSPC ? " (backing disk full)" : "");
+        goto unlink_tmp;
+    }
+    close(fd);
+    fd = -1;
+
+    pthread_mutex_lock(&s->lock);
+    if (row_get(s, hex)) { /* a concurrent writer stored it first */
+        pthread_mutex_unlock(&s->lock);
+        rc = 0;
+        goto unlink_tmp;
+    }
+    if ((rc = evict_for(s, obj_len))) {
+        pthread_mutex_unlock(&s->lock);
+        set_err(err, errlen, "over capacity: %zu more bytes do not fit in %" PRIu64
+                " (only pinned chunks left to evict)", obj_len, s->opts.capacity);
+        goto unlink_tmp_counted;
+    }
+    object_path(s, hex, dst, sizeof(dst));
+    char subdir[4096];
+    snprintf(subdir, sizeof(subdir), "%s/objects/%.2s", s->dir, hex);
+    if (mkdir(subdir, 0755) != 0 && errno != EEXIST) {
+        rc = -errno;
+    } else if (rename(tmp, dst) != 0) {
+        rc = -errno;
+    } else {
+        fsync_dir(subdir);
+        struct kvfs_chunk_info c;
+        kvfs_info_from_header(&h, hex, obj_len, &c);
+        c.created_ns = c.accessed_ns = now_ns();
+        if ((rc = kvfs_idx_insert(s->db, &c)) == 0)
+            rc = row_insert(s, &c);
+        if (rc) {
+            unlink(dst);
+            kvfs_idx_delete(s->db, hex);
+        } else {
+            s->puts++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc) {
+        set_err(err, errlen, "storing object failed: %s", strerror(-rc));
+        goto unlink_tmp_counted;
+    }
+    free(obj);
+    return 0;
+
+unlink_tmp:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(obj);
+    if (rc == 0)
+        return 0;
+    goto count_error;
+unlink_tmp_counted:
+    unlink(tmp);
+free_obj:
+    free(obj);
+count_error:
+    pthread_mutex_lock(&s->lock);
+    s->ingest_errors++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* ---- lookups ---- */
+
+int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)
+{
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_chunk_info *c = row_get(s, hash);
+    if (c) {
+        *out = *c;
+        out->in_ram = ram_lookup(s, hash) != NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return c ? 0 : -ENOENT;
+}
+
+int kvfs_store_list(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_rows && !rc; i++)
+        rc = cb(s->rows[i], ctx);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+uint64_t kvfs_store_count(struct kvfs_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t n = s->n_rows;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+int kvfs_store_list_from(struct kvfs_store *s, const char *after, size_t max,
+                         kvfs_store_list_cb cb, void *ctx)
+{
+    int rc = 0, found;
+    pthread_mutex_lock(&s->lock);
+    size_t i = after && *after ? (size_t)row_find(s, after, &found) : 0;
+    if (after && *after && found)
+        i++;
+    for (size_t k = 0; i < s->n_rows && k < max && !rc; i++, k++)
+        rc = cb(s->rows[i], ctx);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
+{
+    struct kvfs_chunk_ref *ref = calloc(1, sizeof(*ref));
+    if (!ref)
+        return -ENOMEM;
+    ref->s = s;
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_chunk_info *c = row_get(s, hash);
+    if (!c) {
+        s->misses++;
+        pthread_mutex_unlock(&s->lock);
+        free(ref);
+        return -ENOENT;
+    }
+    s->hits++;
+    c->hits++;
+    c->accessed_ns = now_ns();
+    kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
+    struct ram_entry *e = ram_lookup(s, hash);
+    if (e) {
+        e->refs++;
+        e->stamp = ++s->ram_clock;
+        s->ram_hits++;
+        pthread_mutex_unlock(&s->lock);
+        ref->e = e;
+        *out = ref;
+        return 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+
+    /* decode outside the lock */
+    char p[4096], why[256] = "";
+    object_path(s, hash, p, sizeof(p));
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint8_t *img = NULL;
+    size_t len = 0;
+    int rc;
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(why, sizeof(why), "%s", strerror(-rc));
+    } else {
+        rc = fstat(fd, &st) ? -errno : kvfs_obj_decode_file(fd, (uint64_t)st.st_size, &img, &len, why, sizeof(why));
+        close(fd);
+    }
+    if (rc) {
+        kvfs_log(KVFS_LOG_ERR, "chunk %s: object unreadable: %s", hash, why);
+        free(ref);
+        return rc == -ENOENT ? -ENOENT : -EIO;
+    }
+    e = calloc(1, sizeof(*e));
+    if (!e) {
+        free(img);
+        free(ref);
+        return -ENOMEM;
+    }
+    memcpy(e->hash, hash, KVFS_HASH_HEX_LEN + 1);
+    e->img = img;
+    e->size = len;
+    e->refs = 1;
+    pthread_mutex_lock(&s->lock);
+    struct ram_entry *raced = ram_lookup(s, hash);
+    if (raced) { /* another reader decoded it meanwhile: share theirs */
+        raced->refs++;
+        pthread_mutex_unlock(&s->lock);
+        free(img);
+        free(e);
+        ref->e = raced;
+        *out = ref;
+        return 0;
+    }
+    e->stamp = ++s->ram_clock;
+    if (s->opts.ram_bytes && row_get(s, hash) && ram_make_room(s, len) == 0) {
+        e->cached = 1;
+        e->next = s->ram;
+        s->ram = e;
+        s->ram_used += len;
+        s->ram_count++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    ref->e = e;
+    *out = ref;
+    return 0;
+}
+
+ssize_t kvfs_chunk_pread(struct kvfs_chunk_ref *ref, void *dst, size_t len, uint64_t off)
+{
+    if (off >= ref->e->size)
+        return 0;
+    if (len > ref->e->size - off)
+        len = ref->e->size - off;
+    memcpy(dst, ref->e->img + off, len);
+    return (ssize_t)len;
+}
+
+uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref) { return ref->e->size; }
+
+const void *kvfs_chunk_data(struct kvfs_chunk_ref *ref) { return ref->e->img; }
+
+void kvfs_chunk_release(struct kvfs_chunk_ref *ref)
+{
+    if (!ref)
+        return;
+    struct kvfs_store *s = ref->s;
+    pthread_mutex_lock(&s->lock);
+    struct ram_entry *e = ref->e;
+    int free_it = --e->refs == 0 && !e->cached;
+    pthread_mutex_unlock(&s->lock);
+    if (free_it) {
+        free(e->img);
+        free(e);
+    }
+    free(ref);
+}
+
+int kvfs_store_remove(struct kvfs_store *s, const char *hash)
+{
+    if (s->opts.read_only)
+        return -EROFS;
+    pthread_mutex_lock(&s->lock);
+    int rc = row_get(s, hash) ? remove_locked(s, hash) : -ENOENT;
+    if (!rc)
+        s->removals++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int kvfs_store_set_pinned(struct kvfs_store *s, const char *hash, int pinned)
+{
+    if (s->opts.read_only)
+        return -EROFS;
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_chunk_info *c = row_get(s, hash);
+    int rc = -ENOENT;
+    if (c && (rc = kvfs_idx_set_pinned(s->db, hash, pinned)) == 0)
+        c->pinned = pinned ? 1 : 0;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len)
+{
+    char p[4096];
+    int rc = kvfs_store_object_path(s, hash, p, sizeof(p));
+    if (rc)
+        return rc;
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    struct kvfs_obj_info info;
+    struct kvfs_header h;
+    uint8_t *hb = NULL;
+    char why[256];
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        goto close_fd;
+    }
+    if ((rc = kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why))))
+        goto close_fd;
+    if (len < kvfs_layer_bytes(&h))
+        rc = -ERANGE;
+    else
+        rc = kvfs_obj_read_layer(fd, &info, &h, layer, dst);
+    kvfs_obj_info_free(&info);
+    free(hb);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+int kvfs_store_stats_json(struct kvfs_store *s, char **out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+    uint64_t pinned = 0;
+    for (size_t i = 0; i < s->n_rows; i++)
+        pinned += s->rows[i]->pinned != 0;
+    fprintf(f,
+            "{\n  \"chunks\": %zu,\n  \"pinned\": %" PRIu64 ",\n  \"bytes_logical\": %" PRIu64
+            ",\n  \"bytes_stored\": %" PRIu64 ",\n  \"capacity\": %" PRIu64 ",\n  \"hits\": %" PRIu64
+            ",\n  \"misses\": %" PRIu64 ",\n  \"evictions\": %" PRIu64 ",\n  \"removals\": %" PRIu64
+            ",\n  \"ingested\": %" PRIu64 ",\n  \"ingest_errors\": %" PRIu64 ",\n  \"zstd_level\": %d,\n"
+            "  \"tiers\": {\n    \"ram\": {\"chunks\": %zu, \"bytes\": %" PRIu64 ", \"capacity\": %" PRIu64
+            ", \"hits\": %" PRIu64 "},\n    \"disk\": {\"chunks\": %zu, \"bytes\": %" PRIu64
+            ", \"capacity\": %" PRIu64 "}\n  }",
+            s->n_rows, pinned, s->bytes_logical, s->bytes_stored, s->opts.capacity, s->hits, s->misses,
+            s->evictions, s->removals, s->puts, s->ingest_errors, s->opts.zstd_level, s->ram_count,
+            s->ram_used, s->opts.ram_bytes, s->ram_hits, s->n_rows, s->bytes_stored, s->opts.capacity);
+    for (size_t i = 0; i < s->n_extra; i++)
+        if (s->extra[i].fn)
+            s->extra[i].fn(s->extra[i].ctx, f);
+    fprintf(f, "\n}\n");
+    pthread_mutex_unlock(&s->lock);
+    fclose(f);
+    *out = buf;
+    return 0;
+}
+
+int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx)
+{
+    if (s->n_extra >= sizeof(s->extra) / sizeof(s->extra[0]))
+        return -ENOSPC;
+    s->extra[s->n_extra].fn = fn;
+    s->extra[s->n_extra].ctx = ctx;
+    s->n_extra++;
+    return 0;
+}
+
+const char *kvfs_store_dir(const struct kvfs_store *s) { return s->dir; }

@@ -1,0 +1,77 @@
+/* kvfs_fs.h - the FUSE layer's per-mount state and its pieces.  fs/ is a
+ * thin layer: it maps paths to the storage core and errors to errno. */
+#ifndef KVFS_FS_H
+#define KVFS_FS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* Fixed inodes of the namespace. */
+enum {
+    INO_ROOT = FUSE_ROOT_ID, /* 1 */
+    INO_CHUNKS = 2,
+    INO_INCOMING = 3,
+    INO_META = 4,  /* /.kvfs */
+    INO_STATS = 5, /* /.kvfs/stats */
+    INO_PENDING_BASE = 1u << 20, /* files being written: INO_PENDING_BASE + n */
+};
+/* Chunk inodes: top bit set, the rest from the hash (stable across mounts). */
+#define INO_CHUNK_BIT (1ull << 63)
+
+struct kvfs_opts {
+    char *store_dir;
+    char *capacity;
+    char *ram;
+    int zstd_level;
+    char *max_ingest;
+    int verbose;
+};
+
+/* A file being written through chunks/NAME or incoming/NAME; it becomes a
+ * chunk at flush (close) once verified, and is never visible as a chunk
+ * before. */
+struct pending {
+    fuse_ino_t ino;
+    fuse_ino_t parent;        /* INO_CHUNKS or INO_INCOMING */
+    char name[256];
+    pthread_mutex_t lock;     /* protects buf/len/dirty */
+    uint8_t *buf;
+    size_t len, cap;
+    int dirty;                /* data changed since the last commit */
+    int committed;            /* last commit succeeded */
+    int pin_after;            /* user.kvfs.pinned set before commit: -1 none */
+    int opens;                /* open handles */
+    char hash[KVFS_HASH_HEX_LEN + 1]; /* after commit */
+    struct pending *next;
+};
+
+struct kvfs_mount {
+    struct kvfs_store *store;
+    struct kvfs_opts opts;
+    uint64_t max_ingest;
+    pthread_mutex_t lock;     /* protects the inode map and pending list */
+    struct ino_map *inos;     /* chunk inode -> hash */
+    struct pending *pending;
+    uint64_t next_pending;
+    time_t mount_time;
+};
+
+struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
+extern const struct fuse_lowlevel_ops kvfs_ll_ops;
+
+/* inode map (fs/inode_map.c) */
+struct ino_map;
+struct ino_map *ino_map_new(void);
+void ino_map_free(struct ino_map *m);
+int ino_map_put(struct ino_map *m, uint64_t ino, const char *hash);
+int ino_map_get(struct ino_map *m, uint64_t ino, char hash[KVFS_HASH_HEX_LEN + 1]);
+uint64_t kvfs_chunk_ino(const char *hash);
+
+/* Names in chunks/: "<64 lowercase hex>.kv"; fills hash. */
+int kvfs_parse_chunk_name(const char *name, char hash[KVFS_HASH_HEX_LEN + 1]);
+
+#endif

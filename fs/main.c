@@ -1,0 +1,249 @@
+/* main.c - the kvfs daemon: options, store, FUSE session. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvfs_fs.h"
+
+#define KVFS_VERSION_STRING "0.1.0"
+
+struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
+
+#define OPT(t, p) {t, offsetof(struct kvfs_opts, p), 1}
+static const struct fuse_opt kvfs_opt_spec[] = {
+    OPT("store=%s", store_dir),     OPT("capacity=%s", capacity), OPT("ram=%s", ram),
+    OPT("zstd=%d", zstd_level),     OPT("max_ingest=%s", max_ingest), OPT("verbose", verbose),
+    FUSE_OPT_END};
+
+static void usage(const char *prog)
+{
+    printf("usage: %s [options] MOUNTPOINT\n\n"
+           "Mount kvfs, a filesystem of LLM KV-cache chunks (see kvfs(8)).\n\n"
+           "kvfs options (-o name=value,...):\n"
+           "  store=DIR          backing store (default $XDG_DATA_HOME/kvfs, /var/lib/kvfs for root)\n"
+           "  capacity=SIZE      hard limit on stored bytes, e.g. 10G (default: unlimited)\n"
+           "  ram=SIZE           RAM tier for decoded chunks (default 256M; 0 = off)\n"
+           "  zstd=LEVEL         zstd level for stored layers, 0 = raw (default 1)\n"
+           "  max_ingest=SIZE    largest file accepted for ingest (default 4G)\n"
+           "  verbose            log every stored and removed chunk\n\n"
+           "general options:\n"
+           "  -f                 stay in the foreground (logs to stderr)\n"
+           "  -d                 FUSE debug output (implies -f)\n"
+           "  -s                 single-threaded\n"
+           "  -h, --help         this help\n"
+           "  -V, --version      version\n"
+           "  -o allow_other, ...  any libfuse mount option\n\n"
+           "Unmount with: fusermount3 -u MOUNTPOINT (or SIGTERM to the daemon).\n",
+           prog);
+}
+
+static int use_syslog;
+static void log_line(int level, const char *msg)
+{
+    if (use_syslog) {
+        syslog(level, "%s", msg);
+        return;
+    }
+    const char *tag = level <= KVFS_LOG_ERR ? "error" : level == KVFS_LOG_WARN ? "warning"
+                    : level == KVFS_LOG_INFO ? "info" : "debug";
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld kvfs: %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+            ts.tv_nsec / 1000000, tag, msg);
+}
+
+static char *default_store(void)
+{
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    char buf[4096];
+    if (geteuid() == 0)
+        snprintf(buf, sizeof(buf), "/var/lib/kvfs");
+    else if (xdg && *xdg)
+        snprintf(buf, sizeof(buf), "%s/kvfs", xdg);
+    else if (home && *home)
+        snprintf(buf, sizeof(buf), "%s/.local/share/kvfs", home);
+    else
+        return NULL;
+    return strdup(buf);
+}
+
+static int size_opt(const char *name, const char *val, uint64_t dflt, uint64_t *out)
+{
+    if (!val) {
+        *out = dflt;
+        return 0;
+    }
+    if (kvfs_parse_size(val, out) != 0) {
+        fprintf(stderr, "kvfs: invalid %s '%s' (expected a size like 512M or 10G)\n", name, val);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Let the kernel read ahead in 1 MiB+ steps on our mount (best effort).
+ * Runs on its own thread once the session serves requests: stat() of the
+ * mountpoint is a FUSE request to ourselves. */
+static void *tune_readahead(void *arg)
+{
+    const char *mountpoint = arg;
+    struct stat st;
+    if (stat(mountpoint, &st) != 0)
+        return NULL;
+    char p[128];
+    snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fprintf(f, "4096\n");
+        fclose(f);
+    }
+    return NULL;
+}
+
+static char *mountpoint_for_tuning;
+
+static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+    (void)userdata;
+    conn->max_write = 1u << 20;
+    conn->max_readahead = 4u << 20;
+    if (conn->capable & FUSE_CAP_READDIRPLUS)
+        conn->want |= FUSE_CAP_READDIRPLUS;
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO; /* always plus: ls -l needs no lookups */
+    if (conn->capable & FUSE_CAP_ASYNC_READ)
+        conn->want |= FUSE_CAP_ASYNC_READ;
+    pthread_t t;
+    if (mountpoint_for_tuning && pthread_create(&t, NULL, tune_readahead, mountpoint_for_tuning) == 0)
+        pthread_detach(t);
+}
+
+int main(int argc, char *argv[])
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts cl;
+    struct kvfs_mount m;
+    struct fuse_session *se = NULL;
+    int ret = 1;
+    memset(&m, 0, sizeof(m));
+    m.opts.zstd_level = 1;
+
+    if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
+        return 2;
+    if (fuse_parse_cmdline(&args, &cl) != 0) {
+        fprintf(stderr, "kvfs: bad arguments (try --help)\n");
+        return 2;
+    }
+    if (cl.show_help) {
+        usage(argv[0]);
+        fuse_lowlevel_help();
+        ret = 0;
+        goto free_args;
+    }
+    if (cl.show_version) {
+        printf("kvfs %s (libfuse %s)\n", KVFS_VERSION_STRING, fuse_pkgversion());
+        ret = 0;
+        goto free_args;
+    }
+    if (!cl.mountpoint) {
+        fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] MOUNTPOINT)\n");
+        ret = 2;
+        goto free_args;
+    }
+    uint64_t capacity, ram, max_ingest;
+    if (size_opt("capacity", m.opts.capacity, 0, &capacity) ||
+        size_opt("ram", m.opts.ram, 256ull << 20, &ram) ||
+        size_opt("max_ingest", m.opts.max_ingest, 4ull << 30, &max_ingest)) {
+        ret = 2;
+        goto free_args;
+    }
+    if (m.opts.zstd_level < 0 || m.opts.zstd_level > 19) {
+        fprintf(stderr, "kvfs: zstd level %d out of range 0..19\n", m.opts.zstd_level);
+        ret = 2;
+        goto free_args;
+    }
+    m.max_ingest = max_ingest;
+    if (!m.opts.store_dir && !(m.opts.store_dir = default_store())) {
+        fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
+        ret = 2;
+        goto free_args;
+    }
+    kvfs_set_log(log_line);
+    kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
+
+    struct kvfs_store_opts so = {.dir = m.opts.store_dir, .capacity = capacity, .ram_bytes = ram,
+                                 .zstd_level = m.opts.zstd_level};
+    char err[512] = "";
+    int rc = kvfs_store_open(&so, &m.store, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "kvfs: cannot open store %s: %s\n", m.opts.store_dir, err[0] ? err : strerror(-rc));
+        goto free_args;
+    }
+    pthread_mutex_init(&m.lock, NULL);
+    m.inos = ino_map_new();
+    m.mount_time = time(NULL);
+    if (!m.inos)
+        goto close_store;
+
+    struct fuse_lowlevel_ops ops = kvfs_ll_ops;
+    ops.init = kvfs_init;
+    se = fuse_session_new(&args, &ops, sizeof(ops), &m);
+    if (!se)
+        goto close_store;
+    if (fuse_set_signal_handlers(se) != 0)
+        goto destroy_session;
+    if (fuse_session_mount(se, cl.mountpoint) != 0) {
+        fprintf(stderr, "kvfs: cannot mount on %s\n", cl.mountpoint);
+        goto remove_handlers;
+    }
+    mountpoint_for_tuning = cl.singlethread ? NULL : realpath(cl.mountpoint, NULL);
+    kvfs_log(KVFS_LOG_INFO, "mounted %s on %s (%llu chunks, capacity %s, ram %s, zstd %d)", m.opts.store_dir,
+             cl.mountpoint, (unsigned long long)kvfs_store_count(m.store),
+             m.opts.capacity ? m.opts.capacity : "unlimited", m.opts.ram ? m.opts.ram : "256M",
+             m.opts.zstd_level);
+    if (!cl.foreground) {
+        use_syslog = 1;
+        openlog("kvfs", LOG_PID, LOG_DAEMON);
+    }
+    fuse_daemonize(cl.foreground);
+    if (cl.singlethread) {
+        ret = fuse_session_loop(se);
+    } else {
+        struct fuse_loop_config *lc = fuse_loop_cfg_create();
+        fuse_loop_cfg_set_max_threads(lc, 16);
+        fuse_loop_cfg_set_idle_threads(lc, 8);
+        ret = fuse_session_loop_mt(se, lc);
+        fuse_loop_cfg_destroy(lc);
+    }
+    kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
+    fuse_session_unmount(se);
+remove_handlers:
+    fuse_remove_signal_handlers(se);
+destroy_session:
+    fuse_session_destroy(se);
+close_store:
+    while (m.pending) {
+        struct pending *p = m.pending;
+        m.pending = p->next;
+        free(p->buf);
+        free(p);
+    }
+    ino_map_free(m.inos);
+    kvfs_store_close(m.store);
+free_args:
+    free(cl.mountpoint);
+    free(mountpoint_for_tuning);
+    fuse_opt_free_args(&args);
+    free(m.opts.store_dir);
+    free(m.opts.capacity);
+    free(m.opts.ram);
+    free(m.opts.max_ingest);
+    return ret ? 1 : 0;
+}

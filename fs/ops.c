@@ -1,0 +1,1014 @@
+/* ops.c - FUSE low-level operations for the kvfs namespace:
+ *
+ *   /chunks/<hash>.kv    one file per chunk (read, unlink, xattrs; create to ingest)
+ *   /incoming/<any>      drop box: a file written here is stored under its own hash
+ *   /.kvfs/stats         read-only JSON
+ *
+ * Every reply is an errno from the storage core or a namespace rule; no
+ * input can make the daemon abort.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvfs_fs.h"
+
+#define ENTRY_TIMEOUT 1.0
+#define INGEST_GROW (1u << 20)
+
+static const char STATS_NAME[] = "stats";
+
+/* ---- attributes ---- */
+
+static void ns_to_ts(int64_t ns, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(ns / 1000000000);
+    ts->tv_nsec = (long)(ns % 1000000000);
+}
+
+static void dir_attr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = ino;
+    st->st_mode = S_IFDIR | (ino == INO_INCOMING ? 0733 : 0755);
+    st->st_nlink = 2;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_atime = st->st_mtime = st->st_ctime = m->mount_time;
+}
+
+static void chunk_attr(const struct kvfs_chunk_info *c, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = kvfs_chunk_ino(c->hash);
+    st->st_mode = S_IFREG | 0644;
+    st->st_nlink = 1;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_size = (off_t)c->logical_size;
+    st->st_blocks = (blkcnt_t)((c->stored_size + 511) / 512);
+    st->st_blksize = 1 << 20;
+    ns_to_ts(c->created_ns, &st->st_mtim);
+    ns_to_ts(c->created_ns, &st->st_ctim);
+    ns_to_ts(c->accessed_ns, &st->st_atim);
+}
+
+static void pending_attr(struct pending *p, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = p->ino;
+    st->st_mode = S_IFREG | 0644;
+    st->st_nlink = 1;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    pthread_mutex_lock(&p->lock);
+    st->st_size = (off_t)p->len;
+    pthread_mutex_unlock(&p->lock);
+    st->st_blksize = 1 << 20;
+    clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+    st->st_atim = st->st_ctim = st->st_mtim;
+}
+
+static void stats_attr(struct kvfs_mount *m, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = INO_STATS;
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    char *json = NULL;
+    if (kvfs_store_stats_json(m->store, &json) == 0)
+        st->st_size = (off_t)strlen(json);
+    free(json);
+    clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+    st->st_atim = st->st_ctim = st->st_mtim;
+}
+
+static struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino)
+{
+    for (struct pending *p = m->pending; p; p = p->next)
+        if (p->ino == ino)
+            return p;
+    return NULL;
+}
+
+static struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
+{
+    for (struct pending *p = m->pending; p; p = p->next)
+        if (p->parent == parent && !strcmp(p->name, name))
+            return p;
+    return NULL;
+}
+
+/* Resolve a chunk inode to its metadata (-ENOENT if gone). */
+static int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_info *c)
+{
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    pthread_mutex_lock(&m->lock);
+    int rc = ino_map_get(m->inos, ino, hash);
+    pthread_mutex_unlock(&m->lock);
+    return rc ? rc : kvfs_store_stat(m->store, hash, c);
+}
+
+static int remember_chunk(struct kvfs_mount *m, const char *hash)
+{
+    pthread_mutex_lock(&m->lock);
+    int rc = ino_map_put(m->inos, kvfs_chunk_ino(hash), hash);
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    switch (ino) {
+    case INO_ROOT: case INO_CHUNKS: case INO_INCOMING: case INO_META:
+        dir_attr(m, ino, st);
+        return 0;
+    case INO_STATS:
+        stats_attr(m, st);
+        return 0;
+    }
+    if (ino & INO_CHUNK_BIT) {
+        struct kvfs_chunk_info c;
+        int rc = chunk_of_ino(m, ino, &c);
+        if (!rc)
+            chunk_attr(&c, st);
+        return rc;
+    }
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_ino(m, ino);
+    if (p)
+        pending_attr(p, st);
+    pthread_mutex_unlock(&m->lock);
+    return p ? 0 : -ENOENT;
+}
+
+static void reply_entry(fuse_req_t req, const struct stat *st, double attr_timeout)
+{
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    e.ino = st->st_ino;
+    e.attr = *st;
+    e.attr_timeout = attr_timeout;
+    e.entry_timeout = attr_timeout;
+    fuse_reply_entry(req, &e);
+}
+
+/* ---- lookup / getattr ---- */
+
+static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct stat st;
+    fuse_ino_t child = 0;
+    if (parent == INO_ROOT) {
+        if (!strcmp(name, "chunks")) child = INO_CHUNKS;
+        else if (!strcmp(name, "incoming")) child = INO_INCOMING;
+        else if (!strcmp(name, ".kvfs")) child = INO_META;
+    } else if (parent == INO_META && !strcmp(name, STATS_NAME)) {
+        child = INO_STATS;
+    }
+    if (child) {
+        attr_of(m, child, &st);
+        reply_entry(req, &st, child == INO_STATS ? 0 : 3600);
+        return;
+    }
+    if (parent == INO_CHUNKS || parent == INO_INCOMING) {
+        pthread_mutex_lock(&m->lock);
+        struct pending *p = pending_by_name(m, parent, name);
+        if (p && !p->committed)
+            pending_attr(p, &st);
+        else
+            p = NULL;
+        pthread_mutex_unlock(&m->lock);
+        if (p) {
+            reply_entry(req, &st, 0);
+            return;
+        }
+    }
+    if (parent == INO_CHUNKS) {
+        char hash[KVFS_HASH_HEX_LEN + 1];
+        struct kvfs_chunk_info c;
+        if (kvfs_parse_chunk_name(name, hash) == 0 && kvfs_store_stat(m->store, hash, &c) == 0 &&
+            remember_chunk(m, hash) == 0) {
+            chunk_attr(&c, &st);
+            reply_entry(req, &st, ENTRY_TIMEOUT);
+            return;
+        }
+    }
+    /* a negative entry with no timeout: chunks may appear at any moment */
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    fuse_reply_entry(req, &e);
+}
+
+static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)fi;
+    struct stat st;
+    int rc = attr_of(kvfs_mount_of(req), ino, &st);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, (ino & INO_CHUNK_BIT) ? ENTRY_TIMEOUT : 0);
+}
+
+/* ---- pending writes ---- */
+
+static int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
+{
+    int rc = 0;
+    pthread_mutex_lock(&p->lock);
+    if (size > m->max_ingest) {
+        rc = -EFBIG;
+    } else if (size > p->cap) {
+        uint8_t *nb = realloc(p->buf, size);
+        if (!nb)
+            rc = -ENOMEM;
+        else {
+            p->buf = nb;
+            p->cap = size;
+        }
+    }
+    if (!rc) {
+        if (size > p->len)
+            memset(p->buf + p->len, 0, size - p->len);
+        p->len = size;
+        p->dirty = 1;
+        p->committed = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static struct pending *pending_new(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
+{
+    struct pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->parent = parent;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->pin_after = -1;
+    p->dirty = 1; /* even an empty file is committed (and rejected) at close */
+    p->ino = INO_PENDING_BASE + m->next_pending++;
+    p->next = m->pending;
+    m->pending = p;
+    return p;
+}
+
+static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
+{
+    for (struct pending **pp = &m->pending; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    pthread_mutex_destroy(&p->lock);
+    free(p->buf);
+    free(p);
+}
+
+static const char *where(const struct pending *p)
+{
+    return p->parent == INO_CHUNKS ? "chunks" : "incoming";
+}
+
+/* Verify and store what was written; the chunk becomes visible only here. */
+static int pending_commit(struct kvfs_mount *m, struct pending *p)
+{
+    char err[512] = "", hash[KVFS_HASH_HEX_LEN + 1], expect[KVFS_HASH_HEX_LEN + 1];
+    int rc = 0;
+    pthread_mutex_lock(&p->lock);
+    if (!p->dirty) {
+        pthread_mutex_unlock(&p->lock);
+        return p->committed ? 0 : -EIO;
+    }
+    const char *want = NULL;
+    if (p->parent == INO_CHUNKS) {
+        kvfs_parse_chunk_name(p->name, expect);
+        want = expect;
+    }
+    rc = kvfs_store_put(m->store, p->buf, p->len, want, hash, err, sizeof(err));
+    p->dirty = 0;
+    p->committed = rc == 0;
+    if (rc == 0) {
+        memcpy(p->hash, hash, sizeof(hash));
+        free(p->buf); /* the store has it now */
+        p->buf = NULL;
+        p->cap = 0;
+        int pin = p->pin_after;
+        pthread_mutex_unlock(&p->lock);
+        remember_chunk(m, hash);
+        if (pin >= 0)
+            kvfs_store_set_pinned(m->store, hash, pin);
+        kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);
+        return 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, p->len, err,
+             strerror(-rc));
+    return rc;
+}
+
+/* ---- open / create / read / write ---- */
+
+enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
+
+struct fh {
+    enum fh_kind kind;
+    struct kvfs_chunk_ref *ref; /* FH_CHUNK */
+    struct pending *p;          /* FH_PENDING */
+    char *text;                 /* FH_STATS */
+    size_t text_len;
+    int writable;               /* FH_PENDING opened for writing: commits at flush */
+};
+
+static int open_pending(struct kvfs_mount *m, fuse_ino_t parent, const char *name, int trunc,
+                        struct fuse_file_info *fi, struct stat *st)
+{
+    struct fh *h = calloc(1, sizeof(*h));
+    if (!h)
+        return -ENOMEM;
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_name(m, parent, name);
+    if (p && p->committed && p->opens == 0) {
+        pending_unlink_free(m, p);
+        p = NULL;
+    }
+    if (!p)
+        p = pending_new(m, parent, name);
+    if (p)
+        p->opens++;
+    pthread_mutex_unlock(&m->lock);
+    if (!p) {
+        free(h);
+        return -ENOMEM;
+    }
+    if (trunc)
+        pending_truncate(m, p, 0);
+    h->kind = FH_PENDING;
+    h->p = p;
+    h->writable = 1;
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
+    if (st)
+        pending_attr(p, st);
+    return 0;
+}
+
+static int check_new_name(fuse_ino_t parent, const char *name)
+{
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    if (parent == INO_CHUNKS) {
+        if (kvfs_parse_chunk_name(name, hash) != 0) {
+            kvfs_log(KVFS_LOG_ERR, "refused chunks/%s: names there are <64 lowercase hex>.kv "
+                                   "(use incoming/ to store a file under its own hash)", name);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (parent == INO_INCOMING)
+        return strlen(name) < 256 ? 0 : -ENAMETOOLONG;
+    return -EPERM;
+}
+
+static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                        struct fuse_file_info *fi)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct stat st;
+    int rc;
+    if (!S_ISREG(mode)) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    if ((rc = check_new_name(parent, name)) || (rc = open_pending(m, parent, name, 1, fi, &st))) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    e.ino = st.st_ino;
+    e.attr = st;
+    fuse_reply_create(req, &e, fi);
+}
+
+static void kvfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+    (void)parent; (void)name; (void)mode; (void)rdev;
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    int acc = fi->flags & O_ACCMODE;
+    int rc;
+    if (ino == INO_STATS) {
+        if (acc != O_RDONLY) {
+            fuse_reply_err(req, EACCES);
+            return;
+        }
+        struct fh *h = calloc(1, sizeof(*h));
+        if (!h || (rc = kvfs_store_stats_json(m->store, &h->text))) {
+            free(h);
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        h->kind = FH_STATS;
+        h->text_len = strlen(h->text);
+        fi->fh = (uint64_t)(uintptr_t)h;
+        fi->direct_io = 1;
+        fuse_reply_open(req, fi);
+        return;
+    }
+    if (ino & INO_CHUNK_BIT) {
+        struct kvfs_chunk_info c;
+        if ((rc = chunk_of_ino(m, ino, &c))) {
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        if (acc != O_RDONLY) {
+            /* rewriting a chunk: accepted only if the same content arrives */
+            char name[KVFS_HASH_HEX_LEN + 4];
+            snprintf(name, sizeof(name), "%s.kv", c.hash);
+            if ((rc = open_pending(m, INO_CHUNKS, name, 1, fi, NULL)))
+                fuse_reply_err(req, -rc);
+            else
+                fuse_reply_open(req, fi);
+            return;
+        }
+        struct fh *h = calloc(1, sizeof(*h));
+        if (!h) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        if ((rc = kvfs_store_get(m->store, c.hash, &h->ref))) {
+            free(h);
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        h->kind = FH_CHUNK;
+        fi->fh = (uint64_t)(uintptr_t)h;
+        fi->keep_cache = 1; /* a chunk's bytes never change under its name */
+        fuse_reply_open(req, fi);
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_ino(m, ino);
+    if (p)
+        p->opens++;
+    pthread_mutex_unlock(&m->lock);
+    if (!p) {
+        fuse_reply_err(req, (ino <= INO_META) ? EISDIR : ENOENT);
+        return;
+    }
+    struct fh *h = calloc(1, sizeof(*h));
+    if (!h) {
+        pthread_mutex_lock(&m->lock);
+        p->opens--;
+        pthread_mutex_unlock(&m->lock);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    if (fi->flags & O_TRUNC)
+        pending_truncate(m, p, 0);
+    h->kind = FH_PENDING;
+    h->p = p;
+    h->writable = (fi->flags & O_ACCMODE) != O_RDONLY;
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1;
+    fuse_reply_open(req, fi);
+}
+
+static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (h->kind == FH_STATS) {
+        size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
+        size_t n = h->text_len - o < size ? h->text_len - o : size;
+        fuse_reply_buf(req, h->text + o, n);
+        return;
+    }
+    if (h->kind == FH_CHUNK) {
+        uint64_t total = kvfs_chunk_size(h->ref);
+        const uint8_t *data = kvfs_chunk_data(h->ref);
+        size_t n = 0;
+        if ((uint64_t)off < total)
+            n = (uint64_t)off + size > total ? (size_t)(total - (uint64_t)off) : size;
+        fuse_reply_buf(req, n ? (const char *)data + off : NULL, n); /* no extra copy */
+        return;
+    }
+    struct pending *p = h->p;
+    pthread_mutex_lock(&p->lock);
+    size_t n = 0;
+    if (p->buf && (size_t)off < p->len)
+        n = p->len - (size_t)off < size ? p->len - (size_t)off : size;
+    fuse_reply_buf(req, n ? (const char *)p->buf + off : NULL, n);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (h->kind != FH_PENDING) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    struct pending *p = h->p;
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    uint64_t end = (uint64_t)off + size;
+    if (end > m->max_ingest) {
+        kvfs_log(KVFS_LOG_ERR, "refused %s/%s: larger than max_ingest (%" PRIu64 " bytes)", where(p),
+                 p->name, m->max_ingest);
+        fuse_reply_err(req, EFBIG);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    if (end > p->cap) {
+        size_t cap = p->cap ? p->cap : INGEST_GROW;
+        while (cap < end)
+            cap *= 2;
+        uint8_t *nb = realloc(p->buf, cap);
+        if (!nb) {
+            pthread_mutex_unlock(&p->lock);
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        p->buf = nb;
+        p->cap = cap;
+    }
+    if ((uint64_t)off > p->len)
+        memset(p->buf + p->len, 0, (size_t)off - p->len);
+    memcpy(p->buf + off, buf, size);
+    if (end > p->len)
+        p->len = end;
+    p->dirty = 1;
+    p->committed = 0;
+    pthread_mutex_unlock(&p->lock);
+    fuse_reply_write(req, size);
+}
+
+static void kvfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    int rc = 0;
+    if (h->kind == FH_PENDING && h->writable)
+        rc = pending_commit(kvfs_mount_of(req), h->p);
+    fuse_reply_err(req, -rc);
+}
+
+static void kvfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+    (void)ino; (void)datasync; (void)fi;
+    fuse_reply_err(req, 0); /* stored chunks are already durable; drafts commit at close */
+}
+
+static void kvfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (h->kind == FH_CHUNK) {
+        kvfs_chunk_release(h->ref);
+    } else if (h->kind == FH_STATS) {
+        free(h->text);
+    } else if (h->kind == FH_PENDING) {
+        struct pending *p = h->p;
+        pthread_mutex_lock(&m->lock);
+        if (--p->opens == 0)
+            pending_unlink_free(m, p); /* committed or rejected: the draft goes */
+        pthread_mutex_unlock(&m->lock);
+    }
+    free(h);
+    fuse_reply_err(req, 0);
+}
+
+/* ---- setattr ---- */
+
+static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                         struct fuse_file_info *fi)
+{
+    (void)fi;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct stat st;
+    int rc = 0;
+    if (!(ino & INO_CHUNK_BIT) && ino > INO_STATS) {
+        pthread_mutex_lock(&m->lock);
+        struct pending *p = pending_by_ino(m, ino);
+        if (p)
+            p->opens++; /* keep it alive while we work on it */
+        pthread_mutex_unlock(&m->lock);
+        if (!p) {
+            fuse_reply_err(req, ENOENT);
+            return;
+        }
+        if (to_set & FUSE_SET_ATTR_SIZE)
+            rc = pending_truncate(m, p, (uint64_t)attr->st_size);
+        /* mode, owner and times of a draft are accepted and not kept:
+         * cp -a sets them; a chunk's metadata comes from its content */
+        if (!rc)
+            pending_attr(p, &st);
+        pthread_mutex_lock(&m->lock);
+        if (--p->opens == 0)
+            pending_unlink_free(m, p);
+        pthread_mutex_unlock(&m->lock);
+    } else if (to_set & FUSE_SET_ATTR_SIZE) {
+        rc = -EPERM; /* chunks are immutable */
+    } else {
+        rc = attr_of(m, ino, &st); /* chmod/chown/utimes: accepted, not kept */
+    }
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, 0);
+}
+
+/* ---- unlink and refusals ---- */
+
+static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    if (parent != INO_CHUNKS) {
+        fuse_reply_err(req, parent == INO_INCOMING ? ENOENT : EPERM);
+        return;
+    }
+    if (kvfs_parse_chunk_name(name, hash) != 0) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    int rc = kvfs_store_remove(m->store, hash);
+    if (!rc)
+        kvfs_log(KVFS_LOG_INFO, "removed chunks/%s", name);
+    fuse_reply_err(req, -rc);
+}
+
+static void kvfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    (void)parent; (void)mode;
+    kvfs_log(KVFS_LOG_WARN, "refused mkdir %s: the namespace is fixed", name);
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    (void)parent; (void)name;
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                        const char *newname, unsigned int flags)
+{
+    (void)parent; (void)newparent; (void)flags;
+    kvfs_log(KVFS_LOG_WARN, "refused rename %s -> %s: chunk names are content hashes", name, newname);
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+    (void)ino; (void)newparent; (void)newname;
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    (void)link; (void)parent; (void)name;
+    fuse_reply_err(req, EPERM);
+}
+
+/* ---- directories ---- */
+
+struct dir_snapshot {
+    char (*hashes)[KVFS_HASH_HEX_LEN + 1];
+    size_t n, cap;
+};
+
+static int snap_cb(const struct kvfs_chunk_info *c, void *ctx)
+{
+    struct dir_snapshot *d = ctx;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 1024;
+        void *nh = realloc(d->hashes, cap * sizeof(*d->hashes));
+        if (!nh)
+            return -ENOMEM;
+        d->hashes = nh;
+        d->cap = cap;
+    }
+    memcpy(d->hashes[d->n++], c->hash, KVFS_HASH_HEX_LEN + 1);
+    return 0;
+}
+
+static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    if (ino != INO_ROOT && ino != INO_CHUNKS && ino != INO_INCOMING && ino != INO_META) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    struct dir_snapshot *d = calloc(1, sizeof(*d));
+    if (!d) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    if (ino == INO_CHUNKS && kvfs_store_list(m->store, snap_cb, d) != 0) {
+        free(d->hashes);
+        free(d);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    fi->fh = (uint64_t)(uintptr_t)d;
+    fuse_reply_open(req, fi);
+}
+
+static void kvfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
+    free(d->hashes);
+    free(d);
+    fuse_reply_err(req, 0);
+}
+
+/* Fixed entries of small directories, as (name, ino) pairs. */
+static size_t fixed_entries(struct kvfs_mount *m, fuse_ino_t ino, char (*names)[256], fuse_ino_t *inos,
+                            size_t max)
+{
+    size_t n = 0;
+    snprintf(names[n], 256, "%s", ".");  inos[n++] = ino;
+    snprintf(names[n], 256, "%s", ".."); inos[n++] = ino == INO_ROOT ? INO_ROOT : INO_ROOT;
+    if (ino == INO_ROOT) {
+        snprintf(names[n], 256, "%s", "chunks");   inos[n++] = INO_CHUNKS;
+        snprintf(names[n], 256, "%s", "incoming"); inos[n++] = INO_INCOMING;
+        snprintf(names[n], 256, "%s", ".kvfs");    inos[n++] = INO_META;
+    } else if (ino == INO_META) {
+        snprintf(names[n], 256, "%s", STATS_NAME); inos[n++] = INO_STATS;
+    } else if (ino == INO_INCOMING) {
+        pthread_mutex_lock(&m->lock);
+        for (struct pending *p = m->pending; p && n < max; p = p->next)
+            if (p->parent == INO_INCOMING && !p->committed) {
+                snprintf(names[n], 256, "%s", p->name);
+                inos[n++] = p->ino;
+            }
+        pthread_mutex_unlock(&m->lock);
+    }
+    return n;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi, int plus)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t used = 0;
+    static __thread char names[64][256];
+    fuse_ino_t inos[64];
+    size_t nfixed = fixed_entries(m, ino, names, inos, 64);
+    size_t total = nfixed + (ino == INO_CHUNKS ? d->n : 0);
+    for (size_t i = (size_t)off; i < total; i++) {
+        struct stat st;
+        char name[KVFS_HASH_HEX_LEN + 4];
+        const char *nm;
+        memset(&st, 0, sizeof(st));
+        if (i < nfixed) {
+            nm = names[i];
+            if (attr_of(m, inos[i], &st) != 0)
+                continue; /* a draft that finished meanwhile */
+        } else {
+            const char *hash = d->hashes[i - nfixed];
+            snprintf(name, sizeof(name), "%s.kv", hash);
+            nm = name;
+            st.st_ino = kvfs_chunk_ino(hash);
+            st.st_mode = S_IFREG | 0644;
+            if (plus) {
+                struct kvfs_chunk_info c;
+                if (kvfs_store_stat(m->store, hash, &c) != 0)
+                    continue; /* removed since opendir */
+                chunk_attr(&c, &st);
+            }
+        }
+        size_t need;
+        int is_dot = !strcmp(nm, ".") || !strcmp(nm, "..");
+        if (plus) {
+            struct fuse_entry_param e;
+            memset(&e, 0, sizeof(e));
+            if (!is_dot) {
+                e.ino = st.st_ino;
+                e.attr = st;
+                e.attr_timeout = e.entry_timeout = (st.st_ino & INO_CHUNK_BIT) ? ENTRY_TIMEOUT : 0;
+            } else {
+                e.attr.st_ino = st.st_ino;
+                e.attr.st_mode = S_IFDIR;
+            }
+            need = fuse_add_direntry_plus(req, buf + used, size - used, nm, &e, (off_t)(i + 1));
+            if (need > size - used)
+                break;
+            /* the kernel now holds a lookup on this inode */
+            if (!is_dot && (st.st_ino & INO_CHUNK_BIT))
+                remember_chunk(m, d->hashes[i - nfixed]);
+        } else {
+            need = fuse_add_direntry(req, buf + used, size - used, nm, &st, (off_t)(i + 1));
+            if (need > size - used)
+                break;
+        }
+        used += need;
+    }
+    fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+static void kvfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    do_readdir(req, ino, size, off, fi, 0);
+}
+
+static void kvfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                             struct fuse_file_info *fi)
+{
+    do_readdir(req, ino, size, off, fi, 1);
+}
+
+/* ---- xattrs ---- */
+
+static const char *const xattr_names[] = {"user.kvfs.model", "user.kvfs.arch", "user.kvfs.tokens",
+                                          "user.kvfs.layers", "user.kvfs.hits", "user.kvfs.pinned",
+                                          "user.kvfs.tier", "user.kvfs.stored_size"};
+
+static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *out, size_t len)
+{
+    if (!strcmp(name, "user.kvfs.model")) return snprintf(out, len, "%s", c->model);
+    if (!strcmp(name, "user.kvfs.arch")) return snprintf(out, len, "%s", c->arch);
+    if (!strcmp(name, "user.kvfs.tokens")) return snprintf(out, len, "%u", c->n_tokens);
+    if (!strcmp(name, "user.kvfs.layers")) return snprintf(out, len, "%u", c->n_layer);
+    if (!strcmp(name, "user.kvfs.hits")) return snprintf(out, len, "%" PRIu64, c->hits);
+    if (!strcmp(name, "user.kvfs.pinned")) return snprintf(out, len, "%d", c->pinned ? 1 : 0);
+    if (!strcmp(name, "user.kvfs.tier")) return snprintf(out, len, "%s", c->in_ram ? "ram,disk" : "disk");
+    if (!strcmp(name, "user.kvfs.stored_size")) return snprintf(out, len, "%" PRIu64, c->stored_size);
+    return -ENODATA;
+}
+
+static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct kvfs_chunk_info c;
+    char val[128];
+    if (!(ino & INO_CHUNK_BIT)) {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    int rc = chunk_of_ino(m, ino, &c);
+    int n = rc ? rc : xattr_value(&c, name, val, sizeof(val));
+    if (n < 0)
+        fuse_reply_err(req, -n);
+    else if (size == 0)
+        fuse_reply_xattr(req, (size_t)n);
+    else if ((size_t)n > size)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, val, (size_t)n);
+}
+
+static void kvfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    char buf[512];
+    size_t len = 0;
+    if (ino & INO_CHUNK_BIT)
+        for (size_t i = 0; i < sizeof(xattr_names) / sizeof(xattr_names[0]); i++) {
+            size_t l = strlen(xattr_names[i]) + 1;
+            memcpy(buf + len, xattr_names[i], l);
+            len += l;
+        }
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (len > size)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, buf, len);
+}
+
+static int parse_bool(const char *value, size_t size)
+{
+    if (size >= 1 && size <= 2 && (value[0] == '0' || value[0] == '1') && (size == 1 || value[1] == '\n'))
+        return value[0] - '0';
+    return -1;
+}
+
+static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+                          int flags)
+{
+    (void)flags;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    int is_kvfs = !strncmp(name, "user.kvfs.", 10);
+    if (!is_kvfs) {
+        fuse_reply_err(req, ENOTSUP);
+        return;
+    }
+    if (!(ino & INO_CHUNK_BIT)) {
+        /* a draft (cp -a copies our xattrs along): keep the pin, ignore the rest */
+        pthread_mutex_lock(&m->lock);
+        struct pending *p = ino > INO_STATS ? pending_by_ino(m, ino) : NULL;
+        if (p && !strcmp(name, "user.kvfs.pinned") && parse_bool(value, size) >= 0)
+            p->pin_after = parse_bool(value, size);
+        pthread_mutex_unlock(&m->lock);
+        fuse_reply_err(req, p ? 0 : EPERM);
+        return;
+    }
+    struct kvfs_chunk_info c;
+    int rc = chunk_of_ino(m, ino, &c);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (!strcmp(name, "user.kvfs.pinned")) {
+        int v = parse_bool(value, size);
+        if (v < 0) {
+            kvfs_log(KVFS_LOG_ERR, "user.kvfs.pinned takes 0 or 1 (chunk %s)", c.hash);
+            fuse_reply_err(req, EINVAL);
+            return;
+        }
+        rc = kvfs_store_set_pinned(m->store, c.hash, v);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    char cur[128];
+    int n = xattr_value(&c, name, cur, sizeof(cur));
+    /* setting a read-only attribute to its current value is harmless (cp -a) */
+    if (n >= 0 && (size_t)n == size && !memcmp(cur, value, size))
+        fuse_reply_err(req, 0);
+    else
+        fuse_reply_err(req, n < 0 ? ENOTSUP : EPERM);
+}
+
+static void kvfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    (void)ino; (void)name;
+    fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    (void)ino;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct statvfs sv;
+    memset(&sv, 0, sizeof(sv));
+    if (statvfs(kvfs_store_dir(m->store), &sv) != 0)
+        memset(&sv, 0, sizeof(sv));
+    sv.f_files = kvfs_store_count(m->store);
+    sv.f_namemax = 255;
+    fuse_reply_statfs(req, &sv);
+}
+
+const struct fuse_lowlevel_ops kvfs_ll_ops = {
+    .lookup = kvfs_lookup,
+    .getattr = kvfs_getattr,
+    .setattr = kvfs_setattr,
+    .mknod = kvfs_mknod,
+    .mkdir = kvfs_mkdir,
+    .unlink = kvfs_unlink,
+    .rmdir = kvfs_rmdir,
+    .symlink = kvfs_symlink,
+    .rename = kvfs_rename,
+    .link = kvfs_link,
+    .open = kvfs_open,
+    .read = kvfs_read,
+    .write = kvfs_write,
+    .flush = kvfs_flush,
+    .release = kvfs_release,
+    .fsync = kvfs_fsync,
+    .opendir = kvfs_opendir,
+    .readdir = kvfs_readdir,
+    .readdirplus = kvfs_readdirplus,
+    .releasedir = kvfs_releasedir,
+    .statfs = kvfs_statfs,
+    .setxattr = kvfs_setxattr,
+    .getxattr = kvfs_getxattr,
+    .listxattr = kvfs_listxattr,
+    .removexattr = kvfs_removexattr,
+    .create = kvfs_create,
+};

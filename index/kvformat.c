@@ -138,7 +138,7 @@ int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32])
     wr32(meta + 4, h->flags);
     wr32(meta + 8, h->pos0);
     wr32(meta + 12, h->n_tokens);
-    const void *parts[] = {domain, fp, meta, h->tokens};
+    const void *parts[] = {domain, fp, meta, h->token_bytes};
     size_t lens[] = {sizeof(domain), FP_BYTES, sizeof(meta), 4ull * h->n_tokens};
     return sha256(parts, lens, 4, digest);
 }
@@ -252,11 +252,11 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     if (header_checksum(buf, h->header_size) != h->header_checksum)
         return fail(-EBADMSG, errmsg, errlen, "header checksum mismatch");
 
-    h->tokens = (const uint32_t *)(buf + KVFS_FIXED_HEADER_SIZE);
-    h->layers = (const struct kvfs_layer_entry *)(buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens);
+    h->token_bytes = buf + KVFS_FIXED_HEADER_SIZE;
+    h->layer_table = buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens;
     uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
-        const uint8_t *e = (const uint8_t *)h->layers + (uint64_t)l * LAYER_ENTRY_BYTES;
+        const uint8_t *e = h->layer_table + (uint64_t)l * LAYER_ENTRY_BYTES;
         if (rd64(e) != h->header_size + l * stride || rd64(e + 8) != lbytes)
             return fail(-EINVAL, errmsg, errlen, "layer table entry %u inconsistent", l);
     }
@@ -266,9 +266,22 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     return 0;
 }
 
+uint32_t kvfs_header_token(const struct kvfs_header *h, uint32_t i)
+{
+    return rd32(h->token_bytes + 4ull * i);
+}
+
+void kvfs_layer_entry_get(const struct kvfs_header *h, uint32_t layer, struct kvfs_layer_entry *out)
+{
+    const uint8_t *e = h->layer_table + (uint64_t)layer * LAYER_ENTRY_BYTES;
+    out->offset = rd64(e);
+    out->size = rd64(e + 8);
+    out->checksum = rd64(e + 16);
+}
+
 static uint64_t layer_checksum_entry(const struct kvfs_header *h, uint32_t layer)
 {
-    return rd64((const uint8_t *)h->layers + (uint64_t)layer * LAYER_ENTRY_BYTES + 16);
+    return rd64(h->layer_table + (uint64_t)layer * LAYER_ENTRY_BYTES + 16);
 }
 
 int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer, const void *bytes, size_t len)
@@ -334,8 +347,8 @@ int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, u
     kvfs_fingerprint_encode(fp, b + OFF_FP);
     for (uint32_t i = 0; i < n_tokens; i++)
         wr32(b + KVFS_FIXED_HEADER_SIZE + 4ull * i, tokens[i]);
-    h->tokens = (const uint32_t *)(b + KVFS_FIXED_HEADER_SIZE);
-    h->layers = (const struct kvfs_layer_entry *)(b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens);
+    h->token_bytes = b + KVFS_FIXED_HEADER_SIZE;
+    h->layer_table = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens;
     return 0;
 }
 

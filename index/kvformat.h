@@ -69,8 +69,9 @@ struct kvfs_header {
     uint32_t pos0;          /* absolute position of token 0 */
     struct kvfs_fingerprint fp;
     uint64_t header_checksum; /* XXH3-64 of [0,header_size) with this field zeroed */
-    const uint32_t *tokens;   /* n_tokens, little-endian in the file */
-    const struct kvfs_layer_entry *layers; /* n_layer entries */
+    const uint8_t *token_bytes; /* n_tokens u32, little-endian, maybe unaligned:
+                                   use kvfs_header_token() */
+    const uint8_t *layer_table; /* n_layer entries of 24 bytes: use kvfs_layer_entry_get() */
 };
 
 /* On-disk layer table entry, 24 bytes. */
@@ -79,6 +80,10 @@ struct kvfs_layer_entry {
     uint64_t size;     /* bytes of K+V, without padding */
     uint64_t checksum; /* XXH3-64 of those size bytes */
 };
+
+/* Accessors for the (possibly unaligned) arrays inside a parsed header. */
+uint32_t kvfs_header_token(const struct kvfs_header *h, uint32_t i);
+void kvfs_layer_entry_get(const struct kvfs_header *h, uint32_t layer, struct kvfs_layer_entry *out);
 
 /* Sizes */
 size_t kvfs_dtype_size(uint32_t dtype);               /* 0 if unknown */

@@ -71,7 +71,7 @@ int cmd_info(int argc, char **argv)
         if (show_tokens) {
             printf(", \"tokens\": [");
             for (uint32_t i = 0; i < h.n_tokens; i++)
-                printf("%s%u", i ? ", " : "", h.tokens[i]);
+                printf("%s%u", i ? ", " : "", kvfs_header_token(&h, i));
             printf("]");
         }
         printf("}\n");
@@ -88,7 +88,7 @@ int cmd_info(int argc, char **argv)
         if (show_tokens) {
             printf("token ids:  ");
             for (uint32_t i = 0; i < h.n_tokens; i++)
-                printf(" %u", h.tokens[i]);
+                printf(" %u", kvfs_header_token(&h, i));
             printf("\n");
         }
     }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Bad input: each gets a clear errno at close (cp reports it), a log line
 # saying what was wrong, and nothing partial becomes visible or indexed.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mount_kvfs a || exit 1
 M=$T/a.mnt
 LOG=$T/a.log

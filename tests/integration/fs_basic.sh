@@ -1,7 +1,7 @@
 #!/bin/bash
 # The everyday operator workflow on a real mount: cp in, ls, stat, cat/cmp
 # out, xattrs, incoming/, stats, rm, remount.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mount_kvfs a || exit 1
 M=$T/a.mnt
 h1=$(synth "$T/one.kv" --layers 4 --tokens 64)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # 8 concurrent writers and readers on one mount.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mount_kvfs a "ram=8M" || exit 1
 M=$T/a.mnt
 for i in $(seq 1 16); do synth "$T/s$i.kv" --layers 8 --tokens $((50 + i * 11)) --seed $i > /dev/null; done

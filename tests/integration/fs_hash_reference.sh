@@ -1,7 +1,7 @@
 #!/bin/bash
 # The content hash as documented in kvfs(5), recomputed by an independent
 # Python reader of the v1 header, must equal the name kvfs gives a chunk.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mount_kvfs a || exit 1
 M=$T/a.mnt
 for args in "--tokens 7" "--tokens 300 --dtype f32 --pos0 17" "--tokens 5 --dtype bf16 --layers 2 --kv-heads 1 --head-dim 128"; do

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SIGKILL the daemon while files are being ingested; mount again: every
 # listed chunk is complete and verified, fsck finds no orphans.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 for i in $(seq 1 24); do
     synth "$T/s$i.kv" --layers 30 --kv-heads 3 --tokens $((100 + i * 13)) --seed $i > /dev/null
 done

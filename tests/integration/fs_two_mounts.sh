@@ -1,6 +1,6 @@
 #!/bin/bash
 # Two mounts with separate stores: cp -a between them, byte-identical.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mount_kvfs a || exit 1
 A_PID=$MNT_PID
 mount_kvfs b || exit 1

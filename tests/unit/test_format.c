@@ -41,7 +41,10 @@ int main(void)
     for (uint32_t l = 0; l < 3; l++) {
         uint64_t off = h.header_size + l * kvfs_layer_stride(&h);
         CHECK_EQ(off % KVFS_ALIGN, 0);
-        CHECK_EQ(h.layers[l].offset, off);
+        struct kvfs_layer_entry e;
+        kvfs_layer_entry_get(&h, l, &e);
+        CHECK_EQ(e.offset, off);
+        CHECK_EQ(e.size, kvfs_layer_bytes(&h));
         CHECK_EQ(kvfs_layer_verify(&h, l, w.buf + off, kvfs_layer_bytes(&h)), 0);
     }
 

@@ -1,7 +1,7 @@
 # lib.sh - helpers for integration tests that mount kvfs for real.
 # Each test gets a private temp dir; mounts are always unmounted on exit.
 set -u
-KVFS_ROOT=${KVFS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+KVFS_ROOT=${KVFS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$KVFS_ROOT/$BUILD;; esac
 KVFS=$BUILD/kvfs
@@ -36,6 +36,15 @@ check() { # check DESCRIPTION COMMAND...
     if "$@"; then ok "$d"; else fail "$d"; fi
 }
 finish() {
+    # unmount everything, let the daemons exit, then look for sanitizer reports
+    for mp in "${MOUNTS[@]}"; do fusermount3 -u "$mp" 2>/dev/null; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    done
+    if grep -l -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$T"/*.log 2>/dev/null; then
+        fail "sanitizer reports in the daemon logs:"
+        grep -h -A12 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$T"/*.log | head -60
+    fi
     if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
     echo "all checks passed"; exit 0
 }

@@ -878,6 +878,11 @@ static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct kvfs_chunk_info c;
     char val[128];
+    if (strncmp(name, "user.", 5) != 0) {
+        /* no ACLs or security labels here; ENOTSUP lets ls cache that */
+        fuse_reply_err(req, ENOTSUP);
+        return;
+    }
     if (!(ino & INO_CHUNK_BIT)) {
         fuse_reply_err(req, ENODATA);
         return;

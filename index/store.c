@@ -540,7 +540,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         set_err(err, errlen, "cannot create %s: %s", tmp, strerror(-rc));
         goto free_obj;
     }
-    if ((rc = write_full(fd, obj, obj_len)) || (fsync(fd) != 0 && (rc = -errno))) {
+    if ((rc = write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
         set_err(err, errlen, "writing object failed: %s%s", strerror(-rc),
                 rc == -ENOSPC ? " (backing disk full)" : "");
         goto unlink_tmp;
@@ -568,7 +568,8 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     } else if (rename(tmp, dst) != 0) {
         rc = -errno;
     } else {
-        fsync_dir(subdir);
+        if (!s->opts.no_sync)
+            fsync_dir(subdir);
         struct kvfs_chunk_info c;
         kvfs_info_from_header(&h, hex, obj_len, &c);
         c.created_ns = c.accessed_ns = now_ns();

@@ -30,6 +30,7 @@ struct kvfs_store_opts {
     uint64_t ram_bytes;     /* RAM tier size; 0 = no RAM tier */
     int zstd_level;         /* 0 = store raw, 1..19 = zstd level (default 1) */
     int read_only;          /* open without modifying (fsck, info) */
+    int no_sync;            /* skip fsync (bulk population in benchmarks only) */
 };
 
 struct kvfs_chunk_info {

@@ -1,0 +1,23 @@
+#!/bin/bash
+# make bench: run every benchmark part and write BENCHMARKS.md (results with
+# the command that produced them).
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export BUILD
+out=$(mktemp)
+{
+    echo "# kvfs benchmarks"
+    echo
+    echo "Produced by \`make bench\` (which runs \`bench/run.sh\`); every figure below comes from that"
+    echo "command on the machine and date stated in its section. Ratios are measured side by side in one run."
+    echo
+    for part in bench/fs.sh bench/prefill.sh bench/blend.sh; do
+        [ -x "$part" ] || continue
+        echo "running $part ..." >&2
+        "$part"
+        echo
+    done
+} > "$out"
+mv "$out" BENCHMARKS.md
+cat BENCHMARKS.md

@@ -28,6 +28,7 @@ struct kvfs_backend_iface {
     int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
     int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
     int (*synchronize)(void *ctx);
+    int (*copy)(void *ctx, void *dst, const void *src, size_t bytes); /* device to device */
 
     /* weights: W[out_dim][in_dim] from host f32 (the backend may convert) */
     int (*weight_create)(void *ctx, const float *host, int out_dim, int in_dim,

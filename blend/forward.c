@@ -1,0 +1,264 @@
+/* forward.c - transformer forward pass over the backend interface. */
+#include "forward.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BE(m) ((m)->be.iface)
+#define CTX(m) ((m)->be.ctx)
+
+int kvfs_kv_cache_init(const struct kvfs_model *m, int cap, struct kvfs_kv_cache *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->n_layer = m->hp.n_layer;
+    c->kv_dim = m->hp.n_kv_head * m->hp.head_dim;
+    c->cap = cap;
+    c->k = calloc((size_t)c->n_layer, sizeof(float *));
+    c->v = calloc((size_t)c->n_layer, sizeof(float *));
+    c->host_pos = calloc((size_t)cap, sizeof(int32_t));
+    if (!c->k || !c->v || !c->host_pos)
+        goto fail;
+    size_t bytes = sizeof(float) * (size_t)cap * c->kv_dim;
+    for (int l = 0; l < c->n_layer; l++)
+        if (BE(m)->alloc(CTX(m), bytes, (void **)&c->k[l]) || BE(m)->alloc(CTX(m), bytes, (void **)&c->v[l]))
+            goto fail;
+    if (BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)cap, (void **)&c->pos))
+        goto fail;
+    return 0;
+fail:
+    kvfs_kv_cache_free(m, c);
+    return -ENOMEM;
+}
+
+void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c)
+{
+    for (int l = 0; c->k && l < c->n_layer; l++)
+        BE(m)->free(CTX(m), c->k[l]);
+    for (int l = 0; c->v && l < c->n_layer; l++)
+        BE(m)->free(CTX(m), c->v[l]);
+    if (c->pos)
+        BE(m)->free(CTX(m), c->pos);
+    free(c->k);
+    free(c->v);
+    free(c->host_pos);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Work buffers for n rows. */
+struct work {
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up;
+    int32_t *ids, *pos;
+};
+
+static void work_free(const struct kvfs_model *m, struct work *w)
+{
+    void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->gate, w->up, w->ids, w->pos};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i])
+            BE(m)->free(CTX(m), bufs[i]);
+}
+
+static int work_alloc(const struct kvfs_model *m, int n, struct work *w)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
+           ff = sizeof(float) * (size_t)n * hp->n_ff;
+    memset(w, 0, sizeof(*w));
+    int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->xn);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->q);
+    if (!rc) rc = BE(m)->alloc(CTX(m), kv, (void **)&w->k);
+    if (!rc) rc = BE(m)->alloc(CTX(m), kv, (void **)&w->v);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->att);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->o);
+    if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->gate);
+    if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->up);
+    if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->ids);
+    if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->pos);
+    if (rc)
+        work_free(m, w);
+    return rc;
+}
+
+/* One layer for n rows at w->pos; their K/V are appended at cache row `at`. */
+static int layer_forward(const struct kvfs_model *m, int l, struct work *w, int n, struct kvfs_kv_cache *c, int at)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int kv_dim = c->kv_dim, rc;
+    size_t e = (size_t)n * hp->n_embd;
+    if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, hp->n_embd, hp->rms_eps)) ||
+        (rc = be->matmul(ctx, L->wq, L->bq, w->xn, w->q, n)) ||
+        (rc = be->matmul(ctx, L->wk, L->bk, w->xn, w->k, n)) ||
+        (rc = be->matmul(ctx, L->wv, L->bv, w->xn, w->v, n)) ||
+        (rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style)) ||
+        (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta,
+                       hp->rope_style)) ||
+        (rc = be->copy(ctx, c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
+        (rc = be->copy(ctx, c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim)) ||
+        (rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, at + n, hp->n_head, hp->n_kv_head,
+                            hp->head_dim, 1.0f / sqrtf((float)hp->head_dim), w->att)) ||
+        (rc = be->matmul(ctx, L->wo, NULL, w->att, w->o, n)) ||
+        (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
+        (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, hp->n_embd, hp->rms_eps)) ||
+        (rc = be->matmul(ctx, L->w_gate, NULL, w->xn, w->gate, n)) ||
+        (rc = be->matmul(ctx, L->w_up, NULL, w->xn, w->up, n)) ||
+        (rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)) ||
+        (rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
+        (rc = be->add(ctx, w->x, w->o, w->x, e)))
+        return rc;
+    return 0;
+}
+
+int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, int n, int pos0,
+                 float *logits)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    if (n <= 0 || c->n + n > c->cap)
+        return -ENOSPC;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return -EINVAL;
+    struct work w;
+    int rc = work_alloc(m, n, &w);
+    if (rc)
+        return rc;
+    int at = c->n;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    if (!pos) {
+        work_free(m, &w);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        pos[i] = pos0 + i;
+    memcpy(c->host_pos + at, pos, sizeof(int32_t) * (size_t)n);
+    const struct kvfs_backend_iface *be = BE(m);
+    if ((rc = be->upload(CTX(m), w.ids, tokens, sizeof(int32_t) * (size_t)n)) ||
+        (rc = be->upload(CTX(m), w.pos, pos, sizeof(int32_t) * (size_t)n)) ||
+        (rc = be->upload(CTX(m), c->pos + at, pos, sizeof(int32_t) * (size_t)n)) ||
+        (rc = be->get_rows(CTX(m), m->tok_embd, w.ids, w.x, n, hp->n_embd)))
+        goto out;
+    for (int l = 0; l < hp->n_layer; l++)
+        if ((rc = layer_forward(m, l, &w, n, c, at)))
+            goto out;
+    c->n += n;
+    if (logits) {
+        float *last = w.x + (size_t)(n - 1) * hp->n_embd;
+        float *dl;
+        if ((rc = be->rmsnorm(CTX(m), last, m->output_norm, w.xn, 1, hp->n_embd, hp->rms_eps)))
+            goto out;
+        if ((rc = be->alloc(CTX(m), sizeof(float) * (size_t)hp->n_vocab, (void **)&dl)))
+            goto out;
+        rc = be->matmul(CTX(m), m->output, NULL, w.xn, dl, 1);
+        if (!rc)
+            rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
+        be->free(CTX(m), dl);
+    }
+    if (!rc)
+        rc = be->synchronize(CTX(m));
+out:
+    free(pos);
+    work_free(m, &w);
+    return rc;
+}
+
+int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
+                             char *err, size_t errlen)
+{
+    struct kvfs_header h;
+    int rc = kvfs_file_verify(image, len, &h, err, errlen);
+    if (rc)
+        return rc;
+    if (memcmp(&h.fp, &m->fp, sizeof(h.fp)) != 0) {
+        uint8_t a[80], b[80];
+        kvfs_fingerprint_encode(&h.fp, a);
+        kvfs_fingerprint_encode(&m->fp, b);
+        if (memcmp(a, b, 80)) {
+            snprintf(err, errlen, "chunk was computed by another model (fingerprint differs)");
+            return -EINVAL;
+        }
+    }
+    if (!(h.flags & KVFS_FLAG_KEYS_ROPED)) {
+        snprintf(err, errlen, "chunk stores keys before RoPE; only post-RoPE keys are supported");
+        return -ENOTSUP;
+    }
+    if (c->n + (int)h.n_tokens > c->cap) {
+        snprintf(err, errlen, "chunk of %u tokens does not fit the cache", h.n_tokens);
+        return -ENOSPC;
+    }
+    size_t rows = h.n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h.dtype);
+    float *tmp = malloc(sizeof(float) * rows * kvd);
+    if (!tmp)
+        return -ENOMEM;
+    const uint8_t *base = (const uint8_t *)image + h.header_size;
+    for (int l = 0; l < c->n_layer && !rc; l++) {
+        const uint8_t *layer = base + (size_t)l * kvfs_layer_stride(&h);
+        for (int half = 0; half < 2 && !rc; half++) {
+            const uint8_t *src = layer + (size_t)half * rows * kvd * esz;
+            for (size_t i = 0; i < rows * kvd; i++) {
+                uint16_t u;
+                if (h.dtype == KVFS_DTYPE_F32) {
+                    memcpy(&tmp[i], src + 4 * i, 4);
+                } else {
+                    memcpy(&u, src + 2 * i, 2);
+                    tmp[i] = h.dtype == KVFS_DTYPE_F16 ? kvfs_f16_to_f32(u) : kvfs_bf16_to_f32(u);
+                }
+            }
+            float *dst = (half ? c->v[l] : c->k[l]) + (size_t)c->n * kvd;
+            rc = BE(m)->upload(CTX(m), dst, tmp, sizeof(float) * rows * kvd);
+        }
+    }
+    free(tmp);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < rows; i++)
+        c->host_pos[c->n + i] = (int32_t)(h.pos0 + i);
+    rc = BE(m)->upload(CTX(m), c->pos + c->n, c->host_pos + c->n, sizeof(int32_t) * rows);
+    if (!rc)
+        c->n += (int)rows;
+    return rc;
+}
+
+int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                           const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w)
+{
+    if (first < 0 || count <= 0 || first + count > c->n)
+        return -EINVAL;
+    int rc = kvfs_writer_init(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)c->host_pos[first],
+                              (uint32_t)count, (const uint32_t *)tokens);
+    if (rc)
+        return rc;
+    size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd, esz = kvfs_dtype_size(dtype);
+    float *tmp = malloc(sizeof(float) * n);
+    if (!tmp) {
+        kvfs_writer_free(w);
+        return -ENOMEM;
+    }
+    for (int l = 0; l < c->n_layer && !rc; l++) {
+        uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
+        for (int half = 0; half < 2 && !rc; half++) {
+            const float *src = (half ? c->v[l] : c->k[l]) + (size_t)first * kvd;
+            rc = BE(m)->download(CTX(m), tmp, src, sizeof(float) * n);
+            uint8_t *out = dst + (size_t)half * n * esz;
+            for (size_t i = 0; i < n && !rc; i++) {
+                if (dtype == KVFS_DTYPE_F32) {
+                    memcpy(out + 4 * i, &tmp[i], 4);
+                } else {
+                    uint16_t u = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(tmp[i]) : kvfs_f32_to_bf16(tmp[i]);
+                    memcpy(out + 2 * i, &u, 2);
+                }
+            }
+        }
+    }
+    free(tmp);
+    if (!rc)
+        rc = kvfs_writer_finish(w);
+    if (rc)
+        kvfs_writer_free(w);
+    return rc;
+}

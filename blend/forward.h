@@ -1,0 +1,41 @@
+/* forward.h - prefill and decode on a loaded model, written only against the
+ * backend interface (gpu/backend.h), so every backend runs it unchanged.
+ *
+ * The KV cache holds, per layer, keys after RoPE and values, as rows
+ * [kv_head][head_dim] in f32 on the device, with each row's absolute
+ * position.  Attention uses an exact causal mask by position. */
+#ifndef KVFS_FORWARD_H
+#define KVFS_FORWARD_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+struct kvfs_kv_cache {
+    int n_layer, kv_dim;  /* kv_dim = n_kv_head * head_dim */
+    int cap, n;           /* rows allocated, rows used */
+    float **k, **v;       /* per layer: device [cap][kv_dim] */
+    int32_t *pos;         /* device [cap] */
+    int32_t *host_pos;    /* host copy */
+};
+
+int kvfs_kv_cache_init(const struct kvfs_model *m, int cap, struct kvfs_kv_cache *c);
+void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c);
+
+/* Append n tokens at positions pos0.. to the cache and run them through the
+ * model.  logits (host, n_vocab floats) receives the last token's logits if
+ * not NULL.  A decode step is a call with n = 1. */
+int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, int n, int pos0,
+                 float *logits);
+
+/* Fill the cache from a chunk file image (keys after RoPE); its fingerprint
+ * must be the model's (-EINVAL with err otherwise).  Appends at the end. */
+int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
+                             char *err, size_t errlen);
+
+/* Write rows [first, first+count) of the cache as a v1 chunk (f16 unless
+ * dtype says otherwise) into w (kvfs_writer, finished). */
+int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                           const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w);
+
+#endif

@@ -1,0 +1,256 @@
+/* model.c - load a GGUF transformer onto a compute backend. */
+#include "model.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "gguf.h"
+
+static int say(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int say(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static int hp_u32(const struct kvfs_gguf *g, const char *arch, const char *key, int *out, int required)
+{
+    char k[128];
+    uint32_t v;
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    int rc = kvfs_gguf_get_u32(g, k, &v);
+    if (rc)
+        return required ? rc : 0;
+    *out = (int)v;
+    return 0;
+}
+
+/* Dequantize a tensor to host f32; checks its shape (ne0 = cols, ne1 = rows). */
+static int tensor_f32(const struct kvfs_gguf *g, const char *name, uint64_t cols, uint64_t rows, float **out,
+                      char *err, size_t errlen)
+{
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(g, name);
+    if (!t)
+        return say(err, errlen, -ENOENT, "tensor %s missing", name);
+    if (t->ne[0] != cols || t->ne[1] * t->ne[2] * t->ne[3] != rows)
+        return say(err, errlen, -EINVAL, "tensor %s has shape %llux%llu, expected %llux%llu", name,
+                   (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)cols,
+                   (unsigned long long)rows);
+    float *f = malloc(sizeof(float) * cols * rows);
+    if (!f)
+        return -ENOMEM;
+    int rc = kvfs_ggml_dequantize(t->type, t->data, f, cols * rows);
+    if (rc) {
+        free(f);
+        return say(err, errlen, rc, "tensor %s: unsupported type %u", name, t->type);
+    }
+    *out = f;
+    return 0;
+}
+
+static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int in_dim, struct kvfs_weight **w,
+                       char *err, size_t errlen)
+{
+    float *f;
+    int rc = tensor_f32(m->gguf, name, (uint64_t)in_dim, (uint64_t)out_dim, &f, err, errlen);
+    if (rc)
+        return rc;
+    rc = m->be.iface->weight_create(m->be.ctx, f, out_dim, in_dim, w);
+    free(f);
+    return rc;
+}
+
+static int load_vec(struct kvfs_model *m, const char *name, int n, int optional, float **dev, char *err,
+                    size_t errlen)
+{
+    float *f;
+    if (optional && !kvfs_gguf_tensor(m->gguf, name)) {
+        *dev = NULL;
+        return 0;
+    }
+    int rc = tensor_f32(m->gguf, name, (uint64_t)n, 1, &f, err, errlen);
+    if (rc)
+        return rc;
+    rc = m->be.iface->alloc(m->be.ctx, sizeof(float) * n, (void **)dev);
+    if (!rc)
+        rc = m->be.iface->upload(m->be.ctx, *dev, f, sizeof(float) * n);
+    free(f);
+    return rc;
+}
+
+/* model_id: SHA-256 of the GGUF tensor data section (see kvfs(5)). */
+static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned len = 0;
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+             EVP_DigestUpdate(ctx, g->data, (size_t)(g->map + g->map_size - g->data)) &&
+             EVP_DigestFinal_ex(ctx, id, &len);
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -EIO;
+}
+
+int kvfs_model_load(const char *path, const char *backend, int n_threads, struct kvfs_model **out, char *err,
+                    size_t errlen)
+{
+    struct kvfs_model *m = calloc(1, sizeof(*m));
+    int rc;
+    char name[128];
+    if (!m)
+        return -ENOMEM;
+    if ((rc = kvfs_gguf_open(path, &m->gguf, err, errlen)))
+        goto fail;
+    struct kvfs_gguf_str arch;
+    if ((rc = kvfs_gguf_get_str(m->gguf, "general.architecture", &arch))) {
+        say(err, errlen, rc, "%s: no general.architecture", path);
+        goto fail;
+    }
+    struct kvfs_hparams *hp = &m->hp;
+    snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
+    int is_qwen2 = !strcmp(hp->arch, "qwen2");
+    if (strcmp(hp->arch, "llama") && !is_qwen2) {
+        rc = say(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2)", path, hp->arch);
+        goto fail;
+    }
+    if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
+        (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
+        (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
+        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, 1))) {
+        say(err, errlen, rc, "%s: missing hyperparameters", path);
+        goto fail;
+    }
+    hp->n_kv_head = hp->n_head;
+    hp_u32(m->gguf, hp->arch, "attention.head_count_kv", &hp->n_kv_head, 0);
+    hp->n_ctx_train = 4096;
+    hp_u32(m->gguf, hp->arch, "context_length", &hp->n_ctx_train, 0);
+    if (hp->n_head <= 0 || hp->n_kv_head <= 0 || hp->n_embd % hp->n_head || hp->n_head % hp->n_kv_head) {
+        rc = say(err, errlen, -EINVAL, "%s: inconsistent head counts", path);
+        goto fail;
+    }
+    hp->head_dim = hp->n_embd / hp->n_head;
+    hp->rope_dim = hp->head_dim;
+    hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
+    hp->rope_theta = 10000.0f;
+    snprintf(name, sizeof(name), "%s.rope.freq_base", hp->arch);
+    kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta);
+    hp->rms_eps = 1e-5f;
+    snprintf(name, sizeof(name), "%s.attention.layer_norm_rms_epsilon", hp->arch);
+    kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
+    /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
+     * qwen2 uses the NeoX halves */
+    hp->rope_style = is_qwen2 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
+    if (!te) {
+        rc = say(err, errlen, -EINVAL, "%s: token_embd.weight missing", path);
+        goto fail;
+    }
+    hp->n_vocab = (int)te->ne[1];
+
+    if ((rc = kvfs_backend_init_by_name(backend, n_threads, &m->be))) {
+        say(err, errlen, rc, "backend '%s' unavailable: %s", backend ? backend : "auto", strerror(-rc));
+        goto fail;
+    }
+    const struct kvfs_backend_iface *be = m->be.iface;
+    float *emb;
+    if ((rc = tensor_f32(m->gguf, "token_embd.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, &emb, err,
+                         errlen)))
+        goto fail;
+    size_t emb_bytes = sizeof(float) * (size_t)hp->n_vocab * hp->n_embd;
+    rc = be->alloc(m->be.ctx, emb_bytes, (void **)&m->tok_embd);
+    if (!rc)
+        rc = be->upload(m->be.ctx, m->tok_embd, emb, emb_bytes);
+    if (!rc && !kvfs_gguf_tensor(m->gguf, "output.weight")) /* tied embeddings */
+        rc = be->weight_create(m->be.ctx, emb, hp->n_vocab, hp->n_embd, &m->output);
+    free(emb);
+    if (rc)
+        goto fail;
+    if (!m->output && (rc = load_weight(m, "output.weight", hp->n_vocab, hp->n_embd, &m->output, err, errlen)))
+        goto fail;
+    if ((rc = load_vec(m, "output_norm.weight", hp->n_embd, 0, &m->output_norm, err, errlen)))
+        goto fail;
+    m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
+    if (!m->layers) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    int kv_dim = hp->n_kv_head * hp->head_dim;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct kvfs_layer_weights *L = &m->layers[l];
+#define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
+        if ((rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen)) ||
+            (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen)) ||
+            (rc = load_weight(m, T("attn_q.weight"), hp->n_embd, hp->n_embd, &L->wq, err, errlen)) ||
+            (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen)) ||
+            (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen)) ||
+            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, hp->n_embd, &L->wo, err, errlen)) ||
+            (rc = load_vec(m, T("attn_q.bias"), hp->n_embd, 1, &L->bq, err, errlen)) ||
+            (rc = load_vec(m, T("attn_k.bias"), kv_dim, 1, &L->bk, err, errlen)) ||
+            (rc = load_vec(m, T("attn_v.bias"), kv_dim, 1, &L->bv, err, errlen)) ||
+            (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen)) ||
+            (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen)) ||
+            (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
+            goto fail;
+#undef T
+    }
+    struct kvfs_fingerprint *fp = &m->fp;
+    fp->n_layer = (uint32_t)hp->n_layer;
+    fp->n_kv_head = (uint32_t)hp->n_kv_head;
+    fp->head_dim = (uint32_t)hp->head_dim;
+    fp->rope_type = hp->rope_style == KVFS_ROPE_STYLE_NEOX ? KVFS_ROPE_NEOX : KVFS_ROPE_NORM;
+    fp->rope_theta = hp->rope_theta;
+    fp->rope_dim = (uint32_t)hp->rope_dim;
+    memcpy(fp->arch, hp->arch, sizeof(fp->arch));
+    fp->n_head = (uint32_t)hp->n_head;
+    fp->n_embd = (uint32_t)hp->n_embd;
+    if ((rc = model_identity(m->gguf, fp->model_id)))
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    kvfs_model_free(m);
+    return rc;
+}
+
+void kvfs_model_free(struct kvfs_model *m)
+{
+    if (!m)
+        return;
+    if (m->be.iface) {
+        const struct kvfs_backend_iface *be = m->be.iface;
+        void *c = m->be.ctx;
+        if (m->layers) {
+            for (int l = 0; l < m->hp.n_layer; l++) {
+                struct kvfs_layer_weights *L = &m->layers[l];
+                be->free(c, L->attn_norm);
+                be->free(c, L->ffn_norm);
+                be->free(c, L->bq);
+                be->free(c, L->bk);
+                be->free(c, L->bv);
+                be->weight_free(c, L->wq);
+                be->weight_free(c, L->wk);
+                be->weight_free(c, L->wv);
+                be->weight_free(c, L->wo);
+                be->weight_free(c, L->w_gate);
+                be->weight_free(c, L->w_up);
+                be->weight_free(c, L->w_down);
+            }
+        }
+        be->free(c, m->tok_embd);
+        be->free(c, m->output_norm);
+        be->weight_free(c, m->output);
+        kvfs_backend_free(&m->be);
+    }
+    free(m->layers);
+    kvfs_gguf_close(m->gguf);
+    free(m);
+}

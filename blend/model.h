@@ -1,0 +1,46 @@
+/* model.h - a transformer loaded from GGUF onto a compute backend.
+ * Architectures: llama (Llama 2/3, SmolLM2, Mistral, Yi) and qwen2 (QKV
+ * biases).  Weights are dequantized to f32 at load (then run by the
+ * backend's tuned matrix products). */
+#ifndef KVFS_MODEL_H
+#define KVFS_MODEL_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "kvformat.h"
+
+struct kvfs_gguf;
+
+struct kvfs_hparams {
+    char arch[16];
+    int n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab, n_ctx_train;
+    float rms_eps, rope_theta;
+    int rope_dim, rope_style; /* enum kvfs_rope_style */
+};
+
+struct kvfs_layer_weights {
+    float *attn_norm, *ffn_norm;           /* device [n_embd] */
+    struct kvfs_weight *wq, *wk, *wv, *wo; /* [out][in] */
+    float *bq, *bk, *bv;                   /* device biases (qwen2) or NULL */
+    struct kvfs_weight *w_gate, *w_up, *w_down;
+};
+
+struct kvfs_model {
+    struct kvfs_hparams hp;
+    struct kvfs_backend be;
+    struct kvfs_fingerprint fp;  /* for chunk files */
+    struct kvfs_gguf *gguf;      /* keeps the mapping (tokenizer metadata) */
+    float *tok_embd;             /* device [n_vocab][n_embd] */
+    float *output_norm;          /* device [n_embd] */
+    struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
+    struct kvfs_layer_weights *layers;
+};
+
+/* Load a GGUF model onto the backend named `backend` ("cpu", "cuda", "auto").
+ * n_threads <= 0: all cores.  err gets a reason on failure. */
+int kvfs_model_load(const char *path, const char *backend, int n_threads, struct kvfs_model **out,
+                    char *err, size_t errlen);
+void kvfs_model_free(struct kvfs_model *m);
+
+#endif

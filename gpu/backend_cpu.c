@@ -1,0 +1,290 @@
+/* backend_cpu.c - the CPU reference backend: host memory, OpenBLAS sgemm for
+ * the matrix products (and for attention scores), plain loops elsewhere. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "blas.h"
+
+struct cpu_ctx {
+    const struct kvfs_blas *blas;
+    int n_threads;
+    float *scratch; /* attention scores */
+    size_t scratch_len;
+};
+
+struct kvfs_weight {
+    float *w; /* [out_dim][in_dim] */
+    int out_dim, in_dim;
+};
+
+static int cpu_alloc(void *ctx, size_t bytes, void **dev)
+{
+    (void)ctx;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return -ENOMEM;
+    *dev = p;
+    return 0;
+}
+
+static void cpu_free(void *ctx, void *dev)
+{
+    (void)ctx;
+    free(dev);
+}
+
+static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    if (dst != src)
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_sync(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static int cpu_weight_create(void *vctx, const float *host, int out_dim, int in_dim, struct kvfs_weight **out)
+{
+    (void)vctx;
+    struct kvfs_weight *w = malloc(sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    size_t n = (size_t)out_dim * in_dim;
+    if (posix_memalign((void **)&w->w, 64, n * sizeof(float)) != 0) {
+        free(w);
+        return -ENOMEM;
+    }
+    memcpy(w->w, host, n * sizeof(float));
+    w->out_dim = out_dim;
+    w->in_dim = in_dim;
+    *out = w;
+    return 0;
+}
+
+static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
+{
+    (void)ctx;
+    if (w) {
+        free(w->w);
+        free(w);
+    }
+}
+
+static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
+{
+    struct cpu_ctx *ctx = vctx;
+    if (n <= 0)
+        return 0;
+    ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->out_dim, w->in_dim, 1.0f, x, w->in_dim,
+                     w->w, w->in_dim, 0.0f, y, w->out_dim);
+    if (bias)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < w->out_dim; j++)
+                y[(size_t)i * w->out_dim + j] += bias[j];
+    return 0;
+}
+
+static int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int dim, float eps)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++) {
+        const float *xr = x + (size_t)i * dim;
+        float *yr = y + (size_t)i * dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++)
+            ss += (double)xr[j] * xr[j];
+        float scale = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int j = 0; j < dim; j++)
+            yr[j] = xr[j] * scale * g[j];
+    }
+    return 0;
+}
+
+static int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
+                    float theta, int style)
+{
+    (void)ctx;
+    int half = rope_dim / 2;
+    float *inv = malloc(sizeof(float) * (size_t)(half ? half : 1));
+    if (!inv)
+        return -ENOMEM;
+    for (int j = 0; j < half; j++)
+        inv[j] = powf(theta, -2.0f * (float)j / (float)rope_dim);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < half; j++) {
+            float a = (float)pos[i] * inv[j], c = cosf(a), s = sinf(a);
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + ((size_t)i * n_heads + h) * head_dim;
+                int i0 = style == KVFS_ROPE_STYLE_NEOX ? j : 2 * j;
+                int i1 = style == KVFS_ROPE_STYLE_NEOX ? j + half : 2 * j + 1;
+                float x0 = v[i0], x1 = v[i1];
+                v[i0] = x0 * c - x1 * s;
+                v[i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+    free(inv);
+    return 0;
+}
+
+static int cpu_add(void *ctx, const float *a, const float *b, float *out, size_t count)
+{
+    (void)ctx;
+    for (size_t i = 0; i < count; i++)
+        out[i] = a[i] + b[i];
+    return 0;
+}
+
+static int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out, size_t count)
+{
+    (void)ctx;
+    for (size_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+    return 0;
+}
+
+static int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float *out, int n, int dim)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * dim, table + (size_t)ids[i] * dim, sizeof(float) * dim);
+    return 0;
+}
+
+static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                         float *out)
+{
+    struct cpu_ctx *ctx = vctx;
+    if (n_q <= 0)
+        return 0;
+    if (n_kv <= 0 || n_head % n_kv_head)
+        return -EINVAL;
+    size_t need = (size_t)n_q * n_kv;
+    if (need > ctx->scratch_len) {
+        float *s = realloc(ctx->scratch, need * sizeof(float));
+        if (!s)
+            return -ENOMEM;
+        ctx->scratch = s;
+        ctx->scratch_len = need;
+    }
+    float *sc = ctx->scratch;
+    int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
+    for (int h = 0; h < n_head; h++) {
+        int kh = h / group;
+        /* scores[n_q][n_kv] = scale * Q_h . K_kh^T */
+        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_q, n_kv, head_dim, scale, q + h * head_dim,
+                         qstride, k + kh * head_dim, kstride, 0.0f, sc, n_kv);
+        for (int i = 0; i < n_q; i++) {
+            float *row = sc + (size_t)i * n_kv;
+            float mx = -INFINITY;
+            for (int j = 0; j < n_kv; j++) {
+                if (kv_pos[j] > q_pos[i])
+                    row[j] = -INFINITY; /* exact causal mask by position */
+                else if (row[j] > mx)
+                    mx = row[j];
+            }
+            double sum = 0;
+            for (int j = 0; j < n_kv; j++) {
+                float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+                row[j] = e;
+                sum += e;
+            }
+            float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+            for (int j = 0; j < n_kv; j++)
+                row[j] *= inv;
+        }
+        /* out_h[n_q][head_dim] = P . V_kh */
+        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_q, head_dim, n_kv, 1.0f, sc, n_kv,
+                         v + kh * head_dim, kstride, 0.0f, out + h * head_dim, qstride);
+    }
+    return 0;
+}
+
+static int cpu_row_sqdiff(void *ctx, const float *a, const float *b, float *out, int n, int dim)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < dim; j++) {
+            double d = (double)a[(size_t)i * dim + j] - b[(size_t)i * dim + j];
+            s += d * d;
+        }
+        out[i] = (float)s;
+    }
+    return 0;
+}
+
+static int cpu_gather_rows(void *ctx, const float *src, const int32_t *idx, float *out, int n_idx, int dim)
+{
+    (void)ctx;
+    for (int i = 0; i < n_idx; i++)
+        memcpy(out + (size_t)i * dim, src + (size_t)idx[i] * dim, sizeof(float) * dim);
+    return 0;
+}
+
+static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, float *dst, int n_idx, int dim)
+{
+    (void)ctx;
+    for (int i = 0; i < n_idx; i++)
+        memcpy(dst + (size_t)idx[i] * dim, src + (size_t)i * dim, sizeof(float) * dim);
+    return 0;
+}
+
+static void cpu_destroy(void *vctx)
+{
+    struct cpu_ctx *ctx = vctx;
+    free(ctx->scratch);
+    free(ctx);
+}
+
+static const struct kvfs_backend_iface cpu_iface = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .synchronize = cpu_sync,
+    .copy = cpu_copy,
+    .weight_create = cpu_weight_create,
+    .weight_free = cpu_weight_free,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .add = cpu_add,
+    .swiglu = cpu_swiglu,
+    .get_rows = cpu_get_rows,
+    .attention = cpu_attention,
+    .row_sqdiff = cpu_row_sqdiff,
+    .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    .destroy = cpu_destroy,
+};
+
+int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)
+{
+    struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return -ENOMEM;
+    int rc = kvfs_blas_load(&ctx->blas);
+    if (rc) {
+        free(ctx);
+        return rc;
+    }
+    ctx->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ctx->blas->set_num_threads)
+        ctx->blas->set_num_threads(ctx->n_threads);
+    out->iface = &cpu_iface;
+    out->ctx = ctx;
+    return 0;
+}

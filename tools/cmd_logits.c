@@ -1,0 +1,193 @@
+/* kvfsctl logits - last-position log-probabilities (and optional greedy
+ * continuation) for given token ids: the runtime's check against llama.cpp. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "forward.h"
+#include "model.h"
+#include "tool_util.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl logits -m MODEL (--tokens ID,ID,... | --tokens-file FILE) [options]\n"
+               "Run the prompt's token ids through the model and print the last position's\n"
+               "top-K log-probabilities as JSON.\n\n"
+               "  -m, --model PATH      GGUF model\n"
+               "  --tokens LIST         comma-separated token ids\n"
+               "  --tokens-file FILE    whitespace-separated token ids ('-' = stdin)\n"
+               "  --top K               how many (default 10)\n"
+               "  --greedy N            also decode N tokens greedily and print their ids\n"
+               "  --backend NAME        cpu, cuda or auto (default cpu)\n"
+               "  -t, --threads N       CPU threads (default: all cores)\n");
+}
+
+static int parse_ids(char *s, int32_t **ids, int *n)
+{
+    int cap = 256, k = 0;
+    int32_t *v = malloc(sizeof(int32_t) * cap);
+    char *tok, *save = NULL;
+    for (tok = strtok_r(s, ", \n\t\r", &save); tok && v; tok = strtok_r(NULL, ", \n\t\r", &save)) {
+        char *end;
+        long x = strtol(tok, &end, 10);
+        if (*end || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -EINVAL;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, sizeof(int32_t) * (cap *= 2));
+            if (!nv) {
+                free(v);
+                return -ENOMEM;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+    }
+    if (!v)
+        return -ENOMEM;
+    *ids = v;
+    *n = k;
+    return k ? 0 : -EINVAL;
+}
+
+static int32_t argmax(const float *x, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+int cmd_logits(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 'T'},
+        {"tokens-file", required_argument, 0, 'F'}, {"top", required_argument, 0, 'k'},
+        {"greedy", required_argument, 0, 'g'}, {"backend", required_argument, 0, 'b'},
+        {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *backend = "cpu", *tfile = NULL;
+    char *tlist = NULL;
+    int top = 10, greedy = 0, threads = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'T': tlist = optarg; break;
+        case 'F': tfile = optarg; break;
+        case 'k': top = atoi(optarg); break;
+        case 'g': greedy = atoi(optarg); break;
+        case 'b': backend = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model || (!tlist && !tfile) || top < 1 || greedy < 0) {
+        usage(stderr);
+        return 2;
+    }
+    int32_t *ids = NULL;
+    int n = 0, rc;
+    if (tfile) {
+        uint8_t *buf;
+        size_t len;
+        if ((rc = tool_read_file(tfile, &buf, &len))) {
+            fprintf(stderr, "kvfsctl logits: %s: %s\n", tfile, strerror(-rc));
+            return 1;
+        }
+        char *s = realloc(buf, len + 1);
+        if (!s) {
+            free(buf);
+            return 1;
+        }
+        s[len] = '\0';
+        rc = parse_ids(s, &ids, &n);
+        free(s);
+    } else {
+        char *s = strdup(tlist);
+        rc = s ? parse_ids(s, &ids, &n) : -ENOMEM;
+        free(s);
+    }
+    if (rc) {
+        fprintf(stderr, "kvfsctl logits: bad token list\n");
+        return 2;
+    }
+    struct kvfs_model *m;
+    char err[512] = "";
+    double t0 = now_s();
+    if ((rc = kvfs_model_load(model, backend, threads, &m, err, sizeof(err)))) {
+        fprintf(stderr, "kvfsctl logits: %s\n", err[0] ? err : strerror(-rc));
+        free(ids);
+        return 1;
+    }
+    double t1 = now_s();
+    struct kvfs_kv_cache cache;
+    float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    int32_t *gen = calloc((size_t)greedy + 1, sizeof(int32_t));
+    int ret = 1;
+    if (!logits || !gen || kvfs_kv_cache_init(m, n + greedy + 1, &cache) != 0) {
+        fprintf(stderr, "kvfsctl logits: out of memory\n");
+        goto out;
+    }
+    if ((rc = kvfs_forward(m, &cache, ids, n, 0, logits))) {
+        fprintf(stderr, "kvfsctl logits: forward failed: %s\n", strerror(-rc));
+        goto free_cache;
+    }
+    double t2 = now_s();
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < m->hp.n_vocab; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    for (int i = 0; i < m->hp.n_vocab; i++)
+        sum += exp(logits[i] - mx);
+    double lse = mx + log(sum);
+    printf("{\"n_tokens\": %d, \"prefill_s\": %.6f, \"load_s\": %.3f, \"top\": [", n, t2 - t1, t1 - t0);
+    int *taken = calloc((size_t)m->hp.n_vocab, sizeof(int));
+    for (int k = 0; k < top && taken; k++) {
+        int best = -1;
+        for (int i = 0; i < m->hp.n_vocab; i++)
+            if (!taken[i] && (best < 0 || logits[i] > logits[best]))
+                best = i;
+        taken[best] = 1;
+        printf("%s[%d, %.6f]", k ? ", " : "", best, logits[best] - lse);
+    }
+    free(taken);
+    printf("]");
+    if (greedy) {
+        int32_t next = argmax(logits, m->hp.n_vocab);
+        printf(", \"greedy\": [");
+        for (int g = 0; g < greedy; g++) {
+            printf("%s%d", g ? ", " : "", next);
+            if (g + 1 < greedy) {
+                if ((rc = kvfs_forward(m, &cache, &next, 1, n + g, logits)))
+                    break;
+                next = argmax(logits, m->hp.n_vocab);
+            }
+        }
+        printf("]");
+    }
+    printf("}\n");
+    ret = rc ? 1 : 0;
+free_cache:
+    kvfs_kv_cache_free(m, &cache);
+out:
+    free(logits);
+    free(gen);
+    free(ids);
+    kvfs_model_free(m);
+    return ret;
+}

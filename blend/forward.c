@@ -49,13 +49,13 @@ void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c)
 
 /* Work buffers for n rows. */
 struct work {
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up;
+    float *x, *xn, *q, *k, *v, *att, *o, *aq, *gate, *up;
     int32_t *ids, *pos;
 };
 
 static void work_free(const struct kvfs_model *m, struct work *w)
 {
-    void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->gate, w->up, w->ids, w->pos};
+    void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->aq, w->gate, w->up, w->ids, w->pos};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             BE(m)->free(CTX(m), bufs[i]);
@@ -74,6 +74,7 @@ static int work_alloc(const struct kvfs_model *m, int n, struct work *w)
     if (!rc) rc = BE(m)->alloc(CTX(m), kv, (void **)&w->v);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->att);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->o);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->aq);
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->gate);
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->up);
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->ids);
@@ -83,6 +84,20 @@ static int work_alloc(const struct kvfs_model *m, int n, struct work *w)
     return rc;
 }
 
+/* y = x . W^T, quantizing x first as llama.cpp would (see model.h). */
+static int linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const float *bias, int act_q,
+                  const float *x, float *tmp, float *y, int n, int in_dim)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    if (m->ggml_compat && act_q) {
+        int rc = be->act_quant(CTX(m), x, tmp, n, in_dim, act_q);
+        if (rc)
+            return rc;
+        x = tmp;
+    }
+    return be->matmul(CTX(m), wt, bias, x, y, n);
+}
+
 /* One layer for n rows at w->pos; their K/V are appended at cache row `at`. */
 static int layer_forward(const struct kvfs_model *m, int l, struct work *w, int n, struct kvfs_kv_cache *c, int at)
 {
@@ -90,26 +105,38 @@ static int layer_forward(const struct kvfs_model *m, int l, struct work *w, int 
     const struct kvfs_layer_weights *L = &m->layers[l];
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int kv_dim = c->kv_dim, rc;
-    size_t e = (size_t)n * hp->n_embd;
-    if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, hp->n_embd, hp->rms_eps)) ||
-        (rc = be->matmul(ctx, L->wq, L->bq, w->xn, w->q, n)) ||
-        (rc = be->matmul(ctx, L->wk, L->bk, w->xn, w->k, n)) ||
-        (rc = be->matmul(ctx, L->wv, L->bv, w->xn, w->v, n)) ||
+    int kv_dim = c->kv_dim, rc, E = hp->n_embd;
+    size_t e = (size_t)n * E;
+    float *aq = w->aq; /* quantized activations of width n_embd */
+    if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)) ||
+        (rc = linear(m, L->wq, L->bq, L->act_q[0], w->xn, aq, w->q, n, E)) ||
+        (rc = linear(m, L->wk, L->bk, L->act_q[1], w->xn, aq, w->k, n, E)) ||
+        (rc = linear(m, L->wv, L->bv, L->act_q[2], w->xn, aq, w->v, n, E)) ||
         (rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style)) ||
         (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta,
-                       hp->rope_style)) ||
-        (rc = be->copy(ctx, c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
+                       hp->rope_style)))
+        return rc;
+    /* the cache holds f16-precision K/V: what chunk files store, and what
+     * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */
+    if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * kv_dim)) ||
+                           (rc = be->round_f16(ctx, w->v, (size_t)n * kv_dim)) ||
+                           (rc = be->round_f16(ctx, w->q, e))))
+        return rc;
+    if ((rc = be->copy(ctx, c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
         (rc = be->copy(ctx, c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim)) ||
         (rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, at + n, hp->n_head, hp->n_kv_head,
                             hp->head_dim, 1.0f / sqrtf((float)hp->head_dim), w->att)) ||
-        (rc = be->matmul(ctx, L->wo, NULL, w->att, w->o, n)) ||
+        (rc = linear(m, L->wo, NULL, L->act_q[3], w->att, aq, w->o, n, E)) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
-        (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, hp->n_embd, hp->rms_eps)) ||
-        (rc = be->matmul(ctx, L->w_gate, NULL, w->xn, w->gate, n)) ||
-        (rc = be->matmul(ctx, L->w_up, NULL, w->xn, w->up, n)) ||
-        (rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)) ||
-        (rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
+        (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)) ||
+        (rc = linear(m, L->w_gate, NULL, L->act_q[4], w->xn, aq, w->gate, n, E)) ||
+        (rc = linear(m, L->w_up, NULL, L->act_q[5], w->xn, aq, w->up, n, E)) ||
+        (rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
+        return rc;
+    /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
+    if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff, L->act_q[6])))
+        return rc;
+    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)))
         return rc;
     return 0;
@@ -154,7 +181,7 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
             goto out;
         if ((rc = be->alloc(CTX(m), sizeof(float) * (size_t)hp->n_vocab, (void **)&dl)))
             goto out;
-        rc = be->matmul(CTX(m), m->output, NULL, w.xn, dl, 1);
+        rc = linear(m, m->output, NULL, m->output_act_q, w.xn, w.o, dl, 1, hp->n_embd);
         if (!rc)
             rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
         be->free(CTX(m), dl);

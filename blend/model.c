@@ -70,6 +70,20 @@ static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int 
     return rc;
 }
 
+/* The type ggml quantizes activations to before multiplying by a weight of
+ * type t (its vec_dot type): 0 when it multiplies in float. */
+static int act_quant_type(const struct kvfs_gguf *g, const char *name)
+{
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(g, name);
+    if (!t)
+        return 0;
+    switch (t->type) {
+    case KVFS_GGML_Q4_0: case KVFS_GGML_Q8_0: return KVFS_GGML_Q8_0;
+    case KVFS_GGML_Q4_1: return 9; /* Q8_1 */
+    default: return 0;
+    }
+}
+
 static int load_vec(struct kvfs_model *m, const char *name, int n, int optional, float **dev, char *err,
                     size_t errlen)
 {
@@ -200,8 +214,15 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen)) ||
             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
             goto fail;
+        static const char *lin[7] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                                     "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+        for (int k = 0; k < 7; k++)
+            L->act_q[k] = act_quant_type(m->gguf, T(lin[k]));
 #undef T
     }
+    m->output_act_q = act_quant_type(m->gguf, kvfs_gguf_tensor(m->gguf, "output.weight") ? "output.weight"
+                                                                                         : "token_embd.weight");
+    m->ggml_compat = 1;
     struct kvfs_fingerprint *fp = &m->fp;
     fp->n_layer = (uint32_t)hp->n_layer;
     fp->n_kv_head = (uint32_t)hp->n_kv_head;

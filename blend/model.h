@@ -24,6 +24,9 @@ struct kvfs_layer_weights {
     struct kvfs_weight *wq, *wk, *wv, *wo; /* [out][in] */
     float *bq, *bk, *bv;                   /* device biases (qwen2) or NULL */
     struct kvfs_weight *w_gate, *w_up, *w_down;
+    /* activation quantization llama.cpp applies before each matmul (ggml
+     * type of its vec_dot partner; 0 = none), in the order q k v o gate up down */
+    int act_q[7];
 };
 
 struct kvfs_model {
@@ -34,6 +37,8 @@ struct kvfs_model {
     float *tok_embd;             /* device [n_vocab][n_embd] */
     float *output_norm;          /* device [n_embd] */
     struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
+    int output_act_q;
+    int ggml_compat;             /* emulate llama.cpp's activation quantization and f16 KV */
     struct kvfs_layer_weights *layers;
 };
 

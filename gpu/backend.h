@@ -81,6 +81,13 @@ struct kvfs_backend_iface {
     int (*scatter_rows)(void *ctx, const float *src, const int32_t *idx, float *dst,
                         int n_idx, int dim);
 
+    /* Round-trip activations through ggml's 8-bit block quantization, as
+     * llama.cpp does before a quantized matmul: type 8 = Q8_0, 9 = Q8_1
+     * (blocks of 32, scale max|x|/127 rounded to f16).  y may equal x. */
+    int (*act_quant)(void *ctx, const float *x, float *y, int n, int dim, int type);
+    /* x[i] = (float)(half)x[i]: the precision of an f16 KV cache */
+    int (*round_f16)(void *ctx, float *x, size_t count);
+
     void (*destroy)(void *ctx);
 };
 

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "blas.h"
+#include "kvformat.h"
 
 struct cpu_ctx {
     const struct kvfs_blas *blas;
@@ -241,6 +242,34 @@ static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, flo
     return 0;
 }
 
+static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type)
+{
+    (void)ctx;
+    (void)type; /* Q8_0 and Q8_1 quantize the values the same way */
+    if (dim % 32)
+        return -EINVAL;
+    for (size_t b = 0; b < (size_t)n * dim / 32; b++) {
+        const float *xb = x + b * 32;
+        float *yb = y + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float dh = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
+        for (int j = 0; j < 32; j++)
+            yb[j] = nearbyintf(xb[j] * id) * dh;
+    }
+    return 0;
+}
+
+static int cpu_round_f16(void *ctx, float *x, size_t count)
+{
+    (void)ctx;
+    for (size_t i = 0; i < count; i++)
+        x[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(x[i]));
+    return 0;
+}
+
 static void cpu_destroy(void *vctx)
 {
     struct cpu_ctx *ctx = vctx;
@@ -268,6 +297,8 @@ static const struct kvfs_backend_iface cpu_iface = {
     .row_sqdiff = cpu_row_sqdiff,
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,
+    .act_quant = cpu_act_quant,
+    .round_f16 = cpu_round_f16,
     .destroy = cpu_destroy,
 };
 

@@ -1,6 +1,7 @@
 /* backend_cpu.c - the CPU reference backend: host memory, OpenBLAS sgemm for
  * the matrix products (and for attention scores), plain loops elsewhere. */
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,40 @@ static int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float
     return 0;
 }
 
+struct softmax_job {
+    float *sc;
+    const int32_t *q_pos, *kv_pos;
+    int r0, r1, n_kv, ld;
+};
+
+/* Masked softmax of score rows [r0, r1): exact causal mask by position. */
+static void *softmax_rows(void *arg)
+{
+    struct softmax_job *j = arg;
+    for (int i = j->r0; i < j->r1; i++) {
+        float *row = j->sc + (size_t)(i - j->r0) * j->ld;
+        float mx = -INFINITY;
+        for (int c = 0; c < j->n_kv; c++) {
+            if (j->kv_pos[c] > j->q_pos[i])
+                row[c] = -INFINITY;
+            else if (row[c] > mx)
+                mx = row[c];
+        }
+        float sum = 0.0f;
+        for (int c = 0; c < j->n_kv; c++) {
+            float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
+            row[c] = e;
+            sum += e;
+        }
+        float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        for (int c = 0; c < j->n_kv; c++)
+            row[c] *= inv;
+    }
+    return NULL;
+}
+
+#define ATT_BLOCK 256
+
 static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                          float *out)
@@ -171,7 +206,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head)
         return -EINVAL;
-    size_t need = (size_t)n_q * n_kv;
+    size_t need = (size_t)ATT_BLOCK * n_kv;
     if (need > ctx->scratch_len) {
         float *s = realloc(ctx->scratch, need * sizeof(float));
         if (!s)
@@ -179,35 +214,54 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         ctx->scratch = s;
         ctx->scratch_len = need;
     }
+    int sorted = 1;
+    for (int j = 1; j < n_kv && sorted; j++)
+        sorted = kv_pos[j] >= kv_pos[j - 1];
     float *sc = ctx->scratch;
     int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
-    for (int h = 0; h < n_head; h++) {
-        int kh = h / group;
-        /* scores[n_q][n_kv] = scale * Q_h . K_kh^T */
-        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_q, n_kv, head_dim, scale, q + h * head_dim,
-                         qstride, k + kh * head_dim, kstride, 0.0f, sc, n_kv);
-        for (int i = 0; i < n_q; i++) {
-            float *row = sc + (size_t)i * n_kv;
-            float mx = -INFINITY;
-            for (int j = 0; j < n_kv; j++) {
-                if (kv_pos[j] > q_pos[i])
-                    row[j] = -INFINITY; /* exact causal mask by position */
-                else if (row[j] > mx)
-                    mx = row[j];
-            }
-            double sum = 0;
-            for (int j = 0; j < n_kv; j++) {
-                float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
-                row[j] = e;
-                sum += e;
-            }
-            float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int j = 0; j < n_kv; j++)
-                row[j] *= inv;
+    int nt = ctx->n_threads > 8 ? 8 : ctx->n_threads;
+    for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
+        int i1 = i0 + ATT_BLOCK < n_q ? i0 + ATT_BLOCK : n_q, rows = i1 - i0;
+        /* with positions in order, keys past the block's last query are all
+         * masked: skip them (halves causal prefill work) */
+        int nk = n_kv;
+        if (sorted) {
+            int32_t maxq = q_pos[i0];
+            for (int i = i0; i < i1; i++)
+                if (q_pos[i] > maxq)
+                    maxq = q_pos[i];
+            while (nk > 0 && kv_pos[nk - 1] > maxq)
+                nk--;
         }
-        /* out_h[n_q][head_dim] = P . V_kh */
-        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_q, head_dim, n_kv, 1.0f, sc, n_kv,
-                         v + kh * head_dim, kstride, 0.0f, out + h * head_dim, qstride);
+        if (nk == 0) { /* nothing visible: zero output */
+            for (int i = i0; i < i1; i++)
+                memset(out + (size_t)i * qstride, 0, sizeof(float) * qstride);
+            continue;
+        }
+        for (int h = 0; h < n_head; h++) {
+            int kh = h / group;
+            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, head_dim, scale,
+                             q + (size_t)i0 * qstride + h * head_dim, qstride, k + kh * head_dim, kstride, 0.0f, sc,
+                             nk);
+            pthread_t th[8];
+            struct softmax_job jobs[8];
+            int per = (rows + nt - 1) / nt, started = 0;
+            for (int t = 0; t < nt; t++) {
+                int r0 = i0 + t * per, r1 = r0 + per < i1 ? r0 + per : i1;
+                if (r0 >= r1)
+                    break;
+                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kv_pos, r0, r1, nk, nk};
+                if (t == nt - 1 || rows < 64 || pthread_create(&th[t], NULL, softmax_rows, &jobs[t]) != 0)
+                    softmax_rows(&jobs[t]);
+                else
+                    started |= 1 << t;
+            }
+            for (int t = 0; t < nt; t++)
+                if (started & (1 << t))
+                    pthread_join(th[t], NULL);
+            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f, sc, nk,
+                             v + kh * head_dim, kstride, 0.0f, out + (size_t)i0 * qstride + h * head_dim, qstride);
+        }
     }
     return 0;
 }

@@ -1,0 +1,537 @@
+/* tokenizer.c - byte-level BPE from GGUF metadata, matching llama.cpp:
+ * special-token partition, the pre-tokenizer regexes named by
+ * tokenizer.ggml.pre (PCRE2, UTF + UCP), GPT-2 byte-to-unicode mapping, and
+ * merges by rank (lowest first, leftmost on ties). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+#define TOKEN_TYPE_NORMAL 1
+#define TOKEN_TYPE_UNKNOWN 2
+#define TOKEN_TYPE_CONTROL 3
+#define TOKEN_TYPE_USER_DEFINED 4
+#define TOKEN_TYPE_BYTE 6
+
+/* ---- string -> int hash map (open addressing) ---- */
+
+struct smap {
+    const char **keys;
+    uint32_t *lens;
+    int32_t *vals;
+    size_t cap;
+};
+
+static uint64_t fnv(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int smap_init(struct smap *m, size_t n)
+{
+    m->cap = 16;
+    while (m->cap < n * 2)
+        m->cap <<= 1;
+    m->keys = calloc(m->cap, sizeof(*m->keys));
+    m->lens = calloc(m->cap, sizeof(*m->lens));
+    m->vals = calloc(m->cap, sizeof(*m->vals));
+    return m->keys && m->lens && m->vals ? 0 : -ENOMEM;
+}
+
+static void smap_free(struct smap *m)
+{
+    free(m->keys);
+    free(m->lens);
+    free(m->vals);
+}
+
+/* keys are not copied: they live in the GGUF mapping or in the tokenizer */
+static void smap_put(struct smap *m, const char *k, size_t n, int32_t v)
+{
+    size_t i = fnv(k, n) & (m->cap - 1);
+    while (m->keys[i]) {
+        if (m->lens[i] == n && !memcmp(m->keys[i], k, n))
+            return; /* first wins, like llama.cpp's token_to_id */
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->keys[i] = k;
+    m->lens[i] = (uint32_t)n;
+    m->vals[i] = v;
+}
+
+static int32_t smap_get(const struct smap *m, const char *k, size_t n)
+{
+    size_t i = fnv(k, n) & (m->cap - 1);
+    while (m->keys[i]) {
+        if (m->lens[i] == n && !memcmp(m->keys[i], k, n))
+            return m->vals[i];
+        i = (i + 1) & (m->cap - 1);
+    }
+    return -1;
+}
+
+struct kvfs_tokenizer {
+    uint32_t n_vocab;
+    struct kvfs_gguf_str *tokens;
+    int32_t *types;
+    struct smap vocab;   /* token text -> id */
+    struct smap merges;  /* "left right" -> rank */
+    pcre2_code *re[4];
+    int n_re;
+    int32_t bos, eos, eot;
+    int add_bos;
+    int32_t *special;    /* ids matched in text: control, user-defined */
+    int n_special;
+    char byte_enc[256][4]; /* GPT-2 byte -> UTF-8 of its code point */
+    int byte_dec[0x200];   /* code point -> byte, -1 if none */
+};
+
+static void utf8_put(char *out, unsigned cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else if (cp < 0x800) {
+        out[0] = (char)(0xc0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        out[2] = 0;
+    } else {
+        out[0] = (char)(0xe0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (cp & 0x3f));
+        out[3] = 0;
+    }
+}
+
+static size_t utf8_len(unsigned char c)
+{
+    return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+}
+
+static void byte_tables(struct kvfs_tokenizer *t)
+{
+    int n = 0;
+    for (int i = 0; i < 0x200; i++)
+        t->byte_dec[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)n++;
+        utf8_put(t->byte_enc[b], cp);
+        t->byte_dec[cp] = b;
+    }
+}
+
+/* Pre-tokenizer regexes by tokenizer.ggml.pre, as llama.cpp applies them
+ * (each regex splits the pieces the previous one produced). */
+static const char *GPT2_RE =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char *LLAMA3_RE =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *QWEN2_RE =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static int pre_regexes(const char *pre, const char **out)
+{
+    if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") || !strcmp(pre, "refact") ||
+        !strcmp(pre, "command-r")) {
+        out[0] = "\\p{N}";
+        out[1] = GPT2_RE;
+        return 2;
+    }
+    if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "smaug-bpe")) {
+        out[0] = LLAMA3_RE;
+        return 1;
+    }
+    if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) {
+        out[0] = QWEN2_RE;
+        return 1;
+    }
+    if (!strcmp(pre, "gpt-2") || !strcmp(pre, "default") || !*pre) {
+        out[0] = GPT2_RE;
+        return 1;
+    }
+    return -ENOTSUP;
+}
+
+void kvfs_tokenizer_free(struct kvfs_tokenizer *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->n_re; i++)
+        pcre2_code_free(t->re[i]);
+    smap_free(&t->vocab);
+    smap_free(&t->merges);
+    free(t->tokens);
+    free(t->types);
+    free(t->special);
+    free(t);
+}
+
+int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, char *err, size_t errlen)
+{
+    struct kvfs_gguf_str model, pre = {0, ""};
+    int rc;
+    if ((rc = kvfs_gguf_get_str(g, "tokenizer.ggml.model", &model))) {
+        snprintf(err, errlen, "no tokenizer in the model (tokenizer.ggml.model)");
+        return rc;
+    }
+    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4)) {
+        snprintf(err, errlen, "tokenizer model '%.*s' is not supported yet (byte-level BPE 'gpt2' is)",
+                 (int)model.len, model.ptr);
+        return -ENOTSUP;
+    }
+    kvfs_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    char pre_name[64];
+    snprintf(pre_name, sizeof(pre_name), "%.*s", (int)(pre.len < 63 ? pre.len : 63), pre.ptr);
+    const struct kvfs_gguf_kv *toks = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+    const struct kvfs_gguf_kv *types = kvfs_gguf_find(g, "tokenizer.ggml.token_type");
+    const struct kvfs_gguf_kv *merges = kvfs_gguf_find(g, "tokenizer.ggml.merges");
+    if (!toks || !merges || toks->arr_len == 0 || toks->arr_len > (1u << 24)) {
+        snprintf(err, errlen, "tokenizer tokens or merges missing");
+        return -EINVAL;
+    }
+    struct kvfs_tokenizer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->n_vocab = (uint32_t)toks->arr_len;
+    t->tokens = calloc(t->n_vocab, sizeof(*t->tokens));
+    t->types = calloc(t->n_vocab, sizeof(*t->types));
+    t->special = calloc(t->n_vocab, sizeof(*t->special));
+    if (!t->tokens || !t->types || !t->special || smap_init(&t->vocab, t->n_vocab) ||
+        smap_init(&t->merges, merges->arr_len)) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        if ((rc = kvfs_gguf_arr_str(toks, i, &t->tokens[i])))
+            goto fail;
+        int32_t ty = TOKEN_TYPE_NORMAL;
+        if (types)
+            kvfs_gguf_arr_i32(types, i, &ty);
+        t->types[i] = ty;
+        smap_put(&t->vocab, t->tokens[i].ptr, t->tokens[i].len, (int32_t)i);
+        if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
+            t->special[t->n_special++] = (int32_t)i;
+    }
+    for (uint64_t i = 0; i < merges->arr_len; i++) {
+        struct kvfs_gguf_str ms;
+        if ((rc = kvfs_gguf_arr_str(merges, i, &ms)))
+            goto fail;
+        smap_put(&t->merges, ms.ptr, ms.len, (int32_t)i);
+    }
+    /* longest special tokens first, so the partition prefers them */
+    for (int i = 1; i < t->n_special; i++)
+        for (int j = i; j > 0 && t->tokens[t->special[j]].len > t->tokens[t->special[j - 1]].len; j--) {
+            int32_t tmp = t->special[j];
+            t->special[j] = t->special[j - 1];
+            t->special[j - 1] = tmp;
+        }
+    const char *res[4];
+    int n = pre_regexes(pre_name, res);
+    if (n < 0) {
+        snprintf(err, errlen, "pre-tokenizer '%s' is not supported", pre_name);
+        rc = -ENOTSUP;
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        int ec;
+        PCRE2_SIZE eo;
+        t->re[i] = pcre2_compile((PCRE2_SPTR)res[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+        if (!t->re[i]) {
+            snprintf(err, errlen, "pre-tokenizer regex %d does not compile", i);
+            rc = -EINVAL;
+            goto fail;
+        }
+        pcre2_jit_compile(t->re[i], PCRE2_JIT_COMPLETE);
+        t->n_re++;
+    }
+    uint32_t v;
+    t->bos = kvfs_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == 0 ? (int32_t)v : -1;
+    t->eos = kvfs_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) == 0 ? (int32_t)v : -1;
+    t->eot = kvfs_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) == 0 ? (int32_t)v : -1;
+    t->add_bos = 0;
+    kvfs_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+    byte_tables(t);
+    *out = t;
+    return 0;
+fail:
+    kvfs_tokenizer_free(t);
+    return rc;
+}
+
+/* ---- output buffer ---- */
+
+struct ids {
+    int32_t *v;
+    size_t n, cap;
+    int err;
+};
+
+static void push(struct ids *o, int32_t id)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 256;
+        int32_t *nv = realloc(o->v, cap * sizeof(int32_t));
+        if (!nv) {
+            o->err = -ENOMEM;
+            return;
+        }
+        o->v = nv;
+        o->cap = cap;
+    }
+    o->v[o->n++] = id;
+}
+
+/* ---- BPE on one pre-tokenized word ---- */
+
+struct sym {
+    int start, len; /* in the byte-encoded word */
+    int prev, next;
+};
+
+static void bpe_word(const struct kvfs_tokenizer *t, const char *w, size_t wl, struct ids *o)
+{
+    /* byte-encode */
+    char *enc = malloc(wl * 2 + 1);
+    struct sym *s = malloc(sizeof(*s) * (wl + 1));
+    if (!enc || !s) {
+        free(enc);
+        free(s);
+        o->err = -ENOMEM;
+        return;
+    }
+    size_t el = 0;
+    int ns = 0;
+    for (size_t i = 0; i < wl; i++) {
+        const char *e = t->byte_enc[(uint8_t)w[i]];
+        size_t l = strlen(e);
+        s[ns] = (struct sym){(int)el, (int)l, ns - 1, ns + 1};
+        memcpy(enc + el, e, l);
+        el += l;
+        ns++;
+    }
+    s[ns - 1].next = -1;
+    /* a whole word that is a token needs no merging */
+    char key[1024];
+    for (;;) {
+        int best = -1;
+        int32_t best_rank = INT32_MAX;
+        for (int i = 0; i != -1 && s[i].next != -1; i = s[i].next) {
+            int j = s[i].next;
+            size_t kl = (size_t)s[i].len + 1 + (size_t)s[j].len;
+            if (kl >= sizeof(key))
+                continue;
+            memcpy(key, enc + s[i].start, (size_t)s[i].len);
+            key[s[i].len] = ' ';
+            memcpy(key + s[i].len + 1, enc + s[j].start, (size_t)s[j].len);
+            int32_t r = smap_get(&t->merges, key, kl);
+            if (r >= 0 && r < best_rank) {
+                best_rank = r;
+                best = i;
+            }
+        }
+        if (best < 0)
+            break;
+        int j = s[best].next;
+        s[best].len += s[j].len;
+        s[best].next = s[j].next;
+        if (s[j].next != -1)
+            s[s[j].next].prev = best;
+    }
+    for (int i = 0; i != -1; i = s[i].next) {
+        int32_t id = smap_get(&t->vocab, enc + s[i].start, (size_t)s[i].len);
+        if (id >= 0) {
+            push(o, id);
+            continue;
+        }
+        /* unknown symbol: fall back to its characters (byte tokens) */
+        for (int k = 0; k < s[i].len;) {
+            size_t cl = utf8_len((unsigned char)enc[s[i].start + k]);
+            int32_t cid = smap_get(&t->vocab, enc + s[i].start + k, cl);
+            if (cid >= 0)
+                push(o, cid);
+            k += (int)cl;
+        }
+    }
+    free(enc);
+    free(s);
+}
+
+/* Split [p, p+len) with regex r (index ri) and recurse into the next regex;
+ * the gaps between matches are pieces too, as in llama.cpp. */
+static void split(const struct kvfs_tokenizer *t, int ri, const char *p, size_t len, struct ids *o)
+{
+    if (len == 0)
+        return;
+    if (ri == t->n_re) {
+        bpe_word(t, p, len, o);
+        return;
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re[ri], NULL);
+    if (!md) {
+        o->err = -ENOMEM;
+        return;
+    }
+    size_t at = 0, last = 0;
+    while (at < len && !o->err) {
+        int rc = pcre2_match(t->re[ri], (PCRE2_SPTR)p, len, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc < 0)
+            break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* empty match: step one character */
+            at = ms + utf8_len((unsigned char)p[ms]);
+            continue;
+        }
+        if (ms > last)
+            split(t, ri + 1, p + last, ms - last, o);
+        split(t, ri + 1, p + ms, me - ms, o);
+        last = at = me;
+    }
+    if (last < len && !o->err)
+        split(t, ri + 1, p + last, len - last, o);
+    pcre2_match_data_free(md);
+}
+
+static int utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!l || i + l > n || (l == 2 && c < 0xc2))
+            return 0;
+        for (size_t k = 1; k < l; k++)
+            if (((unsigned char)s[i + k] >> 6) != 2)
+                return 0;
+        i += l;
+    }
+    return 1;
+}
+
+int kvfs_tokenize(const struct kvfs_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                  int32_t **ids, size_t *n_ids)
+{
+    struct ids o = {0};
+    if (add_bos && t->add_bos && t->bos >= 0)
+        push(&o, t->bos);
+    if (!utf8_valid(text, len)) {
+        free(o.v);
+        return -EILSEQ; /* the regexes run in UTF mode */
+    }
+    size_t start = 0, i = 0;
+    while (i < len && !o.err) {
+        int matched = -1;
+        for (int k = 0; k < t->n_special; k++) {
+            int32_t id = t->special[k];
+            if (!parse_special && t->types[id] == TOKEN_TYPE_CONTROL)
+                continue;
+            const struct kvfs_gguf_str *s = &t->tokens[id];
+            if (s->len && s->len <= len - i && !memcmp(text + i, s->ptr, s->len)) {
+                matched = id;
+                break;
+            }
+        }
+        if (matched < 0) {
+            i++;
+            continue;
+        }
+        split(t, 0, text + start, i - start, &o);
+        push(&o, matched);
+        i += t->tokens[matched].len;
+        start = i;
+    }
+    if (!o.err)
+        split(t, 0, text + start, len - start, &o);
+    if (o.err) {
+        free(o.v);
+        return o.err;
+    }
+    *ids = o.v ? o.v : malloc(sizeof(int32_t));
+    *n_ids = o.n;
+    return *ids ? 0 : -ENOMEM;
+}
+
+int kvfs_token_piece(const struct kvfs_tokenizer *t, int32_t id, char *buf, size_t cap)
+{
+    if (id < 0 || (uint32_t)id >= t->n_vocab)
+        return -EINVAL;
+    const struct kvfs_gguf_str *s = &t->tokens[id];
+    size_t n = 0;
+    if (t->types[id] != TOKEN_TYPE_NORMAL) { /* special tokens render as written */
+        for (size_t i = 0; i < s->len && n < cap; i++)
+            buf[n++] = s->ptr[i];
+        return (int)n;
+    }
+    for (size_t i = 0; i < s->len;) {
+        size_t cl = utf8_len((unsigned char)s->ptr[i]);
+        unsigned cp = (unsigned char)s->ptr[i];
+        if (cl == 2 && i + 1 < s->len)
+            cp = ((cp & 0x1f) << 6) | ((unsigned char)s->ptr[i + 1] & 0x3f);
+        else if (cl > 2)
+            cp = 0x10000; /* not a byte-level character */
+        int b = cp < 0x200 ? t->byte_dec[cp] : -1;
+        if (b >= 0) {
+            if (n < cap)
+                buf[n] = (char)b;
+            n++;
+        } else {
+            for (size_t k = 0; k < cl && i + k < s->len; k++, n++)
+                if (n < cap)
+                    buf[n] = s->ptr[i + k];
+        }
+        i += cl;
+    }
+    return (int)n;
+}
+
+int kvfs_detokenize(const struct kvfs_tokenizer *t, const int32_t *ids, size_t n, char **text)
+{
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap);
+    for (size_t i = 0; i < n && out; i++) {
+        char piece[512];
+        int l = kvfs_token_piece(t, ids[i], piece, sizeof(piece));
+        if (l < 0) {
+            free(out);
+            return l;
+        }
+        if (len + (size_t)l + 1 > cap) {
+            while (len + (size_t)l + 1 > cap)
+                cap *= 2;
+            char *no = realloc(out, cap);
+            if (!no) {
+                free(out);
+                return -ENOMEM;
+            }
+            out = no;
+        }
+        memcpy(out + len, piece, (size_t)l);
+        len += (size_t)l;
+    }
+    if (!out)
+        return -ENOMEM;
+    out[len] = '\0';
+    *text = out;
+    return 0;
+}
+
+int32_t kvfs_token_bos(const struct kvfs_tokenizer *t) { return t->bos; }
+int32_t kvfs_token_eos(const struct kvfs_tokenizer *t) { return t->eos; }
+int kvfs_token_is_eog(const struct kvfs_tokenizer *t, int32_t id)
+{
+    return id == t->eos || (t->eot >= 0 && id == t->eot) ||
+           (id >= 0 && (uint32_t)id < t->n_vocab && t->tokens[id].len == 10 &&
+            !memcmp(t->tokens[id].ptr, "<|im_end|>", 10));
+}
+uint32_t kvfs_vocab_size(const struct kvfs_tokenizer *t) { return t->n_vocab; }

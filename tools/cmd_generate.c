@@ -1,0 +1,159 @@
+/* kvfsctl generate - a small reference engine: optional KV file as the
+ * prompt's cache, prefill of the remaining prompt, greedy decoding. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "model_util.h"
+#include "tool_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl generate -m MODEL [--kv FILE | --prefix-file FILE] [-p TEXT] [-n N] [options]\n"
+               "Greedy generation.  The prompt is the KV file's tokens (their cache is\n"
+               "loaded, not recomputed) or the prefix file's tokens, followed by the tokens\n"
+               "of TEXT.  Prints the generated text; the time to first token goes to stderr.\n\n"
+               "  -m, --model PATH     GGUF model\n"
+               "  --kv FILE            chunk file to use as the prompt's cache\n"
+               "  --prefix-file FILE   text to prefill before TEXT (tokenized on its own)\n"
+               "  -p, --prompt TEXT    prompt text (after the KV/prefix)\n"
+               "  -n N                 tokens to generate (default 32)\n"
+               "  --ids                print token ids instead of text\n"
+               "  --backend NAME       cpu, cuda, auto (default cpu)\n"
+               "  -t, --threads N      CPU threads (default: all cores)\n");
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"kv", required_argument, 0, 'k'},
+        {"prefix-file", required_argument, 0, 'f'}, {"prompt", required_argument, 0, 'p'},
+        {"ids", no_argument, 0, 'i'}, {"backend", required_argument, 0, 'b'},
+        {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *kv = NULL, *prefix = NULL, *prompt = "", *backend = "cpu";
+    int n_gen = 32, threads = 0, print_ids = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'k': kv = optarg; break;
+        case 'f': prefix = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': n_gen = atoi(optarg); break;
+        case 'i': print_ids = 1; break;
+        case 'b': backend = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model || (kv && prefix) || n_gen < 1 || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    if (tool_load_model(model, backend, threads, &m, &tok))
+        return 1;
+    int ret = 1, rc;
+    uint8_t *image = NULL;
+    size_t image_len = 0, n_pre = 0, n_prompt = 0;
+    int32_t *pre_ids = NULL, *prompt_ids = NULL;
+    struct kvfs_header h;
+    char err[512] = "";
+    int n_cached = 0;
+    if (kv) {
+        if ((rc = tool_read_file(kv, &image, &image_len)) ||
+            (rc = kvfs_file_verify(image, image_len, &h, err, sizeof(err)))) {
+            fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
+            goto out;
+        }
+        n_cached = (int)h.n_tokens;
+        if (h.pos0 != 0) {
+            fprintf(stderr, "kvfsctl generate: %s starts at position %u; a prompt cache must start at 0\n", kv, h.pos0);
+            goto out;
+        }
+    } else if (prefix && tool_tokenize_file(tok, prefix, 0, &pre_ids, &n_pre)) {
+        goto out;
+    }
+    if (*prompt && (rc = kvfs_tokenize(tok, prompt, strlen(prompt), 0, 0, &prompt_ids, &n_prompt))) {
+        fprintf(stderr, "kvfsctl generate: cannot tokenize the prompt: %s\n", strerror(-rc));
+        goto out;
+    }
+    int total_prompt = n_cached + (int)n_pre + (int)n_prompt;
+    if (total_prompt == 0) {
+        fprintf(stderr, "kvfsctl generate: empty prompt\n");
+        goto out;
+    }
+    struct kvfs_kv_cache cache;
+    if ((rc = kvfs_kv_cache_init(m, total_prompt + n_gen, &cache))) {
+        fprintf(stderr, "kvfsctl generate: out of memory\n");
+        goto out;
+    }
+    float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    int32_t *todo = malloc(sizeof(int32_t) * (size_t)(total_prompt + 1));
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)n_gen);
+    if (!logits || !todo || !gen)
+        goto free_all;
+    double t0 = tool_now();
+    if (kv && (rc = kvfs_kv_cache_load_chunk(m, &cache, image, image_len, err, sizeof(err)))) {
+        fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
+        goto free_all;
+    }
+    int n_todo = 0;
+    for (size_t i = 0; i < n_pre; i++)
+        todo[n_todo++] = pre_ids[i];
+    for (size_t i = 0; i < n_prompt; i++)
+        todo[n_todo++] = prompt_ids[i];
+    if (n_todo == 0) { /* everything is cached: recompute the last token for its logits */
+        todo[n_todo++] = (int32_t)kvfs_header_token(&h, h.n_tokens - 1);
+        cache.n--;
+        n_cached--;
+    }
+    if ((rc = kvfs_forward(m, &cache, todo, n_todo, n_cached, logits))) {
+        fprintf(stderr, "kvfsctl generate: forward pass failed: %s\n", strerror(-rc));
+        goto free_all;
+    }
+    double ttft = tool_now() - t0;
+    int produced = 0;
+    for (int g = 0; g < n_gen; g++) {
+        int32_t next = tool_argmax(logits, m->hp.n_vocab);
+        gen[produced++] = next;
+        if (kvfs_token_is_eog(tok, next) || g + 1 == n_gen)
+            break;
+        if ((rc = kvfs_forward(m, &cache, &next, 1, cache.n, logits))) {
+            fprintf(stderr, "kvfsctl generate: decode failed: %s\n", strerror(-rc));
+            goto free_all;
+        }
+    }
+    double total = tool_now() - t0;
+    if (print_ids) {
+        for (int i = 0; i < produced; i++)
+            printf(i ? " %d" : "%d", gen[i]);
+        printf("\n");
+    } else {
+        char *text;
+        if (kvfs_detokenize(tok, gen, (size_t)produced, &text) == 0) {
+            printf("%s\n", text);
+            free(text);
+        }
+    }
+    fprintf(stderr, "kvfsctl generate: prompt %d tokens (%d from the KV file), TTFT %.3f s, %d tokens in %.3f s\n",
+            total_prompt, kv ? total_prompt - (int)n_prompt : 0, ttft, produced, total);
+    ret = 0;
+free_all:
+    free(logits);
+    free(todo);
+    free(gen);
+    kvfs_kv_cache_free(m, &cache);
+out:
+    free(image);
+    free(pre_ids);
+    free(prompt_ids);
+    kvfs_tokenizer_free(tok);
+    kvfs_model_free(m);
+    return ret;
+}

@@ -1,0 +1,134 @@
+/* kvfsctl prefill - compute a text chunk's KV cache and store it as a chunk
+ * file, or in a mounted kvfs through incoming/. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "model_util.h"
+#include "tool_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl prefill -m MODEL [-o FILE | -M MOUNT] [options] [TEXT_FILE|-]\n"
+               "Tokenize a text, run the model over it and write the chunk's KV cache\n"
+               "(format v1, f16, keys after RoPE).  Prints the chunk's hash (and its path\n"
+               "in the mount with -M).\n\n"
+               "  -m, --model PATH    GGUF model\n"
+               "  -o, --output FILE   write the chunk file here\n"
+               "  -M, --mount DIR     store it in a mounted kvfs (via DIR/incoming/)\n"
+               "  --pos0 N            position of the first token (default 0)\n"
+               "  --bos               prepend BOS if the model asks for it\n"
+               "  --dtype f16|f32|bf16  stored precision (default f16)\n"
+               "  --backend NAME      cpu, cuda, auto (default cpu)\n"
+               "  -t, --threads N     CPU threads (default: all cores)\n");
+}
+
+int cmd_prefill(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
+        {"mount", required_argument, 0, 'M'}, {"pos0", required_argument, 0, 'p'},
+        {"bos", no_argument, 0, 'B'}, {"dtype", required_argument, 0, 'd'},
+        {"backend", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu";
+    int pos0 = 0, bos = 0, threads = 0, c;
+    uint32_t dtype = KVFS_DTYPE_F16;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:o:M:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 'M': mount = optarg; break;
+        case 'p': pos0 = atoi(optarg); break;
+        case 'B': bos = 1; break;
+        case 'b': backend = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'd':
+            dtype = !strcmp(optarg, "f32") ? KVFS_DTYPE_F32 : !strcmp(optarg, "bf16") ? KVFS_DTYPE_BF16
+                  : !strcmp(optarg, "f16") ? KVFS_DTYPE_F16 : 0;
+            if (!dtype) {
+                fprintf(stderr, "kvfsctl prefill: unknown dtype %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model || (!out && !mount) || (out && mount) || optind < argc - 1 || pos0 < 0) {
+        usage(stderr);
+        return 2;
+    }
+    const char *text = optind < argc ? argv[optind] : "-";
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    if (tool_load_model(model, backend, threads, &m, &tok))
+        return 1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int ret = 1, rc;
+    struct kvfs_kv_cache cache;
+    struct kvfs_writer w;
+    if (tool_tokenize_file(tok, text, bos, &ids, &n))
+        goto free_model;
+    if ((rc = kvfs_kv_cache_init(m, (int)n, &cache))) {
+        fprintf(stderr, "kvfsctl prefill: out of memory for %zu tokens\n", n);
+        goto free_ids;
+    }
+    double t0 = tool_now();
+    if ((rc = kvfs_forward(m, &cache, ids, (int)n, pos0, NULL))) {
+        fprintf(stderr, "kvfsctl prefill: forward pass failed: %s\n", strerror(-rc));
+        goto free_cache;
+    }
+    double t1 = tool_now();
+    if ((rc = kvfs_kv_cache_to_chunk(m, &cache, 0, (int)n, ids, dtype, &w))) {
+        fprintf(stderr, "kvfsctl prefill: cannot build the chunk: %s\n", strerror(-rc));
+        goto free_cache;
+    }
+    uint8_t digest[32];
+    char hex[KVFS_HASH_HEX_LEN + 1], path[4096];
+    kvfs_content_hash(&w.hdr, digest);
+    kvfs_hash_to_hex(digest, hex);
+    if (mount)
+        snprintf(path, sizeof(path), "%s/incoming/%s.kv", mount, hex);
+    else
+        snprintf(path, sizeof(path), "%s", out);
+    if (!mount) {
+        rc = tool_write_file(path, w.buf, w.size);
+    } else {
+        /* one plain write: kvfs verifies and stores it when it is closed */
+        FILE *f = fopen(path, "w");
+        rc = f ? 0 : -errno;
+        if (f) {
+            if (fwrite(w.buf, 1, w.size, f) != w.size)
+                rc = -EIO;
+            if (fclose(f) != 0 && !rc)
+                rc = -errno;
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "kvfsctl prefill: cannot store the chunk at %s: %s\n", path, strerror(-rc));
+    } else {
+        fprintf(stderr, "kvfsctl prefill: %zu tokens in %.3f s (%.0f tokens/s), %zu bytes\n", n, t1 - t0,
+                (double)n / (t1 - t0), w.size);
+        if (mount)
+            printf("%s %s/chunks/%s.kv\n", hex, mount, hex);
+        else
+            printf("%s\n", hex);
+        ret = 0;
+    }
+    kvfs_writer_free(&w);
+free_cache:
+    kvfs_kv_cache_free(m, &cache);
+free_ids:
+    free(ids);
+free_model:
+    kvfs_tokenizer_free(tok);
+    kvfs_model_free(m);
+    return ret;
+}

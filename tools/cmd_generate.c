@@ -103,17 +103,21 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
         goto free_all;
     }
+    /* the prefix runs as its own pass, exactly as when its chunk was made,
+     * so --kv and --prefix-file compute the same thing */
+    if (n_pre && (rc = kvfs_forward(m, &cache, pre_ids, (int)n_pre, 0, n_prompt ? NULL : logits))) {
+        fprintf(stderr, "kvfsctl generate: forward pass failed: %s\n", strerror(-rc));
+        goto free_all;
+    }
     int n_todo = 0;
-    for (size_t i = 0; i < n_pre; i++)
-        todo[n_todo++] = pre_ids[i];
     for (size_t i = 0; i < n_prompt; i++)
         todo[n_todo++] = prompt_ids[i];
-    if (n_todo == 0) { /* everything is cached: recompute the last token for its logits */
+    if (n_todo == 0 && kv) { /* everything is cached: recompute the last token for its logits */
         todo[n_todo++] = (int32_t)kvfs_header_token(&h, h.n_tokens - 1);
         cache.n--;
         n_cached--;
     }
-    if ((rc = kvfs_forward(m, &cache, todo, n_todo, n_cached, logits))) {
+    if (n_todo && (rc = kvfs_forward(m, &cache, todo, n_todo, cache.n, logits))) {
         fprintf(stderr, "kvfsctl generate: forward pass failed: %s\n", strerror(-rc));
         goto free_all;
     }

@@ -1,0 +1,110 @@
+/* synth_model.c - write a tiny random llama/qwen2 model as GGUF. */
+#include "synth_model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf_write.h"
+
+static float rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return ((float)(*s >> 40) / (float)(1 << 24) - 0.5f); /* uniform [-0.5, 0.5) */
+}
+
+static int add_rand(struct kvfs_gguf_writer *w, const char *name, int ne0, int ne1, float scale, float bias,
+                    uint64_t *s)
+{
+    float *d = malloc(sizeof(float) * (size_t)ne0 * ne1);
+    if (!d)
+        return -ENOMEM;
+    for (size_t i = 0; i < (size_t)ne0 * ne1; i++)
+        d[i] = bias + scale * rnd(s);
+    int rc = kvfs_gguf_add_tensor_f32(w, name, (uint64_t)ne0, (uint64_t)ne1, d);
+    free(d);
+    return rc;
+}
+
+int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o)
+{
+    struct kvfs_gguf_writer *w;
+    int rc = kvfs_gguf_writer_new(&w);
+    if (rc)
+        return rc;
+    const char *a = o->arch;
+    char k[128];
+    uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
+    int vocab = 257, qwen = !strcmp(a, "qwen2"), kv = o->n_embd / o->n_head * o->n_kv_head;
+#define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
+    rc = kvfs_gguf_add_str(w, "general.architecture", a);
+    if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("block_count"), (uint32_t)o->n_layer);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->n_embd);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_head);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->n_kv_head);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
+    if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
+    if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+#undef KEY
+    /* byte-level vocabulary: token i < 256 is byte i in GPT-2's encoding */
+    char (*texts)[8] = calloc((size_t)vocab, 8);
+    const char **tok = calloc((size_t)vocab, sizeof(char *));
+    int32_t *types = calloc((size_t)vocab, sizeof(int32_t));
+    if (!texts || !tok || !types) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)extra++;
+        if (cp < 0x80) {
+            texts[b][0] = (char)cp;
+        } else {
+            texts[b][0] = (char)(0xc0 | cp >> 6);
+            texts[b][1] = (char)(0x80 | (cp & 0x3f));
+        }
+        tok[b] = texts[b];
+        types[b] = 1;
+    }
+    tok[256] = "<|endoftext|>";
+    types[256] = 3;
+    if (!rc) rc = kvfs_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (!rc) rc = kvfs_gguf_add_str(w, "tokenizer.ggml.pre", "gpt-2");
+    if (!rc) rc = kvfs_gguf_add_str_array(w, "tokenizer.ggml.tokens", tok, (uint64_t)vocab);
+    if (!rc) rc = kvfs_gguf_add_i32_array(w, "tokenizer.ggml.token_type", types, (uint64_t)vocab);
+    if (!rc) rc = kvfs_gguf_add_str_array(w, "tokenizer.ggml.merges", tok, 0);
+    if (!rc) rc = kvfs_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 256);
+    if (!rc) rc = kvfs_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 256);
+    if (!rc) rc = kvfs_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    float sc = 1.0f / (float)o->n_embd;
+    if (!rc) rc = add_rand(w, "token_embd.weight", o->n_embd, vocab, 2.0f, 0.0f, &s);
+    if (!rc) rc = add_rand(w, "output_norm.weight", o->n_embd, 1, 0.2f, 1.0f, &s);
+    for (int l = 0; l < o->n_layer && !rc; l++) {
+#define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
+        rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (!rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, o->n_embd, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("attn_output.weight"), o->n_embd, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
+        if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
+        if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
+#undef T
+    }
+    if (!rc)
+        rc = kvfs_gguf_write_file(w, path);
+out:
+    free(texts);
+    free(tok);
+    free(types);
+    kvfs_gguf_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,13 @@
+/* synth_model.h - tiny random models in GGUF, for fast tests. */
+#ifndef KVFS_SYNTH_MODEL_H
+#define KVFS_SYNTH_MODEL_H
+#include <stdint.h>
+struct kvfs_synth_model_opts {
+    const char *arch;  /* "llama" or "qwen2" (adds QKV biases, NeoX RoPE) */
+    int n_layer, n_embd, n_head, n_kv_head, n_ff;
+    float rope_theta;
+    uint32_t seed;
+};
+/* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
+int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);
+#endif

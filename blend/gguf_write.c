@@ -127,6 +127,15 @@ int kvfs_gguf_add_i32_array(struct kvfs_gguf_writer *w, const char *k, const int
     return w->kv.err;
 }
 
+int kvfs_gguf_add_f32_array(struct kvfs_gguf_writer *w, const char *k, const float *v, uint64_t n)
+{
+    key(w, k, KVFS_GGUF_ARRAY);
+    put_u32(&w->kv, KVFS_GGUF_FLOAT32);
+    put_u64(&w->kv, n);
+    put(&w->kv, v, 4 * n);
+    return w->kv.err;
+}
+
 int kvfs_gguf_add_tensor_f32(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
                              const float *data)
 {

@@ -89,6 +89,10 @@ struct kvfs_tokenizer {
     int n_re;
     int32_t bos, eos, eot;
     int add_bos;
+    int spm;               /* SentencePiece-style ("llama") vocabulary */
+    int add_space_prefix;  /* SPM: prepend U+2581 to the text */
+    float *scores;         /* SPM merge priorities */
+    int32_t byte_tok[256]; /* SPM: <0xXX> tokens, -1 if absent */
     int32_t *special;    /* ids matched in text: control, user-defined */
     int n_special;
     char byte_enc[256][4]; /* GPT-2 byte -> UTF-8 of its code point */
@@ -175,6 +179,7 @@ void kvfs_tokenizer_free(struct kvfs_tokenizer *t)
     free(t->tokens);
     free(t->types);
     free(t->special);
+    free(t->scores);
     free(t);
 }
 
@@ -186,9 +191,10 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
         snprintf(err, errlen, "no tokenizer in the model (tokenizer.ggml.model)");
         return rc;
     }
-    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4)) {
-        snprintf(err, errlen, "tokenizer model '%.*s' is not supported yet (byte-level BPE 'gpt2' is)",
-                 (int)model.len, model.ptr);
+    int spm = model.len == 5 && !memcmp(model.ptr, "llama", 5);
+    if (!spm && (model.len != 4 || memcmp(model.ptr, "gpt2", 4))) {
+        snprintf(err, errlen, "tokenizer model '%.*s' is not supported ('gpt2' byte-level BPE and 'llama' "
+                 "SentencePiece are)", (int)model.len, model.ptr);
         return -ENOTSUP;
     }
     kvfs_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
@@ -197,7 +203,8 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
     const struct kvfs_gguf_kv *toks = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
     const struct kvfs_gguf_kv *types = kvfs_gguf_find(g, "tokenizer.ggml.token_type");
     const struct kvfs_gguf_kv *merges = kvfs_gguf_find(g, "tokenizer.ggml.merges");
-    if (!toks || !merges || toks->arr_len == 0 || toks->arr_len > (1u << 24)) {
+    const struct kvfs_gguf_kv *scores = kvfs_gguf_find(g, "tokenizer.ggml.scores");
+    if (!toks || (!spm && !merges) || (spm && !scores) || toks->arr_len == 0 || toks->arr_len > (1u << 24)) {
         snprintf(err, errlen, "tokenizer tokens or merges missing");
         return -EINVAL;
     }
@@ -205,11 +212,12 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
     if (!t)
         return -ENOMEM;
     t->n_vocab = (uint32_t)toks->arr_len;
+    t->spm = spm;
     t->tokens = calloc(t->n_vocab, sizeof(*t->tokens));
     t->types = calloc(t->n_vocab, sizeof(*t->types));
     t->special = calloc(t->n_vocab, sizeof(*t->special));
     if (!t->tokens || !t->types || !t->special || smap_init(&t->vocab, t->n_vocab) ||
-        smap_init(&t->merges, merges->arr_len)) {
+        smap_init(&t->merges, merges ? merges->arr_len : 0)) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -224,7 +232,7 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
         if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
             t->special[t->n_special++] = (int32_t)i;
     }
-    for (uint64_t i = 0; i < merges->arr_len; i++) {
+    for (uint64_t i = 0; merges && i < merges->arr_len; i++) {
         struct kvfs_gguf_str ms;
         if ((rc = kvfs_gguf_arr_str(merges, i, &ms)))
             goto fail;
@@ -238,7 +246,7 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
             t->special[j - 1] = tmp;
         }
     const char *res[4];
-    int n = pre_regexes(pre_name, res);
+    int n = spm ? 0 : pre_regexes(pre_name, res);
     if (n < 0) {
         snprintf(err, errlen, "pre-tokenizer '%s' is not supported", pre_name);
         rc = -ENOTSUP;
@@ -260,8 +268,24 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
     t->bos = kvfs_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == 0 ? (int32_t)v : -1;
     t->eos = kvfs_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) == 0 ? (int32_t)v : -1;
     t->eot = kvfs_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) == 0 ? (int32_t)v : -1;
-    t->add_bos = 0;
+    t->add_bos = spm; /* SentencePiece models want BOS unless they say otherwise */
     kvfs_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+    t->add_space_prefix = spm;
+    kvfs_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
+    if (spm) {
+        t->scores = calloc(t->n_vocab, sizeof(float));
+        if (!t->scores) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        for (uint32_t i = 0; i < t->n_vocab; i++)
+            kvfs_gguf_arr_f32(scores, i, &t->scores[i]);
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof(name), "<0x%02X>", b);
+            t->byte_tok[b] = smap_get(&t->vocab, name, 6);
+        }
+    }
     byte_tables(t);
     *out = t;
     return 0;
@@ -368,6 +392,80 @@ static void bpe_word(const struct kvfs_tokenizer *t, const char *w, size_t wl, s
     free(s);
 }
 
+/* SentencePiece: spaces become U+2581, then adjacent symbols merge while
+ * their concatenation is a token, highest score first (leftmost on ties);
+ * what is not a token falls back to <0xXX> byte tokens. */
+static void spm_fragment(const struct kvfs_tokenizer *t, const char *p, size_t len, int first, struct ids *o)
+{
+    if (len == 0)
+        return;
+    size_t cap = len * 3 + 4, el = 0;
+    char *enc = malloc(cap);
+    struct sym *s = malloc(sizeof(*s) * (len + 2));
+    if (!enc || !s) {
+        free(enc);
+        free(s);
+        o->err = -ENOMEM;
+        return;
+    }
+    if (first && t->add_space_prefix) {
+        memcpy(enc, "\xe2\x96\x81", 3);
+        el = 3;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == ' ') {
+            memcpy(enc + el, "\xe2\x96\x81", 3);
+            el += 3;
+        } else {
+            enc[el++] = p[i];
+        }
+    }
+    int ns = 0;
+    for (size_t i = 0; i < el;) {
+        size_t cl = utf8_len((unsigned char)enc[i]);
+        if (i + cl > el)
+            cl = el - i;
+        s[ns] = (struct sym){(int)i, (int)cl, ns - 1, ns + 1};
+        ns++;
+        i += cl;
+    }
+    if (ns)
+        s[ns - 1].next = -1;
+    for (;;) {
+        int best = -1;
+        float best_score = 0;
+        for (int i = 0; ns && i != -1 && s[i].next != -1; i = s[i].next) {
+            int j = s[i].next;
+            int32_t id = smap_get(&t->vocab, enc + s[i].start, (size_t)(s[i].len + s[j].len));
+            if (id >= 0 && (best < 0 || t->scores[id] > best_score)) {
+                best = i;
+                best_score = t->scores[id];
+            }
+        }
+        if (best < 0)
+            break;
+        int j = s[best].next;
+        s[best].len += s[j].len;
+        s[best].next = s[j].next;
+        if (s[j].next != -1)
+            s[s[j].next].prev = best;
+    }
+    for (int i = 0; ns && i != -1; i = s[i].next) {
+        int32_t id = smap_get(&t->vocab, enc + s[i].start, (size_t)s[i].len);
+        if (id >= 0) {
+            push(o, id);
+            continue;
+        }
+        for (int k = 0; k < s[i].len; k++) {
+            int32_t b = t->byte_tok[(uint8_t)enc[s[i].start + k]];
+            if (b >= 0)
+                push(o, b);
+        }
+    }
+    free(enc);
+    free(s);
+}
+
 /* Split [p, p+len) with regex r (index ri) and recurse into the next regex;
  * the gaps between matches are pieces too, as in llama.cpp. */
 static void split(const struct kvfs_tokenizer *t, int ri, const char *p, size_t len, struct ids *o)
@@ -446,12 +544,17 @@ int kvfs_tokenize(const struct kvfs_tokenizer *t, const char *text, size_t len, 
             i++;
             continue;
         }
-        split(t, 0, text + start, i - start, &o);
+        if (t->spm)
+            spm_fragment(t, text + start, i - start, 1, &o);
+        else
+            split(t, 0, text + start, i - start, &o);
         push(&o, matched);
         i += t->tokens[matched].len;
         start = i;
     }
-    if (!o.err)
+    if (!o.err && t->spm)
+        spm_fragment(t, text + start, len - start, 1, &o);
+    else if (!o.err)
         split(t, 0, text + start, len - start, &o);
     if (o.err) {
         free(o.v);
@@ -468,6 +571,28 @@ int kvfs_token_piece(const struct kvfs_tokenizer *t, int32_t id, char *buf, size
         return -EINVAL;
     const struct kvfs_gguf_str *s = &t->tokens[id];
     size_t n = 0;
+    if (t->spm && (t->types[id] == TOKEN_TYPE_NORMAL || t->types[id] == TOKEN_TYPE_BYTE)) {
+        if (t->types[id] == TOKEN_TYPE_BYTE || (s->len == 6 && !memcmp(s->ptr, "<0x", 3))) {
+            unsigned v = 0;
+            if (sscanf(s->ptr + 3, "%2X", &v) == 1 && n < cap)
+                buf[n] = (char)v;
+            return 1;
+        }
+        for (size_t i = 0; i < s->len;) {
+            if (i + 3 <= s->len && !memcmp(s->ptr + i, "\xe2\x96\x81", 3)) {
+                if (n < cap)
+                    buf[n] = ' ';
+                n++;
+                i += 3;
+            } else {
+                if (n < cap)
+                    buf[n] = s->ptr[i];
+                n++;
+                i++;
+            }
+        }
+        return (int)n;
+    }
     if (t->types[id] != TOKEN_TYPE_NORMAL) { /* special tokens render as written */
         for (size_t i = 0; i < s->len && n < cap; i++)
             buf[n++] = s->ptr[i];

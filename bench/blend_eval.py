@@ -1,0 +1,46 @@
+import json, os, statistics, subprocess, sys, tempfile, time
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
+from corpus import documents
+ROOT = os.path.join(os.path.dirname(__file__), '..')
+BUILD = os.environ.get('BUILD', 'build')
+KVFSCTL = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), 'kvfsctl')
+MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+N = int(os.environ.get('BLEND_PROMPTS', '30'))
+K = int(os.environ.get('BLEND_CHUNKS', '6'))
+SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))
+RATIOS = '0.05,0.1,0.15,0.3,1'
+questions = ['What does this text allow you to do?', 'Who is responsible for the software?',
+             'Summarize the conditions in one sentence.', 'Which command or option is described?']
+docs = [t for _, t in documents(400) if len(t) > SIZE + 200]
+rows = {}
+with tempfile.TemporaryDirectory() as td:
+    for p in range(N):
+        files = []
+        for k in range(K):
+            text = docs[(p * K + k) % len(docs)]
+            off = (p * 997) % max(1, len(text) - SIZE)
+            f = os.path.join(td, f'c{k}.txt')
+            open(f, 'w').write(text[off:off + SIZE])
+            files.append(f)
+        q = '\n\nQuestion: ' + questions[p % len(questions)] + '\nAnswer:'
+        r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIOS, '--query', q] + files,
+                           capture_output=True, text=True, check=True)
+        d = json.loads(r.stdout)
+        for res in d['results']:
+            rows.setdefault(res['method'], []).append((res['ttft_s'], res['kl'], res['top1'], res['greedy_agree'], d['tokens']))
+        print(f'prompt {p + 1}/{N}: {d["tokens"]} tokens', file=sys.stderr)
+full_ttft = statistics.median(x[0] for x in rows['full prefill'])
+reuse_kl = statistics.mean(x[1] for x in rows['full reuse'])
+print('### Blending quality and TTFT (`bench/blend.sh`, run by `make bench`)\n')
+print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, CPU backend, {os.cpu_count()} threads; {N} prompts of '
+      f'{K} chunks x {SIZE} bytes of real text (licenses, man pages, copyright files; median '
+      f'{statistics.median(x[4] for x in rows["full prefill"])} tokens) plus a question. `kvfsctl eval` per prompt: '
+      'TTFT from the cached chunks in memory to the first token\'s logits; KL(full || method) of the next-token '
+      'distribution; top-1 and 32-token greedy agreement with full prefill.\n')
+print('| method | median TTFT s | speedup vs full | mean KL | KL / full reuse | top-1 agree | greedy-32 agree |')
+print('|---|---|---|---|---|---|---|')
+for name, v in rows.items():
+    t = statistics.median(x[0] for x in v)
+    kl = statistics.mean(x[1] for x in v)
+    print(f'| {name} | {t:.3f} | {full_ttft / t:.2f}x | {kl:.4f} | {kl / reuse_kl if reuse_kl else 0:.2f} | '
+          f'{100 * statistics.mean(x[2] for x in v):.0f}% | {100 * statistics.mean(x[3] for x in v):.0f}% |')

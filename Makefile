@@ -62,9 +62,9 @@ ifneq ($(CUDA_SRC),)
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LIBCUDA   := $(BUILD)/libkvfs_cuda.a
 CFLAGS    += -DKVFS_HAVE_CUDA
-LIBS_ALL  := $(LIBCUDA) $(LIBS_ALL)
+LIBS_ALL  := $(LIBMODEL) $(LIBCUDA) $(LIBCORE)
 TEST_BIN  += $(GPU_TEST_BIN)
-LINK_LIBS += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+LINK_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -DKVFS_HAVE_CUDA \
              -Xcompiler -Wall,-Wextra,-Werror
 endif

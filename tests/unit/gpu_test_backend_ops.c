@@ -1,0 +1,224 @@
+/* gpu_test_backend_ops.c - every backend op on CPU and CUDA with random
+ * inputs, compared with a normalized error ||a - b|| / ||a|| (like ggml's
+ * test-backend-ops), on SmolLM2's and Llama-3-8B's shapes; then a whole
+ * synthetic model (prefill, decode, blend) on both.  Exit 77 without a GPU. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "blend.h"
+#include "check.h"
+#include "forward.h"
+#include "synth_model.h"
+
+static struct kvfs_backend cpu, gpu;
+static uint64_t rs = 12345;
+static float frand(void)
+{
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(rs >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+}
+
+static void *dev_of(struct kvfs_backend *b, const void *host, size_t bytes)
+{
+    void *d = NULL;
+    if (b->iface->alloc(b->ctx, bytes, &d) == 0 && host)
+        b->iface->upload(b->ctx, d, host, bytes);
+    return d;
+}
+
+static float *fill(size_t n)
+{
+    float *x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand();
+    return x;
+}
+
+static double nerr(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)a[i] * a[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* run op on both backends: inputs host arrays, one output of out_n floats */
+#define BOTH(expr_cpu, expr_gpu) do { CHECK_EQ(expr_cpu, 0); CHECK_EQ(expr_gpu, 0); } while (0)
+
+static void report(const char *op, const char *shape, double e, double tol)
+{
+    printf("%-12s %-28s nerr %.3e (tol %.0e) %s\n", op, shape, e, tol, e <= tol ? "ok" : "FAIL");
+    CHECK(e <= tol);
+}
+
+static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, const char *label)
+{
+    int hd = embd / n_head, kv = n_kv_head * hd;
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%s n=%d", label, n);
+    float *x = fill((size_t)n * embd), *wt = fill((size_t)ff * embd), *g = fill((size_t)embd), *b = fill((size_t)ff);
+    float *oc = malloc(sizeof(float) * (size_t)n * ff), *og = malloc(sizeof(float) * (size_t)n * ff);
+    const struct kvfs_backend_iface *C = cpu.iface, *G = gpu.iface;
+    /* matmul with bias */
+    struct kvfs_weight *wc, *wg;
+    C->weight_create(cpu.ctx, wt, ff, embd, &wc);
+    G->weight_create(gpu.ctx, wt, ff, embd, &wg);
+    float *dx = dev_of(&gpu, x, sizeof(float) * n * embd), *db = dev_of(&gpu, b, sizeof(float) * ff);
+    float *dy = dev_of(&gpu, NULL, sizeof(float) * (size_t)n * ff);
+    BOTH(C->matmul(cpu.ctx, wc, b, x, oc, n), G->matmul(gpu.ctx, wg, db, dx, dy, n));
+    G->download(gpu.ctx, og, dy, sizeof(float) * (size_t)n * ff);
+    report("matmul", shape, nerr(oc, og, (size_t)n * ff), 1e-5);
+    /* rmsnorm */
+    float *dg = dev_of(&gpu, g, sizeof(float) * embd);
+    BOTH(C->rmsnorm(cpu.ctx, x, g, oc, n, embd, 1e-5f), G->rmsnorm(gpu.ctx, dx, dg, dy, n, embd, 1e-5f));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("rmsnorm", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
+    /* rope, both styles, positions incl. negative deltas */
+    int32_t *pos = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++)
+        pos[i] = (i * 37) % 4096 - 100;
+    int32_t *dpos = dev_of(&gpu, pos, sizeof(int32_t) * n);
+    for (int style = 0; style <= 2; style += 2) {
+        memcpy(oc, x, sizeof(float) * n * embd);
+        G->upload(gpu.ctx, dy, x, sizeof(float) * n * embd);
+        BOTH(C->rope(cpu.ctx, oc, pos, n, n_head, hd, hd, 500000.0f, style),
+             G->rope(gpu.ctx, dy, dpos, n, n_head, hd, hd, 500000.0f, style));
+        G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+        report(style ? "rope neox" : "rope norm", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
+    }
+    /* add, swiglu, round_f16, act_quant */
+    float *dx2 = dev_of(&gpu, wt, sizeof(float) * n * embd);
+    BOTH(C->add(cpu.ctx, x, wt, oc, (size_t)n * embd), G->add(gpu.ctx, dx, dx2, dy, (size_t)n * embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("add", shape, nerr(oc, og, (size_t)n * embd), 1e-7);
+    BOTH(C->swiglu(cpu.ctx, x, wt, oc, (size_t)n * embd), G->swiglu(gpu.ctx, dx, dx2, dy, (size_t)n * embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("swiglu", shape, nerr(oc, og, (size_t)n * embd), 1e-6);
+    memcpy(oc, x, sizeof(float) * n * embd);
+    G->upload(gpu.ctx, dy, x, sizeof(float) * n * embd);
+    BOTH(C->round_f16(cpu.ctx, oc, (size_t)n * embd), G->round_f16(gpu.ctx, dy, (size_t)n * embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("round_f16", shape, nerr(oc, og, (size_t)n * embd), 0);
+    BOTH(C->act_quant(cpu.ctx, x, oc, n, embd, 9), G->act_quant(gpu.ctx, dx, dy, n, embd, 9));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("act_quant", shape, nerr(oc, og, (size_t)n * embd), 1e-6);
+    /* gather / scatter / get_rows / row_sqdiff */
+    int32_t *idx = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++)
+        idx[i] = (n - 1 - i);
+    int32_t *didx = dev_of(&gpu, idx, sizeof(int32_t) * n);
+    BOTH(C->gather_rows(cpu.ctx, x, idx, oc, n, embd), G->gather_rows(gpu.ctx, dx, didx, dy, n, embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("gather_rows", shape, nerr(oc, og, (size_t)n * embd), 0);
+    BOTH(C->scatter_rows(cpu.ctx, x, idx, oc, n, embd), G->scatter_rows(gpu.ctx, dx, didx, dy, n, embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("scatter_rows", shape, nerr(oc, og, (size_t)n * embd), 0);
+    BOTH(C->row_sqdiff(cpu.ctx, x, wt, oc, n, embd), G->row_sqdiff(gpu.ctx, dx, dx2, dy, n, embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n);
+    report("row_sqdiff", shape, nerr(oc, og, (size_t)n), 1e-5);
+    /* attention: causal prefill, and sparse selected rows with arbitrary positions */
+    float *q = fill((size_t)n * embd), *k = fill((size_t)n * kv), *v = fill((size_t)n * kv);
+    int32_t *kvp = malloc(sizeof(int32_t) * n), *qp = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++)
+        kvp[i] = qp[i] = i;
+    float *dq = dev_of(&gpu, q, sizeof(float) * n * embd), *dk = dev_of(&gpu, k, sizeof(float) * n * kv),
+          *dv = dev_of(&gpu, v, sizeof(float) * n * kv);
+    int32_t *dkvp = dev_of(&gpu, kvp, sizeof(int32_t) * n), *dqp = dev_of(&gpu, qp, sizeof(int32_t) * n);
+    float sc = 1.0f / sqrtf((float)hd);
+    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
+         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("attention", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
+    int nsel = n / 7 + 1;
+    for (int i = 0; i < nsel; i++)
+        qp[i] = (i * 7919) % n;
+    G->upload(gpu.ctx, dqp, qp, sizeof(int32_t) * nsel);
+    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
+         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
+    report("attn sparse", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
+    void *devs[] = {dx, db, dy, dg, dpos, dx2, didx, dq, dk, dv, dkvp, dqp};
+    for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
+        G->free(gpu.ctx, devs[i]);
+    C->weight_free(cpu.ctx, wc);
+    G->weight_free(gpu.ctx, wg);
+    free(x); free(wt); free(g); free(b); free(oc); free(og); free(pos); free(idx);
+    free(q); free(k); free(v); free(kvp); free(qp);
+}
+
+static void test_model(void)
+{
+    char path[64], err[256];
+    snprintf(path, sizeof(path), "/tmp/kvfs-gpu-model.%d.gguf", (int)getpid());
+    struct kvfs_synth_model_opts o = {"llama", 4, 256, 8, 2, 512, 10000.0f, 3};
+    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
+    struct kvfs_model *mc, *mg;
+    CHECK_EQ(kvfs_model_load(path, "cpu", 0, &mc, err, sizeof(err)), 0);
+    CHECK_EQ(kvfs_model_load(path, "cuda", 0, &mg, err, sizeof(err)), 0);
+    unlink(path);
+    int V = mc->hp.n_vocab, n = 300;
+    int32_t *t = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++)
+        t[i] = (i * 31 + 5) % 256;
+    float *lc = malloc(sizeof(float) * V), *lgp = malloc(sizeof(float) * V);
+    struct kvfs_kv_cache cc, cg;
+    CHECK_EQ(kvfs_kv_cache_init(mc, n + 1, &cc), 0);
+    CHECK_EQ(kvfs_kv_cache_init(mg, n + 1, &cg), 0);
+    CHECK_EQ(kvfs_forward(mc, &cc, t, n, 0, lc), 0);
+    CHECK_EQ(kvfs_forward(mg, &cg, t, n, 0, lgp), 0);
+    report("model prefill", "synthetic 4x256, n=300", nerr(lc, lgp, V), 1e-3);
+    int32_t nx = 7;
+    CHECK_EQ(kvfs_forward(mc, &cc, &nx, 1, n, lc), 0);
+    CHECK_EQ(kvfs_forward(mg, &cg, &nx, 1, n, lgp), 0);
+    report("model decode", "synthetic 4x256", nerr(lc, lgp, V), 1e-3);
+    /* blend on both backends from the same chunk images */
+    struct kvfs_writer w1, w2;
+    CHECK_EQ(kvfs_kv_cache_to_chunk(mc, &cc, 0, 150, t, KVFS_DTYPE_F16, &w1), 0);
+    struct kvfs_kv_cache c2;
+    CHECK_EQ(kvfs_kv_cache_init(mc, 150, &c2), 0);
+    CHECK_EQ(kvfs_forward(mc, &c2, t + 150, 150, 0, NULL), 0);
+    CHECK_EQ(kvfs_kv_cache_to_chunk(mc, &c2, 0, 150, t + 150, KVFS_DTYPE_F16, &w2), 0);
+    struct kvfs_blend_chunk ch[2] = {{w1.buf, w1.size}, {w2.buf, w2.size}};
+    struct kvfs_kv_cache bc, bg;
+    int32_t *bt1, *bt2, suf[3] = {1, 2, 3};
+    CHECK_EQ(kvfs_blend(mc, ch, 2, suf, 3, 0.15f, &bc, &bt1, lc, NULL, err, sizeof(err)), 0);
+    CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 0.15f, &bg, &bt2, lgp, NULL, err, sizeof(err)), 0);
+    report("blend 0.15", "synthetic, 2 chunks x 150", nerr(lc, lgp, V), 1e-3);
+    CHECK_EQ(kvfs_blend_selftest(mg), 0);
+    kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
+    kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);
+    kvfs_writer_free(&w1); kvfs_writer_free(&w2);
+    free(bt1); free(bt2); free(t); free(lc); free(lgp);
+    kvfs_model_free(mc);
+    kvfs_model_free(mg);
+}
+
+int main(void)
+{
+#ifndef KVFS_HAVE_CUDA
+    printf("skip: built without CUDA\n");
+    return 77;
+#else
+    int rc = kvfs_backend_cuda_init(0, &gpu);
+    if (rc == -ENODEV) {
+        printf("skip: no CUDA device\n");
+        return 77;
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(kvfs_backend_cpu_init(0, &cpu), 0);
+    test_shapes(64, 576, 9, 3, 1536, "SmolLM2");
+    test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
+    test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
+    test_model();
+    kvfs_backend_free(&cpu);
+    kvfs_backend_free(&gpu);
+    CHECK_DONE();
+#endif
+}

@@ -187,7 +187,10 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
         if ((rc = kvfs_layer_qkv(m, CHECK_LAYER, &w, n_ctx)) ||
             (rc = be->alloc(ctx, sizeof(float) * (size_t)n_rows + 4, (void **)&d_dev)))
             goto fail;
-        if (n_rows && (rc = be->row_sqdiff(ctx, w.v, c->v[CHECK_LAYER], d_dev, n_rows, kv_dim)))
+        const char *dv = getenv("KVFS_BLEND_DEVIATION"); /* experiments: "k" measures keys instead */
+        int on_k = dv && !strcmp(dv, "k");
+        if (n_rows && (rc = be->row_sqdiff(ctx, on_k ? w.k : w.v, on_k ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER], d_dev,
+                                           n_rows, kv_dim)))
             goto fail;
         h_dev = malloc(sizeof(float) * ((size_t)n_rows + 1));
         sc = malloc(sizeof(*sc) * ((size_t)n_rows + 1));

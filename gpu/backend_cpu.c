@@ -182,13 +182,13 @@ static void *softmax_rows(void *arg)
             else if (row[c] > mx)
                 mx = row[c];
         }
-        float sum = 0.0f;
+        double sum = 0.0;
         for (int c = 0; c < j->n_kv; c++) {
             float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
             row[c] = e;
             sum += e;
         }
-        float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
         for (int c = 0; c < j->n_kv; c++)
             row[c] *= inv;
     }

@@ -29,7 +29,11 @@ for n in (128, 512, 2048):
         ref.append(time.perf_counter() - t)
     o, l = statistics.median(ours), statistics.median(ref)
     rows.append((n, n / o, n / l, l / o))
-out = subprocess.run(['/tmp/kvfs-sgemm', '512', '2048'], capture_output=True, text=True).stdout.strip()
+def sgemm(core):
+    env = dict(os.environ, KVFS_BLAS_CORE=core)
+    return subprocess.run(['/tmp/kvfs-sgemm', '512', '2048'], capture_output=True, text=True, env=env).stdout.strip()
+# auto (cpuid) is what kvfs uses; the others show what the choice is worth.
+out = '\n'.join(f'KVFS_BLAS_CORE={c}: ' + sgemm(c).replace('\n', '; ') for c in ('auto', 'SkylakeX', 'Haswell', 'Prescott'))
 print('### Prefill throughput (`bench/prefill.sh`, run by `make bench`)\n')
 print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, {THREADS} threads, medians of {RUNS} runs; '
       'llama.cpp = llama-cpp-python ' + llama_cpp.__version__ + ' built from source (GGML_NATIVE), `Llama.eval` of the same token ids.\n')
@@ -37,5 +41,5 @@ print('| tokens | kvfs tokens/s | llama.cpp tokens/s | ratio kvfs / llama.cpp |'
 print('|---|---|---|---|')
 for n, a, b, r in rows:
     print(f'| {n} | {a:.0f} | {b:.0f} | {r:.2f}x |')
-print('\nBLAS path (OpenBLAS loaded by kvfs with the kernel chosen by cpuid), sgemm (n x 576) . (576 x 1536):\n')
+print(f'\nBLAS path (OpenBLAS loaded by kvfs with the kernel chosen by cpuid; KVFS_BLAS_CORE overrides), sgemm (n x 576) . (576 x 1536), {THREADS} threads:\n')
 print('```\n' + out + '\n```')

@@ -28,6 +28,61 @@ static float max_diff(const float *a, const float *b, int n, float *scale)
     return d;
 }
 
+/* Prefill at pos0 > 0: RoPE attention depends only on relative positions, so
+ * the logits and V equal those at pos0 = 0, and every layer's stored keys
+ * equal the pos0 = 0 keys rotated by pos0; the chunk records pos0. */
+static void check_pos0(struct kvfs_model *m, const int32_t *toks, int n)
+{
+    const int P = 37;
+    const struct kvfs_backend_iface *be = m->be.iface;
+    int V = m->hp.n_vocab, kvd = m->hp.n_kv_head * m->hp.head_dim;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    float *ka = malloc(sizeof(float) * n * kvd), *kb = malloc(sizeof(float) * n * kvd);
+    float *va = malloc(sizeof(float) * n * kvd), *vb = malloc(sizeof(float) * n * kvd);
+    int32_t *delta = malloc(sizeof(int32_t) * n);
+    struct kvfs_kv_cache a, b;
+    CHECK_EQ(kvfs_kv_cache_init(m, n, &a), 0);
+    CHECK_EQ(kvfs_kv_cache_init(m, n, &b), 0);
+    CHECK_EQ(kvfs_forward(m, &a, toks, n, 0, la), 0);
+    CHECK_EQ(kvfs_forward(m, &b, toks, n, P, lb), 0);
+    CHECK_EQ(b.host_pos[0], P);
+    CHECK_EQ(b.host_pos[n - 1], P + n - 1);
+    float scale, d = max_diff(la, lb, V, &scale);
+    fprintf(stderr, "%s: logits at pos0=%d vs pos0=0 max |dlogit| %.2e (scale %.2f)\n", m->hp.arch, P, d, scale);
+    CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
+    float worst_k = 0, worst_v = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        CHECK_EQ(be->download(m->be.ctx, ka, a.k[l], sizeof(float) * n * kvd), 0);
+        CHECK_EQ(be->download(m->be.ctx, kb, b.k[l], sizeof(float) * n * kvd), 0);
+        CHECK_EQ(be->download(m->be.ctx, va, a.v[l], sizeof(float) * n * kvd), 0);
+        CHECK_EQ(be->download(m->be.ctx, vb, b.v[l], sizeof(float) * n * kvd), 0);
+        for (int i = 0; i < n; i++)
+            delta[i] = P;
+        /* the CPU backend's device memory is host memory */
+        CHECK_EQ(be->rope(m->be.ctx, ka, delta, n, m->hp.n_kv_head, m->hp.head_dim, m->hp.rope_dim,
+                          m->hp.rope_theta, m->hp.rope_style), 0);
+        float sk, sv, dk = max_diff(ka, kb, n * kvd, &sk), dv = max_diff(va, vb, n * kvd, &sv);
+        worst_k = fmaxf(worst_k, dk / (sk > 1 ? sk : 1));
+        worst_v = fmaxf(worst_v, dv / (sv > 1 ? sv : 1));
+    }
+    fprintf(stderr, "%s: keys at pos0=%d vs rotated pos0=0 keys: rel %.2e; values rel %.2e\n", m->hp.arch, P,
+            worst_k, worst_v);
+    CHECK(worst_k <= 2e-2f);
+    CHECK(worst_v <= 2e-2f);
+    /* the chunk written from the pos0 cache says so */
+    struct kvfs_writer w;
+    struct kvfs_header h;
+    char err[256];
+    CHECK_EQ(kvfs_kv_cache_to_chunk(m, &b, 0, n, toks, KVFS_DTYPE_F16, &w), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, err, sizeof(err)), 0);
+    CHECK_EQ(h.pos0, P);
+    CHECK(h.flags & KVFS_FLAG_KEYS_ROPED);
+    kvfs_writer_free(&w);
+    kvfs_kv_cache_free(m, &a);
+    kvfs_kv_cache_free(m, &b);
+    free(la); free(lb); free(ka); free(kb); free(va); free(vb); free(delta);
+}
+
 static void check_model(const char *arch, const char *path)
 {
     struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, 10000.0f, 42};
@@ -75,6 +130,7 @@ static void check_model(const char *arch, const char *path)
     fprintf(stderr, "%s: continue from chunk vs in memory max |dlogit| %.2e\n", arch, d);
     CHECK(d == 0.0f); /* the cache holds f16-precision K/V: the file is exact */
     kvfs_writer_free(&w);
+    check_pos0(m, toks, 16);
     /* a full cache refuses more tokens */
     struct kvfs_kv_cache small;
     CHECK_EQ(kvfs_kv_cache_init(m, 4, &small), 0);

@@ -17,7 +17,8 @@ MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
 # quantizes activations to Q8_1/Q8_0 inside its quantized matmuls and keeps
 # an f16 KV cache; we emulate both (model.h, ggml_compat) but sum in another
 # order, so near-ties in the top-10 tail differ: observed max 0.95 nats,
-# top-1 22/22, greedy-32 identical on 13/22.  Held with a margin:
+# top-1 22/22, greedy-32 identical on 12-13/22 (a 32-token continuation
+# diverges after the first near-tie).  Held with a margin:
 MAX_DLOGP = float(os.environ.get('KVFS_MAX_DLOGP', '1.2'))
 MIN_GREEDY_SAME = 0.5  # fraction of prompts whose 32-token continuation is identical
 # A top-1 difference counts as a failure unless llama.cpp itself puts our

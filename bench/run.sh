@@ -9,8 +9,9 @@ out=$(mktemp)
 {
     echo "# kvfs benchmarks"
     echo
-    echo "Produced by \`make bench\` (which runs \`bench/run.sh\`); every figure below comes from that"
-    echo "command on the machine and date stated in its section. Ratios are measured side by side in one run."
+    echo "Produced by \`${BENCH_COMMAND:-make bench}\` (which runs \`bench/run.sh\`); every figure below comes"
+    echo "from that command on the machine and date stated in its section. Ratios are measured side by side in"
+    echo "one run. Machines are noisy: figures are medians."
     echo
     for part in bench/fs.sh bench/prefill.sh bench/blend.sh; do
         [ -x "$part" ] || continue

@@ -271,9 +271,15 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
 int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                            const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w)
 {
+    return kvfs_kv_cache_to_chunk_flags(m, c, first, count, tokens, dtype, 0, w);
+}
+
+int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                                 const int32_t *tokens, uint32_t dtype, uint32_t flags, struct kvfs_writer *w)
+{
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
-    int rc = kvfs_writer_init(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)c->host_pos[first],
+    int rc = kvfs_writer_init(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags, (uint32_t)c->host_pos[first],
                               (uint32_t)count, (const uint32_t *)tokens);
     if (rc)
         return rc;

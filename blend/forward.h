@@ -37,6 +37,9 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
  * dtype says otherwise) into w (kvfs_writer, finished). */
 int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                            const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w);
+/* The same with extra header flags (KVFS_FLAG_BLENDED). */
+int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                                 const int32_t *tokens, uint32_t dtype, uint32_t flags, struct kvfs_writer *w);
 
 /* Building blocks, shared with blending (blend/blend.c). */
 struct kvfs_work { /* device buffers for up to n rows */

@@ -17,8 +17,12 @@ enum {
     INO_INCOMING = 3,
     INO_META = 4,  /* /.kvfs */
     INO_STATS = 5, /* /.kvfs/stats */
+    INO_BLENDS = 6, /* /blends */
     INO_PENDING_BASE = 1u << 20, /* files being written: INO_PENDING_BASE + n */
 };
+/* blends/ files: INO_BLEND_BASE + 4 * id + kind (0 recipe, 1 kv, 2 err) */
+#define INO_BLEND_BASE (1ull << 40)
+#define IS_BLEND_INO(ino) ((ino) >= INO_BLEND_BASE && !((ino) & INO_CHUNK_BIT))
 /* Chunk inodes: top bit set, the rest from the hash (stable across mounts). */
 #define INO_CHUNK_BIT (1ull << 63)
 
@@ -28,6 +32,7 @@ struct kvfs_opts {
     char *ram;
     int zstd_level;
     char *max_ingest;
+    char *model;      /* GGUF paths for blending, ':'-separated */
     int verbose;
 };
 
@@ -70,6 +75,19 @@ void ino_map_free(struct ino_map *m);
 int ino_map_put(struct ino_map *m, uint64_t ino, const char *hash);
 int ino_map_get(struct ino_map *m, uint64_t ino, char hash[KVFS_HASH_HEX_LEN + 1]);
 uint64_t kvfs_chunk_ino(const char *hash);
+
+/* blends/ (fs/blends.c) */
+struct kvfs_mount;
+int blends_init(struct kvfs_mount *mnt, const char *model_paths);
+void blends_free(void);
+int blends_lookup(const char *name, struct stat *st);
+int blends_getattr(fuse_ino_t ino, struct stat *st);
+size_t blends_list(char (*names)[256], fuse_ino_t *inos, size_t max);
+int blends_check_new_name(const char *name);
+int blends_set_recipe(const char *name, const void *buf, size_t len, char *err, size_t errlen);
+int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, const uint8_t **image, size_t *size);
+int blends_text(fuse_ino_t ino, char **text);
+int blends_recipe_name(fuse_ino_t ino, char *out, size_t cap);
 
 /* Names in chunks/: "<64 lowercase hex>.kv"; fills hash. */
 int kvfs_parse_chunk_name(const char *name, char hash[KVFS_HASH_HEX_LEN + 1]);

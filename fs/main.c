@@ -20,6 +20,7 @@ struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req)
 static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("store=%s", store_dir),     OPT("capacity=%s", capacity), OPT("ram=%s", ram),
     OPT("zstd=%d", zstd_level),     OPT("max_ingest=%s", max_ingest), OPT("verbose", verbose),
+    OPT("model=%s", model),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -32,6 +33,7 @@ static void usage(const char *prog)
            "  ram=SIZE           RAM tier for decoded chunks (default 256M; 0 = off)\n"
            "  zstd=LEVEL         zstd level for stored layers, 0 = raw (default 1)\n"
            "  max_ingest=SIZE    largest file accepted for ingest (default 4G)\n"
+           "  model=PATH[:PATH]  GGUF model(s) for blending (blends/); picked by the chunks' fingerprint\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -187,6 +189,8 @@ int main(int argc, char *argv[])
         goto free_args;
     }
     pthread_mutex_init(&m.lock, NULL);
+    if (blends_init(&m, m.opts.model) != 0)
+        goto close_store;
     m.inos = ino_map_new();
     m.mount_time = time(NULL);
     if (!m.inos)
@@ -236,6 +240,7 @@ close_store:
         free(p);
     }
     ino_map_free(m.inos);
+    blends_free();
     kvfs_store_close(m.store);
 free_args:
     free(cl.mountpoint);
@@ -245,5 +250,6 @@ free_args:
     free(m.opts.capacity);
     free(m.opts.ram);
     free(m.opts.max_ingest);
+    free(m.opts.model);
     return ret ? 1 : 0;
 }

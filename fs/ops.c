@@ -129,7 +129,7 @@ static int remember_chunk(struct kvfs_mount *m, const char *hash)
 static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
 {
     switch (ino) {
-    case INO_ROOT: case INO_CHUNKS: case INO_INCOMING: case INO_META:
+    case INO_ROOT: case INO_CHUNKS: case INO_INCOMING: case INO_META: case INO_BLENDS:
         dir_attr(m, ino, st);
         return 0;
     case INO_STATS:
@@ -143,6 +143,8 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
             chunk_attr(&c, st);
         return rc;
     }
+    if (IS_BLEND_INO(ino))
+        return blends_getattr(ino, st);
     pthread_mutex_lock(&m->lock);
     struct pending *p = pending_by_ino(m, ino);
     if (p)
@@ -173,6 +175,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         if (!strcmp(name, "chunks")) child = INO_CHUNKS;
         else if (!strcmp(name, "incoming")) child = INO_INCOMING;
         else if (!strcmp(name, ".kvfs")) child = INO_META;
+        else if (!strcmp(name, "blends")) child = INO_BLENDS;
     } else if (parent == INO_META && !strcmp(name, STATS_NAME)) {
         child = INO_STATS;
     }
@@ -181,7 +184,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         reply_entry(req, &st, child == INO_STATS ? 0 : 3600);
         return;
     }
-    if (parent == INO_CHUNKS || parent == INO_INCOMING) {
+    if (parent == INO_CHUNKS || parent == INO_INCOMING || parent == INO_BLENDS) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_name(m, parent, name);
         if (p && !p->committed)
@@ -193,6 +196,10 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
             reply_entry(req, &st, 0);
             return;
         }
+    }
+    if (parent == INO_BLENDS && blends_lookup(name, &st) == 0) {
+        reply_entry(req, &st, 0);
+        return;
     }
     if (parent == INO_CHUNKS) {
         char hash[KVFS_HASH_HEX_LEN + 1];
@@ -279,7 +286,7 @@ static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
 
 static const char *where(const struct pending *p)
 {
-    return p->parent == INO_CHUNKS ? "chunks" : "incoming";
+    return p->parent == INO_CHUNKS ? "chunks" : p->parent == INO_BLENDS ? "blends" : "incoming";
 }
 
 /* Verify and store what was written; the chunk becomes visible only here. */
@@ -291,6 +298,15 @@ static int pending_commit(struct kvfs_mount *m, struct pending *p)
     if (!p->dirty) {
         pthread_mutex_unlock(&p->lock);
         return p->committed ? 0 : -EIO;
+    }
+    if (p->parent == INO_BLENDS) {
+        rc = blends_set_recipe(p->name, p->buf, p->len, err, sizeof(err));
+        p->dirty = 0;
+        p->committed = rc == 0;
+        pthread_mutex_unlock(&p->lock);
+        if (rc)
+            kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s [%s]", p->name, err, strerror(-rc));
+        return rc;
     }
     const char *want = NULL;
     if (p->parent == INO_CHUNKS) {
@@ -321,14 +337,16 @@ static int pending_commit(struct kvfs_mount *m, struct pending *p)
 
 /* ---- open / create / read / write ---- */
 
-enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
+enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3, FH_BLOB = 4 };
 
 struct fh {
     enum fh_kind kind;
     struct kvfs_chunk_ref *ref; /* FH_CHUNK */
     struct pending *p;          /* FH_PENDING */
-    char *text;                 /* FH_STATS */
+    char *text;                 /* FH_STATS (any read-only text) */
     size_t text_len;
+    const uint8_t *blob;        /* FH_BLOB: a blend result, lives until unmount */
+    size_t blob_len;
     int writable;               /* FH_PENDING opened for writing: commits at flush */
 };
 
@@ -378,6 +396,13 @@ static int check_new_name(fuse_ino_t parent, const char *name)
     }
     if (parent == INO_INCOMING)
         return strlen(name) < 256 ? 0 : -ENAMETOOLONG;
+    if (parent == INO_BLENDS) {
+        if (blends_check_new_name(name) != 0) {
+            kvfs_log(KVFS_LOG_ERR, "refused blends/%s: only NAME.recipe files can be written there", name);
+            return -EPERM;
+        }
+        return 0;
+    }
     return -EPERM;
 }
 
@@ -431,6 +456,46 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_open(req, fi);
         return;
     }
+    if (IS_BLEND_INO(ino)) {
+        int kind = (int)((ino - INO_BLEND_BASE) % 4);
+        struct fh *h = calloc(1, sizeof(*h));
+        if (!h) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        if (acc != O_RDONLY && kind == 0) { /* rewrite a recipe: a new draft under its name */
+            char name[256];
+            free(h);
+            if ((rc = blends_recipe_name(ino, name, sizeof(name))) ||
+                (rc = open_pending(m, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
+                fuse_reply_err(req, -rc);
+            else
+                fuse_reply_open(req, fi);
+            return;
+        }
+        if (acc != O_RDONLY) {
+            free(h);
+            fuse_reply_err(req, EACCES);
+            return;
+        }
+        if (kind == 1) {
+            rc = blends_open_kv(m, ino, &h->blob, &h->blob_len);
+            h->kind = FH_BLOB;
+        } else {
+            rc = blends_text(ino, &h->text);
+            h->kind = FH_STATS;
+            h->text_len = h->text ? strlen(h->text) : 0;
+        }
+        if (rc) {
+            free(h);
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        fi->fh = (uint64_t)(uintptr_t)h;
+        fi->direct_io = 1;
+        fuse_reply_open(req, fi);
+        return;
+    }
     if (ino & INO_CHUNK_BIT) {
         struct kvfs_chunk_info c;
         if ((rc = chunk_of_ino(m, ino, &c))) {
@@ -469,7 +534,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         p->opens++;
     pthread_mutex_unlock(&m->lock);
     if (!p) {
-        fuse_reply_err(req, (ino <= INO_META) ? EISDIR : ENOENT);
+        fuse_reply_err(req, (ino <= INO_META || ino == INO_BLENDS) ? EISDIR : ENOENT);
         return;
     }
     struct fh *h = calloc(1, sizeof(*h));
@@ -502,6 +567,12 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
         size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
         size_t n = h->text_len - o < size ? h->text_len - o : size;
         fuse_reply_buf(req, h->text + o, n);
+        return;
+    }
+    if (h->kind == FH_BLOB) {
+        size_t o = (size_t)off < h->blob_len ? (size_t)off : h->blob_len;
+        size_t n = h->blob_len - o < size ? h->blob_len - o : size;
+        fuse_reply_buf(req, n ? (const char *)h->blob + o : NULL, n);
         return;
     }
     if (h->kind == FH_CHUNK) {
@@ -614,7 +685,9 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct stat st;
     int rc = 0;
-    if (!(ino & INO_CHUNK_BIT) && ino > INO_STATS) {
+    if (IS_BLEND_INO(ino)) {
+        rc = (to_set & FUSE_SET_ATTR_SIZE) ? -EPERM : blends_getattr(ino, &st);
+    } else if (!(ino & INO_CHUNK_BIT) && ino > INO_BLENDS) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_ino(m, ino);
         if (p)
@@ -723,7 +796,7 @@ static int snap_cb(const struct kvfs_chunk_info *c, void *ctx)
 static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct kvfs_mount *m = kvfs_mount_of(req);
-    if (ino != INO_ROOT && ino != INO_CHUNKS && ino != INO_INCOMING && ino != INO_META) {
+    if (ino != INO_ROOT && ino != INO_CHUNKS && ino != INO_INCOMING && ino != INO_META && ino != INO_BLENDS) {
         fuse_reply_err(req, ENOTDIR);
         return;
     }
@@ -762,12 +835,15 @@ static size_t fixed_entries(struct kvfs_mount *m, fuse_ino_t ino, char (*names)[
         snprintf(names[n], 256, "%s", "chunks");   inos[n++] = INO_CHUNKS;
         snprintf(names[n], 256, "%s", "incoming"); inos[n++] = INO_INCOMING;
         snprintf(names[n], 256, "%s", ".kvfs");    inos[n++] = INO_META;
+        snprintf(names[n], 256, "%s", "blends");   inos[n++] = INO_BLENDS;
     } else if (ino == INO_META) {
         snprintf(names[n], 256, "%s", STATS_NAME); inos[n++] = INO_STATS;
-    } else if (ino == INO_INCOMING) {
+    } else if (ino == INO_INCOMING || ino == INO_BLENDS) {
+        if (ino == INO_BLENDS)
+            n += blends_list(names + n, inos + n, max - n);
         pthread_mutex_lock(&m->lock);
         for (struct pending *p = m->pending; p && n < max; p = p->next)
-            if (p->parent == INO_INCOMING && !p->committed) {
+            if (p->parent == ino && !p->committed) {
                 snprintf(names[n], 256, "%s", p->name);
                 inos[n++] = p->ino;
             }
@@ -787,9 +863,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     size_t used = 0;
-    static __thread char names[64][256];
-    fuse_ino_t inos[64];
-    size_t nfixed = fixed_entries(m, ino, names, inos, 64);
+    static __thread char names[1024][256];
+    static __thread fuse_ino_t inos[1024];
+    size_t nfixed = fixed_entries(m, ino, names, inos, 1024);
     size_t total = nfixed + (ino == INO_CHUNKS ? d->n : 0);
     for (size_t i = (size_t)off; i < total; i++) {
         struct stat st;
@@ -937,7 +1013,7 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, cons
     if (!(ino & INO_CHUNK_BIT)) {
         /* a draft (cp -a copies our xattrs along): keep the pin, ignore the rest */
         pthread_mutex_lock(&m->lock);
-        struct pending *p = ino > INO_STATS ? pending_by_ino(m, ino) : NULL;
+        struct pending *p = ino > INO_BLENDS ? pending_by_ino(m, ino) : NULL;
         if (p && !strcmp(name, "user.kvfs.pinned") && parse_bool(value, size) >= 0)
             p->pin_after = parse_bool(value, size);
         pthread_mutex_unlock(&m->lock);

@@ -221,7 +221,7 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
 
     if (!kvfs_dtype_size(h->dtype))
         return fail(-EINVAL, errmsg, errlen, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
-    if (h->flags & ~KVFS_FLAG_KEYS_ROPED)
+    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED))
         return fail(-EINVAL, errmsg, errlen, "unknown flags 0x%x", h->flags);
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
         return fail(-EINVAL, errmsg, errlen, "bad token count %u", h->n_tokens);

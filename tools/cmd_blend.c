@@ -1,0 +1,156 @@
+/* kvfsctl blend - compose chunks through a mounted kvfs (writes a recipe to
+ * MOUNT/blends/NAME.recipe and opens NAME.kv), or in this process with
+ * --local from chunk files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blend.h"
+#include "commands.h"
+#include "model_util.h"
+#include "tool_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl blend -M MOUNT [--ratio R] (--suffix TEXT | --suffix-tokens IDS) [--name NAME] HASH...\n"
+               "       kvfsctl blend --local -m MODEL -o FILE [--ratio R] --suffix TEXT CHUNK_FILE...\n"
+               "Compose chunks CacheBlend-style: the prompt is the chunks in order followed by the\n"
+               "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
+               "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
+               "--local blends chunk files in this process and writes the result to FILE.\n"
+               "  --ratio R   share of chunk tokens recomputed (default 0.15)\n");
+}
+
+int cmd_blend(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"mount", required_argument, 0, 'M'}, {"ratio", required_argument, 0, 'r'},
+        {"suffix", required_argument, 0, 's'}, {"suffix-tokens", required_argument, 0, 'S'},
+        {"name", required_argument, 0, 'n'}, {"local", no_argument, 0, 'L'},
+        {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *mount = NULL, *suffix = NULL, *suffix_tokens = NULL, *name = NULL, *model = NULL, *out = NULL;
+    const char *ratio = "0.15";
+    int local = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "M:m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'M': mount = optarg; break;
+        case 'r': ratio = optarg; break;
+        case 's': suffix = optarg; break;
+        case 'S': suffix_tokens = optarg; break;
+        case 'n': name = optarg; break;
+        case 'L': local = 1; break;
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    int n = argc - optind;
+    if (n < 1 || (!suffix && !suffix_tokens) || (local ? (!model || !out || !suffix) : !mount)) {
+        usage(stderr);
+        return 2;
+    }
+    if (local) {
+        struct kvfs_model *m;
+        struct kvfs_tokenizer *tok;
+        if (tool_load_model(model, "cpu", 0, &m, &tok))
+            return 1;
+        int ret = 1, rc;
+        uint8_t *imgs[64] = {0};
+        struct kvfs_blend_chunk ch[64];
+        int32_t *sids = NULL, *tokens = NULL;
+        size_t ns = 0, lens[64];
+        char err[512] = "";
+        for (int i = 0; i < n && i < 64; i++) {
+            if ((rc = tool_read_file(argv[optind + i], &imgs[i], &lens[i]))) {
+                fprintf(stderr, "kvfsctl blend: %s: %s\n", argv[optind + i], strerror(-rc));
+                goto local_out;
+            }
+            ch[i] = (struct kvfs_blend_chunk){imgs[i], lens[i]};
+        }
+        if ((rc = kvfs_tokenize(tok, suffix, strlen(suffix), 0, 0, &sids, &ns)) || !ns) {
+            fprintf(stderr, "kvfsctl blend: cannot tokenize the suffix\n");
+            goto local_out;
+        }
+        struct kvfs_kv_cache cache;
+        struct kvfs_writer w;
+        if ((rc = kvfs_blend(m, ch, n, sids, (int)ns, strtof(ratio, NULL), &cache, &tokens, NULL, NULL, err,
+                             sizeof(err)))) {
+            fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
+            goto local_out;
+        }
+        rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
+        kvfs_kv_cache_free(m, &cache);
+        if (!rc) {
+            rc = tool_write_file(out, w.buf, w.size);
+            kvfs_writer_free(&w);
+        }
+        if (rc)
+            fprintf(stderr, "kvfsctl blend: cannot write %s: %s\n", out, strerror(-rc));
+        else
+            ret = 0;
+    local_out:
+        for (int i = 0; i < n && i < 64; i++)
+            free(imgs[i]);
+        free(sids);
+        free(tokens);
+        kvfs_tokenizer_free(tok);
+        kvfs_model_free(m);
+        return ret;
+    }
+    char auto_name[32], path[4096];
+    if (!name) {
+        snprintf(auto_name, sizeof(auto_name), "blend-%d", (int)getpid());
+        name = auto_name;
+    }
+    snprintf(path, sizeof(path), "%s/blends/%s.recipe", mount, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "ratio=%s\n", ratio);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s\n", argv[optind + i]);
+    if (suffix) {
+        fputs("suffix=", f);
+        for (const char *p = suffix; *p; p++)
+            fputs(*p == '\n' ? "\\n" : *p == '\\' ? "\\\\" : (char[]){*p, 0}, f);
+        fputc('\n', f);
+    } else {
+        fprintf(f, "suffix_tokens=%s\n", suffix_tokens);
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "kvfsctl blend: recipe refused: %s\n", strerror(errno));
+        snprintf(path, sizeof(path), "%s/blends/%s.err", mount, name);
+        uint8_t *e;
+        size_t el;
+        if (tool_read_file(path, &e, &el) == 0) {
+            fprintf(stderr, "%.*s", (int)el, e);
+            free(e);
+        }
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/blends/%s.kv", mount, name);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        int e = errno;
+        char ep[4096];
+        snprintf(ep, sizeof(ep), "%s/blends/%s.err", mount, name);
+        uint8_t *t = NULL;
+        size_t tl = 0;
+        tool_read_file(ep, &t, &tl);
+        fprintf(stderr, "kvfsctl blend: %s: %s%s%.*s", path, strerror(e), tl ? ": " : "\n", (int)tl, t ? (char *)t : "");
+        free(t);
+        return 1;
+    }
+    close(fd);
+    printf("%s\n", path);
+    return 0;
+}

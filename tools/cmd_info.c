@@ -78,7 +78,7 @@ int cmd_info(int argc, char **argv)
     } else {
         printf("hash:        %s\nversion:     %u\nsize:        %llu bytes\narch:        %s\n"
                "model:       %s (model_id %s)\nlayers:      %u\nheads:       %u (kv %u, head_dim %u, embd %u)\n"
-               "rope:        %s, theta %g, dim %u\ndtype:       %s\nkeys roped:  %s\ntokens:      %u\n"
+               "rope:        %s, theta %g, dim %u\ndtype:       %s\nkeys roped:  %s%s\ntokens:      %u\n"
                "pos0:        %u\nlayer bytes: %llu (stride %llu, first at %u)\nchecksums:   ok\n",
                hex, h.version, (unsigned long long)h.file_size, h.fp.arch, model, mid, h.fp.n_layer,
                h.fp.n_head, h.fp.n_kv_head, h.fp.head_dim, h.fp.n_embd, rope, (double)h.fp.rope_theta,

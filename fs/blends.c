@@ -356,7 +356,7 @@ int blends_set_recipe(const char *name, const void *buf, size_t len, char *err, 
             e->result = NULL;
             e->err[0] = '\0';
         } else {
-            snprintf(e->err, sizeof(e->err), "%s\n", err);
+            snprintf(e->err, sizeof(e->err), "%.500s\n", err);
             if (!e->recipe)
                 e->recipe = strdup("");
         }
@@ -504,7 +504,7 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, const uint8_t **image
     pthread_mutex_lock(&B.lock);
     if ((e = find_id(id))) {
         if (rc) {
-            snprintf(e->err, sizeof(e->err), "%s\n", err[0] ? err : strerror(-rc));
+            snprintf(e->err, sizeof(e->err), "%.500s\n", err[0] ? err : strerror(-rc));
         } else {
             e->err[0] = '\0';
             e->result = res;

@@ -521,6 +521,15 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, const uint8_t **image
     return rc;
 }
 
+fuse_ino_t blends_ino_of(const char *base)
+{
+    pthread_mutex_lock(&B.lock);
+    struct blend_entry *e = find(base);
+    fuse_ino_t ino = e ? INO_BLEND_BASE + e->id * 4 + 1 : 0;
+    pthread_mutex_unlock(&B.lock);
+    return ino;
+}
+
 int blends_recipe_name(fuse_ino_t ino, char *out, size_t cap)
 {
     pthread_mutex_lock(&B.lock);

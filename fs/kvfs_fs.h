@@ -18,6 +18,7 @@ enum {
     INO_META = 4,  /* /.kvfs */
     INO_STATS = 5, /* /.kvfs/stats */
     INO_BLENDS = 6, /* /blends */
+    INO_CONTROL = 7, /* /.kvfs/control: the ioctl endpoint */
     INO_PENDING_BASE = 1u << 20, /* files being written: INO_PENDING_BASE + n */
 };
 /* blends/ files: INO_BLEND_BASE + 4 * id + kind (0 recipe, 1 kv, 2 err) */
@@ -88,6 +89,9 @@ int blends_set_recipe(const char *name, const void *buf, size_t len, char *err, 
 int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, const uint8_t **image, size_t *size);
 int blends_text(fuse_ino_t ino, char **text);
 int blends_recipe_name(fuse_ino_t ino, char *out, size_t cap);
+fuse_ino_t blends_ino_of(const char *base); /* NAME.kv inode, 0 if none */
+void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
+                        unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
 /* Names in chunks/: "<64 lowercase hex>.kv"; fills hash. */
 int kvfs_parse_chunk_name(const char *name, char hash[KVFS_HASH_HEX_LEN + 1]);

@@ -135,6 +135,12 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
     case INO_STATS:
         stats_attr(m, st);
         return 0;
+    case INO_CONTROL:
+        stats_attr(m, st);
+        st->st_ino = INO_CONTROL;
+        st->st_mode = S_IFREG | 0666;
+        st->st_size = 0;
+        return 0;
     }
     if (ino & INO_CHUNK_BIT) {
         struct kvfs_chunk_info c;
@@ -178,6 +184,8 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         else if (!strcmp(name, "blends")) child = INO_BLENDS;
     } else if (parent == INO_META && !strcmp(name, STATS_NAME)) {
         child = INO_STATS;
+    } else if (parent == INO_META && !strcmp(name, "control")) {
+        child = INO_CONTROL;
     }
     if (child) {
         attr_of(m, child, &st);
@@ -456,6 +464,19 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_open(req, fi);
         return;
     }
+    if (ino == INO_CONTROL) { /* only for the ioctl: reads are empty */
+        struct fh *h = calloc(1, sizeof(*h));
+        if (!h) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        h->kind = FH_STATS;
+        h->text = strdup("");
+        fi->fh = (uint64_t)(uintptr_t)h;
+        fi->direct_io = 1;
+        fuse_reply_open(req, fi);
+        return;
+    }
     if (IS_BLEND_INO(ino)) {
         int kind = (int)((ino - INO_BLEND_BASE) % 4);
         struct fh *h = calloc(1, sizeof(*h));
@@ -687,7 +708,7 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
     int rc = 0;
     if (IS_BLEND_INO(ino)) {
         rc = (to_set & FUSE_SET_ATTR_SIZE) ? -EPERM : blends_getattr(ino, &st);
-    } else if (!(ino & INO_CHUNK_BIT) && ino > INO_BLENDS) {
+    } else if (!(ino & INO_CHUNK_BIT) && ino > INO_CONTROL) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_ino(m, ino);
         if (p)
@@ -838,6 +859,7 @@ static size_t fixed_entries(struct kvfs_mount *m, fuse_ino_t ino, char (*names)[
         snprintf(names[n], 256, "%s", "blends");   inos[n++] = INO_BLENDS;
     } else if (ino == INO_META) {
         snprintf(names[n], 256, "%s", STATS_NAME); inos[n++] = INO_STATS;
+        snprintf(names[n], 256, "%s", "control");  inos[n++] = INO_CONTROL;
     } else if (ino == INO_INCOMING || ino == INO_BLENDS) {
         if (ino == INO_BLENDS)
             n += blends_list(names + n, inos + n, max - n);
@@ -1013,7 +1035,7 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, cons
     if (!(ino & INO_CHUNK_BIT)) {
         /* a draft (cp -a copies our xattrs along): keep the pin, ignore the rest */
         pthread_mutex_lock(&m->lock);
-        struct pending *p = ino > INO_BLENDS ? pending_by_ino(m, ino) : NULL;
+        struct pending *p = ino > INO_CONTROL ? pending_by_ino(m, ino) : NULL;
         if (p && !strcmp(name, "user.kvfs.pinned") && parse_bool(value, size) >= 0)
             p->pin_after = parse_bool(value, size);
         pthread_mutex_unlock(&m->lock);
@@ -1092,4 +1114,5 @@ const struct fuse_lowlevel_ops kvfs_ll_ops = {
     .listxattr = kvfs_listxattr,
     .removexattr = kvfs_removexattr,
     .create = kvfs_create,
+    .ioctl = kvfs_control_ioctl,
 };

@@ -53,6 +53,13 @@ check "recipe naming an unknown chunk is accepted" cp "$T/missing.recipe" "$M/bl
 check "... and opening its .kv fails" sh -c "! cat '$M/blends/missing.kv' > /dev/null 2>&1"
 check "... with the reason in missing.err" grep -q "not in this store" "$M/blends/missing.err"
 check "only NAME.recipe can be created in blends/" sh -c "! cp '$T/local.kv' '$M/blends/x.kv' 2>/dev/null"
+# the ioctl engines use: same recipe as rag -> the same bytes
+recipe=$(printf 'ratio=0.15\n%s\n%s\n%s\n' ${h[1]} ${h[2]} ${h[3]}; printf 'suffix=%s\n' "$(printf '%s' "$Q" | sed 's/$/\\n/' | tr -d '\n' | sed 's/\\n$//')")
+read -r st ntk path rest < <(python3 "$KVFS_ROOT/tests/integration/ioctl_blend.py" "$M" "$recipe")
+check "KVFS_IOC_BLEND succeeds (status $st, $ntk tokens, $path)" test "$st" = 0 -a -n "$path"
+check "the ioctl's blend equals the recipe file's" cmp "$M/$path" "$M/blends/rag.kv"
+read -r st ntk rest < <(python3 "$KVFS_ROOT/tests/integration/ioctl_blend.py" "$M" "$(printf '%064d\nsuffix=x\n' 0)")
+check "KVFS_IOC_BLEND with an unknown chunk returns -ENOENT ($st) and a reason" sh -c "[ '$st' = -2 ] && echo '$rest' | grep -q 'not in this store'"
 # a chunk removed while a blend runs: the blend keeps its reference
 "$KVFSCTL" blend -M "$M" --name gone --suffix "$Q" ${h[1]} ${h[2]} ${h[3]} > "$T/gone.out" 2>&1 &
 bp=$!

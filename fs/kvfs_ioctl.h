@@ -1,0 +1,28 @@
+/* kvfs_ioctl.h - the public ioctl ABI of kvfs (see kvfs(8), "IOCTL").
+ *
+ * Engines open MOUNT/.kvfs/control and issue KVFS_IOC_BLEND with a recipe
+ * (the same text as a blends/NAME.recipe file).  kvfs blends and returns
+ * the path, relative to the mount, of the blended chunk file.  The struct
+ * is fixed-size (8 KiB) so the kernel copies it both ways; all strings are
+ * NUL-terminated UTF-8.  version must be KVFS_IOCTL_VERSION. */
+#ifndef KVFS_IOCTL_H
+#define KVFS_IOCTL_H
+
+#include <stdint.h>
+#include <sys/ioctl.h>
+
+#define KVFS_IOCTL_VERSION 1
+
+struct kvfs_blend_req {
+    uint32_t version;   /* in: KVFS_IOCTL_VERSION */
+    uint32_t flags;     /* in: 0 */
+    int32_t status;     /* out: 0, or a negative errno (also the ioctl's error) */
+    uint32_t n_tokens;  /* out: tokens in the blended cache */
+    char path[256];     /* out: "blends/<name>.kv" relative to the mount */
+    char recipe[7680];  /* in: recipe text (hashes, ratio=, suffix= or suffix_tokens=) */
+    char error[240];    /* out: why, when status != 0 */
+};
+
+#define KVFS_IOC_BLEND _IOWR('k', 1, struct kvfs_blend_req)
+
+#endif

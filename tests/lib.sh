@@ -58,7 +58,7 @@ mount_kvfs() {
     "$KVFS" -f -o "store=$store${opts:+,$opts}" "$mp" >>"$T/$name.log" 2>&1 &
     MNT_PID=$!
     PIDS+=("$MNT_PID")
-    for _ in $(seq 100); do
+    for _ in $(seq 600); do # up to 30 s: loading a model (model=) under ASan takes a while
         if mountpoint -q "$mp" && [ -e "$mp/.kvfs/stats" ]; then
             MOUNTS+=("$mp")
             return 0

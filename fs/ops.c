@@ -555,7 +555,10 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         p->opens++;
     pthread_mutex_unlock(&m->lock);
     if (!p) {
-        fuse_reply_err(req, (ino <= INO_META || ino == INO_BLENDS) ? EISDIR : ENOENT);
+        /* a draft that was committed and released since the kernel looked it
+         * up: ESTALE makes the kernel look the name up again and retry */
+        fuse_reply_err(req, (ino <= INO_META || ino == INO_BLENDS) ? EISDIR
+                            : ino >= INO_PENDING_BASE && ino < INO_BLEND_BASE ? ESTALE : ENOENT);
         return;
     }
     struct fh *h = calloc(1, sizeof(*h));

@@ -33,13 +33,16 @@ check "a second open is served from the cache" sh -c "cat '$M/blends/rag.kv' > /
 check "reordered chunks blend" "$KVFSCTL" blend -M "$M" --name rev --suffix "$Q" ${h[3]} ${h[1]} ${h[2]}
 check "the same chunk twice blends" "$KVFSCTL" blend -M "$M" --name twice --suffix "$Q" ${h[1]} ${h[1]}
 check "reordered result differs" sh -c "! cmp -s '$M/blends/rev.kv' '$M/blends/rag.kv'"
-# concurrent requests: same recipe and different ones
+# concurrent requests: the same recipe twice (under two names: one blend,
+# shared by content) and two different ones
 pids=()
 for k in 1 2 3 4; do
-    "$KVFSCTL" blend -M "$M" --name "c$((k % 2))" --ratio 0.$((k % 2 + 1)) --suffix "$Q" ${h[2]} ${h[3]} > /dev/null & pids+=($!)
+    "$KVFSCTL" blend -M "$M" --name "c$k" --ratio 0.$((k % 2 + 1)) --suffix "$Q" ${h[2]} ${h[3]} > /dev/null & pids+=($!)
 done
 rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
 check "4 concurrent blend requests succeed" test $rc -eq 0
+check "equal recipes give equal bytes" cmp "$M/blends/c1.kv" "$M/blends/c3.kv"
+check "different ratios give different bytes" sh -c "! cmp -s '$M/blends/c1.kv' '$M/blends/c2.kv'"
 # bad recipes
 printf 'ratio=2\n%s\nsuffix=x\n' ${h[1]} > "$T/bad.recipe"
 check "ratio out of range refused at close" sh -c "! cp '$T/bad.recipe' '$M/blends/bad.recipe' 2>/dev/null"

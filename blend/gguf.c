@@ -1,9 +1,9 @@
 /* gguf.c - memory-mapped GGUF reader with bounds checks on every length. */
 #include "gguf.h"
+#include "store.h" /* kvfs_errf */
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,18 +15,6 @@ struct cursor {
     const uint8_t *p, *end;
     int bad;
 };
-
-static int say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 static const uint8_t *take(struct cursor *c, uint64_t n)
 {
@@ -129,7 +117,7 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size < 24) {
         close(fd);
-        return say(err, errlen, "%s: too small to be a GGUF file", path);
+        return kvfs_errf(err, errlen, -EINVAL, "%s: too small to be a GGUF file", path);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -148,18 +136,18 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
     int rc = -EINVAL;
     const uint8_t *magic = take(&c, 4);
     if (!magic || memcmp(magic, "GGUF", 4)) {
-        say(err, errlen, "%s: not a GGUF file (bad magic)", path);
+        kvfs_errf(err, errlen, -EINVAL, "%s: not a GGUF file (bad magic)", path);
         goto fail;
     }
     g->version = get_u32(&c);
     if (g->version < 2 || g->version > 3) {
-        say(err, errlen, "%s: unsupported GGUF version %u", path, g->version);
+        kvfs_errf(err, errlen, -EINVAL, "%s: unsupported GGUF version %u", path, g->version);
         goto fail;
     }
     g->n_tensors = get_u64(&c);
     g->n_kv = get_u64(&c);
     if (g->n_kv > 1u << 20 || g->n_tensors > 1u << 20) {
-        say(err, errlen, "%s: implausible counts (%llu kv, %llu tensors)", path,
+        kvfs_errf(err, errlen, -EINVAL, "%s: implausible counts (%llu kv, %llu tensors)", path,
             (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
         goto fail;
     }
@@ -185,14 +173,14 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
         }
         skip_value(&c, kv->type, 0);
         if (c.bad) {
-            say(err, errlen, "%s: metadata entry %llu is truncated or malformed", path, (unsigned long long)i);
+            kvfs_errf(err, errlen, -EINVAL, "%s: metadata entry %llu is truncated or malformed", path, (unsigned long long)i);
             goto fail;
         }
     }
     uint32_t align;
     if (kvfs_gguf_get_u32(g, "general.alignment", &align) == 0) {
         if (align == 0 || (align & (align - 1))) {
-            say(err, errlen, "%s: bad alignment %u", path, align);
+            kvfs_errf(err, errlen, -EINVAL, "%s: bad alignment %u", path, align);
             goto fail;
         }
         g->alignment = align;
@@ -202,7 +190,7 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
         t->name = get_str(&c);
         t->n_dims = get_u32(&c);
         if (t->n_dims == 0 || t->n_dims > 4) {
-            say(err, errlen, "%s: tensor %llu has %u dims", path, (unsigned long long)i, t->n_dims);
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %llu has %u dims", path, (unsigned long long)i, t->n_dims);
             goto fail;
         }
         for (int d = 0; d < 4; d++)
@@ -210,14 +198,14 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
         t->type = get_u32(&c);
         t->offset = get_u64(&c);
         if (c.bad) {
-            say(err, errlen, "%s: tensor table truncated", path);
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor table truncated", path);
             goto fail;
         }
     }
     uint64_t pos = (uint64_t)(c.p - g->map);
     pos = (pos + g->alignment - 1) / g->alignment * g->alignment;
     if (pos > g->map_size) {
-        say(err, errlen, "%s: data section missing", path);
+        kvfs_errf(err, errlen, -EINVAL, "%s: data section missing", path);
         goto fail;
     }
     g->data = g->map + pos;
@@ -228,13 +216,13 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
         uint64_t rows = n / (t->ne[0] ? t->ne[0] : 1);
         uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]);
         if (!row) {
-            say(err, errlen, "%s: tensor %.*s has unsupported type %u or row length %llu", path, (int)t->name.len,
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s has unsupported type %u or row length %llu", path, (int)t->name.len,
                 t->name.ptr, t->type, (unsigned long long)t->ne[0]);
             goto fail;
         }
         t->nbytes = row * rows;
         if (t->offset > data_size || t->nbytes > data_size - t->offset) {
-            say(err, errlen, "%s: tensor %.*s lies outside the file", path, (int)t->name.len, t->name.ptr);
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s lies outside the file", path, (int)t->name.len, t->name.ptr);
             goto fail;
         }
         t->data = g->data + t->offset;

@@ -2,7 +2,6 @@
 #include "model.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,18 +9,7 @@
 #include <openssl/evp.h>
 
 #include "gguf.h"
-
-static int say(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int say(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#include "store.h" /* kvfs_errf */
 
 static int hp_u32(const struct kvfs_gguf *g, const char *arch, const char *key, int *out, int required)
 {
@@ -41,9 +29,9 @@ static int tensor_f32(const struct kvfs_gguf *g, const char *name, uint64_t cols
 {
     const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(g, name);
     if (!t)
-        return say(err, errlen, -ENOENT, "tensor %s missing", name);
+        return kvfs_errf(err, errlen, -ENOENT, "tensor %s missing", name);
     if (t->ne[0] != cols || t->ne[1] * t->ne[2] * t->ne[3] != rows)
-        return say(err, errlen, -EINVAL, "tensor %s has shape %llux%llu, expected %llux%llu", name,
+        return kvfs_errf(err, errlen, -EINVAL, "tensor %s has shape %llux%llu, expected %llux%llu", name,
                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)cols,
                    (unsigned long long)rows);
     float *f = malloc(sizeof(float) * cols * rows);
@@ -52,7 +40,7 @@ static int tensor_f32(const struct kvfs_gguf *g, const char *name, uint64_t cols
     int rc = kvfs_ggml_dequantize(t->type, t->data, f, cols * rows);
     if (rc) {
         free(f);
-        return say(err, errlen, rc, "tensor %s: unsupported type %u", name, t->type);
+        return kvfs_errf(err, errlen, rc, "tensor %s: unsupported type %u", name, t->type);
     }
     *out = f;
     return 0;
@@ -126,21 +114,21 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     struct kvfs_gguf_str arch;
     if ((rc = kvfs_gguf_get_str(m->gguf, "general.architecture", &arch))) {
-        say(err, errlen, rc, "%s: no general.architecture", path);
+        kvfs_errf(err, errlen, rc, "%s: no general.architecture", path);
         goto fail;
     }
     struct kvfs_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2");
     if (strcmp(hp->arch, "llama") && !is_qwen2) {
-        rc = say(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2)", path, hp->arch);
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2)", path, hp->arch);
         goto fail;
     }
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, 1))) {
-        say(err, errlen, rc, "%s: missing hyperparameters", path);
+        kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
     hp->n_kv_head = hp->n_head;
@@ -148,7 +136,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->n_ctx_train = 4096;
     hp_u32(m->gguf, hp->arch, "context_length", &hp->n_ctx_train, 0);
     if (hp->n_head <= 0 || hp->n_kv_head <= 0 || hp->n_embd % hp->n_head || hp->n_head % hp->n_kv_head) {
-        rc = say(err, errlen, -EINVAL, "%s: inconsistent head counts", path);
+        rc = kvfs_errf(err, errlen, -EINVAL, "%s: inconsistent head counts", path);
         goto fail;
     }
     hp->head_dim = hp->n_embd / hp->n_head;
@@ -165,13 +153,13 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->rope_style = is_qwen2 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
     const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
     if (!te) {
-        rc = say(err, errlen, -EINVAL, "%s: token_embd.weight missing", path);
+        rc = kvfs_errf(err, errlen, -EINVAL, "%s: token_embd.weight missing", path);
         goto fail;
     }
     hp->n_vocab = (int)te->ne[1];
 
     if ((rc = kvfs_backend_init_by_name(backend, n_threads, &m->be))) {
-        say(err, errlen, rc, "backend '%s' unavailable: %s", backend ? backend : "auto", strerror(-rc));
+        kvfs_errf(err, errlen, rc, "backend '%s' unavailable: %s", backend ? backend : "auto", strerror(-rc));
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;

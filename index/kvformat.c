@@ -1,9 +1,9 @@
 /* kvformat.c - kvfs chunk file format v1: parse, verify, write, hash. */
 #include "kvformat.h"
+#include "store.h" /* kvfs_errf */
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,19 +28,6 @@ static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v;
 static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-
-static int fail(int err, char *errmsg, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(int err, char *errmsg, size_t errlen, const char *fmt, ...)
-{
-    if (errmsg && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errmsg, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
 
 static uint64_t align_up(uint64_t v) { return (v + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN; }
 
@@ -202,13 +189,13 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     const uint8_t *buf = vbuf;
     memset(h, 0, sizeof(*h));
     if (len < KVFS_FIXED_HEADER_SIZE)
-        return fail(-EINVAL, errmsg, errlen, "truncated: %zu bytes, a header needs at least %u",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "truncated: %zu bytes, a header needs at least %u",
                     len, KVFS_FIXED_HEADER_SIZE);
     if (memcmp(buf + OFF_MAGIC, KVFS_MAGIC, 8) != 0)
-        return fail(-EPROTO, errmsg, errlen, "wrong magic: not a kvfs chunk file");
+        return kvfs_errf(errmsg, errlen, -EPROTO, "wrong magic: not a kvfs chunk file");
     h->version = rd32(buf + OFF_VERSION);
     if (h->version != KVFS_VERSION)
-        return fail(-EPROTO, errmsg, errlen, "unsupported format version %u (this kvfs reads %u)",
+        return kvfs_errf(errmsg, errlen, -EPROTO, "unsupported format version %u (this kvfs reads %u)",
                     h->version, KVFS_VERSION);
     h->header_size = rd32(buf + OFF_HEADER_SIZE);
     h->file_size = rd64(buf + OFF_FILE_SIZE);
@@ -220,37 +207,37 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     h->header_checksum = rd64(buf + OFF_CHECKSUM);
 
     if (!kvfs_dtype_size(h->dtype))
-        return fail(-EINVAL, errmsg, errlen, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
+        return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED))
-        return fail(-EINVAL, errmsg, errlen, "unknown flags 0x%x", h->flags);
+        return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
-        return fail(-EINVAL, errmsg, errlen, "bad token count %u", h->n_tokens);
+        return kvfs_errf(errmsg, errlen, -EINVAL, "bad token count %u", h->n_tokens);
     if (h->fp.n_layer == 0 || h->fp.n_layer > KVFS_MAX_LAYERS)
-        return fail(-EINVAL, errmsg, errlen, "bad layer count %u", h->fp.n_layer);
+        return kvfs_errf(errmsg, errlen, -EINVAL, "bad layer count %u", h->fp.n_layer);
     if (h->fp.n_kv_head == 0 || h->fp.n_kv_head > 4096 || h->fp.head_dim == 0 ||
         h->fp.head_dim > 4096 || h->fp.n_head < h->fp.n_kv_head || h->fp.n_head % h->fp.n_kv_head)
-        return fail(-EINVAL, errmsg, errlen, "bad head shape: %u heads, %u kv heads, head_dim %u",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "bad head shape: %u heads, %u kv heads, head_dim %u",
                     h->fp.n_head, h->fp.n_kv_head, h->fp.head_dim);
     if (h->fp.rope_type != KVFS_ROPE_NORM && h->fp.rope_type != KVFS_ROPE_NEOX)
-        return fail(-EINVAL, errmsg, errlen, "unknown rope type %u", h->fp.rope_type);
+        return kvfs_errf(errmsg, errlen, -EINVAL, "unknown rope type %u", h->fp.rope_type);
     if (h->fp.rope_dim > h->fp.head_dim || h->fp.rope_dim % 2 || !(h->fp.rope_theta > 0) ||
         !isfinite(h->fp.rope_theta))
-        return fail(-EINVAL, errmsg, errlen, "bad rope parameters (dim %u, theta %g)",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "bad rope parameters (dim %u, theta %g)",
                     h->fp.rope_dim, (double)h->fp.rope_theta);
     if (h->fp.arch[0] == '\0' || memchr(h->fp.arch, '\0', 16) == NULL)
-        return fail(-EINVAL, errmsg, errlen, "architecture name missing or not terminated");
+        return kvfs_errf(errmsg, errlen, -EINVAL, "architecture name missing or not terminated");
     if (h->header_size != kvfs_header_size_for(h->n_tokens, h->fp.n_layer))
-        return fail(-EINVAL, errmsg, errlen, "header size %u, expected %u for %u tokens, %u layers",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "header size %u, expected %u for %u tokens, %u layers",
                     h->header_size, kvfs_header_size_for(h->n_tokens, h->fp.n_layer),
                     h->n_tokens, h->fp.n_layer);
     if (h->file_size != kvfs_file_size_for(h))
-        return fail(-EINVAL, errmsg, errlen, "file size field %llu, expected %llu from the shape",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "file size field %llu, expected %llu from the shape",
                     (unsigned long long)h->file_size, (unsigned long long)kvfs_file_size_for(h));
     if (len < h->header_size)
-        return fail(-EINVAL, errmsg, errlen, "truncated: %zu bytes, header alone is %u", len,
+        return kvfs_errf(errmsg, errlen, -EINVAL, "truncated: %zu bytes, header alone is %u", len,
                     h->header_size);
     if (header_checksum(buf, h->header_size) != h->header_checksum)
-        return fail(-EBADMSG, errmsg, errlen, "header checksum mismatch");
+        return kvfs_errf(errmsg, errlen, -EBADMSG, "header checksum mismatch");
 
     h->token_bytes = buf + KVFS_FIXED_HEADER_SIZE;
     h->layer_table = buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens;
@@ -258,11 +245,11 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
         const uint8_t *e = h->layer_table + (uint64_t)l * LAYER_ENTRY_BYTES;
         if (rd64(e) != h->header_size + l * stride || rd64(e + 8) != lbytes)
-            return fail(-EINVAL, errmsg, errlen, "layer table entry %u inconsistent", l);
+            return kvfs_errf(errmsg, errlen, -EINVAL, "layer table entry %u inconsistent", l);
     }
     size_t used = KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens + (size_t)LAYER_ENTRY_BYTES * h->fp.n_layer;
     if (!all_zero(buf + used, h->header_size - used))
-        return fail(-EINVAL, errmsg, errlen, "non-zero header padding");
+        return kvfs_errf(errmsg, errlen, -EINVAL, "non-zero header padding");
     return 0;
 }
 
@@ -299,16 +286,16 @@ int kvfs_file_verify(const void *vbuf, size_t len, struct kvfs_header *h, char *
     if (rc)
         return rc;
     if (len != h->file_size)
-        return fail(-EINVAL, errmsg, errlen, "%s: %zu bytes, header says %llu",
+        return kvfs_errf(errmsg, errlen, -EINVAL, "%s: %zu bytes, header says %llu",
                     len < h->file_size ? "truncated" : "trailing data", len,
                     (unsigned long long)h->file_size);
     uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
         const uint8_t *p = buf + h->header_size + l * stride;
         if (kvfs_layer_verify(h, l, p, lbytes) != 0)
-            return fail(-EBADMSG, errmsg, errlen, "layer %u checksum mismatch", l);
+            return kvfs_errf(errmsg, errlen, -EBADMSG, "layer %u checksum mismatch", l);
         if (!all_zero(p + lbytes, stride - lbytes))
-            return fail(-EINVAL, errmsg, errlen, "layer %u: non-zero padding", l);
+            return kvfs_errf(errmsg, errlen, -EINVAL, "layer %u: non-zero padding", l);
     }
     return 0;
 }

@@ -17,6 +17,17 @@ static int log_max_level = KVFS_LOG_INFO;
 void kvfs_set_log(kvfs_log_fn fn) { log_fn = fn ? fn : default_log; }
 void kvfs_set_log_level(int level) { log_max_level = level; }
 
+int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
 void kvfs_log(int level, const char *fmt, ...)
 {
     if (level > log_max_level)

@@ -1,8 +1,8 @@
 /* object.c - encode/decode store objects (per-layer zstd frames). */
 #include "object.h"
+#include "store.h" /* kvfs_errf */
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,19 +14,6 @@ static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v;
 static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-
-static int say(int rc, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static int pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
@@ -116,21 +103,21 @@ int kvfs_obj_read_prefix(int fd, uint64_t obj_size, struct kvfs_obj_info *info, 
     memset(info, 0, sizeof(*info));
     *hdr_buf = NULL;
     if (obj_size < KVFS_OBJ_FIXED)
-        return say(-EINVAL, err, errlen, "object truncated (%llu bytes)", (unsigned long long)obj_size);
+        return kvfs_errf(err, errlen, -EINVAL, "object truncated (%llu bytes)", (unsigned long long)obj_size);
     if ((rc = pread_full(fd, fixed, sizeof(fixed), 0)))
-        return say(rc, err, errlen, "object read failed: %s", strerror(-rc));
+        return kvfs_errf(err, errlen, rc, "object read failed: %s", strerror(-rc));
     if (memcmp(fixed, KVFS_OBJ_MAGIC, 8) != 0 || rd32(fixed + 8) != 1)
-        return say(-EPROTO, err, errlen, "not a kvfs store object (bad magic or version)");
+        return kvfs_errf(err, errlen, -EPROTO, "not a kvfs store object (bad magic or version)");
     info->n_layer = rd32(fixed + 12);
     info->logical_size = rd64(fixed + 16);
     info->header_size = rd32(fixed + 24);
     if (info->n_layer == 0 || info->n_layer > KVFS_MAX_LAYERS || info->header_size < KVFS_FIXED_HEADER_SIZE ||
         info->header_size > (64u << 20))
-        return say(-EINVAL, err, errlen, "object prefix has impossible sizes");
+        return kvfs_errf(err, errlen, -EINVAL, "object prefix has impossible sizes");
     size_t tlen = (size_t)KVFS_OBJ_ENTRY * info->n_layer;
     info->header_offset = KVFS_OBJ_FIXED + tlen;
     if (info->header_offset + info->header_size > obj_size)
-        return say(-EINVAL, err, errlen, "object truncated in its header");
+        return kvfs_errf(err, errlen, -EINVAL, "object truncated in its header");
     table = malloc(tlen);
     hb = malloc(info->header_size);
     info->frames = calloc(info->n_layer, sizeof(*info->frames));
@@ -140,14 +127,14 @@ int kvfs_obj_read_prefix(int fd, uint64_t obj_size, struct kvfs_obj_info *info, 
     }
     if ((rc = pread_full(fd, table, tlen, KVFS_OBJ_FIXED)) ||
         (rc = pread_full(fd, hb, info->header_size, info->header_offset))) {
-        say(rc, err, errlen, "object read failed: %s", strerror(-rc));
+        kvfs_errf(err, errlen, rc, "object read failed: %s", strerror(-rc));
         goto fail;
     }
     if ((rc = kvfs_header_parse(hb, info->header_size, hdr, err, errlen)))
         goto fail;
     if (hdr->fp.n_layer != info->n_layer || hdr->file_size != info->logical_size ||
         hdr->header_size != info->header_size) {
-        rc = say(-EINVAL, err, errlen, "object prefix disagrees with its chunk header");
+        rc = kvfs_errf(err, errlen, -EINVAL, "object prefix disagrees with its chunk header");
         goto fail;
     }
     uint64_t lbytes = kvfs_layer_bytes(hdr);
@@ -161,7 +148,7 @@ int kvfs_obj_read_prefix(int fd, uint64_t obj_size, struct kvfs_obj_info *info, 
                   f->offset > obj_size || f->stored_size > obj_size - f->offset ||
                   (f->codec == KVFS_CODEC_RAW && f->stored_size != lbytes);
         if (bad) {
-            rc = say(-EINVAL, err, errlen, "object frame %u out of bounds or bad codec", l);
+            rc = kvfs_errf(err, errlen, -EINVAL, "object frame %u out of bounds or bad codec", l);
             goto fail;
         }
     }
@@ -223,7 +210,7 @@ int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len
     for (uint32_t l = 0; l < info.n_layer; l++) {
         uint8_t *dst = p + hdr.header_size + l * stride;
         if ((rc = kvfs_obj_read_layer(fd, &info, &hdr, l, dst))) {
-            say(rc, err, errlen, "layer %u: %s", l,
+            kvfs_errf(err, errlen, rc, "layer %u: %s", l,
                 rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
             goto free_img;
         }

@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,17 +29,6 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* ---- rows: sorted array of pointers, binary search by hash ---- */
@@ -392,7 +380,7 @@ int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
         return -ENOMEM;
     s->opts = *opts;
     if (s->opts.zstd_level < 0 || s->opts.zstd_level > 19) {
-        set_err(err, errlen, "zstd level %d out of range 0..19", s->opts.zstd_level);
+        kvfs_errf(err, errlen, 0, "zstd level %d out of range 0..19", s->opts.zstd_level);
         free(s);
         return -EINVAL;
     }
@@ -408,7 +396,7 @@ int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
         for (int i = 0; i < 3; i++) {
             snprintf(path, sizeof(path), "%s%s", s->dir, subs[i]);
             if ((rc = mkdir_p(path))) {
-                set_err(err, errlen, "cannot create %s: %s", path, strerror(-rc));
+                kvfs_errf(err, errlen, 0, "cannot create %s: %s", path, strerror(-rc));
                 goto fail;
             }
         }
@@ -417,11 +405,11 @@ int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
     if ((rc = kvfs_idx_open(path, opts->read_only, &s->db, err, errlen)))
         goto fail;
     if ((rc = kvfs_idx_load(s->db, load_row_cb, s))) {
-        set_err(err, errlen, "cannot load index %s: %s", path, strerror(-rc));
+        kvfs_errf(err, errlen, 0, "cannot load index %s: %s", path, strerror(-rc));
         goto fail;
     }
     if (!opts->read_only && (rc = reconcile(s))) {
-        set_err(err, errlen, "cannot reconcile store: %s", strerror(-rc));
+        kvfs_errf(err, errlen, 0, "cannot reconcile store: %s", strerror(-rc));
         goto fail;
     }
     *out = s;
@@ -509,14 +497,14 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     if (s->opts.read_only)
         return -EROFS;
     if ((rc = kvfs_file_verify(buf, len, &h, why, sizeof(why)))) {
-        set_err(err, errlen, "invalid chunk: %s", why);
+        kvfs_errf(err, errlen, 0, "invalid chunk: %s", why);
         goto count_error;
     }
     if ((rc = kvfs_content_hash(&h, digest)))
         goto count_error;
     kvfs_hash_to_hex(digest, hex);
     if (expect_hash && strcmp(expect_hash, hex) != 0) {
-        set_err(err, errlen, "name %s does not match the chunk's content hash %s", expect_hash, hex);
+        kvfs_errf(err, errlen, 0, "name %s does not match the chunk's content hash %s", expect_hash, hex);
         rc = -EINVAL;
         goto count_error;
     }
@@ -529,7 +517,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         return 0; /* content addressed: same name, same meaning */
 
     if ((rc = kvfs_obj_encode(buf, &h, s->opts.zstd_level, &obj, &obj_len))) {
-        set_err(err, errlen, "cannot encode object: %s", strerror(-rc));
+        kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
     static atomic_uint seq;
@@ -537,11 +525,11 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         rc = -errno;
-        set_err(err, errlen, "cannot create %s: %s", tmp, strerror(-rc));
+        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
         goto free_obj;
     }
     if ((rc = write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
-        set_err(err, errlen, "writing object failed: %s%s", strerror(-rc),
+        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
                 rc == -ENOSPC ? " (backing disk full)" : "");
         goto unlink_tmp;
     }
@@ -556,7 +544,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     }
     if ((rc = evict_for(s, obj_len))) {
         pthread_mutex_unlock(&s->lock);
-        set_err(err, errlen, "over capacity: %zu more bytes do not fit in %" PRIu64
+        kvfs_errf(err, errlen, 0, "over capacity: %zu more bytes do not fit in %" PRIu64
                 " (only pinned chunks left to evict)", obj_len, s->opts.capacity);
         goto unlink_tmp_counted;
     }
@@ -584,7 +572,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     }
     pthread_mutex_unlock(&s->lock);
     if (rc) {
-        set_err(err, errlen, "storing object failed: %s", strerror(-rc));
+        kvfs_errf(err, errlen, 0, "storing object failed: %s", strerror(-rc));
         goto unlink_tmp_counted;
     }
     free(obj);

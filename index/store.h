@@ -104,6 +104,9 @@ int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void 
 typedef void (*kvfs_log_fn)(int level, const char *msg);
 void kvfs_set_log(kvfs_log_fn fn);
 void kvfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Write a reason into err[errlen] (if err is not NULL) and return rc: the
+ * one way every layer reports "what was wrong" alongside an errno. */
+int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 #define KVFS_LOG_ERR 3
 #define KVFS_LOG_WARN 4
 #define KVFS_LOG_INFO 6

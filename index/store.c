@@ -212,22 +212,6 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 void kvfs_info_from_header(const struct kvfs_header *h, const char *hash, uint64_t stored,
                            struct kvfs_chunk_info *c)
 {
@@ -528,7 +512,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
         goto free_obj;
     }
-    if ((rc = write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
+    if ((rc = kvfs_write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
         kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
                 rc == -ENOSPC ? " (backing disk full)" : "");
         goto unlink_tmp;

@@ -131,6 +131,9 @@ const char *kvfs_store_dir(const struct kvfs_store *s);
 int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx);
 void kvfs_set_log_level(int level);
 
+/* write() all of buf to fd, retrying short writes and EINTR; 0 or -errno. */
+int kvfs_write_full(int fd, const void *buf, size_t len);
+
 /* Size parsing for options: "64M", "1G", "123" -> bytes (-EINVAL). */
 int kvfs_parse_size(const char *s, uint64_t *out);
 

@@ -1,5 +1,6 @@
 /* tool_util.c - file helpers for kvfsctl. */
 #include "tool_util.h"
+#include "store.h" /* kvfs_write_full */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,32 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 int tool_write_file(const char *path, const void *buf, size_t len)
 {
     if (!strcmp(path, "-"))
-        return write_all(1, buf, len);
+        return kvfs_write_full(1, buf, len);
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    int rc = write_all(fd, buf, len);
+    int rc = kvfs_write_full(fd, buf, len);
     if (close(fd) != 0 && !rc)
         rc = -errno;
     if (!rc && rename(tmp, path) != 0)

@@ -324,6 +324,16 @@ struct sym {
     int prev, next;
 };
 
+/* Join symbol `at` with its right neighbour (both BPE and SentencePiece). */
+static void sym_merge(struct sym *s, int at)
+{
+    int j = s[at].next;
+    s[at].len += s[j].len;
+    s[at].next = s[j].next;
+    if (s[j].next != -1)
+        s[s[j].next].prev = at;
+}
+
 static void bpe_word(const struct kvfs_tokenizer *t, const char *w, size_t wl, struct ids *o)
 {
     /* byte-encode */
@@ -367,11 +377,7 @@ static void bpe_word(const struct kvfs_tokenizer *t, const char *w, size_t wl, s
         }
         if (best < 0)
             break;
-        int j = s[best].next;
-        s[best].len += s[j].len;
-        s[best].next = s[j].next;
-        if (s[j].next != -1)
-            s[s[j].next].prev = best;
+        sym_merge(s, best);
     }
     for (int i = 0; i != -1; i = s[i].next) {
         int32_t id = smap_get(&t->vocab, enc + s[i].start, (size_t)s[i].len);
@@ -444,11 +450,7 @@ static void spm_fragment(const struct kvfs_tokenizer *t, const char *p, size_t l
         }
         if (best < 0)
             break;
-        int j = s[best].next;
-        s[best].len += s[j].len;
-        s[best].next = s[j].next;
-        if (s[j].next != -1)
-            s[s[j].next].prev = best;
+        sym_merge(s, best);
     }
     for (int i = 0; ns && i != -1; i = s[i].next) {
         int32_t id = smap_get(&t->vocab, enc + s[i].start, (size_t)s[i].len);

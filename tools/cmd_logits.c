@@ -6,19 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "commands.h"
 #include "forward.h"
 #include "model.h"
+#include "model_util.h"
 #include "tool_util.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -61,15 +54,6 @@ static int parse_ids(char *s, int32_t **ids, int *n)
     *ids = v;
     *n = k;
     return k ? 0 : -EINVAL;
-}
-
-static int32_t argmax(const float *x, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
 }
 
 int cmd_logits(int argc, char **argv)
@@ -128,18 +112,17 @@ int cmd_logits(int argc, char **argv)
     }
     struct kvfs_model *m;
     char err[512] = "";
-    double t0 = now_s();
+    double t0 = tool_now();
     if ((rc = kvfs_model_load(model, backend, threads, &m, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl logits: %s\n", err[0] ? err : strerror(-rc));
         free(ids);
         return 1;
     }
-    double t1 = now_s();
+    double t1 = tool_now();
     struct kvfs_kv_cache cache;
     float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-    int32_t *gen = calloc((size_t)greedy + 1, sizeof(int32_t));
     int ret = 1;
-    if (!logits || !gen || kvfs_kv_cache_init(m, n + greedy + 1, &cache) != 0) {
+    if (!logits || kvfs_kv_cache_init(m, n + greedy + 1, &cache) != 0) {
         fprintf(stderr, "kvfsctl logits: out of memory\n");
         goto out;
     }
@@ -147,7 +130,7 @@ int cmd_logits(int argc, char **argv)
         fprintf(stderr, "kvfsctl logits: forward failed: %s\n", strerror(-rc));
         goto free_cache;
     }
-    double t2 = now_s();
+    double t2 = tool_now();
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < m->hp.n_vocab; i++)
         if (logits[i] > mx)
@@ -168,14 +151,14 @@ int cmd_logits(int argc, char **argv)
     free(taken);
     printf("]");
     if (greedy) {
-        int32_t next = argmax(logits, m->hp.n_vocab);
+        int32_t next = tool_argmax(logits, m->hp.n_vocab);
         printf(", \"greedy\": [");
         for (int g = 0; g < greedy; g++) {
             printf("%s%d", g ? ", " : "", next);
             if (g + 1 < greedy) {
                 if ((rc = kvfs_forward(m, &cache, &next, 1, n + g, logits)))
                     break;
-                next = argmax(logits, m->hp.n_vocab);
+                next = tool_argmax(logits, m->hp.n_vocab);
             }
         }
         printf("]");
@@ -186,7 +169,6 @@ free_cache:
     kvfs_kv_cache_free(m, &cache);
 out:
     free(logits);
-    free(gen);
     free(ids);
     kvfs_model_free(m);
     return ret;

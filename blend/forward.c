@@ -218,14 +218,12 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
     int rc = kvfs_file_verify(image, len, &h, err, errlen);
     if (rc)
         return rc;
-    if (memcmp(&h.fp, &m->fp, sizeof(h.fp)) != 0) {
-        uint8_t a[80], b[80];
-        kvfs_fingerprint_encode(&h.fp, a);
-        kvfs_fingerprint_encode(&m->fp, b);
-        if (memcmp(a, b, 80)) {
-            snprintf(err, errlen, "chunk was computed by another model (fingerprint differs)");
-            return -EINVAL;
-        }
+    uint8_t a[80], b[80]; /* compare the canonical encodings, not structs */
+    kvfs_fingerprint_encode(&h.fp, a);
+    kvfs_fingerprint_encode(&m->fp, b);
+    if (memcmp(a, b, 80)) {
+        snprintf(err, errlen, "chunk was computed by another model (fingerprint differs)");
+        return -EINVAL;
     }
     if (!(h.flags & KVFS_FLAG_KEYS_ROPED)) {
         snprintf(err, errlen, "chunk stores keys before RoPE; only post-RoPE keys are supported");

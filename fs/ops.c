@@ -135,11 +135,14 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
     case INO_STATS:
         stats_attr(m, st);
         return 0;
-    case INO_CONTROL:
-        stats_attr(m, st);
+    case INO_CONTROL: /* an empty file that only takes the ioctl */
+        memset(st, 0, sizeof(*st));
         st->st_ino = INO_CONTROL;
         st->st_mode = S_IFREG | 0666;
-        st->st_size = 0;
+        st->st_nlink = 1;
+        st->st_uid = getuid();
+        st->st_gid = getgid();
+        st->st_atime = st->st_mtime = st->st_ctime = m->mount_time;
         return 0;
     }
     if (ino & INO_CHUNK_BIT) {

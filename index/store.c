@@ -613,20 +613,6 @@ uint64_t kvfs_store_count(struct kvfs_store *s)
     return n;
 }
 
-int kvfs_store_list_from(struct kvfs_store *s, const char *after, size_t max,
-                         kvfs_store_list_cb cb, void *ctx)
-{
-    int rc = 0, found;
-    pthread_mutex_lock(&s->lock);
-    size_t i = after && *after ? (size_t)row_find(s, after, &found) : 0;
-    if (after && *after && found)
-        i++;
-    for (size_t k = 0; i < s->n_rows && k < max && !rc; i++, k++)
-        rc = cb(s->rows[i], ctx);
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-}
-
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
 {
     struct kvfs_chunk_ref *ref = calloc(1, sizeof(*ref));

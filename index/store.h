@@ -112,12 +112,6 @@ int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribut
 #define KVFS_LOG_INFO 6
 #define KVFS_LOG_DEBUG 7
 
-/* Listing in pages for readdir: up to max rows with hash > after ("" or
- * NULL from the start).  Callbacks run under the store lock: keep them short
- * and never call back into the store. */
-int kvfs_store_list_from(struct kvfs_store *s, const char *after, size_t max,
-                         kvfs_store_list_cb cb, void *ctx);
-
 /* Path of a chunk's object file (for loaders that read layers directly). */
 int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, size_t len);
 /* Read and verify one layer (K then V, unpadded) of a chunk straight from its

@@ -1,10 +1,7 @@
 import json, os, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
 from corpus import documents
-ROOT = os.path.join(os.path.dirname(__file__), '..')
-BUILD = os.environ.get('BUILD', 'build')
-KVFSCTL = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), 'kvfsctl')
-MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+from paths import ROOT, KVFSCTL, MODEL
 N = int(os.environ.get('BLEND_PROMPTS', '30'))
 K = int(os.environ.get('BLEND_CHUNKS', '6'))
 SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))

@@ -5,10 +5,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracl
 from corpus import documents
 import llama_cpp
 
-ROOT = os.path.join(os.path.dirname(__file__), '..')
-BUILD = os.environ.get('BUILD', 'build')
-KVFSCTL = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), 'kvfsctl')
-MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+from paths import ROOT, KVFSCTL, MODEL
 THREADS = os.cpu_count()
 RUNS = int(os.environ.get('RUNS', '3'))
 llm = llama_cpp.Llama(model_path=MODEL, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=THREADS,

@@ -8,11 +8,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from corpus import documents
 
-ROOT = os.environ.get('KVFS_ROOT', os.path.join(os.path.dirname(__file__), '..', '..'))
-BUILD = os.environ.get('BUILD', 'build')
-KVFSCTL = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
-KVFSCTL = os.path.join(KVFSCTL, 'kvfsctl')
-MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+from paths import ROOT, KVFSCTL, MODEL
 # Bounds measured on this model (2026-11-22, 22 prompts): llama.cpp
 # quantizes activations to Q8_1/Q8_0 inside its quantized matmuls and keeps
 # an f16 KV cache; we emulate both (model.h, ggml_compat) but sum in another

@@ -7,10 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from corpus import documents
 import llama_cpp
 
-ROOT = os.environ.get('KVFS_ROOT', os.path.join(os.path.dirname(__file__), '..', '..'))
-BUILD = os.environ.get('BUILD', 'build')
-KVFSCTL = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), 'kvfsctl')
-MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+from paths import ROOT, KVFSCTL, MODEL
 vocab = llama_cpp.Llama(model_path=MODEL, vocab_only=True, verbose=False)
 
 synthetic = [

@@ -1,12 +1,10 @@
 """Control tokens and BOS against llama.cpp: --special / --bos must give the
 same ids as tokenize(special=True, add_bos=True) on chat-formatted text."""
 import os, subprocess, sys, tempfile
+sys.path.insert(0, os.path.dirname(__file__))
 import llama_cpp
 
-ROOT = os.environ.get('KVFS_ROOT', os.path.join(os.path.dirname(__file__), '..', '..'))
-BUILD = os.environ.get('BUILD', 'build')
-KVFSCTL = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), 'kvfsctl')
-MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+from paths import ROOT, KVFSCTL, MODEL
 vocab = llama_cpp.Llama(model_path=MODEL, vocab_only=True, verbose=False)
 
 texts = [

@@ -1,6 +1,9 @@
 /* blend.c - CacheBlend-style composition of chunk KV caches (see blend.h). */
 #include "blend.h"
 
+#include "controller.h"
+#include "loader.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +13,7 @@
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
-#define CHECK_LAYER 1
+#define on_k_layer(o) ((o)->deviation_on_k)
 
 static double now_s(void)
 {
@@ -80,60 +83,231 @@ static int by_int(const void *a, const void *b)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
+void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
+{
+    memset(o, 0, sizeof(*o));
+    o->ratio = ratio;
+    o->select = KVFS_BLEND_SELECT_DEFAULT;
+    o->taper = 0.5f;
+    o->sink_rows = 1;
+    o->check_layer = 1;
+    o->min_ratio = 0.15f;
+    const char *e = getenv("KVFS_BLEND_CHECK_LAYER"); /* experiments */
+    if (e)
+        o->check_layer = atoi(e);
+}
+
+const char *kvfs_blend_select_name(int select)
+{
+    return select == KVFS_BLEND_SELECT_GRADUAL ? "gradual" : "fixed";
+}
+
+/* Chunk rows recomputed at sparse layer j of n_sparse (layers after the
+ * check layer).  Fixed: ratio everywhere.  Gradual: a linear taper from
+ * ratio*(1+taper) down to ratio*(1-taper), so the mean (the compute budget)
+ * is still `ratio`; each layer keeps the most deviating rows of the last. */
+static int rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows)
+{
+    float r = o->ratio;
+    if (o->select == KVFS_BLEND_SELECT_GRADUAL && n_sparse > 1 && r > 0.0f && r < 1.0f) {
+        float t = (float)j / (float)(n_sparse - 1);
+        r = o->ratio * (1.0f + o->taper * (1.0f - 2.0f * t));
+    }
+    if (r > 1.0f)
+        r = 1.0f;
+    int n = (int)ceilf(r * (float)n_rows - 1e-4f);
+    return n < 0 ? 0 : n > n_rows ? n_rows : n;
+}
+
+/* Keep the k highest of dev[0..n) (rows[i] names each); result sorted by row
+ * into out.  Rows flagged in `forced` (may be NULL) rank first. */
+static void select_top(const float *dev, const int32_t *rows, const uint8_t *forced, int n, int k, struct scored *sc,
+                       int32_t *out)
+{
+    for (int i = 0; i < n; i++)
+        sc[i] = (struct scored){forced && forced[rows[i]] ? INFINITY : dev[i], rows[i]};
+    qsort(sc, (size_t)n, sizeof(*sc), by_dev_desc);
+    for (int i = 0; i < k; i++)
+        out[i] = sc[i].row;
+    qsort(out, (size_t)k, sizeof(int32_t), by_int);
+}
+
+/* Attention the suffix (query) rows pay to each chunk row at one layer,
+ * summed over suffix rows and heads: how much each row can move the answer. */
+static int query_attention(const struct kvfs_model *m, const float *d_q_suffix, const float *d_k, int n_rows, int n_ctx,
+                           float *att)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    int n_suffix = n_ctx - n_rows, d = hp->head_dim, kv_dim = hp->n_kv_head * d, group = hp->n_head / hp->n_kv_head;
+    size_t qn = (size_t)n_suffix * hp->n_head * d, kn = (size_t)n_ctx * kv_dim;
+    float *q = malloc(sizeof(float) * qn), *k = malloc(sizeof(float) * kn), *sc = malloc(sizeof(float) * (size_t)n_ctx);
+    int rc = -ENOMEM;
+    if (!q || !k || !sc)
+        goto out;
+    if ((rc = BE(m)->download(CTX(m), q, d_q_suffix, sizeof(float) * qn)) ||
+        (rc = BE(m)->download(CTX(m), k, d_k, sizeof(float) * kn)))
+        goto out;
+    memset(att, 0, sizeof(float) * (size_t)n_rows);
+    float scale = 1.0f / sqrtf((float)d);
+    for (int s = 0; s < n_suffix; s++) {
+        int n_see = n_rows + s + 1;
+        for (int h = 0; h < hp->n_head; h++) {
+            const float *qh = q + ((size_t)s * hp->n_head + h) * d;
+            float mx = -INFINITY;
+            double sum = 0;
+            for (int r = 0; r < n_see; r++) {
+                const float *kr = k + (size_t)r * kv_dim + (size_t)(h / group) * d;
+                float dot = 0;
+                for (int i = 0; i < d; i++)
+                    dot += qh[i] * kr[i];
+                sc[r] = dot * scale;
+                mx = fmaxf(mx, sc[r]);
+            }
+            for (int r = 0; r < n_see; r++)
+                sum += exp((double)(sc[r] - mx));
+            for (int r = 0; r < n_rows; r++)
+                att[r] += (float)(exp((double)(sc[r] - mx)) / sum);
+        }
+    }
+    rc = 0;
+out:
+    free(q);
+    free(k);
+    free(sc);
+    return rc;
+}
+
 int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
                const int32_t *suffix, int n_suffix, float ratio, struct kvfs_kv_cache *c, int32_t **tokens_out,
                float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen)
+{
+    struct kvfs_blend_opts o;
+    kvfs_blend_opts_init(&o, ratio);
+    return kvfs_blend_ex(m, chunks, n_chunks, suffix, n_suffix, &o, c, tokens_out, logits, st, err, errlen);
+}
+
+int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
+                  const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c,
+                  int32_t **tokens_out, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen)
+{
+    const void *images[KVFS_BLEND_MAX_CHUNKS];
+    size_t lens[KVFS_BLEND_MAX_CHUNKS];
+    struct kvfs_loader *ld;
+    memset(c, 0, sizeof(*c));
+    if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS)
+        return kvfs_errf(err, errlen, -EINVAL, "a blend takes 1 to %d chunks", KVFS_BLEND_MAX_CHUNKS);
+    for (int i = 0; i < n_chunks; i++) {
+        char why[200];
+        struct kvfs_header h;
+        int rc = kvfs_file_verify(chunks[i].image, chunks[i].len, &h, why, sizeof(why));
+        if (rc)
+            return kvfs_errf(err, errlen, rc, "chunk %d: %s", i + 1, why);
+        images[i] = chunks[i].image;
+        lens[i] = chunks[i].len;
+    }
+    int rc = kvfs_loader_open_images(images, lens, n_chunks, &ld, err, errlen);
+    if (rc)
+        return rc;
+    rc = kvfs_blend_stream(m, ld, suffix, n_suffix, o, c, tokens_out, logits, st, err, errlen);
+    kvfs_loader_close(ld);
+    return rc;
+}
+
+/* Wait for `layer` of every chunk, put it into the cache and re-position its
+ * keys: rotation by each row's delta (new position - cached position). */
+static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c, int layer,
+                      const int32_t *d_delta, int n_rows, float *tmp, char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const void *data[KVFS_BLEND_MAX_CHUNKS];
+    int rc = kvfs_loader_wait(ld, layer, data, err, errlen), row = 0;
+    for (int i = 0; i < kvfs_loader_count(ld) && !rc; i++) {
+        const struct kvfs_header *h = kvfs_loader_header(ld, i);
+        rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i], tmp);
+        row += (int)h->n_tokens;
+    }
+    if (!rc && n_rows)
+        rc = BE(m)->rope(CTX(m), c->k[layer], d_delta, n_rows, hp->n_kv_head, hp->head_dim, hp->rope_dim,
+                         hp->rope_theta, hp->rope_style);
+    return rc;
+}
+
+int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
+                      const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
+                      struct kvfs_blend_stats *st, char *err, size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
     double t0 = now_s();
-    int rc, n_rows = 0;
+    struct kvfs_blend_opts ob = *o; /* auto: ob.ratio is set at the check layer */
+    o = &ob;
+    if (ob.auto_ratio) {
+        if (!(ob.min_ratio > 0.0f && ob.min_ratio <= 1.0f))
+            return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)ob.min_ratio);
+        ob.ratio = ob.min_ratio;
+    }
+    float ratio = ob.ratio;
+    int rc, n_rows = 0, n_chunks = kvfs_loader_count(ld), max_chunk = 1;
+    memset(c, 0, sizeof(*c));
     if (!(ratio >= 0.0f && ratio <= 1.0f)) {
         snprintf(err, errlen, "ratio %g is outside [0, 1]", (double)ratio);
         return -EINVAL;
     }
-    if (n_chunks < 1 || n_suffix < 1) {
-        snprintf(err, errlen, "a blend needs at least one chunk and one suffix token");
+    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 ||
+        (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL)) {
+        snprintf(err, errlen, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)", o->select,
+                 (double)o->taper, o->sink_rows, o->check_layer);
         return -EINVAL;
     }
+    if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS || n_suffix < 1) {
+        snprintf(err, errlen, "a blend needs 1 to %d chunks and at least one suffix token", KVFS_BLEND_MAX_CHUNKS);
+        return -EINVAL;
+    }
+    uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
+    kvfs_fingerprint_encode(&m->fp, fb);
     for (int i = 0; i < n_chunks; i++) {
-        struct kvfs_header h;
-        char why[256];
-        if ((rc = kvfs_header_parse(chunks[i].image, chunks[i].len, &h, why, sizeof(why)))) {
-            snprintf(err, errlen, "chunk %d: %s", i + 1, why);
-            return rc;
-        }
-        n_rows += (int)h.n_tokens;
+        const struct kvfs_header *h = kvfs_loader_header(ld, i);
+        kvfs_fingerprint_encode(&h->fp, fa);
+        if (memcmp(fa, fb, 80))
+            return kvfs_errf(err, errlen, -EINVAL, "chunk %d was computed by another model (fingerprint differs)", i + 1);
+        if (!(h->flags & KVFS_FLAG_KEYS_ROPED))
+            return kvfs_errf(err, errlen, -ENOTSUP, "chunk %d stores keys before RoPE; only post-RoPE keys are supported",
+                             i + 1);
+        n_rows += (int)h->n_tokens;
+        if ((int)h->n_tokens > max_chunk)
+            max_chunk = (int)h->n_tokens;
     }
     int n_ctx = n_rows + n_suffix;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL;
-    int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL, *keep = NULL;
+    int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL, *d_local = NULL;
+    uint8_t *forced = calloc((size_t)n_ctx + 1, 1);
+    float *conv = malloc(sizeof(float) * (size_t)max_chunk * (size_t)hp->n_kv_head * (size_t)hp->head_dim);
     struct scored *sc = NULL;
-    float *d_dev = NULL, *h_dev = NULL;
+    float *d_dev = NULL, *h_dev = NULL, *d_old = NULL;
     struct kvfs_work w = {0}, ws = {0};
-    memset(c, 0, sizeof(*c));
-    if (!tokens || !delta) {
+    if (!tokens || !delta || !forced || !conv) {
         rc = -ENOMEM;
         goto fail;
     }
     if ((rc = kvfs_kv_cache_init(m, n_ctx, c)))
         goto fail;
-    /* 1. concatenate cached K/V; re-position keys by their position delta */
-    for (int i = 0; i < n_chunks; i++) {
-        int start = c->n;
-        if ((rc = kvfs_kv_cache_load_chunk(m, c, chunks[i].image, chunks[i].len, err, errlen))) {
-            char tmp[256];
-            snprintf(tmp, sizeof(tmp), "chunk %d: %s", i + 1, err);
-            snprintf(err, errlen, "%s", tmp);
-            goto fail;
-        }
-        struct kvfs_header h;
-        kvfs_header_parse(chunks[i].image, chunks[i].len, &h, NULL, 0);
-        for (int r = start; r < c->n; r++) {
-            tokens[r] = (int32_t)kvfs_header_token(&h, (uint32_t)(r - start));
-            delta[r] = r - c->host_pos[r];
+    /* 1. the prompt's tokens and positions; each chunk's rows move from their
+     * cached positions to their place in the prompt */
+    for (int i = 0, r = 0; i < n_chunks; i++) {
+        const struct kvfs_header *h = kvfs_loader_header(ld, i);
+        for (uint32_t t = 0; t < h->n_tokens; t++, r++) {
+            tokens[r] = (int32_t)kvfs_header_token(h, t);
+            delta[r] = r - (int32_t)(h->pos0 + t);
             c->host_pos[r] = r;
+            /* a later chunk's first rows were attention sinks when it was
+             * prefilled alone: their cached K/V are the most out of place */
+            if (i > 0 && (int)t < o->sink_rows)
+                forced[r] = 1;
+            if (tokens[r] < 0 || tokens[r] >= hp->n_vocab) {
+                rc = kvfs_errf(err, errlen, -EINVAL, "chunk %d: token %d out of range", i + 1, tokens[r]);
+                goto fail;
+            }
         }
     }
     for (int r = n_rows; r < n_ctx; r++) {
@@ -147,14 +321,15 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
         }
     }
     c->n = n_ctx;
+    const int CHECK_LAYER = hp->n_layer > o->check_layer ? o->check_layer : hp->n_layer - 1;
+    int blending = ratio > 0.0f && hp->n_layer >= 2 && CHECK_LAYER >= 1;
+    /* layers before the check layer are recomputed in full: never loaded */
+    if ((rc = kvfs_loader_start(ld, blending ? CHECK_LAYER : 0)))
+        goto fail;
     if ((rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_delta)) ||
         (rc = be->upload(ctx, d_delta, delta, sizeof(int32_t) * (size_t)n_ctx)) ||
         (rc = be->upload(ctx, c->pos, c->host_pos, sizeof(int32_t) * (size_t)n_ctx)))
         goto fail;
-    for (int l = 0; l < hp->n_layer; l++)
-        if ((rc = be->rope(ctx, c->k[l], d_delta, n_rows, hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta,
-                           hp->rope_style)))
-            goto fail;
 
     /* embeddings of the whole prompt */
     if ((rc = kvfs_work_alloc(m, n_ctx, &w)) ||
@@ -163,52 +338,84 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
         (rc = be->get_rows(ctx, m->tok_embd, w.ids, w.x, n_ctx, hp->n_embd)))
         goto fail;
 
-    /* 2. selection */
-    int n_sel, first_layer;
+    /* 2. selection at the check layer */
+    int n_sel, first_layer, kv_dim = c->kv_dim, n_sparse = hp->n_layer - 1 - CHECK_LAYER;
     idx = malloc(sizeof(int32_t) * (size_t)n_ctx);
     sel_pos = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    if (!idx || !sel_pos) {
+    keep = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    h_dev = malloc(sizeof(float) * ((size_t)n_ctx + 1));
+    sc = malloc(sizeof(*sc) * ((size_t)n_ctx + 1));
+    if (!idx || !sel_pos || !keep || !h_dev || !sc) {
         rc = -ENOMEM;
         goto fail;
     }
-    int kv_dim = c->kv_dim;
-    if (ratio <= 0.0f || hp->n_layer < 2) {
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n_ctx + 4, (void **)&d_dev)))
+        goto fail;
+    if (!blending) {
         /* plain reuse: only the suffix is computed, from layer 0 */
         n_sel = 0;
         first_layer = 0;
     } else {
-        /* layer 0 in full: every row's K/V is fresh */
-        if ((rc = kvfs_layer_qkv(m, 0, &w, n_ctx)) ||
-            (rc = be->copy(ctx, c->k[0], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
-            (rc = be->copy(ctx, c->v[0], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
-            (rc = kvfs_layer_finish(m, 0, &w, n_ctx, c, n_ctx)))
+        /* the layers before the check layer in full: every row's K/V is fresh */
+        double t_full0 = now_s();
+        for (int l = 0; l < CHECK_LAYER; l++)
+            if ((rc = kvfs_layer_qkv(m, l, &w, n_ctx)) ||
+                (rc = be->copy(ctx, c->k[l], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
+                (rc = be->copy(ctx, c->v[l], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
+                (rc = kvfs_layer_finish(m, l, &w, n_ctx, c, n_ctx)))
+                goto fail;
+        /* check layer: every row's fresh K/V; deviation of V from the cache
+         * (V measured better than K: see BENCHMARKS.md) */
+        double t_full = now_s() - t_full0;
+        if ((rc = take_layer(m, ld, c, CHECK_LAYER, d_delta, n_rows, conv, err, errlen)))
             goto fail;
-        /* check layer: every row's fresh K/V; deviation of V from the cache */
-        if ((rc = kvfs_layer_qkv(m, CHECK_LAYER, &w, n_ctx)) ||
-            (rc = be->alloc(ctx, sizeof(float) * (size_t)n_rows + 4, (void **)&d_dev)))
-            goto fail;
-        const char *dv = getenv("KVFS_BLEND_DEVIATION"); /* experiments: "k" measures keys instead */
-        int on_k = dv && !strcmp(dv, "k");
-        if (n_rows && (rc = be->row_sqdiff(ctx, on_k ? w.k : w.v, on_k ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER], d_dev,
-                                           n_rows, kv_dim)))
-            goto fail;
-        h_dev = malloc(sizeof(float) * ((size_t)n_rows + 1));
-        sc = malloc(sizeof(*sc) * ((size_t)n_rows + 1));
-        if (!h_dev || !sc) {
-            rc = -ENOMEM;
-            goto fail;
+        if (ob.auto_ratio) {
+            struct kvfs_ratio_inputs ri = {0};
+            kvfs_loader_progress(ld, &ri.bytes_done, &ri.bytes_total, &ri.load_elapsed_s);
+            ri.sec_per_row_layer = t_full / ((double)CHECK_LAYER * n_ctx);
+            ri.n_sparse = n_sparse;
+            ri.n_rows = n_rows;
+            ri.n_suffix = n_suffix;
+            ri.min_ratio = ob.min_ratio;
+            ob.ratio = ratio = kvfs_auto_ratio(&ri, NULL);
         }
+        if ((rc = kvfs_layer_qkv(m, CHECK_LAYER, &w, n_ctx)))
+            goto fail;
+        int on_k = o->deviation_on_k;
+        if (n_rows && (rc = be->row_sqdiff(ctx, on_k == 1 ? w.k : w.v, on_k == 1 ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER],
+                                           d_dev, n_rows, kv_dim)))
+            goto fail;
         if (n_rows && (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_rows)))
             goto fail;
+        if (n_rows && on_k == 2) {
+            float *hk = malloc(sizeof(float) * (size_t)n_rows);
+            if (!hk) { rc = -ENOMEM; goto fail; }
+            if ((rc = be->row_sqdiff(ctx, w.k, c->k[CHECK_LAYER], d_dev, n_rows, kv_dim)) ||
+                (rc = be->download(ctx, hk, d_dev, sizeof(float) * (size_t)n_rows))) { free(hk); goto fail; }
+            for (int r = 0; r < n_rows; r++) h_dev[r] = sqrtf(h_dev[r]) + 0.1f * sqrtf(hk[r]);
+            free(hk);
+        }
+        const char *score = getenv("KVFS_BLEND_SCORE");
+        if (score && strcmp(score, "dev") && n_rows) {
+            float *att = malloc(sizeof(float) * (size_t)n_rows);
+            if (!att) {
+                rc = -ENOMEM;
+                goto fail;
+            }
+            if ((rc = query_attention(m, w.q + (size_t)n_rows * hp->n_embd, w.k, n_rows, n_ctx, att))) {
+                free(att);
+                goto fail;
+            }
+            for (int r = 0; r < n_rows; r++)
+                h_dev[r] = !strcmp(score, "att") ? att[r] : h_dev[r] * powf(att[r], strtof(score, NULL));
+            free(att);
+        }
         for (int r = 0; r < n_rows; r++)
-            sc[r] = (struct scored){h_dev[r], r};
-        qsort(sc, (size_t)n_rows, sizeof(*sc), by_dev_desc);
-        n_sel = (int)ceilf(ratio * (float)n_rows);
-        if (n_sel > n_rows)
+            keep[r] = r;
+        n_sel = n_sparse > 0 ? rows_at(o, 0, n_sparse, n_rows) : 0;
+        if (ratio >= 1.0f)
             n_sel = n_rows;
-        for (int k = 0; k < n_sel; k++)
-            idx[k] = sc[k].row;
-        qsort(idx, (size_t)n_sel, sizeof(int32_t), by_int);
+        select_top(h_dev, keep, forced, n_rows, n_sel, sc, idx);
         /* the check layer keeps every fresh K/V: they are exact and already paid for */
         if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
             (rc = be->copy(ctx, c->v[CHECK_LAYER], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)))
@@ -222,7 +429,9 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
         sel_pos[k] = c->host_pos[idx[k]];
     /* compact work for the selected rows: x (and, at the check layer, q) */
     if ((rc = kvfs_work_alloc(m, n_run, &ws)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_run, (void **)&d_idx)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_idx)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_local)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n_run * kv_dim + 4, (void **)&d_old)) ||
         (rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * (size_t)n_run)) ||
         (rc = be->upload(ctx, ws.pos, sel_pos, sizeof(int32_t) * (size_t)n_run)) ||
         (rc = be->gather_rows(ctx, w.x, d_idx, ws.x, n_run, hp->n_embd)))
@@ -233,13 +442,59 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
             goto fail;
         first_layer = CHECK_LAYER + 1;
     }
+    int n_selected_total = 0;
     /* 3. the selected rows through the remaining layers */
     for (int l = first_layer; l < hp->n_layer; l++) {
-        if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)) ||
-            (rc = be->scatter_rows(ctx, ws.k, d_idx, c->k[l], n_run, kv_dim)) ||
+        int j = l - (CHECK_LAYER + 1);
+        int n_next = (first_layer > 0 && l + 1 < hp->n_layer) ? rows_at(o, j + 1, n_sparse, n_rows) : n_sel;
+        if (n_next > n_sel)
+            n_next = n_sel;
+        n_selected_total += n_sel;
+        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, conv, err, errlen)))
+            goto fail;
+        if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)))
+            goto fail;
+        if (n_next < n_sel) {
+            /* gradual filtering: this layer's deviation of the rows still
+             * being recomputed decides which of them go on */
+            if ((rc = be->gather_rows(ctx, on_k_layer(o) ? c->k[l] : c->v[l], d_idx, d_old, n_sel, kv_dim)) ||
+                (rc = be->row_sqdiff(ctx, on_k_layer(o) ? ws.k : ws.v, d_old, d_dev, n_sel, kv_dim)) ||
+                (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_sel)))
+                goto fail;
+        }
+        if ((rc = be->scatter_rows(ctx, ws.k, d_idx, c->k[l], n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, ws.v, d_idx, c->v[l], n_run, kv_dim)) ||
             (rc = kvfs_layer_finish(m, l, &ws, n_run, c, n_ctx)))
             goto fail;
+        if (n_next < n_sel && getenv("KVFS_BLEND_SCORE") && n_rows) {
+            float *att = malloc(sizeof(float) * (size_t)n_rows);
+            if (!att) { rc = -ENOMEM; goto fail; }
+            if ((rc = query_attention(m, ws.q + (size_t)n_sel * hp->n_embd, c->k[l], n_rows, n_ctx, att))) { free(att); goto fail; }
+            for (int k = 0; k < n_sel; k++)
+                h_dev[k] *= att[idx[k]];
+            free(att);
+        }
+        if (n_next < n_sel) {
+            /* local positions (within ws) of the rows that go on */
+            for (int k = 0; k < n_sel; k++)
+                keep[k] = k;
+            select_top(h_dev, keep, NULL, n_sel, n_next, sc, keep);
+            for (int k = 0; k < n_suffix; k++)
+                keep[n_next + k] = n_sel + k;
+            int n_new = n_next + n_suffix;
+            for (int k = 0; k < n_new; k++) {
+                sel_pos[k] = sel_pos[keep[k]];
+                idx[k] = idx[keep[k]];
+            }
+            if ((rc = be->upload(ctx, d_local, keep, sizeof(int32_t) * (size_t)n_new)) ||
+                (rc = be->gather_rows(ctx, ws.x, d_local, w.x, n_new, hp->n_embd)) ||
+                (rc = be->copy(ctx, ws.x, w.x, sizeof(float) * (size_t)n_new * hp->n_embd)) ||
+                (rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * (size_t)n_new)) ||
+                (rc = be->upload(ctx, ws.pos, sel_pos, sizeof(int32_t) * (size_t)n_new)))
+                goto fail;
+            n_sel = n_next;
+            n_run = n_new;
+        }
     }
     if (logits && (rc = kvfs_output_logits(m, &ws, n_run - 1, logits)))
         goto fail;
@@ -248,8 +503,15 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
     if (st) {
         st->n_ctx = n_ctx;
         st->n_chunk_rows = n_rows;
-        st->n_selected = n_sel;
+        st->ratio = ratio;
+        st->n_selected = n_sparse > 0 && first_layer > 0 ? (int)lround((double)n_selected_total / n_sparse) : 0;
         st->seconds = now_s() - t0;
+        struct kvfs_loader_stats ls;
+        kvfs_loader_get_stats(ld, &ls);
+        st->load_s = ls.load_s;
+        st->wait_s = ls.wait_s;
+        st->bytes_read = ls.bytes_read;
+        st->compute_s = st->seconds - ls.wait_s;
     }
     *tokens_out = tokens;
     tokens = NULL;
@@ -262,11 +524,16 @@ out:
     kvfs_work_free(m, &ws);
     if (d_delta) be->free(ctx, d_delta);
     if (d_idx) be->free(ctx, d_idx);
+    if (d_local) be->free(ctx, d_local);
     if (d_dev) be->free(ctx, d_dev);
+    if (d_old) be->free(ctx, d_old);
     free(tokens);
     free(delta);
+    free(forced);
+    free(conv);
     free(idx);
     free(sel_pos);
+    free(keep);
     free(sc);
     free(h_dev);
     return rc;

@@ -33,8 +33,34 @@ struct kvfs_blend_stats {
     int n_ctx;          /* tokens in the blended prompt */
     int n_chunk_rows;   /* of which come from chunks */
     int n_selected;     /* chunk rows recomputed after the check layer */
+    float ratio;        /* the ratio used (auto: the controller's pick) */
     double seconds;     /* wall time of kvfs_blend */
+    double load_s;      /* loader: from start until the last layer was verified */
+    double wait_s;      /* time the blend waited for layers (not hidden by compute) */
+    double compute_s;   /* seconds - wait_s */
+    uint64_t bytes_read;/* from storage by the loader */
 };
+#define KVFS_BLEND_MAX_CHUNKS 64
+
+/* How chunk rows are chosen for recompute (see kvfs_blend_ex). */
+enum {
+    KVFS_BLEND_SELECT_FIXED = 0,   /* CacheBlend's reference code: one selection at the check layer */
+    KVFS_BLEND_SELECT_GRADUAL = 1, /* the paper's gradual filtering: the set shrinks layer by layer */
+};
+#define KVFS_BLEND_SELECT_DEFAULT KVFS_BLEND_SELECT_FIXED
+
+struct kvfs_blend_opts {
+    float ratio;        /* mean share of chunk rows recomputed per layer after the check layer */
+    int select;         /* KVFS_BLEND_SELECT_* */
+    float taper;        /* gradual: share goes from ratio*(1+taper) to ratio*(1-taper) */
+    int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
+    int deviation_on_k; /* measure deviation on keys instead of values (experiments) */
+    int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
+    int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
+    float min_ratio;    /* auto: never below this (default 0.15) */
+};
+void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
+const char *kvfs_blend_select_name(int select);
 
 /* Re-rotation self-test: rotating by p then q must equal rotating by p + q,
  * and by -p must undo p, for the model's RoPE style.  -EPROTO if not. */
@@ -48,5 +74,17 @@ int kvfs_blend_selftest(const struct kvfs_model *m);
 int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
                const int32_t *suffix, int n_suffix, float ratio, struct kvfs_kv_cache *cache, int32_t **tokens,
                float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen);
+
+/* The same with every option (kvfs_blend uses kvfs_blend_opts_init's). */
+int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
+                  const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c,
+                  int32_t **tokens, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen);
+
+/* The same, streaming the chunks' layers from a loader (blend/loader.h):
+ * layer L+1.. load while L is computed.  The loader must not be started. */
+struct kvfs_loader;
+int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
+                      const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens, float *logits,
+                      struct kvfs_blend_stats *st, char *err, size_t errlen);
 
 #endif

@@ -266,6 +266,32 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
     return rc;
 }
 
+int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
+                             int layer, const void *data, float *tmp)
+{
+    size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
+    if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
+        return -ERANGE;
+    int rc = 0;
+    for (int half = 0; half < 2 && !rc; half++) {
+        const uint8_t *src = (const uint8_t *)data + (size_t)half * rows * kvd * esz;
+        if (h->dtype == KVFS_DTYPE_F32) {
+            memcpy(tmp, src, sizeof(float) * rows * kvd);
+        } else {
+            const uint16_t *u = (const uint16_t *)(const void *)src;
+            if (h->dtype == KVFS_DTYPE_F16)
+                for (size_t i = 0; i < rows * kvd; i++)
+                    tmp[i] = kvfs_f16_to_f32(u[i]);
+            else
+                for (size_t i = 0; i < rows * kvd; i++)
+                    tmp[i] = kvfs_bf16_to_f32(u[i]);
+        }
+        float *dst = (half ? c->v[layer] : c->k[layer]) + (size_t)row0 * kvd;
+        rc = BE(m)->upload(CTX(m), dst, tmp, sizeof(float) * rows * kvd);
+    }
+    return rc;
+}
+
 int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                            const int32_t *tokens, uint32_t dtype, struct kvfs_writer *w)
 {

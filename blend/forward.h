@@ -33,6 +33,13 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
 int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
                              char *err, size_t errlen);
 
+/* Convert one layer of a chunk (K then V, unpadded, the header's dtype) into
+ * cache rows [row0, row0 + n_tokens) of that layer.  tmp: host scratch of
+ * n_tokens * kv_dim floats. */
+struct kvfs_header;
+int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
+                             int layer, const void *data, float *tmp);
+
 /* Write rows [first, first+count) of the cache as a v1 chunk (f16 unless
  * dtype says otherwise) into w (kvfs_writer, finished). */
 int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,

@@ -19,6 +19,7 @@
 #include <openssl/evp.h>
 
 #include "blend.h"
+#include "loader.h"
 #include "kvfs_fs.h"
 #include "tokenizer.h"
 
@@ -53,20 +54,57 @@ struct blends {
     struct blend_result *results;
     uint64_t next_id;
     uint64_t blends_run, blends_cached, blend_errors;
+    float min_ratio;          /* -o min_ratio= (ratio=auto floor) */
+    uint64_t sim_read_bps;    /* -o sim_read_bw= (testing: a slow tier) */
+    /* the layer pipeline, summed over blends, and the last blend */
+    double load_s, wait_s, compute_s;
+    uint64_t bytes_read;
+    struct kvfs_blend_stats last;
 };
 
-static struct blends B = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, NULL, 0, NULL, NULL, 1, 0, 0, 0};
+static struct blends B = {.lock = PTHREAD_MUTEX_INITIALIZER, .run_lock = PTHREAD_MUTEX_INITIALIZER, .next_id = 1,
+                          .min_ratio = 0.15f};
+
+/* hidden = share of the loading time that overlapped computing */
+static double hidden_share(double load_s, double wait_s)
+{
+    return load_s > 0 ? (load_s - wait_s > 0 ? (load_s - wait_s) / load_s : 0) : 1;
+}
+
+static void record_pipeline(const struct kvfs_blend_stats *st)
+{
+    pthread_mutex_lock(&B.lock);
+    B.load_s += st->load_s;
+    B.wait_s += st->wait_s;
+    B.compute_s += st->compute_s;
+    B.bytes_read += st->bytes_read;
+    B.last = *st;
+    pthread_mutex_unlock(&B.lock);
+}
 
 static void stats(void *ctx, FILE *f)
 {
     (void)ctx;
-    fprintf(f, ",\n  \"blends\": {\"models\": %d, \"run\": %llu, \"served_from_cache\": %llu, \"errors\": %llu}",
+    pthread_mutex_lock(&B.lock);
+    fprintf(f,
+            ",\n  \"blends\": {\"models\": %d, \"run\": %llu, \"served_from_cache\": %llu, \"errors\": %llu, "
+            "\"min_ratio\": %.3f,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "\"bytes_read\": %llu, \"load_hidden\": %.4f},\n    \"last\": {\"tokens\": %d, \"recomputed\": %d, "
+            "\"ratio\": %.4f, \"seconds\": %.6f, \"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "\"bytes_read\": %llu, \"load_hidden\": %.4f}}",
             B.n_models, (unsigned long long)B.blends_run, (unsigned long long)B.blends_cached,
-            (unsigned long long)B.blend_errors);
+            (unsigned long long)B.blend_errors, (double)B.min_ratio, B.load_s, B.compute_s, B.wait_s,
+            (unsigned long long)B.bytes_read, hidden_share(B.load_s, B.wait_s), B.last.n_ctx, B.last.n_selected,
+            (double)B.last.ratio, B.last.seconds, B.last.load_s, B.last.compute_s, B.last.wait_s,
+            (unsigned long long)B.last.bytes_read, hidden_share(B.last.load_s, B.last.wait_s));
+    pthread_mutex_unlock(&B.lock);
 }
 
-int blends_init(struct kvfs_mount *mnt, const char *model_paths)
+int blends_init(struct kvfs_mount *mnt, const char *model_paths, const char *backend, float min_ratio,
+                uint64_t sim_read_bps)
 {
+    B.min_ratio = min_ratio;
+    B.sim_read_bps = sim_read_bps;
     kvfs_store_add_stats(mnt->store, stats, NULL);
     if (!model_paths || !*model_paths)
         return 0;
@@ -77,7 +115,7 @@ int blends_init(struct kvfs_mount *mnt, const char *model_paths)
     for (char *p = strtok_r(list, ":", &save); p && !rc; p = strtok_r(NULL, ":", &save)) {
         struct loaded_model lm = {0};
         char err[512] = "";
-        if ((rc = kvfs_model_load(p, "auto", 0, &lm.m, err, sizeof(err))) ||
+        if ((rc = kvfs_model_load(p, backend ? backend : "auto", 0, &lm.m, err, sizeof(err))) ||
             (rc = kvfs_tokenizer_load(lm.m->gguf, &lm.tok, err, sizeof(err)))) {
             fprintf(stderr, "kvfs: cannot load model %s: %s\n", p, err[0] ? err : strerror(-rc));
             kvfs_model_free(lm.m);
@@ -224,6 +262,7 @@ struct recipe {
     char hashes[64][KVFS_HASH_HEX_LEN + 1];
     int n;
     float ratio;
+    int auto_ratio;    /* ratio=auto: the loading controller decides */
     char *suffix;      /* unescaped text, or NULL */
     int32_t *suffix_ids;
     int n_suffix_ids;
@@ -252,11 +291,14 @@ static int parse_recipe(const char *text, struct recipe *r, char *err, size_t er
             line[--l] = '\0';
         if (!*line || *line == '#')
             continue;
-        if (!strncmp(line, "ratio=", 6)) {
+        if (!strcmp(line, "ratio=auto")) {
+            r->auto_ratio = 1;
+        } else if (!strncmp(line, "ratio=", 6)) {
             char *end;
+            r->auto_ratio = 0;
             r->ratio = strtof(line + 6, &end);
             if (end == line + 6 || *end || !(r->ratio >= 0 && r->ratio <= 1)) {
-                snprintf(err, errlen, "line %d: ratio must be a number in [0, 1]", lineno);
+                snprintf(err, errlen, "line %d: ratio must be a number in [0, 1] or auto", lineno);
                 rc = -EINVAL;
             }
         } else if (!strncmp(line, "suffix=", 7)) {
@@ -387,19 +429,16 @@ static int run_blend(struct kvfs_mount *mnt, const char *recipe_text, uint8_t **
     int rc = parse_recipe(recipe_text, &r, err, errlen);
     if (rc)
         return rc;
-    struct kvfs_chunk_ref *refs[64] = {0};
-    struct kvfs_blend_chunk ch[64];
+    const char *hashes[64];
+    for (int i = 0; i < r.n; i++)
+        hashes[i] = r.hashes[i];
+    struct kvfs_loader *ld = NULL;
+    struct kvfs_loader_opts lo = {.throttle_bps = B.sim_read_bps};
     const struct loaded_model *lm = NULL;
+    if ((rc = kvfs_loader_open(mnt->store, hashes, r.n, &lo, &ld, err, errlen)))
+        goto out;
     for (int i = 0; i < r.n; i++) {
-        if ((rc = kvfs_store_get(mnt->store, r.hashes[i], &refs[i]))) {
-            snprintf(err, errlen, "chunk %s: %s", r.hashes[i], rc == -ENOENT ? "not in this store" : strerror(-rc));
-            goto out;
-        }
-        ch[i] = (struct kvfs_blend_chunk){kvfs_chunk_data(refs[i]), kvfs_chunk_size(refs[i])};
-        struct kvfs_header h;
-        if ((rc = kvfs_header_parse(ch[i].image, ch[i].len, &h, err, errlen)))
-            goto out;
-        const struct loaded_model *this = model_for(&h);
+        const struct loaded_model *this = model_for(kvfs_loader_header(ld, i));
         if (!this) {
             snprintf(err, errlen, "chunk %s: no loaded model has its fingerprint (%s; start kvfs with -o model=PATH)",
                      r.hashes[i], B.n_models ? "other model" : "no model loaded");
@@ -427,10 +466,15 @@ static int run_blend(struct kvfs_mount *mnt, const char *recipe_text, uint8_t **
     struct kvfs_kv_cache c;
     int32_t *tokens;
     struct kvfs_blend_stats st;
-    rc = kvfs_blend(lm->m, ch, r.n, suffix, (int)n_suffix, r.ratio, &c, &tokens, NULL, &st, err, errlen);
+    struct kvfs_blend_opts bo;
+    kvfs_blend_opts_init(&bo, r.ratio);
+    bo.auto_ratio = r.auto_ratio;
+    bo.min_ratio = B.min_ratio;
+    rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen);
     free(tok_ids);
     if (rc)
         goto out;
+    record_pipeline(&st);
     struct kvfs_writer w;
     rc = kvfs_kv_cache_to_chunk_flags(lm->m, &c, 0, c.n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
     kvfs_kv_cache_free(lm->m, &c);
@@ -441,11 +485,13 @@ static int run_blend(struct kvfs_mount *mnt, const char *recipe_text, uint8_t **
     }
     *image = w.buf;
     *size = w.size;
-    kvfs_log(KVFS_LOG_INFO, "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f) in %.3f s",
-             r.n, n_suffix, st.n_ctx, st.n_selected, (double)r.ratio, st.seconds);
+    kvfs_log(KVFS_LOG_INFO,
+             "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f%s) in %.3f s "
+             "(loading %.3f s, waited %.3f s)",
+             r.n, n_suffix, st.n_ctx, st.n_selected, (double)st.ratio, r.auto_ratio ? " auto" : "", st.seconds,
+             st.load_s, st.wait_s);
 out:
-    for (int i = 0; i < r.n; i++)
-        kvfs_chunk_release(refs[i]);
+    kvfs_loader_close(ld);
     recipe_free(&r);
     return rc;
 }

@@ -34,6 +34,9 @@ struct kvfs_opts {
     int zstd_level;
     char *max_ingest;
     char *model;      /* GGUF paths for blending, ':'-separated */
+    char *backend;    /* compute backend for blending: auto, cpu, cuda */
+    char *min_ratio;  /* ratio=auto floor */
+    char *sim_read_bw;/* testing: throttle the blend loader's reads */
     int verbose;
 };
 
@@ -79,7 +82,8 @@ uint64_t kvfs_chunk_ino(const char *hash);
 
 /* blends/ (fs/blends.c) */
 struct kvfs_mount;
-int blends_init(struct kvfs_mount *mnt, const char *model_paths);
+int blends_init(struct kvfs_mount *mnt, const char *model_paths, const char *backend, float min_ratio,
+                uint64_t sim_read_bps);
 void blends_free(void);
 int blends_lookup(const char *name, struct stat *st);
 int blends_getattr(fuse_ino_t ino, struct stat *st);

@@ -20,7 +20,8 @@ struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req)
 static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("store=%s", store_dir),     OPT("capacity=%s", capacity), OPT("ram=%s", ram),
     OPT("zstd=%d", zstd_level),     OPT("max_ingest=%s", max_ingest), OPT("verbose", verbose),
-    OPT("model=%s", model),
+    OPT("model=%s", model),         OPT("backend=%s", backend),   OPT("min_ratio=%s", min_ratio),
+    OPT("sim_read_bw=%s", sim_read_bw),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -34,6 +35,9 @@ static void usage(const char *prog)
            "  zstd=LEVEL         zstd level for stored layers, 0 = raw (default 1)\n"
            "  max_ingest=SIZE    largest file accepted for ingest (default 4G)\n"
            "  model=PATH[:PATH]  GGUF model(s) for blending (blends/); picked by the chunks' fingerprint\n"
+           "  backend=NAME       blending backend: auto (CUDA if a GPU is present), cpu, cuda\n"
+           "  min_ratio=R        floor of the recompute ratio picked by ratio=auto (default 0.15)\n"
+           "  sim_read_bw=SIZE   testing: throttle the blend loader's reads to SIZE bytes/s\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -172,6 +176,28 @@ int main(int argc, char *argv[])
         goto free_args;
     }
     m.max_ingest = max_ingest;
+    float min_ratio = 0.15f;
+    uint64_t sim_read_bps = 0;
+    if (m.opts.min_ratio) {
+        char *end;
+        min_ratio = strtof(m.opts.min_ratio, &end);
+        if (end == m.opts.min_ratio || *end || !(min_ratio > 0.0f && min_ratio <= 1.0f)) {
+            fprintf(stderr, "kvfs: min_ratio=%s: expected a number in (0, 1]\n", m.opts.min_ratio);
+            ret = 2;
+            goto free_args;
+        }
+    }
+    if (m.opts.sim_read_bw && kvfs_parse_size(m.opts.sim_read_bw, &sim_read_bps)) {
+        fprintf(stderr, "kvfs: sim_read_bw=%s: expected a size like 50M\n", m.opts.sim_read_bw);
+        ret = 2;
+        goto free_args;
+    }
+    if (m.opts.backend && strcmp(m.opts.backend, "auto") && strcmp(m.opts.backend, "cpu") &&
+        strcmp(m.opts.backend, "cuda")) {
+        fprintf(stderr, "kvfs: backend=%s: expected auto, cpu or cuda\n", m.opts.backend);
+        ret = 2;
+        goto free_args;
+    }
     if (!m.opts.store_dir && !(m.opts.store_dir = default_store())) {
         fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
         ret = 2;
@@ -189,7 +215,7 @@ int main(int argc, char *argv[])
         goto free_args;
     }
     pthread_mutex_init(&m.lock, NULL);
-    if (blends_init(&m, m.opts.model) != 0)
+    if (blends_init(&m, m.opts.model, m.opts.backend, min_ratio, sim_read_bps) != 0)
         goto close_store;
     m.inos = ino_map_new();
     m.mount_time = time(NULL);
@@ -251,5 +277,8 @@ free_args:
     free(m.opts.ram);
     free(m.opts.max_ingest);
     free(m.opts.model);
+    free(m.opts.backend);
+    free(m.opts.min_ratio);
+    free(m.opts.sim_read_bw);
     return ret ? 1 : 0;
 }

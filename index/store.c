@@ -698,6 +698,50 @@ int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref
     return 0;
 }
 
+int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd)
+{
+    *ram_ref = NULL;
+    *fd = -1;
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_chunk_info *c = row_get(s, hash);
+    if (!c) {
+        s->misses++;
+        pthread_mutex_unlock(&s->lock);
+        return -ENOENT;
+    }
+    s->hits++;
+    c->hits++;
+    c->accessed_ns = now_ns();
+    kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
+    struct ram_entry *e = ram_lookup(s, hash);
+    int rc = 0;
+    if (e) {
+        struct kvfs_chunk_ref *ref = calloc(1, sizeof(*ref));
+        if (!ref) {
+            rc = -ENOMEM;
+        } else {
+            e->refs++;
+            e->stamp = ++s->ram_clock;
+            s->ram_hits++;
+            ref->s = s;
+            ref->e = e;
+            *ram_ref = ref;
+        }
+    } else {
+        /* opened under the lock: eviction and rm unlink under it too, and an
+         * open descriptor keeps the object readable after that */
+        char p[4096];
+        object_path(s, hash, p, sizeof(p));
+        *fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (*fd < 0)
+            rc = -errno;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc)
+        kvfs_log(KVFS_LOG_ERR, "chunk %s: cannot open for streaming: %s", hash, strerror(-rc));
+    return rc;
+}
+
 ssize_t kvfs_chunk_pread(struct kvfs_chunk_ref *ref, void *dst, size_t len, uint64_t off)
 {
     if (off >= ref->e->size)

@@ -77,6 +77,12 @@ uint64_t kvfs_store_count(struct kvfs_store *s);
  * access time, and returns a refcounted handle whose bytes stay valid until
  * released, even if the chunk is removed or evicted meanwhile. */
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
+/* Open a chunk for layer-wise streaming (counts a hit like kvfs_store_get):
+ * if the RAM tier holds it, *ram_ref gets a handle on the decoded image and
+ * *fd = -1; otherwise *ram_ref = NULL and *fd is an open descriptor on its
+ * store object (see object.h), which stays readable even if the chunk is
+ * removed or evicted meanwhile.  The caller closes fd / releases the ref. */
+int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd);
 /* Read up to len bytes of the v1 image at off; returns bytes read or -errno. */
 ssize_t kvfs_chunk_pread(struct kvfs_chunk_ref *ref, void *dst, size_t len, uint64_t off);
 uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref);

@@ -67,7 +67,13 @@ int cmd_eval(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"ratio", required_argument, 0, 'r'},
         {"query", required_argument, 0, 'q'}, {"json", no_argument, 0, 'j'},
         {"greedy", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'b'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"backend", required_argument, 0, 'b'}, {"select", required_argument, 0, 's'},
+        {"taper", required_argument, 0, 'T'}, {"sinks", required_argument, 0, 'S'},
+        {"deviation", required_argument, 0, 'D'}, {"no-prefix", no_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    struct kvfs_blend_opts bo;
+    kvfs_blend_opts_init(&bo, 0.15f);
+    int selects[2] = {bo.select, -1}, n_selects = 1, no_prefix = 0;
     const char *model = NULL, *query = NULL, *backend = "cpu";
     float ratios[MAX_RATIOS];
     int n_ratios = 0, json = 0, greedy = 32, threads = 0, c;
@@ -87,6 +93,21 @@ int cmd_eval(int argc, char **argv)
         case 'g': greedy = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'b': backend = optarg; break;
+        case 's':
+            n_selects = 0;
+            if (strstr(optarg, "fixed"))
+                selects[n_selects++] = KVFS_BLEND_SELECT_FIXED;
+            if (strstr(optarg, "gradual"))
+                selects[n_selects++] = KVFS_BLEND_SELECT_GRADUAL;
+            if (!n_selects) {
+                fprintf(stderr, "kvfsctl eval: --select takes fixed, gradual or fixed,gradual\n");
+                return 2;
+            }
+            break;
+        case 'T': bo.taper = strtof(optarg, NULL); break;
+        case 'S': bo.sink_rows = atoi(optarg); break;
+        case 'D': bo.deviation_on_k = !strcmp(optarg, "k") ? 1 : !strcmp(optarg, "kv") ? 2 : 0; break;
+        case 'P': no_prefix = 1; break;
         case 'h':
             printf("usage: kvfsctl eval -m MODEL --query TEXT [--ratio R[,R...]] [--json] CHUNK_FILE...\n"
                    "Build the prompt CHUNK_1 .. CHUNK_k QUERY (each chunk's text tokenized and\n"
@@ -95,7 +116,13 @@ int cmd_eval(int argc, char **argv)
                    "(ratio 0) and blends at each ratio (default 0.15).  Reports TTFT (from cached\n"
                    "chunks in memory to the first token's logits), KL(full || method) of the\n"
                    "next-token distribution, top-1 agreement, and the share of a greedy\n"
-                   "continuation (--greedy N, default 32) identical to full prefill's.\n");
+                   "continuation (--greedy N, default 32) identical to full prefill's.\n"
+                   "Selection: --select fixed|gradual|fixed,gradual (default %s), --taper X\n"
+                   "(gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N (first N\n"
+                   "rows of each later chunk always recomputed, default 1), --deviation v|k.\n"
+                   "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
+                   "token ids and full prefill's greedy continuation are included.\n",
+                   kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
             return 0;
         default: return 2;
         }
@@ -153,7 +180,7 @@ int cmd_eval(int argc, char **argv)
     int32_t *all = malloc(sizeof(int32_t) * (size_t)n_ctx);
     float *ref = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V);
     int32_t *gref = malloc(sizeof(int32_t) * (size_t)greedy), *gm = malloc(sizeof(int32_t) * (size_t)greedy);
-    struct result res[MAX_RATIOS + 3];
+    struct result res[2 * MAX_RATIOS + 4];
     int nres = 0;
     if (!all || !ref || !lg || !gref || !gm)
         goto free_bufs;
@@ -177,6 +204,8 @@ int cmd_eval(int argc, char **argv)
         goto free_bufs;
     res[nres++] = (struct result){"full prefill", t_full, 0.0, 1, greedy};
     /* prefix caching: the first chunk's cache is exact (position 0) */
+    if (no_prefix)
+        goto blends;
     struct kvfs_kv_cache pc;
     if ((rc = kvfs_kv_cache_init(m, n_ctx + greedy, &pc)))
         goto free_bufs;
@@ -195,6 +224,7 @@ int cmd_eval(int argc, char **argv)
     for (int i = 0; i < greedy; i++)
         r.agree += gm[i] == gref[i];
     res[nres++] = r;
+blends:;
     /* full reuse and blends */
     float all_ratios[MAX_RATIOS + 1];
     int nr = 0;
@@ -202,21 +232,31 @@ int cmd_eval(int argc, char **argv)
     for (int i = 0; i < n_ratios; i++)
         if (ratios[i] > 0)
             all_ratios[nr++] = ratios[i];
-    for (int i = 0; i < nr; i++) {
+    for (int v = 0; v < nr * n_selects; v++) {
+        int i = v % nr, sel = selects[v / nr];
+        if (v >= nr && all_ratios[i] == 0)
+            continue; /* full reuse does not depend on the selection */
         struct kvfs_kv_cache bc;
         int32_t *bt;
         struct kvfs_blend_stats st;
         /* the cache needs room to continue: blend, then copy into a bigger one is
          * costly; instead decode into a fresh cache built the same way */
         t0 = tool_now();
-        rc = kvfs_blend(m, ch, n_files, qids, (int)nq, all_ratios[i], &bc, &bt, lg, &st, err, sizeof(err));
+        bo.ratio = all_ratios[i];
+        bo.select = sel;
+        rc = kvfs_blend_ex(m, ch, n_files, qids, (int)nq, &bo, &bc, &bt, lg, &st, err, sizeof(err));
         double t_b = tool_now() - t0;
         if (rc) {
             fprintf(stderr, "kvfsctl eval: blend failed: %s\n", err);
             goto free_bufs;
         }
         struct result br = {"", t_b, kl_div(ref, lg, V), tool_argmax(lg, V) == tool_argmax(ref, V), 0};
-        snprintf(br.name, sizeof(br.name), all_ratios[i] == 0 ? "full reuse" : "blend %.2f", (double)all_ratios[i]);
+        if (all_ratios[i] == 0)
+            snprintf(br.name, sizeof(br.name), "full reuse");
+        else if (n_selects > 1)
+            snprintf(br.name, sizeof(br.name), "blend %.2f %s", (double)all_ratios[i], kvfs_blend_select_name(sel));
+        else
+            snprintf(br.name, sizeof(br.name), "blend %.2f", (double)all_ratios[i]);
         /* greedy continuation from the blended cache */
         struct kvfs_kv_cache gc;
         if ((rc = kvfs_kv_cache_init(m, n_ctx + greedy, &gc)) == 0) {
@@ -247,6 +287,12 @@ int cmd_eval(int argc, char **argv)
         for (int i = 0; i < nres; i++)
             printf("%s{\"method\": \"%s\", \"ttft_s\": %.6f, \"kl\": %.6g, \"top1\": %d, \"greedy_agree\": %.4f}",
                    i ? ", " : "", res[i].name, res[i].ttft, res[i].kl, res[i].top1, (double)res[i].agree / greedy);
+        printf("], \"prompt_ids\": [");
+        for (int i = 0; i < n_ctx; i++)
+            printf("%s%d", i ? "," : "", all[i]);
+        printf("], \"full_greedy\": [");
+        for (int i = 0; i < greedy; i++)
+            printf("%s%d", i ? "," : "", gref[i]);
         printf("]}\n");
     } else {
         printf("%d chunks, %d prompt tokens (%zu query)\n", n_files, n_ctx, nq);

@@ -1,0 +1,565 @@
+/* loader.c - layer-wise streaming of chunk layers (see loader.h). */
+#include "loader.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "object.h"
+
+struct ld_chunk {
+    struct kvfs_header h;
+    uint8_t *hdr_buf;            /* disk: the header region h points into */
+    struct kvfs_obj_info info;   /* disk: frame table */
+    int fd;                      /* disk: object; -1 for RAM/in-memory */
+    struct kvfs_chunk_ref *ram;  /* RAM tier handle, or NULL */
+    const uint8_t *image;        /* RAM / in-memory image, or NULL */
+    uint8_t *layers;             /* disk: n_layer x lbytes decoded layers */
+    uint8_t *stage;              /* disk: compressed frames land here */
+    uint64_t *stage_off;         /* per layer offset into stage (zstd frames) */
+    uint64_t lbytes;
+};
+
+/* one frame read: chunk c, layer l, bytes [done, len) still to read */
+struct ld_read {
+    int c, l;
+    uint8_t *dst;
+    uint64_t off, len, done;
+    int buf_index;
+};
+
+struct kvfs_loader {
+    int n, n_layer, first, started, stop;
+    struct ld_chunk *ch;
+    struct kvfs_loader_opts o;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int *ready;                  /* per layer: chunks verified */
+    int rc;                      /* first error */
+    char why[256];
+    /* decode/verify jobs for the workers */
+    struct ld_read *jobs;
+    int n_jobs, next_job, jobs_total;
+    pthread_t io, *workers;
+    int n_workers_started, io_started;
+    struct kvfs_loader_stats st;
+    double t_start, t_done;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Record the first error (what, where) and wake every waiter. */
+static void fail(struct kvfs_loader *ld, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(struct kvfs_loader *ld, int rc, const char *fmt, ...)
+{
+    pthread_mutex_lock(&ld->lock);
+    if (!ld->rc) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ld->why, sizeof(ld->why), fmt, ap);
+        va_end(ap);
+        ld->rc = rc;
+        kvfs_log(KVFS_LOG_ERR, "loader: %s", ld->why);
+    }
+    pthread_cond_broadcast(&ld->cond);
+    pthread_mutex_unlock(&ld->lock);
+}
+
+static void layer_done(struct kvfs_loader *ld, int l)
+{
+    pthread_mutex_lock(&ld->lock);
+    if (++ld->ready[l] == ld->n && l == ld->n_layer - 1)
+        ld->t_done = now_s();
+    pthread_cond_broadcast(&ld->cond);
+    pthread_mutex_unlock(&ld->lock);
+}
+
+/* Worker: take finished reads, decompress if needed, verify the checksum. */
+static void *worker_main(void *arg)
+{
+    struct kvfs_loader *ld = arg;
+    ZSTD_DCtx *z = ZSTD_createDCtx();
+    for (;;) {
+        pthread_mutex_lock(&ld->lock);
+        while (!ld->stop && !ld->rc && ld->next_job >= ld->n_jobs && ld->next_job < ld->jobs_total)
+            pthread_cond_wait(&ld->cond, &ld->lock);
+        if (ld->stop || ld->rc || ld->next_job >= ld->jobs_total) {
+            pthread_mutex_unlock(&ld->lock);
+            break;
+        }
+        struct ld_read r = ld->jobs[ld->next_job++];
+        pthread_mutex_unlock(&ld->lock);
+        struct ld_chunk *c = &ld->ch[r.c];
+        uint8_t *layer = c->layers + (size_t)r.l * c->lbytes;
+        int rc = 0;
+        if (c->info.frames[r.l].codec == KVFS_CODEC_ZSTD) {
+            size_t got = z ? ZSTD_decompressDCtx(z, layer, c->lbytes, r.dst, r.len) : 0;
+            if (!z)
+                rc = -ENOMEM;
+            else if (ZSTD_isError(got) || got != c->lbytes)
+                rc = -EBADMSG;
+        }
+        if (!rc)
+            rc = kvfs_layer_verify(&c->h, (uint32_t)r.l, layer, c->lbytes);
+        if (rc) {
+            fail(ld, rc, "chunk %d layer %d: %s", r.c + 1, r.l,
+                 rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
+            break;
+        }
+        layer_done(ld, r.l);
+    }
+    ZSTD_freeDCtx(z);
+    return NULL;
+}
+
+static void push_job(struct kvfs_loader *ld, const struct ld_read *r)
+{
+    pthread_mutex_lock(&ld->lock);
+    ld->jobs[ld->n_jobs++] = *r;
+    ld->st.bytes_read += r->len;
+    pthread_cond_broadcast(&ld->cond);
+    pthread_mutex_unlock(&ld->lock);
+}
+
+static int should_stop(struct kvfs_loader *ld)
+{
+    pthread_mutex_lock(&ld->lock);
+    int s = ld->stop || ld->rc;
+    pthread_mutex_unlock(&ld->lock);
+    return s;
+}
+
+/* Simulated slow tier: sleep until `bytes` fit under the bandwidth cap. */
+static void throttle(struct kvfs_loader *ld, uint64_t bytes)
+{
+    if (!ld->o.throttle_bps)
+        return;
+    double due = ld->t_start + (double)bytes / (double)ld->o.throttle_bps, t = now_s();
+    if (due > t) {
+        struct timespec ts = {(time_t)(due - t), (long)((due - t - (double)(time_t)(due - t)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void prep_read(struct kvfs_loader *ld, struct io_uring *ring, struct ld_read *r, int fixed)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    uint64_t n = r->len - r->done;
+    if (ld->o.max_read && n > ld->o.max_read)
+        n = ld->o.max_read;
+    if (fixed)
+        io_uring_prep_read_fixed(sqe, ld->ch[r->c].fd, r->dst + r->done, (unsigned)n, r->off + r->done, r->buf_index);
+    else
+        io_uring_prep_read(sqe, ld->ch[r->c].fd, r->dst + r->done, (unsigned)n, r->off + r->done);
+    io_uring_sqe_set_data(sqe, r);
+}
+
+/* I/O thread: every disk chunk's frames for layers first.., in layer order. */
+static void *io_main(void *arg)
+{
+    struct kvfs_loader *ld = arg;
+    int n_disk = 0, total = 0;
+    for (int c = 0; c < ld->n; c++)
+        n_disk += ld->ch[c].fd >= 0;
+    total = n_disk * (ld->n_layer - ld->first);
+    struct ld_read *reads = calloc((size_t)total + 1, sizeof(*reads));
+    struct iovec *iov = calloc((size_t)ld->n * 2 + 1, sizeof(*iov));
+    struct io_uring ring;
+    int have_ring = 0, fixed = 0, rc = 0;
+    if (!reads || !iov) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* registered buffers: each disk chunk's layer area and staging area */
+    int n_iov = 0, *buf_of = calloc((size_t)ld->n * 2 + 1, sizeof(int));
+    if (!buf_of) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int c = 0; c < ld->n; c++) {
+        struct ld_chunk *ch = &ld->ch[c];
+        buf_of[2 * c] = buf_of[2 * c + 1] = -1;
+        if (ch->fd < 0)
+            continue;
+        buf_of[2 * c] = n_iov;
+        iov[n_iov++] = (struct iovec){ch->layers, (size_t)ch->lbytes * ld->n_layer};
+        if (ch->stage) {
+            buf_of[2 * c + 1] = n_iov;
+            iov[n_iov++] = (struct iovec){ch->stage, ch->stage_off[ld->n_layer]};
+        }
+    }
+    unsigned depth = ld->o.queue_depth ? ld->o.queue_depth : 32;
+    if (io_uring_queue_init(depth, &ring, 0) == 0) {
+        have_ring = 1;
+        fixed = n_iov > 0 && io_uring_register_buffers(&ring, iov, (unsigned)n_iov) == 0;
+    }
+    ld->st.uring = have_ring;
+    int k = 0;
+    for (int l = ld->first; l < ld->n_layer; l++)
+        for (int c = 0; c < ld->n; c++) {
+            struct ld_chunk *ch = &ld->ch[c];
+            if (ch->fd < 0)
+                continue;
+            const struct kvfs_obj_frame *f = &ch->info.frames[l];
+            int z = f->codec == KVFS_CODEC_ZSTD;
+            reads[k++] = (struct ld_read){c, l, z ? ch->stage + ch->stage_off[l] : ch->layers + (size_t)l * ch->lbytes,
+                                          f->offset, f->stored_size, 0, buf_of[2 * c + z]};
+        }
+    uint64_t submitted_bytes = 0;
+    int next = 0, in_flight = 0, completed = 0;
+    while (completed < total && !rc) {
+        if (should_stop(ld))
+            break;
+        if (!have_ring) { /* fallback: plain preads, one frame at a time */
+            struct ld_read *r = &reads[next++];
+            throttle(ld, submitted_bytes += r->len);
+            while (r->done < r->len && !rc) { /* short reads: continue where it stopped */
+                uint64_t n = r->len - r->done;
+                if (ld->o.max_read && n > ld->o.max_read)
+                    n = ld->o.max_read;
+                ssize_t got = pread(ld->ch[r->c].fd, r->dst + r->done, n, (off_t)(r->off + r->done));
+                if (got < 0 && errno == EINTR)
+                    continue;
+                rc = got < 0 ? -errno : got == 0 ? -EIO : 0;
+                if (!rc)
+                    r->done += (uint64_t)got;
+            }
+            if (rc) {
+                fail(ld, rc, "chunk %d layer %d: %s", r->c + 1, r->l, rc == -EIO ? "object truncated" : strerror(-rc));
+                break;
+            }
+            push_job(ld, r);
+            completed++;
+            continue;
+        }
+        /* keep the ring full, then reap what completed */
+        int queued = 0;
+        while (next < total && in_flight < (int)depth) {
+            struct ld_read *r = &reads[next++];
+            throttle(ld, submitted_bytes += r->len);
+            prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
+            in_flight++;
+            queued++;
+            if (ld->o.throttle_bps)
+                break; /* a throttled tier trickles in: one frame at a time */
+        }
+        if (queued && (rc = io_uring_submit(&ring)) < 0)
+            break;
+        rc = 0;
+        struct io_uring_cqe *cqe;
+        if ((rc = io_uring_wait_cqe(&ring, &cqe)) < 0) {
+            if (rc == -EINTR) {
+                rc = 0;
+                continue;
+            }
+            break;
+        }
+        rc = 0;
+        do {
+            struct ld_read *r = io_uring_cqe_get_data(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(&ring, cqe);
+            in_flight--;
+            if (res < 0 && res != -EINTR && res != -EAGAIN) {
+                rc = res;
+                fail(ld, rc, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
+                break;
+            }
+            if (res == 0) { /* the object ends before its frame table says */
+                rc = -EIO;
+                fail(ld, rc, "chunk %d layer %d: object truncated", r->c + 1, r->l);
+                break;
+            }
+            if (res > 0)
+                r->done += (uint64_t)res;
+            if (r->done < r->len) { /* short read: ask for the rest */
+                prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
+                in_flight++;
+                io_uring_submit(&ring);
+            } else {
+                push_job(ld, r);
+                completed++;
+            }
+        } while (!rc && io_uring_peek_cqe(&ring, &cqe) == 0);
+    }
+    /* let in-flight reads land before their buffers can be freed */
+    while (have_ring && in_flight > 0) {
+        struct io_uring_cqe *cqe;
+        if (io_uring_wait_cqe(&ring, &cqe) < 0)
+            break;
+        io_uring_cqe_seen(&ring, cqe);
+        in_flight--;
+    }
+    free(buf_of);
+out:
+    if (rc)
+        fail(ld, rc, "layer streaming stopped: %s", strerror(-rc));
+    if (have_ring)
+        io_uring_queue_exit(&ring);
+    free(reads);
+    free(iov);
+    return NULL;
+}
+
+static int loader_alloc(int n, struct kvfs_loader **out)
+{
+    struct kvfs_loader *ld = calloc(1, sizeof(*ld));
+    if (!ld || !(ld->ch = calloc((size_t)n, sizeof(*ld->ch)))) {
+        free(ld);
+        return -ENOMEM;
+    }
+    ld->n = n;
+    for (int i = 0; i < n; i++)
+        ld->ch[i].fd = -1;
+    pthread_mutex_init(&ld->lock, NULL);
+    pthread_cond_init(&ld->cond, NULL);
+    *out = ld;
+    return 0;
+}
+
+/* All chunks must agree on the layer count (the blend checks the rest). */
+static int loader_finish_open(struct kvfs_loader *ld, char *err, size_t errlen)
+{
+    ld->n_layer = (int)ld->ch[0].h.fp.n_layer;
+    for (int i = 0; i < ld->n; i++) {
+        if ((int)ld->ch[i].h.fp.n_layer != ld->n_layer)
+            return kvfs_errf(err, errlen, -EINVAL, "chunk %d has %u layers, chunk 1 has %d", i + 1,
+                             ld->ch[i].h.fp.n_layer, ld->n_layer);
+        ld->ch[i].lbytes = kvfs_layer_bytes(&ld->ch[i].h);
+    }
+    if (!(ld->ready = calloc((size_t)ld->n_layer + 1, sizeof(int))))
+        return -ENOMEM;
+    return 0;
+}
+
+int kvfs_loader_open_images(const void *const *images, const size_t *lens, int n, struct kvfs_loader **out,
+                            char *err, size_t errlen)
+{
+    struct kvfs_loader *ld;
+    int rc;
+    if (n < 1)
+        return kvfs_errf(err, errlen, -EINVAL, "no chunks");
+    if ((rc = loader_alloc(n, &ld)))
+        return rc;
+    for (int i = 0; i < n && !rc; i++) {
+        char why[200];
+        if ((rc = kvfs_header_parse(images[i], lens[i], &ld->ch[i].h, why, sizeof(why))))
+            kvfs_errf(err, errlen, rc, "chunk %d: %s", i + 1, why);
+        ld->ch[i].image = images[i];
+    }
+    if (!rc)
+        rc = loader_finish_open(ld, err, errlen);
+    if (rc) {
+        kvfs_loader_close(ld);
+        return rc;
+    }
+    *out = ld;
+    return 0;
+}
+
+int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, const struct kvfs_loader_opts *o,
+                     struct kvfs_loader **out, char *err, size_t errlen)
+{
+    struct kvfs_loader *ld;
+    int rc;
+    if (n < 1)
+        return kvfs_errf(err, errlen, -EINVAL, "no chunks");
+    if ((rc = loader_alloc(n, &ld)))
+        return rc;
+    if (o)
+        ld->o = *o;
+    for (int i = 0; i < n && !rc; i++) {
+        struct ld_chunk *c = &ld->ch[i];
+        char why[200] = "";
+        if ((rc = kvfs_store_open_stream(s, hashes[i], &c->ram, &c->fd))) {
+            kvfs_errf(err, errlen, rc, "chunk %s: %s", hashes[i], rc == -ENOENT ? "not in this store" : strerror(-rc));
+            break;
+        }
+        if (c->ram) {
+            c->image = kvfs_chunk_data(c->ram);
+            rc = kvfs_header_parse(c->image, kvfs_chunk_size(c->ram), &c->h, why, sizeof(why));
+            ld->st.n_ram++;
+        } else {
+            struct stat st;
+            rc = fstat(c->fd, &st) ? -errno
+                                   : kvfs_obj_read_prefix(c->fd, (uint64_t)st.st_size, &c->info, &c->hdr_buf, &c->h,
+                                                          why, sizeof(why));
+            ld->st.n_disk++;
+        }
+        if (rc)
+            kvfs_errf(err, errlen, rc, "chunk %s: %s", hashes[i], why);
+    }
+    if (!rc)
+        rc = loader_finish_open(ld, err, errlen);
+    /* buffers for the disk chunks: decoded layers, and staging for zstd frames */
+    for (int i = 0; i < n && !rc; i++) {
+        struct ld_chunk *c = &ld->ch[i];
+        if (c->fd < 0)
+            continue;
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, (size_t)c->lbytes * ld->n_layer + 1)) {
+            rc = -ENOMEM;
+            break;
+        }
+        c->layers = p;
+        if (!(c->stage_off = calloc((size_t)ld->n_layer + 1, sizeof(uint64_t)))) {
+            rc = -ENOMEM;
+            break;
+        }
+        uint64_t z = 0;
+        for (int l = 0; l < ld->n_layer; l++) {
+            c->stage_off[l] = z;
+            if (c->info.frames[l].codec == KVFS_CODEC_ZSTD)
+                z += c->info.frames[l].stored_size;
+        }
+        c->stage_off[ld->n_layer] = z;
+        if (z && posix_memalign((void **)&c->stage, 4096, z)) {
+            rc = -ENOMEM;
+            break;
+        }
+    }
+    if (rc) {
+        kvfs_loader_close(ld);
+        return rc;
+    }
+    *out = ld;
+    return 0;
+}
+
+int kvfs_loader_count(const struct kvfs_loader *ld) { return ld->n; }
+
+const struct kvfs_header *kvfs_loader_header(const struct kvfs_loader *ld, int i) { return &ld->ch[i].h; }
+
+int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
+{
+    if (ld->started)
+        return 0;
+    if (first_layer < 0 || first_layer > ld->n_layer)
+        return -EINVAL;
+    ld->started = 1;
+    ld->first = first_layer;
+    ld->t_start = now_s();
+    /* in-memory chunks are ready at once */
+    int n_mem = 0;
+    for (int c = 0; c < ld->n; c++)
+        n_mem += ld->ch[c].fd < 0;
+    for (int l = first_layer; l < ld->n_layer; l++)
+        ld->ready[l] = n_mem;
+    int n_disk = ld->n - n_mem;
+    if (!n_disk || first_layer == ld->n_layer) {
+        ld->t_done = ld->t_start;
+        return 0;
+    }
+    ld->jobs_total = n_disk * (ld->n_layer - first_layer);
+    if (!(ld->jobs = calloc((size_t)ld->jobs_total, sizeof(*ld->jobs))))
+        return -ENOMEM;
+    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : 2;
+    if (!(ld->workers = calloc((size_t)nw, sizeof(pthread_t))))
+        return -ENOMEM;
+    for (int i = 0; i < nw; i++) {
+        if (pthread_create(&ld->workers[i], NULL, worker_main, ld))
+            break;
+        ld->n_workers_started++;
+    }
+    if (!ld->n_workers_started || pthread_create(&ld->io, NULL, io_main, ld)) {
+        fail(ld, -EAGAIN, "cannot start the loader's threads");
+        return -EAGAIN;
+    }
+    ld->io_started = 1;
+    return 0;
+}
+
+int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char *err, size_t errlen)
+{
+    if (layer < 0 || layer >= ld->n_layer || !ld->started || layer < ld->first)
+        return kvfs_errf(err, errlen, -EINVAL, "layer %d was not requested", layer);
+    double t0 = now_s();
+    pthread_mutex_lock(&ld->lock);
+    while (ld->ready[layer] < ld->n && !ld->rc)
+        pthread_cond_wait(&ld->cond, &ld->lock);
+    int rc = ld->rc;
+    if (rc)
+        kvfs_errf(err, errlen, rc, "%s", ld->why);
+    ld->st.wait_s += now_s() - t0;
+    pthread_mutex_unlock(&ld->lock);
+    if (rc)
+        return rc;
+    for (int c = 0; c < ld->n; c++) {
+        const struct ld_chunk *ch = &ld->ch[c];
+        data[c] = ch->fd >= 0 ? (const void *)(ch->layers + (size_t)layer * ch->lbytes)
+                              : (const void *)(ch->image + ch->h.header_size + (size_t)layer * kvfs_layer_stride(&ch->h));
+    }
+    return 0;
+}
+
+void kvfs_loader_progress(const struct kvfs_loader *ld, uint64_t *done, uint64_t *total, double *elapsed)
+{
+    uint64_t t = 0;
+    for (int c = 0; c < ld->n; c++)
+        if (ld->ch[c].fd >= 0)
+            for (int l = ld->first; l < ld->n_layer; l++)
+                t += ld->ch[c].info.frames[l].stored_size;
+    pthread_mutex_lock((pthread_mutex_t *)&ld->lock);
+    *done = ld->st.bytes_read;
+    *elapsed = ld->t_done > 0 ? ld->t_done - ld->t_start : now_s() - ld->t_start;
+    pthread_mutex_unlock((pthread_mutex_t *)&ld->lock);
+    *total = t;
+}
+
+void kvfs_loader_get_stats(const struct kvfs_loader *ld, struct kvfs_loader_stats *st)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&ld->lock);
+    *st = ld->st;
+    st->bytes_layers = 0;
+    for (int c = 0; c < ld->n; c++)
+        st->bytes_layers += ld->ch[c].lbytes * (uint64_t)(ld->n_layer - ld->first);
+    st->load_s = ld->t_done > 0 ? ld->t_done - ld->t_start : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&ld->lock);
+}
+
+void kvfs_loader_close(struct kvfs_loader *ld)
+{
+    if (!ld)
+        return;
+    pthread_mutex_lock(&ld->lock);
+    ld->stop = 1;
+    pthread_cond_broadcast(&ld->cond);
+    pthread_mutex_unlock(&ld->lock);
+    if (ld->io_started)
+        pthread_join(ld->io, NULL);
+    for (int i = 0; i < ld->n_workers_started; i++)
+        pthread_join(ld->workers[i], NULL);
+    for (int i = 0; i < ld->n; i++) {
+        struct ld_chunk *c = &ld->ch[i];
+        if (c->fd >= 0)
+            close(c->fd);
+        if (c->ram)
+            kvfs_chunk_release(c->ram);
+        kvfs_obj_info_free(&c->info);
+        free(c->hdr_buf);
+        free(c->layers);
+        free(c->stage);
+        free(c->stage_off);
+    }
+    free(ld->ch);
+    free(ld->ready);
+    free(ld->jobs);
+    free(ld->workers);
+    pthread_mutex_destroy(&ld->lock);
+    pthread_cond_destroy(&ld->cond);
+    free(ld);
+}

@@ -44,8 +44,8 @@ struct kvfs_loader {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int *ready;                  /* per layer: chunks verified */
-    int rc;                      /* first error */
-    char why[256];
+    int *layer_rc;               /* per layer: first error (a frame failed) */
+    char (*why)[256];            /* per layer: what was wrong */
     /* decode/verify jobs for the workers */
     struct ld_read *jobs;
     int n_jobs, next_job, jobs_total;
@@ -62,18 +62,25 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Record the first error (what, where) and wake every waiter. */
-static void fail(struct kvfs_loader *ld, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(struct kvfs_loader *ld, int rc, const char *fmt, ...)
+/* Record the first error of a layer (-1: every layer) and wake waiters.
+ * Errors are per layer: the layers before a bad one still arrive. */
+static void fail(struct kvfs_loader *ld, int layer, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fail(struct kvfs_loader *ld, int layer, int rc, const char *fmt, ...)
 {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     pthread_mutex_lock(&ld->lock);
-    if (!ld->rc) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->why, sizeof(ld->why), fmt, ap);
-        va_end(ap);
-        ld->rc = rc;
-        kvfs_log(KVFS_LOG_ERR, "loader: %s", ld->why);
+    int logged = 0;
+    for (int l = layer < 0 ? 0 : layer; l < (layer < 0 ? ld->n_layer : layer + 1); l++) {
+        if (ld->layer_rc[l])
+            continue;
+        ld->layer_rc[l] = rc;
+        snprintf(ld->why[l], sizeof(ld->why[l]), "%s", msg);
+        if (!logged++)
+            kvfs_log(KVFS_LOG_ERR, "loader: %s", msg);
     }
     pthread_cond_broadcast(&ld->cond);
     pthread_mutex_unlock(&ld->lock);
@@ -95,9 +102,9 @@ static void *worker_main(void *arg)
     ZSTD_DCtx *z = ZSTD_createDCtx();
     for (;;) {
         pthread_mutex_lock(&ld->lock);
-        while (!ld->stop && !ld->rc && ld->next_job >= ld->n_jobs && ld->next_job < ld->jobs_total)
+        while (!ld->stop && ld->next_job >= ld->n_jobs && ld->next_job < ld->jobs_total)
             pthread_cond_wait(&ld->cond, &ld->lock);
-        if (ld->stop || ld->rc || ld->next_job >= ld->jobs_total) {
+        if (ld->stop || ld->next_job >= ld->jobs_total) {
             pthread_mutex_unlock(&ld->lock);
             break;
         }
@@ -115,12 +122,11 @@ static void *worker_main(void *arg)
         }
         if (!rc)
             rc = kvfs_layer_verify(&c->h, (uint32_t)r.l, layer, c->lbytes);
-        if (rc) {
-            fail(ld, rc, "chunk %d layer %d: %s", r.c + 1, r.l,
+        if (rc)
+            fail(ld, r.l, rc, "chunk %d layer %d: %s", r.c + 1, r.l,
                  rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
-            break;
-        }
-        layer_done(ld, r.l);
+        else
+            layer_done(ld, r.l);
     }
     ZSTD_freeDCtx(z);
     return NULL;
@@ -138,7 +144,7 @@ static void push_job(struct kvfs_loader *ld, const struct ld_read *r)
 static int should_stop(struct kvfs_loader *ld)
 {
     pthread_mutex_lock(&ld->lock);
-    int s = ld->stop || ld->rc;
+    int s = ld->stop;
     pthread_mutex_unlock(&ld->lock);
     return s;
 }
@@ -239,10 +245,12 @@ static void *io_main(void *arg)
                     r->done += (uint64_t)got;
             }
             if (rc) {
-                fail(ld, rc, "chunk %d layer %d: %s", r->c + 1, r->l, rc == -EIO ? "object truncated" : strerror(-rc));
-                break;
+                fail(ld, r->l, rc, "chunk %d layer %d: %s", r->c + 1, r->l,
+                     rc == -EIO ? "object truncated" : strerror(-rc));
+                rc = 0;
+            } else {
+                push_job(ld, r);
             }
-            push_job(ld, r);
             completed++;
             continue;
         }
@@ -275,14 +283,14 @@ static void *io_main(void *arg)
             io_uring_cqe_seen(&ring, cqe);
             in_flight--;
             if (res < 0 && res != -EINTR && res != -EAGAIN) {
-                rc = res;
-                fail(ld, rc, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
-                break;
+                fail(ld, r->l, res, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
+                completed++;
+                continue;
             }
             if (res == 0) { /* the object ends before its frame table says */
-                rc = -EIO;
-                fail(ld, rc, "chunk %d layer %d: object truncated", r->c + 1, r->l);
-                break;
+                fail(ld, r->l, -EIO, "chunk %d layer %d: object truncated", r->c + 1, r->l);
+                completed++;
+                continue;
             }
             if (res > 0)
                 r->done += (uint64_t)res;
@@ -307,7 +315,7 @@ static void *io_main(void *arg)
     free(buf_of);
 out:
     if (rc)
-        fail(ld, rc, "layer streaming stopped: %s", strerror(-rc));
+        fail(ld, -1, rc, "layer streaming stopped: %s", strerror(-rc));
     if (have_ring)
         io_uring_queue_exit(&ring);
     free(reads);
@@ -341,7 +349,9 @@ static int loader_finish_open(struct kvfs_loader *ld, char *err, size_t errlen)
                              ld->ch[i].h.fp.n_layer, ld->n_layer);
         ld->ch[i].lbytes = kvfs_layer_bytes(&ld->ch[i].h);
     }
-    if (!(ld->ready = calloc((size_t)ld->n_layer + 1, sizeof(int))))
+    if (!(ld->ready = calloc((size_t)ld->n_layer + 1, sizeof(int))) ||
+        !(ld->layer_rc = calloc((size_t)ld->n_layer + 1, sizeof(int))) ||
+        !(ld->why = calloc((size_t)ld->n_layer + 1, sizeof(*ld->why))))
         return -ENOMEM;
     return 0;
 }
@@ -476,7 +486,7 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
         ld->n_workers_started++;
     }
     if (!ld->n_workers_started || pthread_create(&ld->io, NULL, io_main, ld)) {
-        fail(ld, -EAGAIN, "cannot start the loader's threads");
+        fail(ld, -1, -EAGAIN, "cannot start the loader's threads");
         return -EAGAIN;
     }
     ld->io_started = 1;
@@ -489,11 +499,11 @@ int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char 
         return kvfs_errf(err, errlen, -EINVAL, "layer %d was not requested", layer);
     double t0 = now_s();
     pthread_mutex_lock(&ld->lock);
-    while (ld->ready[layer] < ld->n && !ld->rc)
+    while (ld->ready[layer] < ld->n && !ld->layer_rc[layer])
         pthread_cond_wait(&ld->cond, &ld->lock);
-    int rc = ld->rc;
+    int rc = ld->ready[layer] == ld->n ? 0 : ld->layer_rc[layer];
     if (rc)
-        kvfs_errf(err, errlen, rc, "%s", ld->why);
+        kvfs_errf(err, errlen, rc, "%s", ld->why[layer]);
     ld->st.wait_s += now_s() - t0;
     pthread_mutex_unlock(&ld->lock);
     if (rc)
@@ -557,6 +567,8 @@ void kvfs_loader_close(struct kvfs_loader *ld)
     }
     free(ld->ch);
     free(ld->ready);
+    free(ld->layer_rc);
+    free(ld->why);
     free(ld->jobs);
     free(ld->workers);
     pthread_mutex_destroy(&ld->lock);

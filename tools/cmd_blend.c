@@ -22,7 +22,8 @@ static void usage(FILE *f)
                "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
                "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
                "--local blends chunk files in this process and writes the result to FILE.\n"
-               "  --ratio R   share of chunk tokens recomputed (default 0.15)\n");
+               "  --ratio R   share of chunk tokens recomputed (default 0.15); with -M also\n"
+               "              auto: the daemon picks it from load and compute speed (kvfs(8))\n");
 }
 
 int cmd_blend(int argc, char **argv)
@@ -54,6 +55,13 @@ int cmd_blend(int argc, char **argv)
     int n = argc - optind;
     if (n < 1 || (!suffix && !suffix_tokens) || (local ? (!model || !out || !suffix) : !mount)) {
         usage(stderr);
+        return 2;
+    }
+    char *rend;
+    float rv = strtof(ratio, &rend);
+    if (strcmp(ratio, "auto") ? (rend == ratio || *rend || !(rv >= 0 && rv <= 1)) : local) {
+        fprintf(stderr, "kvfsctl blend: --ratio takes a number in [0, 1]%s\n",
+                local ? "" : " or auto (the daemon's loading controller picks it)");
         return 2;
     }
     if (local) {

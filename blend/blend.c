@@ -92,9 +92,6 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->sink_rows = 1;
     o->check_layer = 1;
     o->min_ratio = 0.15f;
-    const char *e = getenv("KVFS_BLEND_CHECK_LAYER"); /* experiments */
-    if (e)
-        o->check_layer = atoi(e);
 }
 
 const char *kvfs_blend_select_name(int select)
@@ -382,21 +379,14 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         if ((rc = kvfs_layer_qkv(m, CHECK_LAYER, &w, n_ctx)))
             goto fail;
         int on_k = o->deviation_on_k;
-        if (n_rows && (rc = be->row_sqdiff(ctx, on_k == 1 ? w.k : w.v, on_k == 1 ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER],
+        if (n_rows && (rc = be->row_sqdiff(ctx, on_k ? w.k : w.v, on_k ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER],
                                            d_dev, n_rows, kv_dim)))
             goto fail;
         if (n_rows && (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_rows)))
             goto fail;
-        if (n_rows && on_k == 2) {
-            float *hk = malloc(sizeof(float) * (size_t)n_rows);
-            if (!hk) { rc = -ENOMEM; goto fail; }
-            if ((rc = be->row_sqdiff(ctx, w.k, c->k[CHECK_LAYER], d_dev, n_rows, kv_dim)) ||
-                (rc = be->download(ctx, hk, d_dev, sizeof(float) * (size_t)n_rows))) { free(hk); goto fail; }
-            for (int r = 0; r < n_rows; r++) h_dev[r] = sqrtf(h_dev[r]) + 0.1f * sqrtf(hk[r]);
-            free(hk);
-        }
-        const char *score = getenv("KVFS_BLEND_SCORE");
-        if (score && strcmp(score, "dev") && n_rows) {
+
+        if (ob.query_weighted && n_rows) {
+            /* weight each row's deviation by the attention the query pays it */
             float *att = malloc(sizeof(float) * (size_t)n_rows);
             if (!att) {
                 rc = -ENOMEM;
@@ -407,7 +397,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
                 goto fail;
             }
             for (int r = 0; r < n_rows; r++)
-                h_dev[r] = !strcmp(score, "att") ? att[r] : h_dev[r] * powf(att[r], strtof(score, NULL));
+                h_dev[r] *= att[r];
             free(att);
         }
         for (int r = 0; r < n_rows; r++)
@@ -466,10 +456,16 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             (rc = be->scatter_rows(ctx, ws.v, d_idx, c->v[l], n_run, kv_dim)) ||
             (rc = kvfs_layer_finish(m, l, &ws, n_run, c, n_ctx)))
             goto fail;
-        if (n_next < n_sel && getenv("KVFS_BLEND_SCORE") && n_rows) {
+        if (n_next < n_sel && ob.query_weighted && n_rows) {
             float *att = malloc(sizeof(float) * (size_t)n_rows);
-            if (!att) { rc = -ENOMEM; goto fail; }
-            if ((rc = query_attention(m, ws.q + (size_t)n_sel * hp->n_embd, c->k[l], n_rows, n_ctx, att))) { free(att); goto fail; }
+            if (!att) {
+                rc = -ENOMEM;
+                goto fail;
+            }
+            if ((rc = query_attention(m, ws.q + (size_t)n_sel * hp->n_embd, c->k[l], n_rows, n_ctx, att))) {
+                free(att);
+                goto fail;
+            }
             for (int k = 0; k < n_sel; k++)
                 h_dev[k] *= att[idx[k]];
             free(att);

@@ -69,7 +69,8 @@ int cmd_eval(int argc, char **argv)
         {"greedy", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, 'b'}, {"select", required_argument, 0, 's'},
         {"taper", required_argument, 0, 'T'}, {"sinks", required_argument, 0, 'S'},
-        {"deviation", required_argument, 0, 'D'}, {"no-prefix", no_argument, 0, 'P'},
+        {"deviation", required_argument, 0, 'D'}, {"query-weighted", no_argument, 0, 'W'},
+        {"check-layer", required_argument, 0, 'C'}, {"no-prefix", no_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     struct kvfs_blend_opts bo;
     kvfs_blend_opts_init(&bo, 0.15f);
@@ -106,8 +107,10 @@ int cmd_eval(int argc, char **argv)
             break;
         case 'T': bo.taper = strtof(optarg, NULL); break;
         case 'S': bo.sink_rows = atoi(optarg); break;
-        case 'D': bo.deviation_on_k = !strcmp(optarg, "k") ? 1 : !strcmp(optarg, "kv") ? 2 : 0; break;
+        case 'D': bo.deviation_on_k = !strcmp(optarg, "k"); break;
         case 'P': no_prefix = 1; break;
+        case 'W': bo.query_weighted = 1; break;
+        case 'C': bo.check_layer = atoi(optarg); break;
         case 'h':
             printf("usage: kvfsctl eval -m MODEL --query TEXT [--ratio R[,R...]] [--json] CHUNK_FILE...\n"
                    "Build the prompt CHUNK_1 .. CHUNK_k QUERY (each chunk's text tokenized and\n"
@@ -119,7 +122,8 @@ int cmd_eval(int argc, char **argv)
                    "continuation (--greedy N, default 32) identical to full prefill's.\n"
                    "Selection: --select fixed|gradual|fixed,gradual (default %s), --taper X\n"
                    "(gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N (first N\n"
-                   "rows of each later chunk always recomputed, default 1), --deviation v|k.\n"
+                   "rows of each later chunk always recomputed, default 1), --deviation v|k,\n"
+                   "--query-weighted (deviation x the query's attention), --check-layer N (default 1).\n"
                    "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                    "token ids and full prefill's greedy continuation are included.\n",
                    kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));

@@ -113,6 +113,24 @@ int main(void)
         free(bt);
     }
     CHECK(kl0 > 1e-4); /* plain reuse really loses the cross-attention */
+    /* gradual filtering and query weighting: ratio 1 is still a full
+     * prefill; at 0.3 both beat plain reuse and recompute 30% on average */
+    for (int variant = 0; variant < 3; variant++) {
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, 1.0f);
+        bo.select = variant == 1 ? KVFS_BLEND_SELECT_FIXED : KVFS_BLEND_SELECT_GRADUAL;
+        bo.query_weighted = variant >= 1;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        CHECK(kl(full, out, V) < 1e-9);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        bo.ratio = 0.3f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        double k = kl(full, out, V);
+        fprintf(stderr, "variant %d ratio 0.30: mean %d selected, KL %.4g\n", variant, st.n_selected, k);
+        CHECK(k < kl0);
+        CHECK(abs(st.n_selected - (int)(0.3 * NC * LEN + 0.5)) <= 2);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+    }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];
     for (int i = 0; i < 12; i++)

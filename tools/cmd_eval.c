@@ -240,6 +240,8 @@ blends:;
         int i = v % nr, sel = selects[v / nr];
         if (v >= nr && all_ratios[i] == 0)
             continue; /* full reuse does not depend on the selection */
+        if (v >= nr && all_ratios[i] >= 1)
+            continue; /* nor does a full recompute */
         struct kvfs_kv_cache bc;
         int32_t *bt;
         struct kvfs_blend_stats st;

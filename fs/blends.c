@@ -263,6 +263,7 @@ struct recipe {
     int n;
     float ratio;
     int auto_ratio;    /* ratio=auto: the loading controller decides */
+    int select;        /* KVFS_BLEND_SELECT_* */
     char *suffix;      /* unescaped text, or NULL */
     int32_t *suffix_ids;
     int n_suffix_ids;
@@ -278,6 +279,7 @@ static int parse_recipe(const char *text, struct recipe *r, char *err, size_t er
 {
     memset(r, 0, sizeof(*r));
     r->ratio = 0.15f;
+    r->select = KVFS_BLEND_SELECT_DEFAULT;
     char *copy = strdup(text), *save = NULL;
     int rc = 0, lineno = 0;
     if (!copy)
@@ -291,7 +293,12 @@ static int parse_recipe(const char *text, struct recipe *r, char *err, size_t er
             line[--l] = '\0';
         if (!*line || *line == '#')
             continue;
-        if (!strcmp(line, "ratio=auto")) {
+        if (!strcmp(line, "select=fixed") || !strcmp(line, "select=gradual")) {
+            r->select = !strcmp(line, "select=gradual") ? KVFS_BLEND_SELECT_GRADUAL : KVFS_BLEND_SELECT_FIXED;
+        } else if (!strncmp(line, "select=", 7)) {
+            snprintf(err, errlen, "line %d: select must be fixed or gradual", lineno);
+            rc = -EINVAL;
+        } else if (!strcmp(line, "ratio=auto")) {
             r->auto_ratio = 1;
         } else if (!strncmp(line, "ratio=", 6)) {
             char *end;
@@ -338,7 +345,7 @@ static int parse_recipe(const char *text, struct recipe *r, char *err, size_t er
             if (hl == KVFS_HASH_HEX_LEN + 3 && !strcmp(h + KVFS_HASH_HEX_LEN, ".kv"))
                 hl = KVFS_HASH_HEX_LEN;
             if (hl != KVFS_HASH_HEX_LEN) {
-                snprintf(err, errlen, "line %d: expected a chunk hash, ratio=, suffix= or suffix_tokens=", lineno);
+                snprintf(err, errlen, "line %d: expected a chunk hash, ratio=, select=, suffix= or suffix_tokens=", lineno);
                 rc = -EINVAL;
                 break;
             }
@@ -469,6 +476,7 @@ static int run_blend(struct kvfs_mount *mnt, const char *recipe_text, uint8_t **
     struct kvfs_blend_opts bo;
     kvfs_blend_opts_init(&bo, r.ratio);
     bo.auto_ratio = r.auto_ratio;
+    bo.select = r.select;
     bo.min_ratio = B.min_ratio;
     rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen);
     free(tok_ids);

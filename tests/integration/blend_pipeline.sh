@@ -38,6 +38,10 @@ r_fast=$(stat_of "$M" 's["blends"]["last"]["ratio"]')
 check "the controller stays at the floor on a fast tier ($r_fast)" \
     python3 -c "import sys; sys.exit(not abs(float('$r_fast') - 0.15) < 1e-6)"
 check "a fixed ratio is used as given" "$KVFSCTL" blend -M "$M" --name fixed --ratio 0.3 --suffix "$Q" ${h[1]} ${h[2]}
+printf '%s\n%s\nselect=gradual\nratio=0.3\nsuffix=Answer:\n' ${h[1]} ${h[2]} > "$T/gradual.recipe"
+check "a recipe may ask for gradual filtering" sh -c "cp '$T/gradual.recipe' '$M/blends/gradual.recipe' && '$KVFSCTL' info '$M/blends/gradual.kv' > /dev/null"
+printf '%s\nselect=best\nsuffix=Answer:\n' ${h[1]} > "$T/badsel.recipe"
+check "an unknown select= is refused" sh -c "! cp '$T/badsel.recipe' '$M/blends/badsel.recipe' 2>/dev/null && grep -q 'select must be' '$M/blends/badsel.err'"
 check "... and reported" python3 -c "import sys; sys.exit(abs($(stat_of "$M" 's["blends"]["last"]["ratio"]') - 0.3) > 1e-6)"
 unmount_kvfs a
 

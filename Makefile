@@ -26,6 +26,11 @@ CFLAGS     += $(PKG_CFLAGS)
 # kernel before the library initialises); cblas.h comes from here.
 CFLAGS     += -I/usr/include/x86_64-linux-gnu/openblas-pthread
 SYSLIBS    := -ldl -lm
+# librados: Debian's librados-dev ships no rados.pc, so test for the header
+ifneq ($(wildcard /usr/include/rados/librados.h),)
+CFLAGS     += -DKVFS_HAVE_RADOS
+SYSLIBS    += -lrados
+endif
 
 # CUDA: compiled when nvcc is found (NO_CUDA=1 to skip).
 NVCC      ?= $(shell command -v nvcc 2>/dev/null)

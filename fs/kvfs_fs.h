@@ -37,6 +37,10 @@ struct kvfs_opts {
     char *backend;    /* compute backend for blending: auto, cpu, cuda */
     char *min_ratio;  /* ratio=auto floor */
     char *sim_read_bw;/* testing: throttle the blend loader's reads */
+    char *rados_pool; /* remote tier: RADOS pool */
+    char *ceph_conf;
+    char *rados_id;
+    int rados_timeout;
     int verbose;
 };
 

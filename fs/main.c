@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kvfs_fs.h"
+#include "remote.h"
 
 #define KVFS_VERSION_STRING "0.1.0"
 
@@ -22,6 +23,8 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("zstd=%d", zstd_level),     OPT("max_ingest=%s", max_ingest), OPT("verbose", verbose),
     OPT("model=%s", model),         OPT("backend=%s", backend),   OPT("min_ratio=%s", min_ratio),
     OPT("sim_read_bw=%s", sim_read_bw),
+    OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
+    OPT("rados_timeout=%d", rados_timeout),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -38,6 +41,10 @@ static void usage(const char *prog)
            "  backend=NAME       blending backend: auto (CUDA if a GPU is present), cpu, cuda\n"
            "  min_ratio=R        floor of the recompute ratio picked by ratio=auto (default 0.15)\n"
            "  sim_read_bw=SIZE   testing: throttle the blend loader's reads to SIZE bytes/s\n"
+           "  rados=POOL         shared remote tier on this Ceph RADOS pool (see kvfs(8))\n"
+           "  ceph_conf=FILE     Ceph config (default: librados' search, /etc/ceph/ceph.conf)\n"
+           "  rados_id=NAME      Ceph client id (default admin)\n"
+           "  rados_timeout=S    bound on every remote call, seconds (default 5)\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -243,6 +250,20 @@ int main(int argc, char *argv[])
         openlog("kvfs", LOG_PID, LOG_DAEMON);
     }
     fuse_daemonize(cl.foreground);
+    /* after daemonizing: the remote tier runs a worker thread */
+    struct kvfs_remote *remote = NULL;
+    if (m.opts.rados_pool) {
+        struct kvfs_remote_opts ro = {.pool = m.opts.rados_pool, .ceph_conf = m.opts.ceph_conf,
+                                      .rados_id = m.opts.rados_id, .timeout_s = m.opts.rados_timeout};
+        if ((rc = kvfs_remote_open(m.store, &ro, &remote, err, sizeof(err))) != 0) {
+            kvfs_log(KVFS_LOG_ERR, "remote tier: %s", err);
+            ret = 1;
+            goto unmount;
+        }
+        kvfs_store_add_stats(m.store, kvfs_remote_stats, remote);
+        kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m.opts.rados_pool,
+                 kvfs_remote_state(remote), m.opts.rados_timeout > 0 ? m.opts.rados_timeout : 5);
+    }
     if (cl.singlethread) {
         ret = fuse_session_loop(se);
     } else {
@@ -252,8 +273,10 @@ int main(int argc, char *argv[])
         ret = fuse_session_loop_mt(se, lc);
         fuse_loop_cfg_destroy(lc);
     }
+unmount:
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
     fuse_session_unmount(se);
+    kvfs_remote_close(remote);
 remove_handlers:
     fuse_remove_signal_handlers(se);
 destroy_session:
@@ -280,5 +303,8 @@ free_args:
     free(m.opts.backend);
     free(m.opts.min_ratio);
     free(m.opts.sim_read_bw);
+    free(m.opts.rados_pool);
+    free(m.opts.ceph_conf);
+    free(m.opts.rados_id);
     return ret ? 1 : 0;
 }

@@ -215,7 +215,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (parent == INO_CHUNKS) {
         char hash[KVFS_HASH_HEX_LEN + 1];
         struct kvfs_chunk_info c;
-        if (kvfs_parse_chunk_name(name, hash) == 0 && kvfs_store_stat(m->store, hash, &c) == 0 &&
+        if (kvfs_parse_chunk_name(name, hash) == 0 && kvfs_store_lookup(m->store, hash, &c) == 0 &&
             remember_chunk(m, hash) == 0) {
             chunk_attr(&c, &st);
             reply_entry(req, &st, ENTRY_TIMEOUT);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -452,7 +453,7 @@ static int evict_for(struct kvfs_store *s, uint64_t need)
         struct kvfs_chunk_info *victim = NULL;
         for (size_t i = 0; i < s->n_rows; i++) {
             struct kvfs_chunk_info *c = s->rows[i];
-            if (!c->pinned && (!victim || c->accessed_ns < victim->accessed_ns))
+            if (!c->pinned && !c->held && (!victim || c->accessed_ns < victim->accessed_ns))
                 victim = c;
         }
         if (!victim)
@@ -554,12 +555,15 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
             s->puts++;
         }
     }
+    struct kvfs_store_remote remote = s->remote;
     pthread_mutex_unlock(&s->lock);
     if (rc) {
         kvfs_errf(err, errlen, 0, "storing object failed: %s", strerror(-rc));
         goto unlink_tmp_counted;
     }
     free(obj);
+    if (remote.stored)
+        remote.stored(remote.ctx, hex);
     return 0;
 
 unlink_tmp:
@@ -613,7 +617,71 @@ uint64_t kvfs_store_count(struct kvfs_store *s)
     return n;
 }
 
+/* A local miss: ask the remote tier, if any (outside the lock). */
+static int fetch_remote(struct kvfs_store *s, const char *hash)
+{
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_store_remote r = s->remote;
+    pthread_mutex_unlock(&s->lock);
+    return r.fetch ? r.fetch(r.ctx, s, hash) : -ENOENT;
+}
+
+void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote *r)
+{
+    pthread_mutex_lock(&s->lock);
+    if (r)
+        s->remote = *r;
+    else
+        memset(&s->remote, 0, sizeof(s->remote));
+    pthread_mutex_unlock(&s->lock);
+}
+
+int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)
+{
+    int rc = kvfs_store_stat(s, hash, out);
+    if (rc == -ENOENT && fetch_remote(s, hash) == 0)
+        rc = kvfs_store_stat(s, hash, out);
+    return rc;
+}
+
+int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held)
+{
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_chunk_info *c = row_get(s, hash);
+    if (c)
+        c->held = held ? 1 : 0;
+    pthread_mutex_unlock(&s->lock);
+    return c ? 0 : -ENOENT;
+}
+
+int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash, char *err,
+                          size_t errlen)
+{
+    /* the object decoder reads from a descriptor: give it one in memory */
+    int fd = memfd_create("kvfs-object", MFD_CLOEXEC), rc;
+    uint8_t *img = NULL;
+    size_t img_len = 0;
+    if (fd < 0)
+        return kvfs_errf(err, errlen, -errno, "memfd_create: %s", strerror(errno));
+    char why[256] = "";
+    if ((rc = kvfs_write_full(fd, obj, len)) == 0 &&
+        (rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why))) != 0)
+        kvfs_errf(err, errlen, rc, "bad object: %s", why);
+    close(fd);
+    if (!rc)
+        rc = kvfs_store_put(s, img, img_len, expect_hash, NULL, err, errlen);
+    free(img);
+    return rc;
+}
+
+static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out, int may_fetch);
+
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
+{
+    return store_get(s, hash, out, 1);
+}
+
+static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out, int may_fetch)
 {
     struct kvfs_chunk_ref *ref = calloc(1, sizeof(*ref));
     if (!ref)
@@ -625,6 +693,8 @@ int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref
         s->misses++;
         pthread_mutex_unlock(&s->lock);
         free(ref);
+        if (may_fetch && fetch_remote(s, hash) == 0)
+            return store_get(s, hash, out, 0);
         return -ENOENT;
     }
     s->hits++;
@@ -707,7 +777,17 @@ int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_c
     if (!c) {
         s->misses++;
         pthread_mutex_unlock(&s->lock);
-        return -ENOENT;
+        /* only on the remote tier: fetched into the local tiers first */
+        if (fetch_remote(s, hash) == 0) {
+            pthread_mutex_lock(&s->lock);
+            c = row_get(s, hash);
+            if (!c) {
+                pthread_mutex_unlock(&s->lock);
+                return -ENOENT;
+            }
+        } else {
+            return -ENOENT;
+        }
     }
     s->hits++;
     c->hits++;

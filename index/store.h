@@ -47,6 +47,7 @@ struct kvfs_chunk_info {
     uint64_t hits;
     int pinned;
     int in_ram;              /* currently held by the RAM tier */
+    int held;                /* not evictable: a remote tier has yet to receive it */
 };
 
 int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
@@ -117,6 +118,25 @@ int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribut
 #define KVFS_LOG_WARN 4
 #define KVFS_LOG_INFO 6
 #define KVFS_LOG_DEBUG 7
+
+/* A tier below the local disk (index/remote.h implements one on RADOS).
+ * fetch runs on a local miss, outside the store lock: it stores the chunk
+ * locally (kvfs_store_put_object) and returns 0, or -ENOENT / -errno.
+ * stored runs after a chunk was newly stored (not for no-op re-puts). */
+struct kvfs_store_remote {
+    int (*fetch)(void *ctx, struct kvfs_store *s, const char *hash);
+    void (*stored)(void *ctx, const char *hash);
+    void *ctx;
+};
+void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote *r);
+/* stat, and on a local miss ask the remote tier (which fills the local tiers). */
+int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
+/* Keep a chunk from being evicted (held = 1) until released (held = 0). */
+int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held);
+/* Ingest a store object (object.h bytes, e.g. from a remote tier): decoded
+ * and verified exactly like kvfs_store_put (bad objects: -EBADMSG/-EINVAL). */
+int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash,
+                          char *err, size_t errlen);
 
 /* Path of a chunk's object file (for loaders that read layers directly). */
 int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, size_t len);

@@ -24,6 +24,7 @@ struct kvfs_store {
     size_t ram_count;
     struct { void (*fn)(void *ctx, FILE *f); void *ctx; } extra[8];
     size_t n_extra;
+    struct kvfs_store_remote remote; /* a tier below the disk (RADOS), or zeros */
 };
 
 void kvfs_info_from_header(const struct kvfs_header *h, const char *hash, uint64_t stored,

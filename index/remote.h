@@ -1,0 +1,65 @@
+/* remote.h - the shared remote tier on Ceph RADOS (librados), below the
+ * local disk and RAM tiers (see kvfs(8), "REMOTE TIER").
+ *
+ * Objects: name = the chunk's 64-hex content hash, bytes = the local store
+ * object (object.h, zstd as configured), xattrs kvfs.model (fingerprint id)
+ * and kvfs.tokens.  A per-model omap object "kvfs.model.<id>" maps hash ->
+ * token count, so hosts can list what the fleet has without scanning the
+ * pool (kvfs_remote_sync).
+ *
+ * Reads: a local miss (kvfs_store_lookup/get/open_stream) fetches the whole
+ * object, verifies it exactly like a local ingest and stores it locally.
+ * Writes: write-back through a durable queue (SQLite, remote-queue.db in the
+ * store directory): ingest is acknowledged once the local store has fsynced
+ * the chunk; its hash is queued in the same call; a worker pushes queued
+ * chunks and dequeues them only after RADOS acknowledged the write.  A queued
+ * chunk is held against local eviction, so nothing acknowledged is lost.
+ *
+ * Bounds: every librados call is bounded by `timeout_s` (client mount, mon
+ * and OSD op timeouts); after a failure the tier is "down" and lookups skip
+ * it (fail fast) until the worker's probe reconnects. */
+#ifndef KVFS_REMOTE_H
+#define KVFS_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "store.h"
+
+struct kvfs_remote;
+
+struct kvfs_remote_opts {
+    const char *pool;      /* RADOS pool (required) */
+    const char *ceph_conf; /* NULL: librados' search (CEPH_CONF, /etc/ceph/ceph.conf) */
+    const char *rados_id;  /* client id, NULL: "admin" */
+    int timeout_s;         /* bound on every remote call (default 5) */
+};
+
+/* Open the tier for a store and hook it in (kvfs_store_set_remote).  A
+ * cluster that cannot be reached is not an error: the tier starts "down"
+ * and the worker keeps trying.  -ENOTSUP if built without librados. */
+int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, struct kvfs_remote **out,
+                     char *err, size_t errlen);
+void kvfs_remote_close(struct kvfs_remote *r);
+
+/* JSON member for .kvfs/stats (kvfs_store_add_stats). */
+void kvfs_remote_stats(void *ctx, FILE *f);
+/* "connected", "down" or "connecting". */
+const char *kvfs_remote_state(struct kvfs_remote *r);
+/* Queued chunks not yet pushed. */
+uint64_t kvfs_remote_queued(struct kvfs_remote *r);
+/* 1 if the chunk is known to be in RADOS (pushed or fetched), 0 if queued
+ * or unknown. */
+int kvfs_remote_has(struct kvfs_remote *r, const char *hash);
+
+/* Read [off, off+len) of a chunk's remote object (the loader's ranged
+ * reads).  Returns bytes read or -errno. */
+long kvfs_remote_read_range(struct kvfs_remote *r, const char *hash, uint64_t off, void *buf, size_t len);
+
+/* List the hashes the fleet has pushed for one model (from its omap index,
+ * in pages); cb returns non-zero to stop.  Returns the count or -errno. */
+long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
+                            int (*cb)(void *ctx, const char *hash, uint32_t tokens), void *ctx);
+
+#endif

@@ -1,0 +1,119 @@
+#!/bin/bash
+# The shared remote tier on a real Ceph cluster (1 mon, 3 OSDs on bluestore
+# sparse files, loopback): two kvfs mounts with separate local stores ("two
+# hosts") share pool "kvfs".  A chunk copied into A is read byte-identical
+# through B; a blend through B uses chunks only A computed; concurrent writers
+# of the same chunk; kill -9 of an OSD during a read/write loop; the whole
+# cluster unreachable (daemons stopped): local service continues, remote
+# lookups fail within the bound, writes queue, and the queue drains when the
+# cluster returns; bad objects in the pool are rejected.
+. "$(dirname "$0")/../lib.sh"
+CL=$T/ceph
+export MONPORT=${MONPORT:-40300}
+out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
+[ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"
+[ $rc -eq 0 ] || { echo "$out"; echo "FAIL: cannot start a test cluster"; exit 1; }
+trap '"$KVFS_ROOT/tests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1; cleanup' EXIT
+export CEPH_CONF=$CL/ceph.conf
+MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" >/dev/null 2>&1 || MODEL=
+R="rados=kvfs,ceph_conf=$CEPH_CONF,rados_timeout=3"
+mount_kvfs a "$R${MODEL:+,model=$MODEL}" || exit 1; PID_A=$MNT_PID
+mount_kvfs b "$R${MODEL:+,model=$MODEL}" || exit 1; PID_B=$MNT_PID
+A=$T/a.mnt; B=$T/b.mnt
+remote() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
+drained() { # drained MOUNT SECONDS: queue empty and connected
+    local st
+    for _ in $(seq $(($2 * 5))); do
+        st=$(remote "$1" 'r["state"], r["queued"]')
+        [ "$st" = "connected 0" ] && return 0
+        sleep 0.2
+    done
+    echo "  (state, queued) of $1 after $2 s: $st; $(remote "$1" 'r["last_error"]')"
+    return 1
+}
+check "both mounts see the cluster" test "$(remote "$A" 'r["state"]') $(remote "$B" 'r["state"]')" = "connected connected"
+
+# a chunk copied into A, read through B
+h1=$(synth "$T/c1.kv" --tokens 300 --layers 8 --seed 1)
+check "cp into mount A" cp "$T/c1.kv" "$A/chunks/$h1.kv"
+check "A's upload queue drains" drained "$A" 20
+check "the object is in the pool under its hash" rados -p kvfs stat "$h1"
+check "with xattrs for model and token count" sh -c "[ \"\$(rados -p kvfs getxattr $h1 kvfs.tokens)\" = 300 ] && rados -p kvfs getxattr $h1 kvfs.model | grep -Eq '^[0-9a-f]{16}\$'"
+check "the per-model omap index lists it" sh -c "rados -p kvfs listomapkeys kvfs.model.\$(rados -p kvfs getxattr $h1 kvfs.model) | grep -qx $h1"
+check "mount B reads it byte-identical (fetched from RADOS)" cmp "$T/c1.kv" "$B/chunks/$h1.kv"
+check "... and B's stats count the fetch" test "$(remote "$B" 'r["fetched"]')" -ge 1
+check "... and now lists it locally" sh -c "ls '$B/chunks' | grep -qx $h1.kv"
+
+# concurrent writers of the same chunk from both mounts
+h2=$(synth "$T/c2.kv" --tokens 400 --layers 8 --seed 2)
+cp "$T/c2.kv" "$A/incoming/x.kv" & p1=$!; cp "$T/c2.kv" "$B/incoming/y.kv" & p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+check "two hosts ingest the same chunk at once" test $r1 -eq 0 -a $r2 -eq 0
+both_drained() { drained "$A" 20 && drained "$B" 20; }
+check "both queues drain" both_drained
+rados -p kvfs get "$h2" "$T/c2.obj"
+check "the pool holds the same bytes as either host's object" sh -c "cmp '$T/c2.obj' \$(find '$T/a.store' -name '$h2*' -type f | head -1) && cmp '$T/c2.obj' \$(find '$T/b.store' -name '$h2*' -type f | head -1)"
+
+# a blend through B from chunks only A computed
+if [ -n "$MODEL" ]; then
+    i=0
+    for f in Apache-2.0 MPL-2.0; do
+        i=$((i + 1)); head -c 800 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+        hb[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$A" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
+    done
+    drained "$A" 20
+    check "B had none of A's chunks" sh -c "! ls '$T/b.store' -R | grep -q ${hb[1]}"
+    check "a blend through B of chunks only A computed" "$KVFSCTL" blend -M "$B" --name fromA --suffix $'\nAnswer:' ${hb[1]} ${hb[2]}
+    check "... verifies" "$KVFSCTL" info "$B/blends/fromA.kv"
+else
+    echo "note: model unavailable, blend-through-B check skipped"
+fi
+
+# kill -9 one OSD during a read/write loop: no error reaches the user
+for k in $(seq 3 12); do synth "$T/w$k.kv" --tokens 120 --layers 8 --seed $k > "$T/w$k.hash"; done
+for k in $(seq 3 7); do cp "$T/w$k.kv" "$A/incoming/"; done
+drained "$A" 20
+errs=0
+( sleep 0.3; "$KVFS_ROOT/tests/ceph/cluster.sh" kill-osd "$CL" 0 ) & killer=$!
+for k in $(seq 3 12); do
+    h=$(cat "$T/w$k.hash")
+    if [ $k -le 7 ]; then cmp -s "$T/w$k.kv" "$B/chunks/$h.kv" || errs=$((errs + 1)); fi   # reads through B
+    if [ $k -gt 7 ]; then cp "$T/w$k.kv" "$A/incoming/" || errs=$((errs + 1)); fi          # writes through A
+    sleep 0.2
+done
+wait $killer
+check "read/write loop with an OSD killed: 0 errors ($errs)" test "$errs" -eq 0
+check "writes made during the failure reach the pool" drained "$A" 30
+check "... readable through B" sh -c "for k in 8 9 10 11 12; do cmp -s '$T/w'\$k.kv '$B/chunks/'\$(cat '$T/w'\$k.hash).kv || exit 1; done"
+"$KVFS_ROOT/tests/ceph/cluster.sh" start-osd "$CL" 0
+check "the OSD restarts" sh -c "sleep 2; ceph osd stat 2>/dev/null | grep -q '3 up'"
+
+# the whole cluster unreachable
+for f in "$CL"/run/*.pid; do kill -STOP "$(cat "$f")"; done
+h3=$(synth "$T/c3.kv" --tokens 200 --layers 8 --seed 33)
+check "ingest still succeeds while the cluster is down" cp "$T/c3.kv" "$A/chunks/$h3.kv"
+check "local reads still work" cmp "$T/c1.kv" "$A/chunks/$h1.kv"
+hx=$(synth "$T/cx.kv" --tokens 50 --layers 8 --seed 77)
+t0=$(date +%s.%N); stat "$B/chunks/$hx.kv" >/dev/null 2>&1; t1=$(date +%s.%N)
+check "a remote miss fails within the bound (3 s + 1): $(printf %.2f "$(echo "$t1 - $t0" | bc)") s" sh -c "[ \$(echo '$t1 - $t0 < 4.0' | bc) = 1 ]"
+t0=$(date +%s.%N); stat "$B/chunks/$hx.kv" >/dev/null 2>&1; t1=$(date +%s.%N)
+check "while down, misses fail fast: $(printf %.2f "$(echo "$t1 - $t0" | bc)") s" sh -c "[ \$(echo '$t1 - $t0 < 0.5' | bc) = 1 ]"
+sleep 4
+check "A's stats show the tier down with the chunk queued" test "$(remote "$A" 'r["state"], r["queued"] >= 1')" = "down True"
+for f in "$CL"/run/*.pid; do kill -CONT "$(cat "$f")"; done
+check "the queue drains when the cluster returns" drained "$A" 40
+check "... and B reads the chunk written during the outage" sh -c "sleep 1.2; for i in \$(seq 20); do cmp -s '$T/c3.kv' '$B/chunks/$h3.kv' && exit 0; sleep 1; done; exit 1"
+
+# bad objects in the pool are rejected like bad local files
+hbad=$(synth "$T/c4.kv" --tokens 64 --layers 8 --seed 44)
+head -c 5000 /dev/urandom > "$T/garbage"
+rados -p kvfs put "$hbad" "$T/garbage"
+check "garbage under a chunk's name is rejected (ENOENT through B)" sh -c "! cat '$B/chunks/$hbad.kv' > /dev/null 2>&1"
+check "... with a log line" grep -q "object $hbad in pool kvfs rejected" "$T/b.log"
+hwrong=$(synth "$T/c5.kv" --tokens 64 --layers 8 --seed 55)
+rados -p kvfs put "$hwrong" "$(find "$T/a.store" -name "$h1*" -type f | head -1)"
+check "a valid object under the wrong hash is rejected" sh -c "! cat '$B/chunks/$hwrong.kv' > /dev/null 2>&1 && grep -q 'object $hwrong in pool kvfs rejected' '$T/b.log'"
+check "B counts the rejections" test "$(remote "$B" 'r["rejected"]')" -ge 2
+check "daemons alive" sh -c "kill -0 $PID_A && kill -0 $PID_B"
+finish

@@ -972,7 +972,9 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
     if (!strcmp(name, "user.kvfs.layers")) return snprintf(out, len, "%u", c->n_layer);
     if (!strcmp(name, "user.kvfs.hits")) return snprintf(out, len, "%" PRIu64, c->hits);
     if (!strcmp(name, "user.kvfs.pinned")) return snprintf(out, len, "%d", c->pinned ? 1 : 0);
-    if (!strcmp(name, "user.kvfs.tier")) return snprintf(out, len, "%s", c->in_ram ? "ram,disk" : "disk");
+    if (!strcmp(name, "user.kvfs.tier"))
+        return snprintf(out, len, "%s%s", c->in_ram ? "ram,disk" : "disk",
+                        c->remote ? ",remote" : c->held ? ",remote-queued" : "");
     if (!strcmp(name, "user.kvfs.stored_size")) return snprintf(out, len, "%" PRIu64, c->stored_size);
     return -ENODATA;
 }

@@ -184,6 +184,15 @@ static int q_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1], int
     return k;
 }
 
+/* The pool has it (pushed or fetched): remember, for tier display and so a
+ * restart does not upload it again. */
+static void mark_uploaded(struct kvfs_remote *r, const char *hash)
+{
+    pthread_mutex_lock(&r->lock);
+    q_exec(r, "INSERT OR IGNORE INTO uploaded(hash) VALUES (?1)", hash);
+    pthread_mutex_unlock(&r->lock);
+}
+
 static void q_done(struct kvfs_remote *r, const char *hash)
 {
     pthread_mutex_lock(&r->lock);
@@ -191,6 +200,56 @@ static void q_done(struct kvfs_remote *r, const char *hash)
         r->queued--;
     pthread_mutex_unlock(&r->lock);
     kvfs_store_hold(r->s, hash, 0);
+}
+
+static int has_hook(void *ctx, const char *hash)
+{
+    struct kvfs_remote *r = ctx;
+    sqlite3_stmt *st;
+    int found = 0;
+    pthread_mutex_lock(&r->lock);
+    if (sqlite3_prepare_v2(r->q, "SELECT 1 FROM uploaded WHERE hash = ?1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+        found = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
+/* Local chunks the pool has not had from us (stored before the tier was
+ * configured, or while it was off) join the upload queue: a host that
+ * joins shares what it has.  Content addressing makes re-uploads harmless. */
+struct hash_list {
+    char (*h)[KVFS_HASH_HEX_LEN + 1];
+    size_t n, cap;
+};
+
+static int collect(const struct kvfs_chunk_info *c, void *ctx)
+{
+    struct hash_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        void *p = realloc(l->h, cap * sizeof(*l->h));
+        if (!p)
+            return -ENOMEM;
+        l->h = p;
+        l->cap = cap;
+    }
+    memcpy(l->h[l->n++], c->hash, KVFS_HASH_HEX_LEN + 1);
+    return 0;
+}
+
+static void enqueue_unshared(struct kvfs_remote *r)
+{
+    struct hash_list l = {0};
+    kvfs_store_list(r->s, collect, &l); /* runs under the store lock: act after */
+    sqlite3_exec(r->q, "BEGIN", NULL, NULL, NULL);
+    for (size_t i = 0; i < l.n; i++)
+        if (!has_hook(r, l.h[i]))
+            on_stored(r, l.h[i]);
+    sqlite3_exec(r->q, "COMMIT", NULL, NULL, NULL);
+    free(l.h);
 }
 
 /* ---- push (worker) ---- */
@@ -267,6 +326,7 @@ static int push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     if (rc < 0)
         return rc;
     q_done(r, hash);
+    mark_uploaded(r, hash);
     pthread_mutex_lock(&r->lock);
     r->pushed++;
     pthread_mutex_unlock(&r->lock);
@@ -409,6 +469,8 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
     else
         r->fetched++;
     pthread_mutex_unlock(&r->lock);
+    if (!rc)
+        mark_uploaded(r, hash);
     if (rc)
         kvfs_log(KVFS_LOG_ERR, "remote tier: object %s in pool %s rejected: %s", hash, r->pool,
                  err[0] ? err : strerror(-rc));
@@ -441,7 +503,8 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
                                                              SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK ||
         sqlite3_exec(r->q,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                     "CREATE TABLE IF NOT EXISTS queue(hash TEXT PRIMARY KEY, enqueued_at INTEGER);",
+                     "CREATE TABLE IF NOT EXISTS queue(hash TEXT PRIMARY KEY, enqueued_at INTEGER);"
+                     "CREATE TABLE IF NOT EXISTS uploaded(hash TEXT PRIMARY KEY);",
                      NULL, NULL, NULL) != SQLITE_OK) {
         rc = kvfs_errf(err, errlen, -EIO, "cannot open the upload queue %s", path);
         goto fail;
@@ -471,7 +534,8 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
         goto fail;
     }
     r->worker_started = 1;
-    struct kvfs_store_remote hooks = {fetch, on_stored, r};
+    enqueue_unshared(r);
+    struct kvfs_store_remote hooks = {fetch, on_stored, has_hook, r};
     kvfs_store_set_remote(s, &hooks);
     *out = r;
     return 0;

@@ -595,7 +595,10 @@ int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_in
         *out = *c;
         out->in_ram = ram_lookup(s, hash) != NULL;
     }
+    struct kvfs_store_remote r = s->remote;
     pthread_mutex_unlock(&s->lock);
+    if (c)
+        out->remote = r.has ? r.has(r.ctx, hash) == 1 : 0;
     return c ? 0 : -ENOENT;
 }
 

@@ -48,6 +48,7 @@ struct kvfs_chunk_info {
     int pinned;
     int in_ram;              /* currently held by the RAM tier */
     int held;                /* not evictable: a remote tier has yet to receive it */
+    int remote;              /* the remote tier holds it (uploaded or fetched) */
 };
 
 int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
@@ -126,6 +127,7 @@ int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribut
 struct kvfs_store_remote {
     int (*fetch)(void *ctx, struct kvfs_store *s, const char *hash);
     void (*stored)(void *ctx, const char *hash);
+    int (*has)(void *ctx, const char *hash); /* 1 if the remote tier holds it */
     void *ctx;
 };
 void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote *r);

@@ -39,6 +39,8 @@ h1=$(synth "$T/c1.kv" --tokens 300 --layers 8 --seed 1)
 check "cp into mount A" cp "$T/c1.kv" "$A/chunks/$h1.kv"
 check "A's upload queue drains" drained "$A" 20
 check "the object is in the pool under its hash" rados -p kvfs stat "$h1"
+tier() { getfattr --absolute-names --only-values -n user.kvfs.tier "$1"; }
+check "A shows the chunk's tiers: $(tier "$A/chunks/$h1.kv")" test "$(tier "$A/chunks/$h1.kv")" = "ram,disk,remote" -o "$(tier "$A/chunks/$h1.kv")" = "disk,remote"
 check "with xattrs for model and token count" sh -c "[ \"\$(rados -p kvfs getxattr $h1 kvfs.tokens)\" = 300 ] && rados -p kvfs getxattr $h1 kvfs.model | grep -Eq '^[0-9a-f]{16}\$'"
 check "the per-model omap index lists it" sh -c "rados -p kvfs listomapkeys kvfs.model.\$(rados -p kvfs getxattr $h1 kvfs.model) | grep -qx $h1"
 check "mount B reads it byte-identical (fetched from RADOS)" cmp "$T/c1.kv" "$B/chunks/$h1.kv"
@@ -94,6 +96,7 @@ for f in "$CL"/run/*.pid; do kill -STOP "$(cat "$f")"; done
 h3=$(synth "$T/c3.kv" --tokens 200 --layers 8 --seed 33)
 check "ingest still succeeds while the cluster is down" cp "$T/c3.kv" "$A/chunks/$h3.kv"
 check "local reads still work" cmp "$T/c1.kv" "$A/chunks/$h1.kv"
+check "the new chunk shows as queued for upload: $(tier "$A/chunks/$h3.kv")" sh -c "getfattr --only-values -n user.kvfs.tier '$A/chunks/$h3.kv' | grep -q remote-queued"
 hx=$(synth "$T/cx.kv" --tokens 50 --layers 8 --seed 77)
 t0=$(date +%s.%N); stat "$B/chunks/$hx.kv" >/dev/null 2>&1; t1=$(date +%s.%N)
 check "a remote miss fails within the bound (3 s + 1): $(printf %.2f "$(echo "$t1 - $t0" | bc)") s" sh -c "[ \$(echo '$t1 - $t0 < 4.0' | bc) = 1 ]"
@@ -116,4 +119,12 @@ rados -p kvfs put "$hwrong" "$(find "$T/a.store" -name "$h1*" -type f | head -1)
 check "a valid object under the wrong hash is rejected" sh -c "! cat '$B/chunks/$hwrong.kv' > /dev/null 2>&1 && grep -q 'object $hwrong in pool kvfs rejected' '$T/b.log'"
 check "B counts the rejections" test "$(remote "$B" 'r["rejected"]')" -ge 2
 check "daemons alive" sh -c "kill -0 $PID_A && kill -0 $PID_B"
+# a host joining the pool shares what it already had
+mount_kvfs c "" || exit 1
+hc=$(synth "$T/c6.kv" --tokens 64 --layers 8 --seed 66)
+cp "$T/c6.kv" "$T/c.mnt/chunks/$hc.kv"
+unmount_kvfs c
+mount_kvfs c "$R" || exit 1
+check "a chunk stored before rados= was configured is uploaded at mount" drained "$T/c.mnt" 20
+check "... and is in the pool" rados -p kvfs stat "$hc"
 finish

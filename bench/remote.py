@@ -12,7 +12,7 @@ BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 KVFS, KVFSCTL = os.path.join(BUILD, 'kvfs'), os.path.join(BUILD, 'kvfsctl')
 MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
 RUNS = int(os.environ.get('REMOTE_RUNS', '5'))
-TOKENS = int(os.environ.get('REMOTE_TOKENS', '8192'))  # synthetic chunk: ~96 MiB at 32 layers
+TOKENS = int(os.environ.get('REMOTE_TOKENS', '4096'))  # synthetic chunk: 64 MiB at 32 layers (objects <= 128 MiB)
 import rados
 
 def sh(*a, **k):
@@ -60,7 +60,7 @@ def read_all(path):
             pass
 
 try:
-    a = mount('a', 'zstd=0')
+    a = mount('a', 'zstd=0' + (f',model={MODEL}' if os.path.exists(MODEL) else ''))
     b = mount('b', 'ram=0,zstd=0' + (f',model={MODEL}' if os.path.exists(MODEL) else ''))
     chunk = os.path.join(td, 'big.kv')
     h = sh(KVFSCTL, 'synth', '-o', chunk, '--tokens', str(TOKENS), '--layers', '32').strip().split()[-1]

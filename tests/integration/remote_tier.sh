@@ -8,6 +8,8 @@
 # lookups fail within the bound, writes queue, and the queue drains when the
 # cluster returns; bad objects in the pool are rejected.
 . "$(dirname "$0")/../lib.sh"
+ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
+command -v bc >/dev/null || skip "bc missing"
 CL=$T/ceph
 export MONPORT=${MONPORT:-40300}
 out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?

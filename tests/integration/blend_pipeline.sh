@@ -10,13 +10,13 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 stat_of() { # stat_of MOUNT PYTHON-EXPR-over-s
     python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print($2)" "$1/.kvfs/stats"
 }
-# slow tier: 6 MB/s, no RAM tier, so every layer comes from the objects
-mount_kvfs a "model=$MODEL,ram=0,sim_read_bw=6M,min_ratio=0.15" || exit 1
+# slow tier: 1 MB/s (small chunks: ~4 s of loading), no RAM tier, so every layer comes from the objects
+mount_kvfs a "model=$MODEL,ram=0,sim_read_bw=1M,min_ratio=0.15" || exit 1
 M=$T/a.mnt
 i=0
 for f in Apache-2.0 GPL-3 MPL-2.0; do
     i=$((i + 1))
-    head -c 1000 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+    head -c 400 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
     h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
 done
 Q=$'\nQuestion: Which license is this?\nAnswer:'

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -15,6 +16,7 @@
 #include <zstd.h>
 
 #include "object.h"
+#include "remote.h"
 
 struct ld_chunk {
     struct kvfs_header h;
@@ -27,7 +29,16 @@ struct ld_chunk {
     uint8_t *stage;              /* disk: compressed frames land here */
     uint64_t *stage_off;         /* per layer offset into stage (zstd frames) */
     uint64_t lbytes;
+    /* remote tier (RADOS): the whole object is assembled here by ranged
+     * async reads in layer order, then stored locally at close */
+    int remote;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    uint8_t *obj;
+    uint64_t obj_size;
 };
+
+/* streamed = read by this loader (from a local object or from RADOS) */
+static int streamed(const struct ld_chunk *c) { return c->fd >= 0 || c->remote; }
 
 /* one frame read: chunk c, layer l, bytes [done, len) still to read */
 struct ld_read {
@@ -39,6 +50,11 @@ struct ld_read {
 
 struct kvfs_loader {
     int n, n_layer, first, started, stop;
+    struct kvfs_store *store;
+    struct kvfs_remote *remote;
+    int remote_in_flight, remote_left, remote_failed;
+    pthread_t rio;
+    int rio_started;
     struct ld_chunk *ch;
     struct kvfs_loader_opts o;
     pthread_mutex_t lock;
@@ -111,7 +127,7 @@ static void *worker_main(void *arg)
         struct ld_read r = ld->jobs[ld->next_job++];
         pthread_mutex_unlock(&ld->lock);
         struct ld_chunk *c = &ld->ch[r.c];
-        uint8_t *layer = c->layers + (size_t)r.l * c->lbytes;
+        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + (size_t)r.l * c->lbytes : r.dst;
         int rc = 0;
         if (c->info.frames[r.l].codec == KVFS_CODEC_ZSTD) {
             size_t got = z ? ZSTD_decompressDCtx(z, layer, c->lbytes, r.dst, r.len) : 0;
@@ -180,7 +196,7 @@ static void *io_main(void *arg)
     struct kvfs_loader *ld = arg;
     int n_disk = 0, total = 0;
     for (int c = 0; c < ld->n; c++)
-        n_disk += ld->ch[c].fd >= 0;
+        n_disk += ld->ch[c].fd >= 0; /* remote chunks: remote_main */
     total = n_disk * (ld->n_layer - ld->first);
     struct ld_read *reads = calloc((size_t)total + 1, sizeof(*reads));
     struct iovec *iov = calloc((size_t)ld->n * 2 + 1, sizeof(*iov));
@@ -381,6 +397,114 @@ int kvfs_loader_open_images(const void *const *images, const size_t *lens, int n
     return 0;
 }
 
+/* A chunk only the remote tier has: its object's prefix (fixed part, frame
+ * table, v1 header) now, the frames later by ranged async reads. */
+static int open_remote(struct kvfs_loader *ld, struct ld_chunk *c, const char *hash, char *why, size_t whylen)
+{
+    uint64_t size;
+    int rc = kvfs_remote_size(ld->remote, hash, &size);
+    if (rc)
+        return rc == -ENOENT ? -ENOENT : kvfs_errf(why, whylen, rc, "remote tier: %s", strerror(-rc));
+    if (size < KVFS_OBJ_FIXED || !(c->obj = malloc(size)))
+        return kvfs_errf(why, whylen, size < KVFS_OBJ_FIXED ? -EBADMSG : -ENOMEM, "remote object of %llu bytes",
+                         (unsigned long long)size);
+    c->obj_size = size;
+    memcpy(c->hash, hash, KVFS_HASH_HEX_LEN + 1);
+    long got = kvfs_remote_read_range(ld->remote, hash, 0, c->obj, KVFS_OBJ_FIXED);
+    if (got != KVFS_OBJ_FIXED)
+        return kvfs_errf(why, whylen, got < 0 ? (int)got : -EBADMSG, "remote object: cannot read its prefix");
+    uint32_t n_layer, hsize;
+    memcpy(&n_layer, c->obj + 12, 4);
+    memcpy(&hsize, c->obj + 24, 4);
+    uint64_t prefix = KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * n_layer + hsize;
+    if (n_layer > 4096 || prefix > size)
+        return kvfs_errf(why, whylen, -EBADMSG, "remote object %s: malformed prefix", hash);
+    got = kvfs_remote_read_range(ld->remote, hash, 0, c->obj, prefix);
+    if (got < 0 || (uint64_t)got != prefix)
+        return kvfs_errf(why, whylen, got < 0 ? (int)got : -EBADMSG, "remote object: short prefix");
+    /* the object parser reads from a descriptor */
+    int fd = memfd_create("kvfs-remote-prefix", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    rc = kvfs_write_full(fd, c->obj, prefix);
+    if (!rc)
+        rc = kvfs_obj_read_prefix(fd, size, &c->info, &c->hdr_buf, &c->h, why, whylen);
+    close(fd);
+    if (!rc)
+        c->remote = 1;
+    return rc;
+}
+
+struct remote_read {
+    struct kvfs_loader *ld;
+    struct ld_read r;
+};
+
+static void remote_done(void *arg, long res)
+{
+    struct remote_read *rr = arg;
+    struct kvfs_loader *ld = rr->ld;
+    struct ld_read *r = &rr->r;
+    if (res >= 0 && (uint64_t)res != r->len)
+        res = -EIO;
+    if (res < 0) {
+        fail(ld, r->l, (int)res, "chunk %d layer %d: remote read failed: %s", r->c + 1, r->l, strerror((int)-res));
+    } else if (r->l >= ld->first) {
+        push_job(ld, r);
+    }
+    pthread_mutex_lock(&ld->lock);
+    ld->remote_in_flight--;
+    ld->remote_left--;
+    if (res < 0)
+        ld->remote_failed = 1;
+    pthread_cond_broadcast(&ld->cond);
+    pthread_mutex_unlock(&ld->lock);
+    free(rr);
+}
+
+/* Remote chunks: every frame (layer 0 too, so the object can be kept
+ * locally afterwards) in layer order, at most 16 reads in flight. */
+static void *remote_main(void *arg)
+{
+    struct kvfs_loader *ld = arg;
+    uint64_t submitted = 0;
+    for (int l = 0; l < ld->n_layer; l++)
+        for (int c = 0; c < ld->n; c++) {
+            struct ld_chunk *ch = &ld->ch[c];
+            if (!ch->remote)
+                continue;
+            const struct kvfs_obj_frame *f = &ch->info.frames[l];
+            pthread_mutex_lock(&ld->lock);
+            while (ld->remote_in_flight >= 16 && !ld->stop)
+                pthread_cond_wait(&ld->cond, &ld->lock);
+            int stop = ld->stop;
+            if (!stop)
+                ld->remote_in_flight++;
+            pthread_mutex_unlock(&ld->lock);
+            struct remote_read *rr = stop ? NULL : malloc(sizeof(*rr));
+            int rc = stop ? -ECANCELED : !rr ? -ENOMEM : 0;
+            if (!rc) {
+                *rr = (struct remote_read){ld, {c, l, ch->obj + f->offset, f->offset, f->stored_size, 0, -1}};
+                throttle(ld, submitted += f->stored_size);
+                rc = kvfs_remote_aio_read(ld->remote, ch->hash, f->offset, ch->obj + f->offset, f->stored_size,
+                                          remote_done, rr);
+            }
+            if (rc) {
+                free(rr);
+                if (rc != -ECANCELED)
+                    fail(ld, l, rc, "chunk %d layer %d: remote read: %s", c + 1, l, strerror(-rc));
+                pthread_mutex_lock(&ld->lock);
+                if (!stop)
+                    ld->remote_in_flight--;
+                ld->remote_left--;
+                ld->remote_failed = 1;
+                pthread_cond_broadcast(&ld->cond);
+                pthread_mutex_unlock(&ld->lock);
+            }
+        }
+    return NULL;
+}
+
 int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, const struct kvfs_loader_opts *o,
                      struct kvfs_loader **out, char *err, size_t errlen)
 {
@@ -392,14 +516,20 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         return rc;
     if (o)
         ld->o = *o;
+    ld->store = s;
+    ld->remote = o ? o->remote : NULL;
     for (int i = 0; i < n && !rc; i++) {
         struct ld_chunk *c = &ld->ch[i];
         char why[200] = "";
-        if ((rc = kvfs_store_open_stream(s, hashes[i], &c->ram, &c->fd))) {
-            kvfs_errf(err, errlen, rc, "chunk %s: %s", hashes[i], rc == -ENOENT ? "not in this store" : strerror(-rc));
+        rc = ld->remote ? kvfs_store_open_stream_local(s, hashes[i], &c->ram, &c->fd)
+                        : kvfs_store_open_stream(s, hashes[i], &c->ram, &c->fd);
+        if (rc == -ENOENT && ld->remote && (rc = open_remote(ld, c, hashes[i], why, sizeof(why))) == 0) {
+            ld->st.n_remote++;
+        } else if (rc) {
+            kvfs_errf(err, errlen, rc, "chunk %s: %s", hashes[i],
+                      rc == -ENOENT ? "not in this store" : why[0] ? why : strerror(-rc));
             break;
-        }
-        if (c->ram) {
+        } else if (c->ram) {
             c->image = kvfs_chunk_data(c->ram);
             rc = kvfs_header_parse(c->image, kvfs_chunk_size(c->ram), &c->h, why, sizeof(why));
             ld->st.n_ram++;
@@ -418,7 +548,7 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
     /* buffers for the disk chunks: decoded layers, and staging for zstd frames */
     for (int i = 0; i < n && !rc; i++) {
         struct ld_chunk *c = &ld->ch[i];
-        if (c->fd < 0)
+        if (!streamed(c))
             continue;
         void *p = NULL;
         if (posix_memalign(&p, 4096, (size_t)c->lbytes * ld->n_layer + 1)) {
@@ -466,10 +596,13 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
     /* in-memory chunks are ready at once */
     int n_mem = 0;
     for (int c = 0; c < ld->n; c++)
-        n_mem += ld->ch[c].fd < 0;
+        n_mem += !streamed(&ld->ch[c]);
     for (int l = first_layer; l < ld->n_layer; l++)
         ld->ready[l] = n_mem;
-    int n_disk = ld->n - n_mem;
+    int n_disk = ld->n - n_mem, n_remote = 0;
+    for (int c = 0; c < ld->n; c++)
+        n_remote += ld->ch[c].remote;
+    ld->remote_left = n_remote * ld->n_layer;
     if (!n_disk || first_layer == ld->n_layer) {
         ld->t_done = ld->t_start;
         return 0;
@@ -490,6 +623,13 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
         return -EAGAIN;
     }
     ld->io_started = 1;
+    if (n_remote) {
+        if (pthread_create(&ld->rio, NULL, remote_main, ld)) {
+            fail(ld, -1, -EAGAIN, "cannot start the loader's remote reader");
+            return -EAGAIN;
+        }
+        ld->rio_started = 1;
+    }
     return 0;
 }
 
@@ -510,7 +650,9 @@ int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char 
         return rc;
     for (int c = 0; c < ld->n; c++) {
         const struct ld_chunk *ch = &ld->ch[c];
-        data[c] = ch->fd >= 0 ? (const void *)(ch->layers + (size_t)layer * ch->lbytes)
+        data[c] = ch->remote && ch->info.frames[layer].codec == KVFS_CODEC_RAW
+                      ? (const void *)(ch->obj + ch->info.frames[layer].offset)
+                  : streamed(ch) ? (const void *)(ch->layers + (size_t)layer * ch->lbytes)
                               : (const void *)(ch->image + ch->h.header_size + (size_t)layer * kvfs_layer_stride(&ch->h));
     }
     return 0;
@@ -520,7 +662,7 @@ void kvfs_loader_progress(const struct kvfs_loader *ld, uint64_t *done, uint64_t
 {
     uint64_t t = 0;
     for (int c = 0; c < ld->n; c++)
-        if (ld->ch[c].fd >= 0)
+        if (streamed(&ld->ch[c]))
             for (int l = ld->first; l < ld->n_layer; l++)
                 t += ld->ch[c].info.frames[l].stored_size;
     pthread_mutex_lock((pthread_mutex_t *)&ld->lock);
@@ -551,6 +693,29 @@ void kvfs_loader_close(struct kvfs_loader *ld)
     pthread_mutex_unlock(&ld->lock);
     if (ld->io_started)
         pthread_join(ld->io, NULL);
+    if (ld->rio_started) {
+        pthread_join(ld->rio, NULL);
+        /* in-flight reads land in our buffers: wait for every callback */
+        pthread_mutex_lock(&ld->lock);
+        while (ld->remote_in_flight > 0)
+            pthread_cond_wait(&ld->cond, &ld->lock);
+        int complete = ld->remote_left == 0 && !ld->remote_failed;
+        pthread_mutex_unlock(&ld->lock);
+        /* a fully streamed remote object fills the local tiers (verified
+         * again, like any ingest) */
+        for (int i = 0; i < ld->n && complete; i++) {
+            struct ld_chunk *c = &ld->ch[i];
+            char err[256] = "";
+            if (!c->remote)
+                continue;
+            if (kvfs_store_put_object(ld->store, c->obj, c->obj_size, c->hash, err, sizeof(err)) == 0) {
+                kvfs_remote_note_fetched(ld->remote, c->hash);
+                kvfs_log(KVFS_LOG_INFO, "loader: streamed chunk %s from the remote tier (%llu bytes), kept locally",
+                         c->hash, (unsigned long long)c->obj_size);
+            } else
+                kvfs_log(KVFS_LOG_WARN, "loader: streamed remote chunk %s not kept locally: %s", c->hash, err);
+        }
+    }
     for (int i = 0; i < ld->n_workers_started; i++)
         pthread_join(ld->workers[i], NULL);
     for (int i = 0; i < ld->n; i++) {
@@ -564,6 +729,7 @@ void kvfs_loader_close(struct kvfs_loader *ld)
         free(c->layers);
         free(c->stage);
         free(c->stage_off);
+        free(c->obj);
     }
     free(ld->ch);
     free(ld->ready);

@@ -24,6 +24,7 @@ struct kvfs_loader_opts {
     int n_workers;         /* decompress/verify threads (default 2) */
     uint64_t throttle_bps; /* simulate a slow tier: cap reads at this many bytes/s (0 = off) */
     uint32_t max_read;     /* split reads into pieces of at most this many bytes (0 = off; tests) */
+    struct kvfs_remote *remote; /* stream chunks only RADOS has (remote.h), or NULL */
 };
 
 struct kvfs_loader_stats {
@@ -32,6 +33,7 @@ struct kvfs_loader_stats {
     double load_s;         /* start() until the last layer was verified */
     double wait_s;         /* time callers spent blocked in kvfs_loader_wait */
     int n_ram, n_disk;     /* chunks served from the RAM tier / from objects */
+    int n_remote;          /* chunks streamed from the remote tier */
     int uring;             /* 1 = io_uring, 0 = pread fallback */
 };
 

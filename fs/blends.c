@@ -56,6 +56,7 @@ struct blends {
     uint64_t blends_run, blends_cached, blend_errors;
     float min_ratio;          /* -o min_ratio= (ratio=auto floor) */
     uint64_t sim_read_bps;    /* -o sim_read_bw= (testing: a slow tier) */
+    struct kvfs_remote *remote; /* chunks only RADOS has stream from it */
     /* the layer pipeline, summed over blends, and the last blend */
     double load_s, wait_s, compute_s;
     uint64_t bytes_read;
@@ -98,6 +99,13 @@ static void stats(void *ctx, FILE *f)
             (double)B.last.ratio, B.last.seconds, B.last.load_s, B.last.compute_s, B.last.wait_s,
             (unsigned long long)B.last.bytes_read, hidden_share(B.last.load_s, B.last.wait_s));
     pthread_mutex_unlock(&B.lock);
+}
+
+void blends_set_remote(struct kvfs_remote *r)
+{
+    pthread_mutex_lock(&B.run_lock); /* not while a blend runs */
+    B.remote = r;
+    pthread_mutex_unlock(&B.run_lock);
 }
 
 int blends_init(struct kvfs_mount *mnt, const char *model_paths, const char *backend, float min_ratio,
@@ -440,7 +448,7 @@ static int run_blend(struct kvfs_mount *mnt, const char *recipe_text, uint8_t **
     for (int i = 0; i < r.n; i++)
         hashes[i] = r.hashes[i];
     struct kvfs_loader *ld = NULL;
-    struct kvfs_loader_opts lo = {.throttle_bps = B.sim_read_bps};
+    struct kvfs_loader_opts lo = {.throttle_bps = B.sim_read_bps, .remote = B.remote};
     const struct loaded_model *lm = NULL;
     if ((rc = kvfs_loader_open(mnt->store, hashes, r.n, &lo, &ld, err, errlen)))
         goto out;

@@ -86,6 +86,8 @@ uint64_t kvfs_chunk_ino(const char *hash);
 
 /* blends/ (fs/blends.c) */
 struct kvfs_mount;
+struct kvfs_remote;
+void blends_set_remote(struct kvfs_remote *r);
 int blends_init(struct kvfs_mount *mnt, const char *model_paths, const char *backend, float min_ratio,
                 uint64_t sim_read_bps);
 void blends_free(void);

@@ -261,6 +261,7 @@ int main(int argc, char *argv[])
             goto unmount;
         }
         kvfs_store_add_stats(m.store, kvfs_remote_stats, remote);
+        blends_set_remote(remote);
         kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m.opts.rados_pool,
                  kvfs_remote_state(remote), m.opts.rados_timeout > 0 ? m.opts.rados_timeout : 5);
     }
@@ -276,6 +277,7 @@ int main(int argc, char *argv[])
 unmount:
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
     fuse_session_unmount(se);
+    blends_set_remote(NULL);
     kvfs_remote_close(remote);
 remove_handlers:
     fuse_remove_signal_handlers(se);

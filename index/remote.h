@@ -57,6 +57,15 @@ int kvfs_remote_has(struct kvfs_remote *r, const char *hash);
  * reads).  Returns bytes read or -errno. */
 long kvfs_remote_read_range(struct kvfs_remote *r, const char *hash, uint64_t off, void *buf, size_t len);
 
+/* Size of a chunk's remote object (-ENOENT if absent, -EHOSTDOWN while down). */
+int kvfs_remote_size(struct kvfs_remote *r, const char *hash, uint64_t *size);
+/* Asynchronous ranged read (rados_aio_read): done(arg, bytes or -errno) runs
+ * on a librados thread when it completes.  0 if submitted. */
+int kvfs_remote_aio_read(struct kvfs_remote *r, const char *hash, uint64_t off, void *buf, size_t len,
+                         void (*done)(void *arg, long rc), void *arg);
+/* Count a chunk the loader streamed from RADOS and stored locally. */
+void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash);
+
 /* List the hashes the fleet has pushed for one model (from its omap index,
  * in pages); cb returns non-zero to stop.  Returns the count or -errno. */
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,

@@ -624,6 +624,71 @@ long kvfs_remote_read_range(struct kvfs_remote *r, const char *hash, uint64_t of
     return n;
 }
 
+int kvfs_remote_size(struct kvfs_remote *r, const char *hash, uint64_t *size)
+{
+    int state;
+    rados_ioctx_t io = io_of(r, &state);
+    if (!io || state != ST_CONNECTED)
+        return -EHOSTDOWN;
+    pthread_mutex_lock(&r->lock);
+    int neg = neg_hit(r, hash);
+    pthread_mutex_unlock(&r->lock);
+    if (neg)
+        return -ENOENT;
+    time_t mt;
+    int rc = rados_stat(io, hash, size, &mt);
+    if (rc < 0 && is_outage(rc))
+        mark_down(r, rc, "lookup", hash);
+    return rc < 0 ? rc : 0;
+}
+
+struct aio_call {
+    void (*done)(void *arg, long rc);
+    void *arg;
+};
+
+static void aio_done(rados_completion_t c, void *p)
+{
+    struct aio_call *a = p;
+    long rc = rados_aio_get_return_value(c);
+    a->done(a->arg, rc);
+    free(a);
+    /* released here: librados allows it once the callback runs */
+    rados_aio_release(c);
+}
+
+int kvfs_remote_aio_read(struct kvfs_remote *r, const char *hash, uint64_t off, void *buf, size_t len,
+                         void (*done)(void *arg, long rc), void *arg)
+{
+    int state;
+    rados_ioctx_t io = io_of(r, &state);
+    if (!io || state != ST_CONNECTED)
+        return -EHOSTDOWN;
+    struct aio_call *a = malloc(sizeof(*a));
+    rados_completion_t c;
+    if (!a)
+        return -ENOMEM;
+    *a = (struct aio_call){done, arg};
+    int rc = rados_aio_create_completion2(a, aio_done, &c);
+    if (rc < 0) {
+        free(a);
+        return rc;
+    }
+    if ((rc = rados_aio_read(io, hash, c, buf, len, off)) < 0) {
+        rados_aio_release(c);
+        free(a);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash)
+{
+    pthread_mutex_lock(&r->lock);
+    r->fetched++;
+    pthread_mutex_unlock(&r->lock);
+    mark_uploaded(r, hash);
+}
+
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
                             int (*cb)(void *ctx, const char *hash, uint32_t tokens), void *ctx)
 {
@@ -690,4 +755,16 @@ long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
     (void)r, (void)model_id, (void)cb, (void)ctx;
     return -ENOTSUP;
 }
+int kvfs_remote_size(struct kvfs_remote *r, const char *hash, uint64_t *size)
+{
+    (void)r, (void)hash, (void)size;
+    return -ENOTSUP;
+}
+int kvfs_remote_aio_read(struct kvfs_remote *r, const char *hash, uint64_t off, void *buf, size_t len,
+                         void (*done)(void *arg, long rc), void *arg)
+{
+    (void)r, (void)hash, (void)off, (void)buf, (void)len, (void)done, (void)arg;
+    return -ENOTSUP;
+}
+void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash) { (void)r, (void)hash; }
 #endif

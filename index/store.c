@@ -771,7 +771,21 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
     return 0;
 }
 
+static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd,
+                       int may_fetch);
+
 int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd)
+{
+    return open_stream(s, hash, ram_ref, fd, 1);
+}
+
+int kvfs_store_open_stream_local(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd)
+{
+    return open_stream(s, hash, ram_ref, fd, 0);
+}
+
+static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd,
+                       int may_fetch)
 {
     *ram_ref = NULL;
     *fd = -1;
@@ -781,7 +795,7 @@ int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_c
         s->misses++;
         pthread_mutex_unlock(&s->lock);
         /* only on the remote tier: fetched into the local tiers first */
-        if (fetch_remote(s, hash) == 0) {
+        if (may_fetch && fetch_remote(s, hash) == 0) {
             pthread_mutex_lock(&s->lock);
             c = row_get(s, hash);
             if (!c) {

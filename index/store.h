@@ -85,6 +85,9 @@ int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref
  * store object (see object.h), which stays readable even if the chunk is
  * removed or evicted meanwhile.  The caller closes fd / releases the ref. */
 int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd);
+/* The same for local tiers only (-ENOENT on a local miss: the caller streams
+ * from the remote tier itself). */
+int kvfs_store_open_stream_local(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd);
 /* Read up to len bytes of the v1 image at off; returns bytes read or -errno. */
 ssize_t kvfs_chunk_pread(struct kvfs_chunk_ref *ref, void *dst, size_t len, uint64_t off);
 uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref);

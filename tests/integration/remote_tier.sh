@@ -70,6 +70,10 @@ if [ -n "$MODEL" ]; then
     check "B had none of A's chunks" sh -c "! ls '$T/b.store' -R | grep -q ${hb[1]}"
     check "a blend through B of chunks only A computed" "$KVFSCTL" blend -M "$B" --name fromA --suffix $'\nAnswer:' ${hb[1]} ${hb[2]}
     check "... verifies" "$KVFSCTL" info "$B/blends/fromA.kv"
+    check "... its chunks were streamed from RADOS by ranged async reads" grep -q "streamed chunk ${hb[1]} from the remote tier" "$T/b.log"
+    check "... and are now local to B" sh -c "ls '$B/chunks' | grep -q ${hb[2]}"
+    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --suffix $'\nAnswer:' "$A/chunks/${hb[1]}.kv" "$A/chunks/${hb[2]}.kv" 2>/dev/null
+    check "... and the blend equals an in-process blend of A's chunks" cmp "$T/local.kv" "$B/blends/fromA.kv"
 else
     echo "note: model unavailable, blend-through-B check skipped"
 fi

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 
 #include "commands.h"
 #include "kvformat.h"
@@ -59,6 +60,10 @@ int cmd_info(int argc, char **argv)
     kvfs_fingerprint_id(&h.fp, model);
     kvfs_hash_to_hex(h.fp.model_id, mid);
     const char *rope = h.fp.rope_type == KVFS_ROPE_NEOX ? "neox" : "norm";
+    /* a file in a kvfs mount: which tiers hold it (ram, disk, remote) */
+    char tier[64] = "";
+    ssize_t tn = getxattr(path, "user.kvfs.tier", tier, sizeof(tier) - 1);
+    tier[tn > 0 ? tn : 0] = '\0';
     if (json) {
         printf("{\"hash\": \"%s\", \"version\": %u, \"size\": %llu, \"arch\": \"%s\", \"model\": \"%s\", "
                "\"model_id\": \"%s\", \"n_layer\": %u, \"n_head\": %u, \"n_kv_head\": %u, \"head_dim\": %u, "
@@ -74,6 +79,8 @@ int cmd_info(int argc, char **argv)
                 printf("%s%u", i ? ", " : "", kvfs_header_token(&h, i));
             printf("]");
         }
+        if (tier[0])
+            printf(", \"tier\": \"%s\"", tier);
         printf("}\n");
     } else {
         printf("hash:        %s\nversion:     %u\nsize:        %llu bytes\narch:        %s\n"
@@ -86,6 +93,8 @@ int cmd_info(int argc, char **argv)
                (h.flags & KVFS_FLAG_BLENDED) ? "\nblended:     yes (composed from chunks; approximates a prefill)" : "",
                h.n_tokens, h.pos0, (unsigned long long)kvfs_layer_bytes(&h),
                (unsigned long long)kvfs_layer_stride(&h), h.header_size);
+        if (tier[0])
+            printf("tier:        %s\n", tier);
         if (show_tokens) {
             printf("token ids:  ");
             for (uint32_t i = 0; i < h.n_tokens; i++)

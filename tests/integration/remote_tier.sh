@@ -42,6 +42,7 @@ check "cp into mount A" cp "$T/c1.kv" "$A/chunks/$h1.kv"
 check "A's upload queue drains" drained "$A" 20
 check "the object is in the pool under its hash" rados -p kvfs stat "$h1"
 tier() { getfattr --absolute-names --only-values -n user.kvfs.tier "$1"; }
+check "kvfsctl info shows the tiers" sh -c "'$KVFSCTL' info '$A/chunks/$h1.kv' | grep -Eq '^tier: +(ram,)?disk,remote\$'"
 check "A shows the chunk's tiers: $(tier "$A/chunks/$h1.kv")" test "$(tier "$A/chunks/$h1.kv")" = "ram,disk,remote" -o "$(tier "$A/chunks/$h1.kv")" = "disk,remote"
 check "with xattrs for model and token count" sh -c "[ \"\$(rados -p kvfs getxattr $h1 kvfs.tokens)\" = 300 ] && rados -p kvfs getxattr $h1 kvfs.model | grep -Eq '^[0-9a-f]{16}\$'"
 check "the per-model omap index lists it" sh -c "rados -p kvfs listomapkeys kvfs.model.\$(rados -p kvfs getxattr $h1 kvfs.model) | grep -qx $h1"

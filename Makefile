@@ -27,9 +27,12 @@ CFLAGS     += $(PKG_CFLAGS)
 CFLAGS     += -I/usr/include/x86_64-linux-gnu/openblas-pthread
 SYSLIBS    := -ldl -lm
 # librados: Debian's librados-dev ships no rados.pc, so test for the header
+# (NO_RADOS=1 builds without the remote tier, e.g. for a machine without Ceph)
+ifneq ($(NO_RADOS),1)
 ifneq ($(wildcard /usr/include/rados/librados.h),)
 CFLAGS     += -DKVFS_HAVE_RADOS
 SYSLIBS    += -lrados
+endif
 endif
 
 # CUDA: compiled when nvcc is found (NO_CUDA=1 to skip).
@@ -70,6 +73,7 @@ CFLAGS    += -DKVFS_HAVE_CUDA
 LIBS_ALL  := $(LIBMODEL) $(LIBCUDA) $(LIBCORE)
 TEST_BIN  += $(GPU_TEST_BIN)
 LINK_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+GPU_BENCH := $(BUILD)/gpu_blend
 NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -DKVFS_HAVE_CUDA \
              -Xcompiler -Wall,-Wextra,-Werror
 endif
@@ -91,6 +95,10 @@ $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
 $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include
+
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
@@ -133,7 +141,7 @@ bench: deps
 	@BUILD=$(BUILD) bench/run.sh
 
 bench-gpu: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(GPU_BENCH)
 	@BUILD=$(BUILD) bench/run-gpu.sh
 
 run: deps

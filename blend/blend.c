@@ -6,10 +6,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
@@ -183,6 +185,26 @@ int kvfs_blend(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks
     return kvfs_blend_ex(m, chunks, n_chunks, suffix, n_suffix, &o, c, tokens_out, logits, st, err, errlen);
 }
 
+/* Checksums of every chunk, verified on up to one thread per core: the
+ * images may come from anywhere, and XXH3 over hundreds of MB is a visible
+ * share of a GPU blend when done on one thread. */
+struct verify_job {
+    const struct kvfs_blend_chunk *chunks;
+    int n, first, step, rc, bad;
+    char why[200];
+};
+
+static void *verify_chunks(void *arg)
+{
+    struct verify_job *j = arg;
+    for (int i = j->first; i < j->n && !j->rc; i += j->step) {
+        struct kvfs_header h;
+        j->rc = kvfs_file_verify(j->chunks[i].image, j->chunks[i].len, &h, j->why, sizeof(j->why));
+        j->bad = i;
+    }
+    return NULL;
+}
+
 int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
                   const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c,
                   int32_t **tokens_out, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen)
@@ -193,12 +215,30 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
     memset(c, 0, sizeof(*c));
     if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS)
         return kvfs_errf(err, errlen, -EINVAL, "a blend takes 1 to %d chunks", KVFS_BLEND_MAX_CHUNKS);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = n_chunks < ncpu ? n_chunks : ncpu < 1 ? 1 : (int)ncpu;
+    if (nt > 16)
+        nt = 16;
+    struct verify_job jobs[16];
+    pthread_t th[16];
+    int started[16] = {0};
+    for (int t = 0; t < nt; t++) {
+        jobs[t] = (struct verify_job){chunks, n_chunks, t, nt, 0, 0, ""};
+        started[t] = t > 0 && pthread_create(&th[t], NULL, verify_chunks, &jobs[t]) == 0;
+    }
+    for (int t = 0; t < nt; t++)
+        if (!started[t])
+            verify_chunks(&jobs[t]);
+    for (int t = 0; t < nt; t++)
+        if (started[t])
+            pthread_join(th[t], NULL);
+    int bad = -1;
+    for (int t = 0; t < nt; t++) /* report the first bad chunk in order */
+        if (jobs[t].rc && (bad < 0 || jobs[t].bad < jobs[bad].bad))
+            bad = t;
+    if (bad >= 0)
+        return kvfs_errf(err, errlen, jobs[bad].rc, "chunk %d: %s", jobs[bad].bad + 1, jobs[bad].why);
     for (int i = 0; i < n_chunks; i++) {
-        char why[200];
-        struct kvfs_header h;
-        int rc = kvfs_file_verify(chunks[i].image, chunks[i].len, &h, why, sizeof(why));
-        if (rc)
-            return kvfs_errf(err, errlen, rc, "chunk %d: %s", i + 1, why);
         images[i] = chunks[i].image;
         lens[i] = chunks[i].len;
     }
@@ -213,14 +253,14 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
 /* Wait for `layer` of every chunk, put it into the cache and re-position its
  * keys: rotation by each row's delta (new position - cached position). */
 static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c, int layer,
-                      const int32_t *d_delta, int n_rows, float *tmp, char *err, size_t errlen)
+                      const int32_t *d_delta, int n_rows, char *err, size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const void *data[KVFS_BLEND_MAX_CHUNKS];
     int rc = kvfs_loader_wait(ld, layer, data, err, errlen), row = 0;
     for (int i = 0; i < kvfs_loader_count(ld) && !rc; i++) {
         const struct kvfs_header *h = kvfs_loader_header(ld, i);
-        rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i], tmp);
+        rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i]);
         row += (int)h->n_tokens;
     }
     if (!rc && n_rows)
@@ -245,7 +285,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         ob.ratio = ob.min_ratio;
     }
     float ratio = ob.ratio;
-    int rc, n_rows = 0, n_chunks = kvfs_loader_count(ld), max_chunk = 1;
+    int rc, n_rows = 0, n_chunks = kvfs_loader_count(ld);
     memset(c, 0, sizeof(*c));
     if (!(ratio >= 0.0f && ratio <= 1.0f)) {
         snprintf(err, errlen, "ratio %g is outside [0, 1]", (double)ratio);
@@ -272,18 +312,15 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             return kvfs_errf(err, errlen, -ENOTSUP, "chunk %d stores keys before RoPE; only post-RoPE keys are supported",
                              i + 1);
         n_rows += (int)h->n_tokens;
-        if ((int)h->n_tokens > max_chunk)
-            max_chunk = (int)h->n_tokens;
     }
     int n_ctx = n_rows + n_suffix;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL, *keep = NULL;
     int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL, *d_local = NULL;
     uint8_t *forced = calloc((size_t)n_ctx + 1, 1);
-    float *conv = malloc(sizeof(float) * (size_t)max_chunk * (size_t)hp->n_kv_head * (size_t)hp->head_dim);
     struct scored *sc = NULL;
     float *d_dev = NULL, *h_dev = NULL, *d_old = NULL;
     struct kvfs_work w = {0}, ws = {0};
-    if (!tokens || !delta || !forced || !conv) {
+    if (!tokens || !delta || !forced) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -364,7 +401,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         /* check layer: every row's fresh K/V; deviation of V from the cache
          * (V measured better than K: see BENCHMARKS.md) */
         double t_full = now_s() - t_full0;
-        if ((rc = take_layer(m, ld, c, CHECK_LAYER, d_delta, n_rows, conv, err, errlen)))
+        if ((rc = take_layer(m, ld, c, CHECK_LAYER, d_delta, n_rows, err, errlen)))
             goto fail;
         if (ob.auto_ratio) {
             struct kvfs_ratio_inputs ri = {0};
@@ -440,7 +477,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         if (n_next > n_sel)
             n_next = n_sel;
         n_selected_total += n_sel;
-        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, conv, err, errlen)))
+        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)))
             goto fail;
         if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)))
             goto fail;
@@ -526,7 +563,6 @@ out:
     free(tokens);
     free(delta);
     free(forced);
-    free(conv);
     free(idx);
     free(sel_pos);
     free(keep);

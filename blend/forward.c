@@ -234,28 +234,14 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
         return -ENOSPC;
     }
     size_t rows = h.n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h.dtype);
-    float *tmp = malloc(sizeof(float) * rows * kvd);
-    if (!tmp)
-        return -ENOMEM;
     const uint8_t *base = (const uint8_t *)image + h.header_size;
     for (int l = 0; l < c->n_layer && !rc; l++) {
         const uint8_t *layer = base + (size_t)l * kvfs_layer_stride(&h);
         for (int half = 0; half < 2 && !rc; half++) {
-            const uint8_t *src = layer + (size_t)half * rows * kvd * esz;
-            for (size_t i = 0; i < rows * kvd; i++) {
-                uint16_t u;
-                if (h.dtype == KVFS_DTYPE_F32) {
-                    memcpy(&tmp[i], src + 4 * i, 4);
-                } else {
-                    memcpy(&u, src + 2 * i, 2);
-                    tmp[i] = h.dtype == KVFS_DTYPE_F16 ? kvfs_f16_to_f32(u) : kvfs_bf16_to_f32(u);
-                }
-            }
             float *dst = (half ? c->v[l] : c->k[l]) + (size_t)c->n * kvd;
-            rc = BE(m)->upload(CTX(m), dst, tmp, sizeof(float) * rows * kvd);
+            rc = BE(m)->upload_kv(CTX(m), dst, layer + (size_t)half * rows * kvd * esz, rows * kvd, (int)h.dtype);
         }
     }
-    free(tmp);
     if (rc)
         return rc;
     for (size_t i = 0; i < rows; i++)
@@ -267,27 +253,16 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
 }
 
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
-                             int layer, const void *data, float *tmp)
+                             int layer, const void *data)
 {
     size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
     int rc = 0;
     for (int half = 0; half < 2 && !rc; half++) {
-        const uint8_t *src = (const uint8_t *)data + (size_t)half * rows * kvd * esz;
-        if (h->dtype == KVFS_DTYPE_F32) {
-            memcpy(tmp, src, sizeof(float) * rows * kvd);
-        } else {
-            const uint16_t *u = (const uint16_t *)(const void *)src;
-            if (h->dtype == KVFS_DTYPE_F16)
-                for (size_t i = 0; i < rows * kvd; i++)
-                    tmp[i] = kvfs_f16_to_f32(u[i]);
-            else
-                for (size_t i = 0; i < rows * kvd; i++)
-                    tmp[i] = kvfs_bf16_to_f32(u[i]);
-        }
         float *dst = (half ? c->v[layer] : c->k[layer]) + (size_t)row0 * kvd;
-        rc = BE(m)->upload(CTX(m), dst, tmp, sizeof(float) * rows * kvd);
+        rc = BE(m)->upload_kv(CTX(m), dst, (const uint8_t *)data + (size_t)half * rows * kvd * esz, rows * kvd,
+                              (int)h->dtype);
     }
     return rc;
 }

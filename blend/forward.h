@@ -34,11 +34,11 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
                              char *err, size_t errlen);
 
 /* Convert one layer of a chunk (K then V, unpadded, the header's dtype) into
- * cache rows [row0, row0 + n_tokens) of that layer.  tmp: host scratch of
- * n_tokens * kv_dim floats. */
+ * cache rows [row0, row0 + n_tokens) of that layer (the backend converts,
+ * on the device where it has one). */
 struct kvfs_header;
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
-                             int layer, const void *data, float *tmp);
+                             int layer, const void *data);
 
 /* Write rows [first, first+count) of the cache as a v1 chunk (f16 unless
  * dtype says otherwise) into w (kvfs_writer, finished). */

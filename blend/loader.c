@@ -27,6 +27,7 @@ struct ld_chunk {
     const uint8_t *image;        /* RAM / in-memory image, or NULL */
     uint8_t *layers;             /* disk: n_layer x lbytes decoded layers */
     uint8_t *stage;              /* disk: compressed frames land here */
+    size_t layers_len, stage_len;
     uint64_t *stage_off;         /* per layer offset into stage (zstd frames) */
     uint64_t lbytes;
     /* remote tier (RADOS): the whole object is assembled here by ranged
@@ -70,6 +71,66 @@ struct kvfs_loader {
     struct kvfs_loader_stats st;
     double t_start, t_done;
 };
+
+/* Big streaming buffers are kept for the next loader (up to BUF_KEEP
+ * bytes): fresh memory costs a page fault and zeroing per 4 KiB, which for a
+ * large model's chunks (hundreds of MB) takes longer than reading them, and
+ * registering fresh buffers with io_uring would fault them all before the
+ * first read.  Reused buffers are already resident. */
+#define BUF_KEEP ((size_t)1 << 30)
+#define BUF_SLOTS 32
+static pthread_mutex_t buf_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *p; size_t len; } buf_kept[BUF_SLOTS];
+static size_t buf_kept_bytes;
+
+static size_t buf_round(size_t len) { return (len + 4095) & ~(size_t)4095; }
+
+/* *len: the size wanted; set to the size of the buffer returned */
+static void *buf_get(size_t *lenp)
+{
+    size_t len = buf_round(*lenp);
+    *lenp = len;
+    pthread_mutex_lock(&buf_mu);
+    int best = -1;
+    for (int i = 0; i < BUF_SLOTS; i++) /* the smallest kept buffer that fits, at most 2x too big */
+        if (buf_kept[i].p && buf_kept[i].len >= len && buf_kept[i].len <= 2 * len &&
+            (best < 0 || buf_kept[i].len < buf_kept[best].len))
+            best = i;
+    if (best >= 0) {
+        void *p = buf_kept[best].p;
+        *lenp = buf_kept[best].len;
+        buf_kept_bytes -= buf_kept[best].len;
+        buf_kept[best].p = NULL;
+        pthread_mutex_unlock(&buf_mu);
+        return p;
+    }
+    pthread_mutex_unlock(&buf_mu);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* fewer faults where THP is available; harmless otherwise */
+#endif
+    return p;
+}
+
+/* len: the size buf_get reported */
+static void buf_put(void *p, size_t len)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&buf_mu);
+    for (int i = 0; i < BUF_SLOTS && buf_kept_bytes + len <= BUF_KEEP; i++)
+        if (!buf_kept[i].p) {
+            buf_kept[i].p = p;
+            buf_kept[i].len = len;
+            buf_kept_bytes += len;
+            pthread_mutex_unlock(&buf_mu);
+            return;
+        }
+    pthread_mutex_unlock(&buf_mu);
+    munmap(p, len);
+}
 
 static double now_s(void)
 {
@@ -550,12 +611,11 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         struct ld_chunk *c = &ld->ch[i];
         if (!streamed(c))
             continue;
-        void *p = NULL;
-        if (posix_memalign(&p, 4096, (size_t)c->lbytes * ld->n_layer + 1)) {
+        c->layers_len = (size_t)c->lbytes * ld->n_layer + 1;
+        if (!(c->layers = buf_get(&c->layers_len))) {
             rc = -ENOMEM;
             break;
         }
-        c->layers = p;
         if (!(c->stage_off = calloc((size_t)ld->n_layer + 1, sizeof(uint64_t)))) {
             rc = -ENOMEM;
             break;
@@ -567,7 +627,8 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
                 z += c->info.frames[l].stored_size;
         }
         c->stage_off[ld->n_layer] = z;
-        if (z && posix_memalign((void **)&c->stage, 4096, z)) {
+        c->stage_len = z;
+        if (z && !(c->stage = buf_get(&c->stage_len))) {
             rc = -ENOMEM;
             break;
         }
@@ -610,7 +671,9 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
     ld->jobs_total = n_disk * (ld->n_layer - first_layer);
     if (!(ld->jobs = calloc((size_t)ld->jobs_total, sizeof(*ld->jobs))))
         return -ENOMEM;
-    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : 2;
+    /* default: one worker per core beyond the blend's own thread, 2 to 8 */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : ncpu - 1 < 2 ? 2 : ncpu - 1 > 8 ? 8 : (int)ncpu - 1;
     if (!(ld->workers = calloc((size_t)nw, sizeof(pthread_t))))
         return -ENOMEM;
     for (int i = 0; i < nw; i++) {
@@ -726,8 +789,8 @@ void kvfs_loader_close(struct kvfs_loader *ld)
             kvfs_chunk_release(c->ram);
         kvfs_obj_info_free(&c->info);
         free(c->hdr_buf);
-        free(c->layers);
-        free(c->stage);
+        buf_put(c->layers, c->layers_len);
+        buf_put(c->stage, c->stage_len);
         free(c->stage_off);
         free(c->obj);
     }

@@ -21,7 +21,7 @@ struct kvfs_loader;
 
 struct kvfs_loader_opts {
     unsigned queue_depth;  /* io_uring entries in flight (default 32) */
-    int n_workers;         /* decompress/verify threads (default 2) */
+    int n_workers;         /* decompress/verify threads (default: cores - 1, 2 to 8) */
     uint64_t throttle_bps; /* simulate a slow tier: cap reads at this many bytes/s (0 = off) */
     uint32_t max_read;     /* split reads into pieces of at most this many bytes (0 = off; tests) */
     struct kvfs_remote *remote; /* stream chunks only RADOS has (remote.h), or NULL */

@@ -7,6 +7,9 @@
  * Ops may be asynchronous: results are visible on the host after download()
  * or synchronize().  Every function returns 0 or a negative errno.
  *
+ * A backend is driven by one thread at a time (the daemon runs one blend at
+ * a time); it may use helper threads of its own.
+ *
  * Shapes in comments: [rows][cols], rows outermost.
  */
 #ifndef KVFS_BACKEND_H
@@ -16,6 +19,9 @@
 #include <stdint.h>
 
 struct kvfs_weight; /* opaque backend-owned matrix [out_dim][in_dim] */
+
+/* element types of host data given to upload_kv (the kvfs(5) dtype codes) */
+enum kvfs_host_type { KVFS_HOST_F32 = 1, KVFS_HOST_F16 = 2, KVFS_HOST_BF16 = 3 };
 
 enum kvfs_rope_style { KVFS_ROPE_STYLE_NORM = 0, KVFS_ROPE_STYLE_NEOX = 2 };
 
@@ -87,6 +93,13 @@ struct kvfs_backend_iface {
     int (*act_quant)(void *ctx, const float *x, float *y, int n, int dim, int type);
     /* x[i] = (float)(half)x[i]: the precision of an f16 KV cache */
     int (*round_f16)(void *ctx, float *x, size_t count);
+
+    /* dst[i] = (float)host[i] for i < count, host holding packed values of
+     * `type` (KVFS_HOST_F32/F16/BF16): how a KV cache stored in f16 reaches
+     * the device.  The conversion may run on the device after an
+     * asynchronous copy (CUDA: through pinned staging buffers on a copy
+     * stream); `host` may be reused as soon as this returns. */
+    int (*upload_kv)(void *ctx, float *dst, const void *host, size_t count, int type);
 
     void (*destroy)(void *ctx);
 };

@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +19,57 @@ extern "C" {
 #include "store.h" /* kvfs_log */
 }
 
+/* upload_kv staging: a ring of pinned host buffers, each with a device
+ * twin.  The host copies a piece into a pinned slot, the copy stream moves
+ * it to the device (DMA, overlapping whatever the compute stream is doing),
+ * and the compute stream converts it to f32 once the copy's event fires.
+ * A slot is reused after the conversion that read it has finished. */
+#define STAGE_SLOTS 32 /* enough for the host to run a few layers ahead of the device */
+#define STAGE_BYTES ((size_t)8 << 20)
+struct stage_slot {
+    void *host, *dev;
+    cudaEvent_t copied, consumed;
+    int used;
+};
+
+/* Copies into pinned staging run on a few threads: one core's memcpy
+ * (~7 GB/s) is well below PCIe, and it is the host's only work per layer. */
+#define COPY_THREADS_MAX 8
+struct copy_pool {
+    pthread_t th[COPY_THREADS_MAX];
+    int n_threads; /* helpers; the caller copies a share too */
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    char *dst;
+    const char *src;
+    size_t bytes, part;
+    unsigned generation;
+    int pending, stop;
+};
+
+/* Device memory is cached between uses, like PyTorch's allocator: a blend or
+ * prefill allocates about a GB of cache and work buffers, and cudaMalloc /
+ * cudaFree of that (cudaFree also waits for the device) would be a fixed
+ * cost on every request.  Every op runs on one stream, so a freed block can
+ * be handed out again at once: later work on the stream runs after earlier. */
+#define CACHE_SLOTS 256
+struct dev_block {
+    void *p;
+    size_t len;
+};
+
 struct cuda_ctx {
+    struct copy_pool pool;
+    struct dev_block *live; /* allocations handed out (for their sizes) */
+    int n_live, cap_live;
+    struct dev_block cached[CACHE_SLOTS];
+    size_t cached_bytes, cache_limit;
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream, copy_stream;
     cublasHandle_t blas;
+    struct stage_slot stage[STAGE_SLOTS];
+    int next_slot;
+    int flash_smem_set;
 };
 
 struct kvfs_weight {
@@ -39,18 +89,75 @@ static int cuda_err(cudaError_t e, const char *what)
 #define LAUNCHED(what) cuda_err(cudaGetLastError(), what)
 #define CTX ((struct cuda_ctx *)vctx)
 
+static size_t round_alloc(size_t bytes)
+{
+    size_t g = bytes < ((size_t)1 << 20) ? 512 : (size_t)2 << 20;
+    return (bytes + g - 1) / g * g;
+}
+
+static void cache_release(struct cuda_ctx *c)
+{
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (c->cached[i].p) {
+            cudaFree(c->cached[i].p);
+            c->cached[i].p = NULL;
+        }
+    c->cached_bytes = 0;
+}
+
 static int c_alloc(void *vctx, size_t bytes, void **dev)
 {
-    (void)vctx;
-    CK(cudaMalloc(dev, bytes ? bytes : 16));
+    struct cuda_ctx *c = CTX;
+    size_t len = round_alloc(bytes ? bytes : 16);
+    if (c->n_live == c->cap_live) {
+        int cap = c->cap_live ? 2 * c->cap_live : 1024;
+        struct dev_block *nl = (struct dev_block *)realloc(c->live, sizeof(*nl) * (size_t)cap);
+        if (!nl)
+            return -ENOMEM;
+        c->live = nl;
+        c->cap_live = cap;
+    }
+    int best = -1; /* the smallest cached block that fits, at most 1/8 too big */
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (c->cached[i].p && c->cached[i].len >= len && c->cached[i].len <= len + len / 8 &&
+            (best < 0 || c->cached[i].len < c->cached[best].len))
+            best = i;
+    void *p = NULL;
+    if (best >= 0) {
+        p = c->cached[best].p;
+        len = c->cached[best].len;
+        c->cached[best].p = NULL;
+        c->cached_bytes -= len;
+    } else if (cudaMalloc(&p, len) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory: give the cache back and try once more */
+        cache_release(c);
+        CK(cudaMalloc(&p, len));
+    }
+    c->live[c->n_live++] = (struct dev_block){p, len};
+    *dev = p;
     return 0;
 }
 
 static void c_free(void *vctx, void *dev)
 {
-    (void)vctx;
-    if (dev)
-        cudaFree(dev);
+    struct cuda_ctx *c = CTX;
+    if (!dev)
+        return;
+    size_t len = 0;
+    for (int i = c->n_live - 1; i >= 0; i--) /* recent allocations are freed first */
+        if (c->live[i].p == dev) {
+            len = c->live[i].len;
+            c->live[i] = c->live[--c->n_live];
+            break;
+        }
+    if (len && c->cached_bytes + len <= c->cache_limit)
+        for (int i = 0; i < CACHE_SLOTS; i++)
+            if (!c->cached[i].p) {
+                c->cached[i] = (struct dev_block){dev, len};
+                c->cached_bytes += len;
+                return;
+            }
+    cudaFree(dev);
 }
 
 static int c_upload(void *vctx, void *dev, const void *host, size_t bytes)
@@ -265,7 +372,123 @@ static int c_scatter(void *vctx, const float *src, const int32_t *idx, float *ds
     return LAUNCHED("scatter_rows");
 }
 
-/* Flash-style attention: one block per (query row, head), 128 threads.
+/* Flash-style attention, tiled: one block per (32 query rows, head), 128
+ * threads, 4 per query row.  Query, key and value tiles sit in shared memory;
+ * each tile of 32 keys updates a running max and sum per row (online
+ * softmax), so no n_q x n_kv matrix ever exists.  Key tiles whose every
+ * position is past the block's last query are skipped (half of a causal
+ * prefill).  Head dims 64 and 128 (SmolLM2, Llama); others use the simple
+ * kernel below. */
+#define FA_BQ 32
+#define FA_BK 32
+#define FA_THREADS 128
+
+template <int D> static size_t flash_smem(void)
+{
+    return sizeof(float) * ((size_t)FA_BQ * (D + 1) + (size_t)FA_BK * (D + 1) + (size_t)FA_BK * D +
+                            (size_t)FA_BQ * (FA_BK + 1));
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
+        int n_kv, int n_head, int n_kv_head, float scale, float *out)
+{
+    extern __shared__ float sm[];
+    float *qs = sm;                        /* [BQ][D+1], pre-scaled */
+    float *ks = qs + FA_BQ * (D + 1);      /* [BK][D+1] */
+    float *vs = ks + FA_BK * (D + 1);      /* [BK][D] */
+    float *ps = vs + FA_BK * D;            /* [BQ][BK+1] */
+    __shared__ int32_t qp_s[FA_BQ], kp_s[FA_BK];
+    const int h = blockIdx.y, kh = h / (n_head / n_kv_head), i0 = blockIdx.x * FA_BQ;
+    const int t = threadIdx.x, r = t >> 2, sub = t & 3;
+    const size_t qstride = (size_t)n_head * D, kstride = (size_t)n_kv_head * D;
+    for (int e = t; e < FA_BQ * D; e += FA_THREADS) {
+        int rr = e / D, d = e % D;
+        qs[rr * (D + 1) + d] = i0 + rr < n_q ? q[(size_t)(i0 + rr) * qstride + (size_t)h * D + d] * scale : 0.0f;
+    }
+    if (t < FA_BQ)
+        qp_s[t] = i0 + t < n_q ? q_pos[i0 + t] : INT_MIN;
+    __syncthreads();
+    int32_t qmax = INT_MIN;
+    for (int rr = 0; rr < FA_BQ; rr++)
+        qmax = max(qmax, qp_s[rr]);
+    const int32_t my_pos = qp_s[r];
+    float m = -INFINITY, l = 0.0f, acc[D / 4];
+#pragma unroll
+    for (int i = 0; i < D / 4; i++)
+        acc[i] = 0.0f;
+    for (int j0 = 0; j0 < n_kv; j0 += FA_BK) {
+        __syncthreads(); /* the previous tile is no longer read */
+        if (t < FA_BK)
+            kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
+        __syncthreads();
+        int32_t kmin = INT_MAX;
+        for (int c = 0; c < FA_BK; c++)
+            kmin = min(kmin, kp_s[c]);
+        if (kmin > qmax)
+            continue; /* the same decision in every thread */
+        for (int e = t; e < FA_BK * D; e += FA_THREADS) {
+            int jj = e / D, d = e % D, j = j0 + jj;
+            bool in = j < n_kv;
+            ks[jj * (D + 1) + d] = in ? k[(size_t)j * kstride + (size_t)kh * D + d] : 0.0f;
+            vs[jj * D + d] = in ? v[(size_t)j * kstride + (size_t)kh * D + d] : 0.0f;
+        }
+        __syncthreads();
+        float sc[FA_BK / 4];
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++)
+            sc[cc] = 0.0f;
+        for (int d = 0; d < D; d++) {
+            float qd = qs[r * (D + 1) + d];
+#pragma unroll
+            for (int cc = 0; cc < FA_BK / 4; cc++)
+                sc[cc] += qd * ks[(sub + 4 * cc) * (D + 1) + d];
+        }
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++) {
+            if (kp_s[sub + 4 * cc] > my_pos)
+                sc[cc] = -INFINITY;
+            tmax = fmaxf(tmax, sc[cc]);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        float m_new = fmaxf(m, tmax);
+        float corr = m == -INFINITY ? 0.0f : expf(m - m_new);
+        float psum = 0.0f;
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++) {
+            float p = sc[cc] == -INFINITY ? 0.0f : expf(sc[cc] - m_new);
+            ps[r * (FA_BK + 1) + sub + 4 * cc] = p;
+            psum += p;
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+        l = l * corr + psum;
+        m = m_new;
+#pragma unroll
+        for (int i = 0; i < D / 4; i++)
+            acc[i] *= corr;
+        __syncwarp(); /* a row's probabilities come from its own warp */
+        for (int c = 0; c < FA_BK; c++) {
+            float p = ps[r * (FA_BK + 1) + c];
+#pragma unroll
+            for (int i = 0; i < D / 4; i++)
+                acc[i] += p * vs[c * D + sub + 4 * i];
+        }
+    }
+    if (i0 + r < n_q) {
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + (size_t)(i0 + r) * qstride + (size_t)h * D;
+#pragma unroll
+        for (int i = 0; i < D / 4; i++)
+            o[sub + 4 * i] = acc[i] * inv;
+    }
+}
+
+/* The simple kernel for other head dims: one block per (query row, head). */
+/* One block per (query row, head), 128 threads.
  * Keys are visited in tiles of 128 (one key per thread computes q.k);
  * a running max and sum rescale the output accumulator (online softmax). */
 #define ATT_T 128
@@ -339,6 +562,26 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
         o[r * ATT_T + t] = acc[r] * inv;
 }
 
+template <int D>
+static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                        const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
+                        float *out)
+{
+    size_t smem = flash_smem<D>();
+    int bit = D == 64 ? 1 : 2;
+    if (!(c->flash_smem_set & bit)) { /* over the default 48 KiB at D = 128 */
+        int rc = cuda_err(cudaFuncSetAttribute(k_flash<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                          "cudaFuncSetAttribute(flash)");
+        if (rc)
+            return rc;
+        c->flash_smem_set |= bit;
+    }
+    dim3 grid((unsigned)((n_q + FA_BQ - 1) / FA_BQ), (unsigned)n_head);
+    k_flash<D><<<grid, FA_THREADS, smem, c->stream>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
+                                                      out);
+    return LAUNCHED("flash attention");
+}
+
 static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                        float *out)
@@ -347,6 +590,10 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
         return -EINVAL;
+    if (head_dim == 128)
+        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, out);
+    if (head_dim == 64)
+        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, out);
     dim3 grid((unsigned)n_q, (unsigned)n_head);
     k_attention<<<grid, ATT_T, 0, CTX->stream>>>(q, q_pos, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
                                                   out);
@@ -423,10 +670,158 @@ static int c_round_f16(void *vctx, float *x, size_t count)
     return LAUNCHED("round_f16");
 }
 
+static void *copy_helper(void *arg)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)arg;
+    struct copy_pool *p = &c->pool;
+    pthread_mutex_lock(&p->mu);
+    int me = -1;
+    for (int i = 0; i < p->n_threads; i++)
+        if (pthread_equal(p->th[i], pthread_self()))
+            me = i;
+    unsigned seen = p->generation;
+    for (;;) {
+        while (!p->stop && p->generation == seen)
+            pthread_cond_wait(&p->work, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->generation;
+        size_t off = (size_t)(me + 1) * p->part, n = off < p->bytes ? p->bytes - off : 0;
+        if (n > p->part)
+            n = p->part;
+        char *dst = p->dst;
+        const char *src = p->src;
+        pthread_mutex_unlock(&p->mu);
+        if (n)
+            memcpy(dst + off, src + off, n);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void pool_start(struct cuda_ctx *c)
+{
+    struct copy_pool *p = &c->pool;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = ncpu / 2 - 1;
+    if (want > COPY_THREADS_MAX)
+        want = COPY_THREADS_MAX;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    pthread_mutex_lock(&p->mu); /* helpers look up their index under the lock */
+    for (int i = 0; i < want; i++) {
+        if (pthread_create(&p->th[i], NULL, copy_helper, c))
+            break;
+        p->n_threads = i + 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_stop(struct cuda_ctx *c)
+{
+    struct copy_pool *p = &c->pool;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_threads; i++)
+        pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+}
+
+static void pool_memcpy(struct cuda_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    struct copy_pool *p = &c->pool;
+    if (p->n_threads == 0 || bytes < ((size_t)1 << 20)) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    size_t part = (bytes / (p->n_threads + 1) + 63) & ~(size_t)63;
+    pthread_mutex_lock(&p->mu);
+    p->dst = (char *)dst;
+    p->src = (const char *)src;
+    p->bytes = bytes;
+    p->part = part;
+    p->pending = p->n_threads;
+    p->generation++;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    memcpy(dst, src, part < bytes ? part : bytes);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+__global__ void k_kv_to_f32(const void *src, float *dst, size_t n, int type)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    if (type == KVFS_HOST_F16)
+        dst[i] = __half2float(((const __half *)src)[i]);
+    else if (type == KVFS_HOST_BF16)
+        dst[i] = __uint_as_float((unsigned)((const unsigned short *)src)[i] << 16);
+    else
+        dst[i] = ((const float *)src)[i];
+}
+
+static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
+{
+    struct cuda_ctx *c = CTX;
+    size_t esz = type == KVFS_HOST_F32 ? 4 : 2;
+    if (type != KVFS_HOST_F32 && type != KVFS_HOST_F16 && type != KVFS_HOST_BF16)
+        return -EINVAL;
+    size_t per = STAGE_BYTES / esz;
+    for (size_t done = 0; done < count; done += per) {
+        size_t n = count - done < per ? count - done : per;
+        struct stage_slot *sl = &c->stage[c->next_slot];
+        c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
+        if (!sl->host) {
+            CK(cudaMallocHost(&sl->host, STAGE_BYTES));
+            CK(cudaMalloc(&sl->dev, STAGE_BYTES));
+        }
+        if (sl->used)
+            CK(cudaEventSynchronize(sl->consumed)); /* its last conversion has read it */
+        pool_memcpy(c, sl->host, (const char *)host + done * esz, n * esz);
+        CK(cudaMemcpyAsync(sl->dev, sl->host, n * esz, cudaMemcpyHostToDevice, c->copy_stream));
+        CK(cudaEventRecord(sl->copied, c->copy_stream));
+        CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
+        k_kv_to_f32<<<blocks(n, 256), 256, 0, c->stream>>>(sl->dev, dst + done, n, type);
+        int rc = LAUNCHED("kv_to_f32");
+        if (rc)
+            return rc;
+        CK(cudaEventRecord(sl->consumed, c->stream));
+        sl->used = 1;
+    }
+    return 0;
+}
+
 static void c_destroy(void *vctx)
 {
     struct cuda_ctx *c = CTX;
+    pool_stop(c);
     cudaStreamSynchronize(c->stream);
+    cudaStreamSynchronize(c->copy_stream);
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        if (c->stage[i].host)
+            cudaFreeHost(c->stage[i].host);
+        if (c->stage[i].dev)
+            cudaFree(c->stage[i].dev);
+        cudaEventDestroy(c->stage[i].copied);
+        cudaEventDestroy(c->stage[i].consumed);
+    }
+    cudaStreamDestroy(c->copy_stream);
+    cache_release(c);
+    for (int i = 0; i < c->n_live; i++) /* weights and buffers nobody freed */
+        cudaFree(c->live[i].p);
+    free(c->live);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);
@@ -454,6 +849,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .scatter_rows = */ c_scatter,
     /* .act_quant = */ c_act_quant,
     /* .round_f16 = */ c_round_f16,
+    /* .upload_kv = */ c_upload_kv,
     /* .destroy = */ c_destroy,
 };
 
@@ -466,17 +862,31 @@ extern "C" int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)
     if (!c)
         return -ENOMEM;
     c->device = device;
+    pool_start(c);
+    size_t free_b = 0, total_b = 0;
     if (cuda_err(cudaSetDevice(device), "cudaSetDevice") ||
         cuda_err(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
+        pool_stop(c);
         free(c);
         return -ENODEV;
     }
+    if (cuda_err(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate(copy)")) {
+        c_destroy(c);
+        return -ENODEV;
+    }
+    for (int i = 0; i < STAGE_SLOTS; i++)
+        if (cuda_err(cudaEventCreateWithFlags(&c->stage[i].copied, cudaEventDisableTiming), "cudaEventCreate") ||
+            cuda_err(cudaEventCreateWithFlags(&c->stage[i].consumed, cudaEventDisableTiming), "cudaEventCreate")) {
+            c_destroy(c); /* events not created yet are null: destroying them is harmless */
+            return -ENODEV;
+        }
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
-        cudaStreamDestroy(c->stream);
-        free(c);
+        c_destroy(c);
         return -ENODEV;
     }
     cublasSetStream(c->blas, c->stream);
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        c->cache_limit = total_b / 8; /* cached, unused device memory stays under 1/8 of the device */
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* full fp32: comparable with the CPU reference */
     out->iface = &cuda_iface;
     out->ctx = c;

@@ -144,6 +144,30 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
          G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
     report("attn sparse", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
+    /* keys in no particular position order (a blend's rows after gathering) */
+    for (int i = 0; i < n; i++)
+        kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
+    G->upload(gpu.ctx, dkvp, kvp, sizeof(int32_t) * n);
+    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
+         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
+    report("attn unsorted", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
+    /* upload_kv: a KV cache's f16 / bf16 / f32 bytes into f32 device rows */
+    size_t cnt = (size_t)n * kv;
+    uint16_t *h16 = malloc(2 * cnt);
+    for (int type = KVFS_HOST_F32; type <= KVFS_HOST_BF16; type++) {
+        const void *src = k;
+        if (type != KVFS_HOST_F32) {
+            for (size_t i = 0; i < cnt; i++)
+                h16[i] = type == KVFS_HOST_F16 ? kvfs_f32_to_f16(k[i]) : kvfs_f32_to_bf16(k[i]);
+            src = h16;
+        }
+        BOTH(C->upload_kv(cpu.ctx, oc, src, cnt, type), G->upload_kv(gpu.ctx, dy, src, cnt, type));
+        G->download(gpu.ctx, og, dy, sizeof(float) * cnt);
+        report(type == KVFS_HOST_F32 ? "upload_kv f32" : type == KVFS_HOST_F16 ? "upload_kv f16" : "upload_kv bf16",
+               shape, nerr(oc, og, cnt), 0);
+    }
+    free(h16);
     void *devs[] = {dx, db, dy, dg, dpos, dx2, didx, dq, dk, dv, dkvp, dqp};
     for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
         G->free(gpu.ctx, devs[i]);
@@ -216,6 +240,7 @@ int main(void)
     test_shapes(64, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
+    test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_model();
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);

@@ -131,6 +131,17 @@ static void select_top(const float *dev, const int32_t *rows, const uint8_t *for
     qsort(out, (size_t)k, sizeof(int32_t), by_int);
 }
 
+/* The same on the backend (a kernel on the GPU): the k rows of the highest
+ * deviations d_dev[0..n) (forced rows first), sorted, into host out. */
+static int device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
+                      int32_t *d_out, int32_t *out)
+{
+    int rc = BE(m)->topk(CTX(m), d_dev, d_forced, n, k, d_out);
+    if (!rc && k > 0)
+        rc = BE(m)->download(CTX(m), out, d_out, sizeof(int32_t) * (size_t)k);
+    return rc;
+}
+
 /* Attention the suffix (query) rows pay to each chunk row at one layer,
  * summed over suffix rows and heads: how much each row can move the answer. */
 static int query_attention(const struct kvfs_model *m, const float *d_q_suffix, const float *d_k, int n_rows, int n_ctx,
@@ -319,6 +330,8 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     uint8_t *forced = calloc((size_t)n_ctx + 1, 1);
     struct scored *sc = NULL;
     float *d_dev = NULL, *h_dev = NULL, *d_old = NULL;
+    uint8_t *d_forced = NULL;
+    int32_t *d_top = NULL;
     struct kvfs_work w = {0}, ws = {0};
     if (!tokens || !delta || !forced) {
         rc = -ENOMEM;
@@ -383,7 +396,9 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         rc = -ENOMEM;
         goto fail;
     }
-    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n_ctx + 4, (void **)&d_dev)))
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n_ctx + 4, (void **)&d_dev)) ||
+        (rc = be->alloc(ctx, (size_t)n_ctx + 4, (void **)&d_forced)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx + 4, (void **)&d_top)))
         goto fail;
     if (!blending) {
         /* plain reuse: only the suffix is computed, from layer 0 */
@@ -419,11 +434,11 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         if (n_rows && (rc = be->row_sqdiff(ctx, on_k ? w.k : w.v, on_k ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER],
                                            d_dev, n_rows, kv_dim)))
             goto fail;
-        if (n_rows && (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_rows)))
-            goto fail;
-
         if (ob.query_weighted && n_rows) {
-            /* weight each row's deviation by the attention the query pays it */
+            /* weight each row's deviation by the attention the query pays it
+             * (on the host: an experiment, not the default) */
+            if ((rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_rows)))
+                goto fail;
             float *att = malloc(sizeof(float) * (size_t)n_rows);
             if (!att) {
                 rc = -ENOMEM;
@@ -442,7 +457,11 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         n_sel = n_sparse > 0 ? rows_at(o, 0, n_sparse, n_rows) : 0;
         if (ratio >= 1.0f)
             n_sel = n_rows;
-        select_top(h_dev, keep, forced, n_rows, n_sel, sc, idx);
+        if (ob.query_weighted)
+            select_top(h_dev, keep, forced, n_rows, n_sel, sc, idx);
+        else if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
+                 (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+            goto fail;
         /* the check layer keeps every fresh K/V: they are exact and already paid for */
         if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
             (rc = be->copy(ctx, c->v[CHECK_LAYER], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)))
@@ -486,7 +505,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
              * being recomputed decides which of them go on */
             if ((rc = be->gather_rows(ctx, on_k_layer(o) ? c->k[l] : c->v[l], d_idx, d_old, n_sel, kv_dim)) ||
                 (rc = be->row_sqdiff(ctx, on_k_layer(o) ? ws.k : ws.v, d_old, d_dev, n_sel, kv_dim)) ||
-                (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_sel)))
+                (ob.query_weighted && (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_sel))))
                 goto fail;
         }
         if ((rc = be->scatter_rows(ctx, ws.k, d_idx, c->k[l], n_run, kv_dim)) ||
@@ -509,9 +528,13 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         }
         if (n_next < n_sel) {
             /* local positions (within ws) of the rows that go on */
-            for (int k = 0; k < n_sel; k++)
-                keep[k] = k;
-            select_top(h_dev, keep, NULL, n_sel, n_next, sc, keep);
+            if (ob.query_weighted) {
+                for (int k = 0; k < n_sel; k++)
+                    keep[k] = k;
+                select_top(h_dev, keep, NULL, n_sel, n_next, sc, keep);
+            } else if ((rc = device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep))) {
+                goto fail;
+            }
             for (int k = 0; k < n_suffix; k++)
                 keep[n_next + k] = n_sel + k;
             int n_new = n_next + n_suffix;
@@ -559,6 +582,8 @@ out:
     if (d_idx) be->free(ctx, d_idx);
     if (d_local) be->free(ctx, d_local);
     if (d_dev) be->free(ctx, d_dev);
+    if (d_forced) be->free(ctx, d_forced);
+    if (d_top) be->free(ctx, d_top);
     if (d_old) be->free(ctx, d_old);
     free(tokens);
     free(delta);

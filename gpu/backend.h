@@ -94,6 +94,12 @@ struct kvfs_backend_iface {
     /* x[i] = (float)(half)x[i]: the precision of an f16 KV cache */
     int (*round_f16)(void *ctx, float *x, size_t count);
 
+    /* Token selection: out[0..k) (device int32) = the rows of the k highest
+     * scores[0..n), in ascending row order.  Rows with forced[i] != 0
+     * (device bytes; forced may be NULL) rank above every other; equal
+     * scores go to the lower row.  k <= n. */
+    int (*topk)(void *ctx, const float *scores, const uint8_t *forced, int n, int k, int32_t *out);
+
     /* dst[i] = (float)host[i] for i < count, host holding packed values of
      * `type` (KVFS_HOST_F32/F16/BF16): how a KV cache stored in f16 reaches
      * the device.  The conversion may run on the device after an

@@ -328,6 +328,43 @@ static int cpu_round_f16(void *ctx, float *x, size_t count)
     return 0;
 }
 
+struct ranked {
+    float score;
+    int32_t row;
+};
+
+static int by_score_desc(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    return x->score < y->score ? 1 : x->score > y->score ? -1 : (x->row > y->row) - (x->row < y->row);
+}
+
+static int by_row(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cpu_topk(void *ctx, const float *scores, const uint8_t *forced, int n, int k, int32_t *out)
+{
+    (void)ctx;
+    if (k < 0 || k > n)
+        return -EINVAL;
+    if (k == 0)
+        return 0;
+    struct ranked *r = malloc(sizeof(*r) * (size_t)n);
+    if (!r)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        r[i] = (struct ranked){forced && forced[i] ? INFINITY : scores[i], i};
+    qsort(r, (size_t)n, sizeof(*r), by_score_desc);
+    for (int i = 0; i < k; i++)
+        out[i] = r[i].row;
+    free(r);
+    qsort(out, (size_t)k, sizeof(int32_t), by_row);
+    return 0;
+}
+
 /* f16/bf16 to f32 straight into the cache (host memory here): the hot loop
  * of loading a chunk, so it uses the F16C instructions where the CPU has them */
 static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, int type)
@@ -388,6 +425,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .act_quant = cpu_act_quant,
     .round_f16 = cpu_round_f16,
     .upload_kv = cpu_upload_kv,
+    .topk = cpu_topk,
     .destroy = cpu_destroy,
 };
 

@@ -2,6 +2,7 @@
 // kernels for everything else, attention as a flash-style kernel (online
 // softmax over key tiles; no n_q x n_kv matrix in memory).  Same semantics as
 // the CPU reference (gpu/backend_cpu.c); gpu_test_backend_ops compares them.
+#include <cub/device/device_radix_sort.cuh>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -759,6 +760,59 @@ static void pool_memcpy(struct cuda_ctx *c, void *dst, const void *src, size_t b
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Token selection with CUB's radix sort (stable, so equal scores keep the
+ * lower row first): sort (score, row) pairs by score, descending, with
+ * forced rows at +inf; then the first k rows, ascending. */
+__global__ void k_topk_keys(const float *s, const uint8_t *forced, int n, float *keys, int32_t *rows)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        keys[i] = forced && forced[i] ? INFINITY : s[i];
+        rows[i] = i;
+    }
+}
+
+static int c_topk(void *vctx, const float *scores, const uint8_t *forced, int n, int k, int32_t *out)
+{
+    struct cuda_ctx *c = CTX;
+    if (k < 0 || k > n)
+        return -EINVAL;
+    if (k == 0)
+        return 0;
+    float *keys = NULL, *keys_sorted = NULL;
+    int32_t *rows = NULL, *rows_sorted = NULL;
+    void *tmp = NULL;
+    size_t t_pairs = 0, t_keys = 0;
+    int rc;
+    if ((rc = c_alloc(vctx, sizeof(float) * (size_t)n, (void **)&keys)) ||
+        (rc = c_alloc(vctx, sizeof(float) * (size_t)n, (void **)&keys_sorted)) ||
+        (rc = c_alloc(vctx, sizeof(int32_t) * (size_t)n, (void **)&rows)) ||
+        (rc = c_alloc(vctx, sizeof(int32_t) * (size_t)n, (void **)&rows_sorted)))
+        goto out;
+    if ((rc = cuda_err(cub::DeviceRadixSort::SortPairsDescending(nullptr, t_pairs, keys, keys_sorted, rows,
+                                                                 rows_sorted, n, 0, 32, c->stream),
+                       "cub sort (size)")) ||
+        (rc = cuda_err(cub::DeviceRadixSort::SortKeys(nullptr, t_keys, rows_sorted, out, k, 0, 32, c->stream),
+                       "cub sort (size)")) ||
+        (rc = c_alloc(vctx, t_pairs > t_keys ? t_pairs : t_keys, &tmp)))
+        goto out;
+    k_topk_keys<<<blocks((size_t)n, 256), 256, 0, c->stream>>>(scores, forced, n, keys, rows);
+    if ((rc = LAUNCHED("topk_keys")) ||
+        (rc = cuda_err(cub::DeviceRadixSort::SortPairsDescending(tmp, t_pairs, keys, keys_sorted, rows, rows_sorted,
+                                                                 n, 0, 32, c->stream),
+                       "cub sort pairs")) ||
+        (rc = cuda_err(cub::DeviceRadixSort::SortKeys(tmp, t_keys, rows_sorted, out, k, 0, 32, c->stream),
+                       "cub sort rows")))
+        goto out;
+out:
+    c_free(vctx, tmp);
+    c_free(vctx, rows_sorted);
+    c_free(vctx, rows);
+    c_free(vctx, keys_sorted);
+    c_free(vctx, keys);
+    return rc;
+}
+
 __global__ void k_kv_to_f32(const void *src, float *dst, size_t n, int type)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -849,6 +903,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .scatter_rows = */ c_scatter,
     /* .act_quant = */ c_act_quant,
     /* .round_f16 = */ c_round_f16,
+    /* .topk = */ c_topk,
     /* .upload_kv = */ c_upload_kv,
     /* .destroy = */ c_destroy,
 };

@@ -168,6 +168,40 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
                shape, nerr(oc, og, cnt), 0);
     }
     free(h16);
+    /* topk: the token selection; ties (scores repeat every 97 rows) and
+     * forced rows (every 50th) must come out identical on both */
+    float *scores = malloc(sizeof(float) * n);
+    uint8_t *forced = calloc((size_t)n, 1);
+    int32_t *tc = malloc(sizeof(int32_t) * n), *tg = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) {
+        scores[i] = i < 97 ? frand() * frand() + 1.0f : scores[i % 97];
+        forced[i] = i % 50 == 49;
+    }
+    float *dsc = dev_of(&gpu, scores, sizeof(float) * n);
+    uint8_t *dforced = dev_of(&gpu, forced, (size_t)n);
+    int32_t *dtop = dev_of(&gpu, NULL, sizeof(int32_t) * n);
+    for (int with_forced = 0; with_forced <= 1; with_forced++)
+        for (int kk = 0; kk <= n; kk += n / 3 > 0 ? n / 3 : 1) {
+            int k = kk ? kk : 1;
+            BOTH(C->topk(cpu.ctx, scores, with_forced ? forced : NULL, n, k, tc),
+                 G->topk(gpu.ctx, dsc, with_forced ? dforced : NULL, n, k, dtop));
+            G->download(gpu.ctx, tg, dtop, sizeof(int32_t) * k);
+            int same = memcmp(tc, tg, sizeof(int32_t) * k) == 0;
+            for (int i = 0; with_forced && i < n; i++)
+                if (forced[i] && k >= n / 50) { /* every forced row is in */
+                    int found = 0;
+                    for (int j = 0; j < k; j++)
+                        found |= tg[j] == i;
+                    same &= found;
+                }
+            char lab[80];
+            snprintf(lab, sizeof(lab), "%s k=%d%s", shape, k, with_forced ? " forced" : "");
+            report("topk", lab, same ? 0.0 : 1.0, 0);
+        }
+    G->free(gpu.ctx, dsc);
+    G->free(gpu.ctx, dforced);
+    G->free(gpu.ctx, dtop);
+    free(scores); free(forced); free(tc); free(tg);
     void *devs[] = {dx, db, dy, dg, dpos, dx2, didx, dq, dk, dv, dkvp, dqp};
     for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
         G->free(gpu.ctx, devs[i]);

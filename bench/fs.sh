@@ -35,20 +35,24 @@ mount_it "$T/store"
 cp "$T/chunk.kv" "$T/mnt/incoming/"
 umount_it
 cat "$T/chunk.kv" > /dev/null   # reference file in the page cache
-first=(); warm=(); ref=(); ingest=()
+first=(); warm=(); steady=(); ref=(); ingest=()
 for i in $(seq "$RUNS"); do
     mount_it "$T/store"                    # cold FUSE cache and RAM tier
     find "$T/store/objects" -type f -exec cat {} + > /dev/null  # backing object cached, like the reference
     ref+=("$(read_secs "$T/chunk.kv")")
     first+=("$(read_secs "$T/mnt/chunks/$H.kv")")
     warm+=("$(read_secs "$T/mnt/chunks/$H.kv")")
+    # later re-reads: the kernel moves the FUSE pages to its active list on
+    # the first re-read (a per-page cost), after which reads are steady
+    s3=(); for _ in 1 2 3; do s3+=("$(read_secs "$T/mnt/chunks/$H.kv")"); done
+    steady+=("$(printf '%s\n' "${s3[@]}" | median)")
     rm -f "$T/mnt/chunks/$H.kv"
     t0=$(date +%s.%N); cp "$T/chunk.kv" "$T/mnt/incoming/"; t1=$(date +%s.%N)
     ingest+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')")
     umount_it
 done
 r=$(printf '%s\n' "${ref[@]}" | median); f=$(printf '%s\n' "${first[@]}" | median)
-w=$(printf '%s\n' "${warm[@]}" | median); g=$(printf '%s\n' "${ingest[@]}" | median)
+w=$(printf '%s\n' "${warm[@]}" | median); st=$(printf '%s\n' "${steady[@]}" | median); g=$(printf '%s\n' "${ingest[@]}" | median)
 
 cc -O2 -I"$ROOT/index" "$ROOT/bench/populate.c" "$BUILD/libkvfs_core.a" $(pkg-config --libs sqlite3 libzstd libxxhash libcrypto) -lpthread -o "$T/populate"
 [ -x "$T/populate" ] && "$T/populate" "$T/list.store" "$N_LIST"
@@ -71,7 +75,8 @@ Reads use 1 MiB \`read()\` calls; the reference is the same bytes from a file in
 |---|---|---|---|
 | read() of the ${MB%.*} MiB file from the page cache | $(awk -v s="$SIZE" -v t="$r" 'BEGIN{printf "%.2f GB/s", s/t/1e9}') | 1.00 | |
 | first read through kvfs (cold RAM tier and FUSE cache) | $(awk -v s="$SIZE" -v t="$f" 'BEGIN{printf "%.2f GB/s", s/t/1e9}') | $(awk -v a="$r" -v b="$f" 'BEGIN{printf "%.2f", a/b}') | >= 0.5 |
-| warm re-read through kvfs (keep_cache) | $(awk -v s="$SIZE" -v t="$w" 'BEGIN{printf "%.2f GB/s", s/t/1e9}') | $(awk -v a="$r" -v b="$w" 'BEGIN{printf "%.2f", a/b}') | >= 0.8 |
+| first re-read through kvfs (keep_cache: the kernel's page cache, no request reaches kvfs) | $(awk -v s="$SIZE" -v t="$w" 'BEGIN{printf "%.2f GB/s", s/t/1e9}') | $(awk -v a="$r" -v b="$w" 'BEGIN{printf "%.2f", a/b}') | >= 0.8 |
+| later re-reads through kvfs (median of re-reads 2-4) | $(awk -v s="$SIZE" -v t="$st" 'BEGIN{printf "%.2f GB/s", s/t/1e9}') | $(awk -v a="$r" -v b="$st" 'BEGIN{printf "%.2f", a/b}') | >= 0.8 |
 | \`cp\` ingest into incoming/ (verify, zstd 1, fsync) | $(awk -v s="$SIZE" -v t="$g" 'BEGIN{printf "%.0f MB/s", s/t/1e6}') | | |
 | \`ls -l chunks/\` with $N_LIST entries ($((n - 1)) listed) | $(awk -v t="$l" 'BEGIN{printf "%.2f s", t}') | | < 2 s |
 MD

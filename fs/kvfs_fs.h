@@ -41,6 +41,7 @@ struct kvfs_opts {
     char *ceph_conf;
     char *rados_id;
     int rados_timeout;
+    int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
     int verbose;
 };
 

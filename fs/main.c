@@ -25,6 +25,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("sim_read_bw=%s", sim_read_bw),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_timeout=%d", rados_timeout),
+    OPT("remote_list=%d", remote_list),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -45,6 +46,8 @@ static void usage(const char *prog)
            "  ceph_conf=FILE     Ceph config (default: librados' search, /etc/ceph/ceph.conf)\n"
            "  rados_id=NAME      Ceph client id (default admin)\n"
            "  rados_timeout=S    bound on every remote call, seconds (default 5)\n"
+           "  remote_list=S      refresh the listing of the fleet's chunks every S seconds\n"
+           "                     (default 30; -1: list only chunks this host has)\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -254,7 +257,8 @@ int main(int argc, char *argv[])
     struct kvfs_remote *remote = NULL;
     if (m.opts.rados_pool) {
         struct kvfs_remote_opts ro = {.pool = m.opts.rados_pool, .ceph_conf = m.opts.ceph_conf,
-                                      .rados_id = m.opts.rados_id, .timeout_s = m.opts.rados_timeout};
+                                      .rados_id = m.opts.rados_id, .timeout_s = m.opts.rados_timeout,
+                                      .list_refresh_s = m.opts.remote_list};
         if ((rc = kvfs_remote_open(m.store, &ro, &remote, err, sizeof(err))) != 0) {
             kvfs_log(KVFS_LOG_ERR, "remote tier: %s", err);
             ret = 1;

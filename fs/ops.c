@@ -115,7 +115,7 @@ static int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_
     pthread_mutex_lock(&m->lock);
     int rc = ino_map_get(m->inos, ino, hash);
     pthread_mutex_unlock(&m->lock);
-    return rc ? rc : kvfs_store_stat(m->store, hash, c);
+    return rc ? rc : kvfs_store_stat_known(m->store, hash, c);
 }
 
 static int remember_chunk(struct kvfs_mount *m, const char *hash)
@@ -215,7 +215,10 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (parent == INO_CHUNKS) {
         char hash[KVFS_HASH_HEX_LEN + 1];
         struct kvfs_chunk_info c;
-        if (kvfs_parse_chunk_name(name, hash) == 0 && kvfs_store_lookup(m->store, hash, &c) == 0 &&
+        /* a chunk here, or in the remote tier's listing (fetched on open),
+         * or else asked of the remote tier by name (fetched now) */
+        if (kvfs_parse_chunk_name(name, hash) == 0 &&
+            (kvfs_store_stat_known(m->store, hash, &c) == 0 || kvfs_store_lookup(m->store, hash, &c) == 0) &&
             remember_chunk(m, hash) == 0) {
             chunk_attr(&c, &st);
             reply_entry(req, &st, ENTRY_TIMEOUT);
@@ -832,7 +835,9 @@ static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    if (ino == INO_CHUNKS && kvfs_store_list(m->store, snap_cb, d) != 0) {
+    /* this host's chunks, then those only the remote tier's listing has */
+    if (ino == INO_CHUNKS &&
+        (kvfs_store_list(m->store, snap_cb, d) != 0 || kvfs_store_list_remote_only(m->store, snap_cb, d) != 0)) {
         free(d->hashes);
         free(d);
         fuse_reply_err(req, ENOMEM);
@@ -912,7 +917,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             st.st_mode = S_IFREG | 0644;
             if (plus) {
                 struct kvfs_chunk_info c;
-                if (kvfs_store_stat(m->store, hash, &c) != 0)
+                if (kvfs_store_stat_known(m->store, hash, &c) != 0)
                     continue; /* removed since opendir */
                 chunk_attr(&c, &st);
             }
@@ -973,8 +978,9 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
     if (!strcmp(name, "user.kvfs.hits")) return snprintf(out, len, "%" PRIu64, c->hits);
     if (!strcmp(name, "user.kvfs.pinned")) return snprintf(out, len, "%d", c->pinned ? 1 : 0);
     if (!strcmp(name, "user.kvfs.tier"))
-        return snprintf(out, len, "%s%s", c->in_ram ? "ram,disk" : "disk",
-                        c->remote ? ",remote" : c->held ? ",remote-queued" : "");
+        return c->remote_only ? snprintf(out, len, "remote")
+                              : snprintf(out, len, "%s%s", c->in_ram ? "ram,disk" : "disk",
+                                         c->remote ? ",remote" : c->held ? ",remote-queued" : "");
     if (!strcmp(name, "user.kvfs.stored_size")) return snprintf(out, len, "%" PRIu64, c->stored_size);
     return -ENODATA;
 }

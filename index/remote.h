@@ -4,8 +4,12 @@
  * Objects: name = the chunk's 64-hex content hash, bytes = the local store
  * object (object.h, zstd as configured), xattrs kvfs.model (fingerprint id)
  * and kvfs.tokens.  A per-model omap object "kvfs.model.<id>" maps hash ->
- * token count, so hosts can list what the fleet has without scanning the
- * pool (kvfs_remote_sync).
+ * "tokens size layers arch", and the registry object "kvfs.models" has one
+ * key per model, so hosts list what the fleet has without scanning the pool:
+ * the worker copies every model's index into this host's listing (SQLite,
+ * table known in remote-queue.db) every list_refresh_s seconds; the store
+ * shows those chunks (kvfs_store_list_remote_only / kvfs_store_stat_known)
+ * and fetches one when it is opened or looked up by name.
  *
  * Reads: a local miss (kvfs_store_lookup/get/open_stream) fetches the whole
  * object, verifies it exactly like a local ingest and stores it locally.
@@ -34,6 +38,7 @@ struct kvfs_remote_opts {
     const char *ceph_conf; /* NULL: librados' search (CEPH_CONF, /etc/ceph/ceph.conf) */
     const char *rados_id;  /* client id, NULL: "admin" */
     int timeout_s;         /* bound on every remote call (default 5) */
+    int list_refresh_s;    /* refresh the fleet listing this often (default 30; -1 = never) */
 };
 
 /* Open the tier for a store and hook it in (kvfs_store_set_remote).  A
@@ -66,9 +71,10 @@ int kvfs_remote_aio_read(struct kvfs_remote *r, const char *hash, uint64_t off, 
 /* Count a chunk the loader streamed from RADOS and stored locally. */
 void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash);
 
-/* List the hashes the fleet has pushed for one model (from its omap index,
- * in pages); cb returns non-zero to stop.  Returns the count or -errno. */
+/* List the chunks the fleet has pushed for one model (from its omap index,
+ * in pages; info with hash, model, arch, n_tokens, n_layer, logical_size);
+ * cb returns non-zero to stop.  Returns the count or -errno. */
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
-                            int (*cb)(void *ctx, const char *hash, uint32_t tokens), void *ctx);
+                            int (*cb)(void *ctx, const struct kvfs_chunk_info *c), void *ctx);
 
 #endif

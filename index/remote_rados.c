@@ -36,6 +36,10 @@ struct kvfs_remote {
     int neg_next;
     pthread_t worker;
     int worker_started;
+    double list_refresh_s, listed_at; /* fleet listing: refresh period, last refresh (monotonic) */
+    sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
+                                       * separate from the queue so a refresh never shares its transaction */
+    uint64_t known;                   /* chunks in the listing */
 };
 
 static _Thread_local int fetching; /* the store's "stored" hook must not re-queue a fetched chunk */
@@ -302,8 +306,10 @@ static int push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     }
     if (rc)
         return rc;
-    char tokens[16];
+    char tokens[16], entry[96];
     snprintf(tokens, sizeof(tokens), "%u", ci.n_tokens);
+    /* the listing entry: what ls -l needs without fetching the object */
+    snprintf(entry, sizeof(entry), "%u %" PRIu64 " %u %s", ci.n_tokens, ci.logical_size, ci.n_layer, ci.arch);
     /* object and its xattrs in one atomic op; the same bytes from any host */
     rados_write_op_t op = rados_create_write_op();
     rados_write_op_write_full(op, (const char *)buf, len);
@@ -314,14 +320,23 @@ static int push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     free(buf);
     if (rc < 0)
         return rc;
-    /* the per-model index, for listing without a pool scan */
+    /* the per-model index, for listing without a pool scan, and the fleet's
+     * registry of models (so a host finds indexes of models it never saw) */
     char idx[64];
     snprintf(idx, sizeof(idx), "kvfs.model.%s", ci.model);
-    const char *keys[1] = {hash}, *vals[1] = {tokens};
-    size_t lens[1] = {strlen(tokens)};
+    const char *keys[1] = {hash}, *vals[1] = {entry};
+    size_t lens[1] = {strlen(entry)};
     op = rados_create_write_op();
     rados_write_op_omap_set(op, keys, vals, lens, 1);
     rc = rados_write_op_operate(op, io, idx, NULL, 0);
+    rados_release_write_op(op);
+    if (rc < 0)
+        return rc;
+    const char *mkeys[1] = {ci.model}, *mvals[1] = {""};
+    size_t mlens[1] = {0};
+    op = rados_create_write_op();
+    rados_write_op_omap_set(op, mkeys, mvals, mlens, 1);
+    rc = rados_write_op_operate(op, io, "kvfs.models", NULL, 0);
     rados_release_write_op(op);
     if (rc < 0)
         return rc;
@@ -331,6 +346,200 @@ static int push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     r->pushed++;
     pthread_mutex_unlock(&r->lock);
     return 0;
+}
+
+/* ---- the fleet listing ---- */
+
+/* One omap object's keys and values, in pages of 1000 (no pool scan). */
+static long omap_each(rados_ioctx_t io, const char *oid, int (*cb)(void *ctx, const char *key, size_t klen,
+                                                                  const char *val, size_t vlen), void *ctx)
+{
+    char after[256] = "";
+    long count = 0;
+    unsigned char more = 1;
+    while (more) {
+        rados_read_op_t op = rados_create_read_op();
+        rados_omap_iter_t it;
+        int prval = 0;
+        rados_read_op_omap_get_vals2(op, after, "", 1000, &it, &more, &prval);
+        int rc = rados_read_op_operate(op, io, oid, 0);
+        if (rc < 0 || prval < 0) {
+            rados_release_read_op(op);
+            return rc == -ENOENT || prval == -ENOENT ? 0 : rc < 0 ? rc : prval;
+        }
+        char *key, *val;
+        size_t klen, vlen;
+        int stop = 0;
+        while (!stop && rados_omap_get_next2(it, &key, &val, &klen, &vlen) == 0 && key) {
+            if (klen >= sizeof(after))
+                continue;
+            memcpy(after, key, klen);
+            after[klen] = 0;
+            count++;
+            stop = cb(ctx, key, klen, val, vlen);
+        }
+        rados_omap_get_end(it);
+        rados_release_read_op(op);
+        if (stop)
+            break;
+    }
+    return count;
+}
+
+/* "tokens size layers arch" (older entries: "tokens") */
+static int parse_entry(const char *hash, const char *model, const char *val, size_t vlen, struct kvfs_chunk_info *c)
+{
+    char v[128];
+    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
+    memcpy(v, val, n);
+    v[n] = 0;
+    memset(c, 0, sizeof(*c));
+    snprintf(c->hash, sizeof(c->hash), "%s", hash);
+    snprintf(c->model, sizeof(c->model), "%s", model);
+    unsigned long long size = 0;
+    char arch[16] = "";
+    if (sscanf(v, "%u %llu %u %15s", &c->n_tokens, &size, &c->n_layer, arch) < 1)
+        return -EINVAL;
+    c->logical_size = size;
+    snprintf(c->arch, sizeof(c->arch), "%s", arch);
+    return 0;
+}
+
+struct refresh_ctx {
+    struct kvfs_remote *r;
+    sqlite3_stmt *ins;
+    const char *model;
+    char (*models)[32];
+    int n_models;
+    int64_t now_ns; /* the listing's time stamp for what it lists */
+};
+
+static int refresh_model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    struct refresh_ctx *rc = ctx;
+    if (klen == 0 || klen >= 32 || rc->n_models >= 256)
+        return 0;
+    memcpy(rc->models[rc->n_models], key, klen);
+    rc->models[rc->n_models++][klen] = 0;
+    return 0;
+}
+
+static int refresh_chunk(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct refresh_ctx *rc = ctx;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    if (klen != KVFS_HASH_HEX_LEN)
+        return 0;
+    memcpy(hash, key, klen);
+    hash[klen] = 0;
+    if (parse_entry(hash, rc->model, val, vlen, &c))
+        return 0;
+    sqlite3_bind_text(rc->ins, 1, c.hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(rc->ins, 2, c.model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(rc->ins, 3, c.n_tokens);
+    sqlite3_bind_int64(rc->ins, 4, (sqlite3_int64)c.logical_size);
+    sqlite3_bind_int64(rc->ins, 5, c.n_layer);
+    sqlite3_bind_text(rc->ins, 6, c.arch, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(rc->ins, 7, rc->now_ns);
+    sqlite3_step(rc->ins);
+    sqlite3_reset(rc->ins);
+    return 0;
+}
+
+/* Replace the listing with the fleet's per-model indexes (every model in
+ * the registry object kvfs.models).  Returns 0 or -errno (outage). */
+static int refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    char models[256][32];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct refresh_ctx rc = {r, NULL, NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
+    long n = omap_each(io, "kvfs.models", refresh_model_key, &rc);
+    if (n < 0)
+        return (int)n;
+    if (sqlite3_prepare_v2(r->lw, "INSERT OR REPLACE INTO known(hash, model, tokens, size, layers, arch, seen_ns) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &rc.ins, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_exec(r->lw, "BEGIN; DELETE FROM known;", NULL, NULL, NULL);
+    int err = 0;
+    for (int i = 0; i < rc.n_models && !err; i++) {
+        char oid[64];
+        snprintf(oid, sizeof(oid), "kvfs.model.%s", models[i]);
+        rc.model = models[i];
+        long k = omap_each(io, oid, refresh_chunk, &rc);
+        if (k < 0)
+            err = (int)k;
+    }
+    sqlite3_finalize(rc.ins);
+    if (err) { /* keep the previous listing */
+        sqlite3_exec(r->lw, "ROLLBACK", NULL, NULL, NULL);
+        return err;
+    }
+    sqlite3_exec(r->lw, "COMMIT", NULL, NULL, NULL);
+    uint64_t known = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->lw, "SELECT COUNT(*) FROM known", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            known = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_lock(&r->lock);
+    r->known = known;
+    r->listed_at = now_s();
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+static int row_to_info(sqlite3_stmt *st, struct kvfs_chunk_info *c)
+{
+    memset(c, 0, sizeof(*c));
+    const unsigned char *h = sqlite3_column_text(st, 0), *m = sqlite3_column_text(st, 1),
+                        *a = sqlite3_column_text(st, 5);
+    if (!h || strlen((const char *)h) != KVFS_HASH_HEX_LEN)
+        return -EINVAL;
+    snprintf(c->hash, sizeof(c->hash), "%s", (const char *)h);
+    snprintf(c->model, sizeof(c->model), "%s", m ? (const char *)m : "");
+    snprintf(c->arch, sizeof(c->arch), "%s", a ? (const char *)a : "");
+    c->n_tokens = (uint32_t)sqlite3_column_int64(st, 2);
+    c->logical_size = (uint64_t)sqlite3_column_int64(st, 3);
+    c->n_layer = (uint32_t)sqlite3_column_int64(st, 4);
+    c->created_ns = c->accessed_ns = sqlite3_column_int64(st, 6); /* when the listing last saw it */
+    c->remote = c->remote_only = 1;
+    return 0;
+}
+
+static int list_hook(void *ctx, kvfs_store_list_cb cb, void *cbctx)
+{
+    struct kvfs_remote *r = ctx;
+    sqlite3_stmt *st;
+    int rc = 0;
+    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known ORDER BY hash", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+        struct kvfs_chunk_info c;
+        if (row_to_info(st, &c) == 0)
+            rc = cb(&c, cbctx);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int stat_hook(void *ctx, const char *hash, struct kvfs_chunk_info *out)
+{
+    struct kvfs_remote *r = ctx;
+    sqlite3_stmt *st;
+    int rc = -ENOENT;
+    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known WHERE hash = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        rc = row_to_info(st, out);
+    sqlite3_finalize(st);
+    return rc;
 }
 
 static void *worker_main(void *arg)
@@ -388,6 +597,20 @@ static void *worker_main(void *arg)
             }
             if (ok && n == 16)
                 continue; /* more queued: keep going */
+            pthread_mutex_lock(&r->lock);
+            int due = r->list_refresh_s > 0 && (r->listed_at == 0 || now_s() - r->listed_at >= r->list_refresh_s);
+            pthread_mutex_unlock(&r->lock);
+            int st2;
+            rados_ioctx_t io = due && ok ? io_of(r, &st2) : NULL;
+            if (io) {
+                int rc = refresh_listing(r, io);
+                if (rc < 0 && is_outage(rc)) {
+                    mark_down(r, rc, "listing", NULL);
+                    ok = 0;
+                } else if (rc < 0) {
+                    kvfs_log(KVFS_LOG_WARN, "remote tier: listing refresh failed: %s", strerror(-rc));
+                }
+            }
         }
         backoff = ok ? 0.5 : (backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : backoff * 2);
         /* sleep until new work arrives (or the retry is due) */
@@ -494,6 +717,7 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->conf = o->ceph_conf ? strdup(o->ceph_conf) : NULL;
     r->id = strdup(o->rados_id ? o->rados_id : "admin");
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
+    r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     int rc = 0;
@@ -509,6 +733,20 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
         rc = kvfs_errf(err, errlen, -EIO, "cannot open the upload queue %s", path);
         goto fail;
     }
+    snprintf(path, sizeof(path), "%s/remote-list.db", kvfs_store_dir(s));
+    if (sqlite3_open_v2(path, &r->lw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_exec(r->lw,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                     "CREATE TABLE IF NOT EXISTS known(hash TEXT PRIMARY KEY, model TEXT, tokens INTEGER,"
+                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER);",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_open_v2(path, &r->lr, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+        rc = kvfs_errf(err, errlen, -EIO, "cannot open the remote listing %s", path);
+        goto fail;
+    }
+    sqlite3_busy_timeout(r->lw, 2000);
+    sqlite3_busy_timeout(r->lr, 2000);
     /* chunks queued before a restart stay held until pushed */
     char batch[1][KVFS_HASH_HEX_LEN + 1];
     sqlite3_stmt *st;
@@ -535,7 +773,7 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     }
     r->worker_started = 1;
     enqueue_unshared(r);
-    struct kvfs_store_remote hooks = {fetch, on_stored, has_hook, r};
+    struct kvfs_store_remote hooks = {fetch, on_stored, has_hook, list_hook, stat_hook, r};
     kvfs_store_set_remote(s, &hooks);
     *out = r;
     return 0;
@@ -561,6 +799,10 @@ void kvfs_remote_close(struct kvfs_remote *r)
         rados_shutdown(r->cluster);
     if (r->q)
         sqlite3_close(r->q);
+    if (r->lw)
+        sqlite3_close(r->lw);
+    if (r->lr)
+        sqlite3_close(r->lr);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r->pool);
@@ -576,8 +818,9 @@ void kvfs_remote_stats(void *ctx, FILE *f)
     fprintf(f,
             ",\n  \"remote\": {\"state\": \"%s\", \"pool\": \"%s\", \"timeout_s\": %d, \"queued\": %" PRIu64
             ", \"pushed\": %" PRIu64 ", \"fetched\": %" PRIu64 ", \"rejected\": %" PRIu64 ", \"errors\": %" PRIu64
-            ", \"last_error\": \"",
-            state_name(r->state), r->pool, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected, r->errors);
+            ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"last_error\": \"",
+            state_name(r->state), r->pool, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected, r->errors,
+            r->known, r->listed_at > 0 ? now_s() - r->listed_at : -1.0);
     for (const char *p = r->last_error; *p; p++)
         if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
@@ -689,46 +932,38 @@ void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash)
     mark_uploaded(r, hash);
 }
 
+struct list_model_ctx {
+    const char *model;
+    int (*cb)(void *ctx, const struct kvfs_chunk_info *c);
+    void *ctx;
+};
+
+static int list_model_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct list_model_ctx *l = ctx;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    if (klen != KVFS_HASH_HEX_LEN)
+        return 0;
+    memcpy(hash, key, klen);
+    hash[klen] = 0;
+    if (parse_entry(hash, l->model, val, vlen, &c))
+        return 0;
+    c.remote = 1;
+    return l->cb ? l->cb(l->ctx, &c) : 0;
+}
+
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
-                            int (*cb)(void *ctx, const char *hash, uint32_t tokens), void *ctx)
+                            int (*cb)(void *ctx, const struct kvfs_chunk_info *c), void *ctx)
 {
     int state;
     rados_ioctx_t io = io_of(r, &state);
     if (!io || state != ST_CONNECTED)
         return -EHOSTDOWN;
-    char oid[64], after[KVFS_HASH_HEX_LEN + 1] = "";
+    char oid[64];
     snprintf(oid, sizeof(oid), "kvfs.model.%s", model_id);
-    long count = 0;
-    unsigned char more = 1;
-    while (more) {
-        rados_read_op_t op = rados_create_read_op();
-        rados_omap_iter_t it;
-        int prval = 0;
-        rados_read_op_omap_get_vals2(op, after, "", 1000, &it, &more, &prval);
-        int rc = rados_read_op_operate(op, io, oid, 0);
-        if (rc < 0 || prval < 0) {
-            rados_release_read_op(op);
-            return rc < 0 ? rc : prval;
-        }
-        char *key, *val;
-        size_t klen, vlen;
-        int stop = 0;
-        while (!stop && rados_omap_get_next2(it, &key, &val, &klen, &vlen) == 0 && key) {
-            char h[KVFS_HASH_HEX_LEN + 1] = "", v[16] = "";
-            if (klen == KVFS_HASH_HEX_LEN) {
-                memcpy(h, key, klen);
-                memcpy(v, val, vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1);
-                memcpy(after, h, sizeof(after));
-                count++;
-                stop = cb ? cb(ctx, h, (uint32_t)strtoul(v, NULL, 10)) : 0;
-            }
-        }
-        rados_omap_get_end(it);
-        rados_release_read_op(op);
-        if (stop)
-            break;
-    }
-    return count;
+    struct list_model_ctx l = {model_id, cb, ctx};
+    return omap_each(io, oid, list_model_entry, &l);
 }
 
 #else /* built without librados */
@@ -750,7 +985,7 @@ long kvfs_remote_read_range(struct kvfs_remote *r, const char *hash, uint64_t of
     return -ENOTSUP;
 }
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
-                            int (*cb)(void *ctx, const char *hash, uint32_t tokens), void *ctx)
+                            int (*cb)(void *ctx, const struct kvfs_chunk_info *c), void *ctx)
 {
     (void)r, (void)model_id, (void)cb, (void)ctx;
     return -ENOTSUP;

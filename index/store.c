@@ -602,6 +602,50 @@ int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_in
     return c ? 0 : -ENOENT;
 }
 
+struct remote_only_ctx {
+    struct kvfs_store *s;
+    kvfs_store_list_cb cb;
+    void *ctx;
+};
+
+static int remote_only_cb(const struct kvfs_chunk_info *c, void *vctx)
+{
+    struct remote_only_ctx *r = vctx;
+    pthread_mutex_lock(&r->s->lock);
+    int local = row_get(r->s, c->hash) != NULL;
+    pthread_mutex_unlock(&r->s->lock);
+    if (local)
+        return 0;
+    struct kvfs_chunk_info ci = *c;
+    ci.remote = ci.remote_only = 1;
+    return r->cb(&ci, r->ctx);
+}
+
+int kvfs_store_list_remote_only(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx)
+{
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_store_remote r = s->remote;
+    pthread_mutex_unlock(&s->lock);
+    if (!r.list)
+        return 0;
+    struct remote_only_ctx rc = {s, cb, ctx};
+    return r.list(r.ctx, remote_only_cb, &rc);
+}
+
+int kvfs_store_stat_known(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)
+{
+    int rc = kvfs_store_stat(s, hash, out);
+    if (rc != -ENOENT)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    struct kvfs_store_remote r = s->remote;
+    pthread_mutex_unlock(&s->lock);
+    if (!r.stat || r.stat(r.ctx, hash, out) != 0)
+        return -ENOENT;
+    out->remote = out->remote_only = 1;
+    return 0;
+}
+
 int kvfs_store_list(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx)
 {
     int rc = 0;

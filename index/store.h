@@ -49,6 +49,7 @@ struct kvfs_chunk_info {
     int in_ram;              /* currently held by the RAM tier */
     int held;                /* not evictable: a remote tier has yet to receive it */
     int remote;              /* the remote tier holds it (uploaded or fetched) */
+    int remote_only;         /* known from the remote tier's listing, not stored here */
 };
 
 int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
@@ -131,9 +132,20 @@ struct kvfs_store_remote {
     int (*fetch)(void *ctx, struct kvfs_store *s, const char *hash);
     void (*stored)(void *ctx, const char *hash);
     int (*has)(void *ctx, const char *hash); /* 1 if the remote tier holds it */
+    /* what the fleet has, as far as this host's listing knows (no fetch):
+     * info with hash, model, arch, n_tokens, n_layer, logical_size */
+    int (*list)(void *ctx, kvfs_store_list_cb cb, void *cbctx);
+    int (*stat)(void *ctx, const char *hash, struct kvfs_chunk_info *out);
     void *ctx;
 };
 void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote *r);
+/* Chunks only the remote tier has, from its listing (refreshed from the
+ * fleet's per-model indexes; see remote.h): cb for each one not stored
+ * here, with remote_only = 1.  Nothing is fetched. */
+int kvfs_store_list_remote_only(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx);
+/* kvfs_store_stat, else what the remote tier's listing knows (remote_only = 1;
+ * nothing is fetched).  -ENOENT if neither knows the chunk. */
+int kvfs_store_stat_known(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
 /* stat, and on a local miss ask the remote tier (which fills the local tiers). */
 int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
 /* Keep a chunk from being evicted (held = 1) until released (held = 0). */

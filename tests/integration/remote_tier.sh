@@ -21,7 +21,7 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" >/dev/null 2>&1 || MODEL=
 R="rados=kvfs,ceph_conf=$CEPH_CONF,rados_timeout=3"
 mount_kvfs a "$R${MODEL:+,model=$MODEL}" || exit 1; PID_A=$MNT_PID
-mount_kvfs b "$R${MODEL:+,model=$MODEL}" || exit 1; PID_B=$MNT_PID
+mount_kvfs b "$R,remote_list=1${MODEL:+,model=$MODEL}" || exit 1; PID_B=$MNT_PID
 A=$T/a.mnt; B=$T/b.mnt
 remote() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
 drained() { # drained MOUNT SECONDS: queue empty and connected
@@ -46,6 +46,13 @@ check "kvfsctl info shows the tiers" sh -c "'$KVFSCTL' info '$A/chunks/$h1.kv' |
 check "A shows the chunk's tiers: $(tier "$A/chunks/$h1.kv")" test "$(tier "$A/chunks/$h1.kv")" = "ram,disk,remote" -o "$(tier "$A/chunks/$h1.kv")" = "disk,remote"
 check "with xattrs for model and token count" sh -c "[ \"\$(rados -p kvfs getxattr $h1 kvfs.tokens)\" = 300 ] && rados -p kvfs getxattr $h1 kvfs.model | grep -Eq '^[0-9a-f]{16}\$'"
 check "the per-model omap index lists it" sh -c "rados -p kvfs listomapkeys kvfs.model.\$(rados -p kvfs getxattr $h1 kvfs.model) | grep -qx $h1"
+check "B lists A's chunk before anyone there asked for it (fleet listing, refreshed every 1 s here)" \
+    sh -c "for i in \$(seq 40); do ls '$B/chunks' | grep -qx $h1.kv && exit 0; sleep 0.25; done; exit 1"
+check "... ls -l shows its size, from the listing" \
+    test "$(ls -l "$B/chunks/$h1.kv" | awk '{print $5}')" = "$(stat -c %s "$T/c1.kv")"
+check "... its tier is remote: $(tier "$B/chunks/$h1.kv")" test "$(tier "$B/chunks/$h1.kv")" = "remote"
+check "... and nothing was fetched to list or stat it" test "$(remote "$B" 'r["fetched"]')" -eq 0
+check "B's stats count the listed chunks" test "$(remote "$B" 'r["listed"]')" -ge 1
 check "mount B reads it byte-identical (fetched from RADOS)" cmp "$T/c1.kv" "$B/chunks/$h1.kv"
 check "... and B's stats count the fetch" test "$(remote "$B" 'r["fetched"]')" -ge 1
 check "... and now lists it locally" sh -c "ls '$B/chunks' | grep -qx $h1.kv"

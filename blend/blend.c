@@ -415,6 +415,10 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
                 goto fail;
         /* check layer: every row's fresh K/V; deviation of V from the cache
          * (V measured better than K: see BENCHMARKS.md) */
+        /* the controller needs the real compute time: wait for an
+         * asynchronous backend (GPU) to finish the layers just queued */
+        if (ob.auto_ratio && (rc = be->synchronize(ctx)))
+            goto fail;
         double t_full = now_s() - t_full0;
         if ((rc = take_layer(m, ld, c, CHECK_LAYER, d_delta, n_rows, err, errlen)))
             goto fail;

@@ -493,12 +493,42 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         first_layer = CHECK_LAYER + 1;
     }
     int n_selected_total = 0;
+    double t_layer0 = 0, wait0 = 0; /* ratio=auto: timing of the first sparse layer */
     /* 3. the selected rows through the remaining layers */
     for (int l = first_layer; l < hp->n_layer; l++) {
         int j = l - (CHECK_LAYER + 1);
         int n_next = (first_layer > 0 && l + 1 < hp->n_layer) ? rows_at(o, j + 1, n_sparse, n_rows) : n_sel;
         if (n_next > n_sel)
             n_next = n_sel;
+        if (ob.auto_ratio && first_layer > 0 && l + 1 < hp->n_layer && (l == first_layer || l == first_layer + 1)) {
+            /* The controller decided at the check layer from the first
+             * moments of the stream.  After one sparse layer it knows what a
+             * sparse layer costs and how the stream really goes: keep only as
+             * many rows as the remaining load can hide (never below the
+             * floor; rows can only be dropped, by this layer's deviation). */
+            struct kvfs_loader_stats ls;
+            if ((rc = be->synchronize(ctx)))
+                goto fail;
+            kvfs_loader_get_stats(ld, &ls);
+            if (l == first_layer) {
+                t_layer0 = now_s();
+                wait0 = ls.wait_s;
+            } else {
+                double t_sparse = now_s() - t_layer0 - (ls.wait_s - wait0); /* compute only */
+                uint64_t done, total;
+                double elapsed;
+                kvfs_loader_progress(ld, &done, &total, &elapsed);
+                double bw = elapsed > 0 ? (double)done / elapsed : 0;
+                double load_left = done < total && bw > 0 ? (double)(total - done) / bw : 0;
+                int layers_left = hp->n_layer - l;
+                double per_row = t_sparse / (double)(n_sel + n_suffix);
+                long fit = per_row > 0 ? (long)(load_left / (per_row * layers_left)) - n_suffix : n_sel;
+                int floor_rows = (int)ceilf(ob.min_ratio * (float)n_rows - 1e-4f);
+                int cap = fit < floor_rows ? floor_rows : fit > n_sel ? n_sel : (int)fit;
+                if (cap < n_next)
+                    n_next = cap;
+            }
+        }
         n_selected_total += n_sel;
         if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)))
             goto fail;

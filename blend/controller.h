@@ -10,7 +10,9 @@
  *     t_load = bytes_left / bandwidth.
  * The controller picks the largest r with t_compute(r) <= t_load: quality
  * for free while I/O is the bottleneck, clamped to [min_ratio, 1] so a fast
- * tier never drops below the quality floor. */
+ * tier never drops below the quality floor.  The blend re-decides once,
+ * after its first sparse layer (blend.c), with that layer's real cost: it
+ * may then drop rows, never add them. */
 #ifndef KVFS_CONTROLLER_H
 #define KVFS_CONTROLLER_H
 

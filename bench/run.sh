@@ -1,6 +1,7 @@
 #!/bin/bash
 # make bench: run every benchmark part and write BENCHMARKS.md (results with
-# the command that produced them).
+# the command that produced them).  The GPU section (make bench-gpu) is
+# carried over from the existing file.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -19,6 +20,8 @@ out=$(mktemp)
         "$part"
         echo
     done
+    # the GPU section comes from `make bench-gpu` on a GPU machine: keep it
+    [ -f BENCHMARKS.md ] && sed -n '/^### GPU/,$p' BENCHMARKS.md
 } > "$out"
 mv "$out" BENCHMARKS.md
 cat BENCHMARKS.md

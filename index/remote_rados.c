@@ -364,6 +364,7 @@ static long omap_each(rados_ioctx_t io, const char *oid, int (*cb)(void *ctx, co
         rados_read_op_omap_get_vals2(op, after, "", 1000, &it, &more, &prval);
         int rc = rados_read_op_operate(op, io, oid, 0);
         if (rc < 0 || prval < 0) {
+            rados_omap_get_end(it); /* the iterator exists even when the read failed */
             rados_release_read_op(op);
             return rc == -ENOENT || prval == -ENOENT ? 0 : rc < 0 ? rc : prval;
         }

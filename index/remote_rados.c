@@ -748,6 +748,8 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     }
     sqlite3_busy_timeout(r->lw, 2000);
     sqlite3_busy_timeout(r->lr, 2000);
+    if (r->list_refresh_s <= 0) /* listing off: show only this host's chunks, not an old listing */
+        sqlite3_exec(r->lw, "DELETE FROM known", NULL, NULL, NULL);
     /* chunks queued before a restart stay held until pushed */
     char batch[1][KVFS_HASH_HEX_LEN + 1];
     sqlite3_stmt *st;

@@ -69,22 +69,6 @@ out:
     return rc;
 }
 
-struct scored {
-    float dev;
-    int32_t row;
-};
-
-static int by_dev_desc(const void *a, const void *b)
-{
-    const struct scored *x = a, *y = b;
-    return x->dev < y->dev ? 1 : x->dev > y->dev ? -1 : x->row - y->row;
-}
-
-static int by_int(const void *a, const void *b)
-{
-    return *(const int32_t *)a - *(const int32_t *)b;
-}
-
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
 {
     memset(o, 0, sizeof(*o));
@@ -118,21 +102,8 @@ static int rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_r
     return n < 0 ? 0 : n > n_rows ? n_rows : n;
 }
 
-/* Keep the k highest of dev[0..n) (rows[i] names each); result sorted by row
- * into out.  Rows flagged in `forced` (may be NULL) rank first. */
-static void select_top(const float *dev, const int32_t *rows, const uint8_t *forced, int n, int k, struct scored *sc,
-                       int32_t *out)
-{
-    for (int i = 0; i < n; i++)
-        sc[i] = (struct scored){forced && forced[rows[i]] ? INFINITY : dev[i], rows[i]};
-    qsort(sc, (size_t)n, sizeof(*sc), by_dev_desc);
-    for (int i = 0; i < k; i++)
-        out[i] = sc[i].row;
-    qsort(out, (size_t)k, sizeof(int32_t), by_int);
-}
-
-/* The same on the backend (a kernel on the GPU): the k rows of the highest
- * deviations d_dev[0..n) (forced rows first), sorted, into host out. */
+/* Token selection on the backend (a kernel on the GPU): the k rows of the
+ * highest deviations d_dev[0..n) (forced rows first), sorted, into host out. */
 static int device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
                       int32_t *d_out, int32_t *out)
 {
@@ -328,7 +299,6 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL, *keep = NULL;
     int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL, *d_local = NULL;
     uint8_t *forced = calloc((size_t)n_ctx + 1, 1);
-    struct scored *sc = NULL;
     float *d_dev = NULL, *h_dev = NULL, *d_old = NULL;
     uint8_t *d_forced = NULL;
     int32_t *d_top = NULL;
@@ -391,8 +361,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     sel_pos = malloc(sizeof(int32_t) * (size_t)n_ctx);
     keep = malloc(sizeof(int32_t) * (size_t)n_ctx);
     h_dev = malloc(sizeof(float) * ((size_t)n_ctx + 1));
-    sc = malloc(sizeof(*sc) * ((size_t)n_ctx + 1));
-    if (!idx || !sel_pos || !keep || !h_dev || !sc) {
+    if (!idx || !sel_pos || !keep || !h_dev) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -455,16 +424,14 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             for (int r = 0; r < n_rows; r++)
                 h_dev[r] *= att[r];
             free(att);
+            if ((rc = be->upload(ctx, d_dev, h_dev, sizeof(float) * (size_t)n_rows)))
+                goto fail;
         }
-        for (int r = 0; r < n_rows; r++)
-            keep[r] = r;
         n_sel = n_sparse > 0 ? rows_at(o, 0, n_sparse, n_rows) : 0;
         if (ratio >= 1.0f)
             n_sel = n_rows;
-        if (ob.query_weighted)
-            select_top(h_dev, keep, forced, n_rows, n_sel, sc, idx);
-        else if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
-                 (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+        if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
+            (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
             goto fail;
         /* the check layer keeps every fresh K/V: they are exact and already paid for */
         if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
@@ -559,16 +526,13 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             for (int k = 0; k < n_sel; k++)
                 h_dev[k] *= att[idx[k]];
             free(att);
+            if ((rc = be->upload(ctx, d_dev, h_dev, sizeof(float) * (size_t)n_sel)))
+                goto fail;
         }
         if (n_next < n_sel) {
             /* local positions (within ws) of the rows that go on */
-            if (ob.query_weighted) {
-                for (int k = 0; k < n_sel; k++)
-                    keep[k] = k;
-                select_top(h_dev, keep, NULL, n_sel, n_next, sc, keep);
-            } else if ((rc = device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep))) {
+            if ((rc = device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep)))
                 goto fail;
-            }
             for (int k = 0; k < n_suffix; k++)
                 keep[n_next + k] = n_sel + k;
             int n_new = n_next + n_suffix;
@@ -625,7 +589,6 @@ out:
     free(idx);
     free(sel_pos);
     free(keep);
-    free(sc);
     free(h_dev);
     return rc;
 }

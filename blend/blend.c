@@ -3,15 +3,14 @@
 
 #include "controller.h"
 #include "loader.h"
+#include "parallel.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
@@ -197,23 +196,13 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
     memset(c, 0, sizeof(*c));
     if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS)
         return kvfs_errf(err, errlen, -EINVAL, "a blend takes 1 to %d chunks", KVFS_BLEND_MAX_CHUNKS);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = n_chunks < ncpu ? n_chunks : ncpu < 1 ? 1 : (int)ncpu;
-    if (nt > 16)
-        nt = 16;
-    struct verify_job jobs[16];
-    pthread_t th[16];
-    int started[16] = {0};
-    for (int t = 0; t < nt; t++) {
+    int nt = kvfs_cores(KVFS_PARALLEL_MAX);
+    if (nt > n_chunks)
+        nt = n_chunks;
+    struct verify_job jobs[KVFS_PARALLEL_MAX];
+    for (int t = 0; t < nt; t++)
         jobs[t] = (struct verify_job){chunks, n_chunks, t, nt, 0, 0, ""};
-        started[t] = t > 0 && pthread_create(&th[t], NULL, verify_chunks, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < nt; t++)
-        if (!started[t])
-            verify_chunks(&jobs[t]);
-    for (int t = 0; t < nt; t++)
-        if (started[t])
-            pthread_join(th[t], NULL);
+    kvfs_parallel_run(verify_chunks, jobs, sizeof(jobs[0]), nt);
     int bad = -1;
     for (int t = 0; t < nt; t++) /* report the first bad chunk in order */
         if (jobs[t].rc && (bad < 0 || jobs[t].bad < jobs[bad].bad))

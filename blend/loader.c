@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "object.h"
+#include "parallel.h"
 #include "remote.h"
 
 struct ld_chunk {
@@ -672,8 +673,7 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
     if (!(ld->jobs = calloc((size_t)ld->jobs_total, sizeof(*ld->jobs))))
         return -ENOMEM;
     /* default: one worker per core beyond the blend's own thread, 2 to 8 */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : ncpu - 1 < 2 ? 2 : ncpu - 1 > 8 ? 8 : (int)ncpu - 1;
+    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : kvfs_cores(9) - 1 < 2 ? 2 : kvfs_cores(9) - 1;
     if (!(ld->workers = calloc((size_t)nw, sizeof(pthread_t))))
         return -ENOMEM;
     for (int i = 0; i < nw; i++) {

@@ -1,9 +1,9 @@
 /* object.c - encode/decode store objects (per-layer zstd frames). */
 #include "object.h"
+#include "parallel.h"
 #include "store.h" /* kvfs_errf */
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,32 +270,22 @@ int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len
         madvise(img, info.logical_size & ~(huge - 1), MADV_HUGEPAGE);
 #endif
     memcpy(img, hb, hdr.header_size);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (int)ncpu;
+    int nt = kvfs_cores(8);
     if ((uint32_t)nt > info.n_layer)
         nt = info.n_layer ? (int)info.n_layer : 1;
     if (info.logical_size < huge)
         nt = 1; /* small chunks: threads cost more than they save */
     struct decode_job jobs[8];
-    pthread_t th[8];
-    int started[8] = {0};
-    for (int t = 0; t < nt; t++) {
+    for (int t = 0; t < nt; t++)
         jobs[t] = (struct decode_job){fd, &info, &hdr, img, (uint32_t)t, (uint32_t)nt, 0, 0};
-        started[t] = t > 0 && pthread_create(&th[t], NULL, decode_layers, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < nt; t++)
-        if (!started[t])
-            decode_layers(&jobs[t]);
-    for (int t = 0; t < nt; t++)
-        if (started[t])
-            pthread_join(th[t], NULL);
+    kvfs_parallel_run(decode_layers, jobs, sizeof(jobs[0]), nt);
+    int bad = -1;
     for (int t = 0; t < nt; t++) /* report the first bad layer */
-        if (jobs[t].rc && (!rc || jobs[t].bad < jobs[0].bad)) {
-            rc = jobs[t].rc;
-            jobs[0].bad = jobs[t].bad;
-        }
-    if (rc) {
-        kvfs_errf(err, errlen, rc, "layer %u: %s", jobs[0].bad,
+        if (jobs[t].rc && (bad < 0 || jobs[t].bad < jobs[bad].bad))
+            bad = t;
+    if (bad >= 0) {
+        rc = jobs[bad].rc;
+        kvfs_errf(err, errlen, rc, "layer %u: %s", jobs[bad].bad,
                   rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
         goto free_img;
     }

@@ -673,7 +673,8 @@ int kvfs_loader_start(struct kvfs_loader *ld, int first_layer)
     if (!(ld->jobs = calloc((size_t)ld->jobs_total, sizeof(*ld->jobs))))
         return -ENOMEM;
     /* default: one worker per core beyond the blend's own thread, 2 to 8 */
-    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : kvfs_cores(9) - 1 < 2 ? 2 : kvfs_cores(9) - 1;
+    int spare = kvfs_cores(9) - 1;
+    int nw = ld->o.n_workers > 0 ? ld->o.n_workers : spare < 2 ? 2 : spare;
     if (!(ld->workers = calloc((size_t)nw, sizeof(pthread_t))))
         return -ENOMEM;
     for (int i = 0; i < nw; i++) {

@@ -406,10 +406,39 @@ static int parse_entry(const char *hash, const char *model, const char *val, siz
     return 0;
 }
 
-struct refresh_ctx {
-    struct kvfs_remote *r;
-    sqlite3_stmt *ins;
+struct list_model_ctx {
     const char *model;
+    int (*cb)(void *ctx, const struct kvfs_chunk_info *c);
+    void *ctx;
+};
+
+static int list_model_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct list_model_ctx *l = ctx;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    if (klen != KVFS_HASH_HEX_LEN)
+        return 0;
+    memcpy(hash, key, klen);
+    hash[klen] = 0;
+    if (parse_entry(hash, l->model, val, vlen, &c))
+        return 0;
+    c.remote = 1;
+    return l->cb ? l->cb(l->ctx, &c) : 0;
+}
+
+/* One model's index object, entry by entry. */
+static long list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *ctx, const struct kvfs_chunk_info *c),
+                       void *ctx)
+{
+    char oid[64];
+    snprintf(oid, sizeof(oid), "kvfs.model.%s", model_id);
+    struct list_model_ctx l = {model_id, cb, ctx};
+    return omap_each(io, oid, list_model_entry, &l);
+}
+
+struct refresh_ctx {
+    sqlite3_stmt *ins;
     char (*models)[32];
     int n_models;
     int64_t now_ns; /* the listing's time stamp for what it lists */
@@ -426,23 +455,15 @@ static int refresh_model_key(void *ctx, const char *key, size_t klen, const char
     return 0;
 }
 
-static int refresh_chunk(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+static int insert_known(void *ctx, const struct kvfs_chunk_info *c)
 {
     struct refresh_ctx *rc = ctx;
-    char hash[KVFS_HASH_HEX_LEN + 1];
-    struct kvfs_chunk_info c;
-    if (klen != KVFS_HASH_HEX_LEN)
-        return 0;
-    memcpy(hash, key, klen);
-    hash[klen] = 0;
-    if (parse_entry(hash, rc->model, val, vlen, &c))
-        return 0;
-    sqlite3_bind_text(rc->ins, 1, c.hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(rc->ins, 2, c.model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(rc->ins, 3, c.n_tokens);
-    sqlite3_bind_int64(rc->ins, 4, (sqlite3_int64)c.logical_size);
-    sqlite3_bind_int64(rc->ins, 5, c.n_layer);
-    sqlite3_bind_text(rc->ins, 6, c.arch, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(rc->ins, 1, c->hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(rc->ins, 2, c->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(rc->ins, 3, c->n_tokens);
+    sqlite3_bind_int64(rc->ins, 4, (sqlite3_int64)c->logical_size);
+    sqlite3_bind_int64(rc->ins, 5, c->n_layer);
+    sqlite3_bind_text(rc->ins, 6, c->arch, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(rc->ins, 7, rc->now_ns);
     sqlite3_step(rc->ins);
     sqlite3_reset(rc->ins);
@@ -456,7 +477,7 @@ static int refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     char models[256][32];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct refresh_ctx rc = {r, NULL, NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
+    struct refresh_ctx rc = {NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
     long n = omap_each(io, "kvfs.models", refresh_model_key, &rc);
     if (n < 0)
         return (int)n;
@@ -466,10 +487,7 @@ static int refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     sqlite3_exec(r->lw, "BEGIN; DELETE FROM known;", NULL, NULL, NULL);
     int err = 0;
     for (int i = 0; i < rc.n_models && !err; i++) {
-        char oid[64];
-        snprintf(oid, sizeof(oid), "kvfs.model.%s", models[i]);
-        rc.model = models[i];
-        long k = omap_each(io, oid, refresh_chunk, &rc);
+        long k = list_model(io, models[i], insert_known, &rc);
         if (k < 0)
             err = (int)k;
     }
@@ -935,27 +953,6 @@ void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash)
     mark_uploaded(r, hash);
 }
 
-struct list_model_ctx {
-    const char *model;
-    int (*cb)(void *ctx, const struct kvfs_chunk_info *c);
-    void *ctx;
-};
-
-static int list_model_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
-{
-    struct list_model_ctx *l = ctx;
-    char hash[KVFS_HASH_HEX_LEN + 1];
-    struct kvfs_chunk_info c;
-    if (klen != KVFS_HASH_HEX_LEN)
-        return 0;
-    memcpy(hash, key, klen);
-    hash[klen] = 0;
-    if (parse_entry(hash, l->model, val, vlen, &c))
-        return 0;
-    c.remote = 1;
-    return l->cb ? l->cb(l->ctx, &c) : 0;
-}
-
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
                             int (*cb)(void *ctx, const struct kvfs_chunk_info *c), void *ctx)
 {
@@ -963,10 +960,7 @@ long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
     rados_ioctx_t io = io_of(r, &state);
     if (!io || state != ST_CONNECTED)
         return -EHOSTDOWN;
-    char oid[64];
-    snprintf(oid, sizeof(oid), "kvfs.model.%s", model_id);
-    struct list_model_ctx l = {model_id, cb, ctx};
-    return omap_each(io, oid, list_model_entry, &l);
+    return list_model(io, model_id, cb, ctx);
 }
 
 #else /* built without librados */

@@ -233,15 +233,10 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
         snprintf(err, errlen, "chunk of %u tokens does not fit the cache", h.n_tokens);
         return -ENOSPC;
     }
-    size_t rows = h.n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h.dtype);
+    size_t rows = h.n_tokens;
     const uint8_t *base = (const uint8_t *)image + h.header_size;
-    for (int l = 0; l < c->n_layer && !rc; l++) {
-        const uint8_t *layer = base + (size_t)l * kvfs_layer_stride(&h);
-        for (int half = 0; half < 2 && !rc; half++) {
-            float *dst = (half ? c->v[l] : c->k[l]) + (size_t)c->n * kvd;
-            rc = BE(m)->upload_kv(CTX(m), dst, layer + (size_t)half * rows * kvd * esz, rows * kvd, (int)h.dtype);
-        }
-    }
+    for (int l = 0; l < c->n_layer && !rc; l++)
+        rc = kvfs_kv_cache_load_layer(m, c, c->n, &h, l, base + (size_t)l * kvfs_layer_stride(&h));
     if (rc)
         return rc;
     for (size_t i = 0; i < rows; i++)

@@ -138,6 +138,30 @@ static double load_to_device(struct kvfs_model *m, struct kvfs_store *st, const 
     return t;
 }
 
+/* Blend the K chunks + Q-token query streamed from a store with the
+ * layer-wise loader; seconds from opening the loader to the logits. */
+enum { K = 6, L = 512, Q = 32 };
+static double stream_blend(struct kvfs_model *m, struct kvfs_store *st, const char *const *hashes,
+                           const int32_t *query, const struct kvfs_blend_opts *bo, float *logits,
+                           struct kvfs_blend_stats *bs)
+{
+    struct kvfs_loader *ld;
+    struct kvfs_kv_cache bc;
+    int32_t *bt;
+    char err[256];
+    double t = now();
+    if (kvfs_loader_open(st, hashes, K, NULL, &ld, err, sizeof(err)) ||
+        kvfs_blend_stream(m, ld, query, Q, bo, &bc, &bt, logits, bs, err, sizeof(err))) {
+        fprintf(stderr, "blend from a store: %s\n", err);
+        exit(1);
+    }
+    t = now() - t;
+    kvfs_loader_close(ld);
+    kvfs_kv_cache_free(m, &bc);
+    free(bt);
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     const char *backend = argc > 1 ? argv[1] : "cuda";
@@ -179,7 +203,6 @@ int main(int argc, char **argv)
     *fp = (struct kvfs_fingerprint){32, 8, 128, KVFS_ROPE_NORM, 500000.0f, 128, "llama", {0}, 32, 4096};
     memcpy(fp->model_id, "synthetic-llama-3-8b-shapes.....", 32);
     printf("model built in %.1f s (backend %s)\n", now() - t0, m->be.iface->name);
-    enum { K = 6, L = 512, Q = 32 };
     int32_t *toks = malloc(sizeof(int32_t) * (K * L + Q));
     for (int i = 0; i < K * L + Q; i++)
         toks[i] = (int32_t)((i * 7919u) % (unsigned)hp->n_vocab);
@@ -274,60 +297,23 @@ int main(int argc, char **argv)
             free(bt);
         }
         /* ratio 0.15 from the RAM tier (the daemon's hot chunks) */
-        {
-            struct kvfs_blend_opts bo;
-            struct kvfs_loader *ld;
-            struct kvfs_kv_cache bc;
-            int32_t *bt;
-            kvfs_blend_opts_init(&bo, 0.15f);
-            t = now();
-            if (kvfs_loader_open(store_ram, hp_, K, NULL, &ld, err, sizeof(err)) ||
-                kvfs_blend_stream(m, ld, toks + K * L, Q, &bo, &bc, &bt, lb, NULL, err, sizeof(err))) {
-                fprintf(stderr, "blend from RAM tier: %s\n", err);
-                return 1;
-            }
-            ram_bl[rep] = now() - t;
-            kvfs_loader_close(ld);
-            kvfs_kv_cache_free(m, &bc);
-            free(bt);
-        }
-        /* ratio 0.15 streaming the chunks from the store's files */
         struct kvfs_blend_opts bo;
         struct kvfs_blend_stats bs;
-        struct kvfs_loader *ld;
-        struct kvfs_kv_cache bc;
-        int32_t *bt;
         kvfs_blend_opts_init(&bo, 0.15f);
+        ram_bl[rep] = stream_blend(m, store_ram, hp_, toks + K * L, &bo, lb, &bs);
+        /* ratio 0.15 streaming the chunks from the store's files */
         drop_caches();
-        t = now();
-        if (kvfs_loader_open(store, hp_, K, NULL, &ld, err, sizeof(err)) ||
-            kvfs_blend_stream(m, ld, toks + K * L, Q, &bo, &bc, &bt, lb, &bs, err, sizeof(err))) {
-            fprintf(stderr, "blend from store: %s\n", err);
-            return 1;
-        }
-        st_bl[rep] = now() - t;
+        st_bl[rep] = stream_blend(m, store, hp_, toks + K * L, &bo, lb, &bs);
         st_wait[rep] = bs.wait_s;
         st_load[rep] = bs.load_s;
-        kvfs_loader_close(ld);
-        kvfs_kv_cache_free(m, &bc);
-        free(bt);
         /* ratio=auto from the same cold files: the controller spends the
          * time the disk takes anyway on a higher ratio */
         bo.auto_ratio = 1;
         bo.min_ratio = 0.15f;
         drop_caches();
-        t = now();
-        if (kvfs_loader_open(store, hp_, K, NULL, &ld, err, sizeof(err)) ||
-            kvfs_blend_stream(m, ld, toks + K * L, Q, &bo, &bc, &bt, lb, &bs, err, sizeof(err))) {
-            fprintf(stderr, "auto blend from store: %s\n", err);
-            return 1;
-        }
-        auto_bl[rep] = now() - t;
+        auto_bl[rep] = stream_blend(m, store, hp_, toks + K * L, &bo, lb, &bs);
         auto_ratio[rep] = bs.ratio;
         auto_rows[rep] = bs.n_selected;
-        kvfs_loader_close(ld);
-        kvfs_kv_cache_free(m, &bc);
-        free(bt);
     }
 #define MED(a) median(a, REPS)
     printf("| method | TTFT ms (median of 5) | speedup vs full prefill |\n|---|---|---|\n");

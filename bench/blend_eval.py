@@ -6,7 +6,7 @@ N = int(os.environ.get('BLEND_PROMPTS', '30'))
 K = int(os.environ.get('BLEND_CHUNKS', '6'))
 SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))
 RATIOS = '0.05,0.1,0.15,0.3,1'
-SELECT = os.environ.get('BLEND_SELECT', 'fixed,gradual')
+SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
 # full prefill's self-agreement: an independent, equally valid full prefill
 # (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
 try:
@@ -63,7 +63,9 @@ print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, CPU backend, {o
 print('Full prefill agrees with itself by definition; its *self-agreement* below is the agreement of two '
       'equally valid full prefills: llama.cpp (the oracle) vs kvfs on the same prompt tokens '
       '(position-wise share of identical greedy tokens) -- the noise floor the blends are compared with. '
-      '`fixed` = CacheBlend\'s reference selection (once, at layer 1); `gradual` = the paper\'s gradual '
+      '`query` (the default) = the rows the query attends to most over the reused cache (a first pass of '
+      'the query alone through every layer), recomputed from layer 0; `fixed` = CacheBlend\'s reference '
+      'selection (highest value deviation at layer 1, after layer 0 in full); `gradual` = the paper\'s gradual '
       'filtering (the recomputed share tapers from 1.5x to 0.5x the ratio across layers, same mean). '
       'TTFT here excludes reading chunks; through the mount see the pipeline section.\n')
 print('| method | median TTFT s | speedup vs full | mean KL | KL / full reuse | top-1 agree | greedy-32 agree |')

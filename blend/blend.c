@@ -81,7 +81,15 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
 
 const char *kvfs_blend_select_name(int select)
 {
-    return select == KVFS_BLEND_SELECT_GRADUAL ? "gradual" : "fixed";
+    return select == KVFS_BLEND_SELECT_GRADUAL ? "gradual" : select == KVFS_BLEND_SELECT_QUERY ? "query" : "fixed";
+}
+
+int kvfs_blend_select_parse(const char *name)
+{
+    for (int sel = KVFS_BLEND_SELECT_FIXED; sel <= KVFS_BLEND_SELECT_QUERY; sel++)
+        if (!strcmp(name, kvfs_blend_select_name(sel)))
+            return sel;
+    return -1;
 }
 
 /* Chunk rows recomputed at sparse layer j of n_sparse (layers after the
@@ -240,6 +248,55 @@ static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct
     return rc;
 }
 
+/* Query selection, first pass: the suffix (query) rows go through every
+ * layer over the reused, re-positioned cache, exactly as a plain reuse
+ * would; the attention they pay each row, summed over layers, heads and
+ * suffix rows, is left in d_mass[0..n_ctx).  Afterwards every layer of the
+ * cache holds the chunks' K/V (re-positioned) and the suffix's. */
+static int query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c,
+                      const struct kvfs_work *w, int n_rows, int n_suffix, const int32_t *d_delta, float *d_mass,
+                      char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int n_ctx = n_rows + n_suffix, kv_dim = c->kv_dim;
+    struct kvfs_work wq = {0};
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)n_suffix), *d_rows = NULL;
+    float *zero = calloc((size_t)n_ctx, sizeof(float));
+    int rc = -ENOMEM;
+    if (!rows || !zero)
+        goto out;
+    for (int k = 0; k < n_suffix; k++)
+        rows[k] = n_rows + k;
+    if ((rc = kvfs_work_alloc(m, n_suffix, &wq)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_suffix, (void **)&d_rows)) ||
+        (rc = be->upload(ctx, d_rows, rows, sizeof(int32_t) * (size_t)n_suffix)) ||
+        (rc = be->upload(ctx, wq.pos, c->host_pos + n_rows, sizeof(int32_t) * (size_t)n_suffix)) ||
+        (rc = be->upload(ctx, d_mass, zero, sizeof(float) * (size_t)n_ctx)) ||
+        (rc = be->gather_rows(ctx, w->x, d_rows, wq.x, n_suffix, hp->n_embd)))
+        goto out;
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int l = 0; l < hp->n_layer; l++) {
+        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)) || (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
+            (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
+            (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
+            (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
+                                hp->head_dim, scale, d_mass)))
+            goto out;
+        /* the last layer's output is not needed: only its attention */
+        if (l + 1 < hp->n_layer && (rc = kvfs_layer_finish(m, l, &wq, n_suffix, c, n_ctx)))
+            goto out;
+    }
+out:
+    kvfs_work_free(m, &wq);
+    if (d_rows)
+        be->free(ctx, d_rows);
+    free(rows);
+    free(zero);
+    return rc;
+}
+
 int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
                       const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
                       struct kvfs_blend_stats *st, char *err, size_t errlen)
@@ -263,7 +320,8 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         return -EINVAL;
     }
     if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 ||
-        (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL)) {
+        (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL &&
+         o->select != KVFS_BLEND_SELECT_QUERY)) {
         snprintf(err, errlen, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)", o->select,
                  (double)o->taper, o->sink_rows, o->check_layer);
         return -EINVAL;
@@ -329,8 +387,14 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     c->n = n_ctx;
     const int CHECK_LAYER = hp->n_layer > o->check_layer ? o->check_layer : hp->n_layer - 1;
     int blending = ratio > 0.0f && hp->n_layer >= 2 && CHECK_LAYER >= 1;
+    /* ratio=auto hides loading behind recompute, which the query selection
+     * cannot (it needs every layer before choosing): auto selects at the
+     * check layer instead */
+    if (ob.auto_ratio && ob.select == KVFS_BLEND_SELECT_QUERY)
+        ob.select = KVFS_BLEND_SELECT_FIXED;
+    int by_query = blending && ob.select == KVFS_BLEND_SELECT_QUERY && ratio < 1.0f;
     /* layers before the check layer are recomputed in full: never loaded */
-    if ((rc = kvfs_loader_start(ld, blending ? CHECK_LAYER : 0)))
+    if ((rc = kvfs_loader_start(ld, blending && !by_query ? CHECK_LAYER : 0)))
         goto fail;
     if ((rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_delta)) ||
         (rc = be->upload(ctx, d_delta, delta, sizeof(int32_t) * (size_t)n_ctx)) ||
@@ -362,6 +426,16 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         /* plain reuse: only the suffix is computed, from layer 0 */
         n_sel = 0;
         first_layer = 0;
+    } else if (by_query) {
+        /* the rows the query attends to most, recomputed from layer 0 */
+        if ((rc = query_mass(m, ld, c, &w, n_rows, n_suffix, d_delta, d_dev, err, errlen)))
+            goto fail;
+        n_sel = rows_at(o, 0, 1, n_rows);
+        if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
+            (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+            goto fail;
+        first_layer = 0;
+        n_sparse = hp->n_layer;
     } else {
         /* the layers before the check layer in full: every row's K/V is fresh */
         double t_full0 = now_s();
@@ -486,7 +560,8 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             }
         }
         n_selected_total += n_sel;
-        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)))
+        /* the query selection's first pass has put every layer in place */
+        if (!by_query && (rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)))
             goto fail;
         if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)))
             goto fail;
@@ -547,7 +622,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         st->n_ctx = n_ctx;
         st->n_chunk_rows = n_rows;
         st->ratio = ratio;
-        st->n_selected = n_sparse > 0 && first_layer > 0 ? (int)lround((double)n_selected_total / n_sparse) : 0;
+        st->n_selected = n_sparse > 0 && (first_layer > 0 || by_query) ? (int)lround((double)n_selected_total / n_sparse) : 0;
         st->seconds = now_s() - t0;
         struct kvfs_loader_stats ls;
         kvfs_loader_get_stats(ld, &ls);

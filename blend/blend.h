@@ -14,6 +14,16 @@
  *      queries attending over the whole blended context with an exact causal
  *      mask (each row sees exactly the positions up to its own), and
  *      overwrites their K/V in the blended cache.
+ * That is CacheBlend's selection (select=fixed; select=gradual is the
+ * paper's layer-by-layer filtering).  The default, select=query, chooses
+ * rows by what the answer depends on instead: a first pass runs only the
+ * suffix rows through every layer over the re-positioned cache (a plain
+ * reuse) and sums the attention they pay each chunk row over layers, heads
+ * and suffix rows; the `ratio` share of chunk rows with the most attention
+ * (plus each later chunk's first row) is then recomputed from layer 0, with
+ * the same exact mask.  It needs every layer before it chooses, so it does
+ * not hide loading behind recompute as the others do (ratio=auto selects
+ * at the check layer).  BENCHMARKS.md compares them.
  * ratio 1 recomputes everything (a full prefill); ratio 0 is plain reuse
  * (no chunk row recomputed; only the suffix is computed). */
 #ifndef KVFS_BLEND_H
@@ -46,11 +56,12 @@ struct kvfs_blend_stats {
 enum {
     KVFS_BLEND_SELECT_FIXED = 0,   /* CacheBlend's reference code: one selection at the check layer */
     KVFS_BLEND_SELECT_GRADUAL = 1, /* the paper's gradual filtering: the set shrinks layer by layer */
+    KVFS_BLEND_SELECT_QUERY = 2,   /* by the attention the query pays each row over the reused cache */
 };
-#define KVFS_BLEND_SELECT_DEFAULT KVFS_BLEND_SELECT_FIXED
+#define KVFS_BLEND_SELECT_DEFAULT KVFS_BLEND_SELECT_QUERY
 
 struct kvfs_blend_opts {
-    float ratio;        /* mean share of chunk rows recomputed per layer after the check layer */
+    float ratio;        /* mean share of chunk rows recomputed per layer (fixed, gradual: after the check layer) */
     int select;         /* KVFS_BLEND_SELECT_* */
     float taper;        /* gradual: share goes from ratio*(1+taper) to ratio*(1-taper) */
     int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
@@ -62,6 +73,8 @@ struct kvfs_blend_opts {
 };
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
 const char *kvfs_blend_select_name(int select);
+/* "fixed", "gradual", "query" -> KVFS_BLEND_SELECT_*; -1 for anything else */
+int kvfs_blend_select_parse(const char *name);
 
 /* Re-rotation self-test: rotating by p then q must equal rotating by p + q,
  * and by -p must undo p, for the model's RoPE style.  -EPROTO if not. */

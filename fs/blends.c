@@ -301,11 +301,11 @@ static int parse_recipe(const char *text, struct recipe *r, char *err, size_t er
             line[--l] = '\0';
         if (!*line || *line == '#')
             continue;
-        if (!strcmp(line, "select=fixed") || !strcmp(line, "select=gradual")) {
-            r->select = !strcmp(line, "select=gradual") ? KVFS_BLEND_SELECT_GRADUAL : KVFS_BLEND_SELECT_FIXED;
-        } else if (!strncmp(line, "select=", 7)) {
-            snprintf(err, errlen, "line %d: select must be fixed or gradual", lineno);
-            rc = -EINVAL;
+        if (!strncmp(line, "select=", 7)) {
+            if ((r->select = kvfs_blend_select_parse(line + 7)) < 0) {
+                snprintf(err, errlen, "line %d: select must be query, fixed or gradual", lineno);
+                rc = -EINVAL;
+            }
         } else if (!strcmp(line, "ratio=auto")) {
             r->auto_ratio = 1;
         } else if (!strncmp(line, "ratio=", 6)) {

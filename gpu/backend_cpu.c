@@ -170,31 +170,96 @@ static int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float
 struct softmax_job {
     float *sc;
     const int32_t *q_pos, *kv_pos;
-    int r0, r1, n_kv, ld;
+    int r0, r1, n_kv, ld, sorted;
 };
 
+/* e^x for x <= 0 (scores minus their row max), in a form the compiler turns
+ * into SIMD: 2^n by the exponent bits, e^r on [-ln2/2, ln2/2] by a degree-6
+ * polynomial (relative error ~2e-7, below f32 rounding of the sum).  The
+ * softmax is most of a sparse layer's attention: libm's scalar expf was a
+ * quarter of a blend's time. */
+static inline float exp_nonpos(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    /* round to nearest by the 1.5 * 2^23 trick: vectorizes, roundf does not */
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { int32_t i; float f; } two = {.i = ((int32_t)n + 127) << 23};
+    return p * two.f;
+}
+
+/* visible keys of a query at position qp when kv positions are sorted: [0, end) */
+static int visible_end(const int32_t *kv_pos, int n_kv, int32_t qp)
+{
+    int lo = 0, hi = n_kv;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (kv_pos[mid] <= qp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Masked softmax of score rows [r0, r1): exact causal mask by position. */
-static void *softmax_rows(void *arg)
+__attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 {
     struct softmax_job *j = arg;
     for (int i = j->r0; i < j->r1; i++) {
         float *row = j->sc + (size_t)(i - j->r0) * j->ld;
-        float mx = -INFINITY;
-        for (int c = 0; c < j->n_kv; c++) {
-            if (j->kv_pos[c] > j->q_pos[i])
-                row[c] = -INFINITY;
-            else if (row[c] > mx)
-                mx = row[c];
+        int n = j->n_kv, end = n;
+        if (j->sorted)
+            end = visible_end(j->kv_pos, n, j->q_pos[i]);
+        else
+            for (int c = 0; c < n; c++)
+                if (j->kv_pos[c] > j->q_pos[i])
+                    row[c] = -INFINITY;
+        /* 16 lanes of partial max and sum: the compiler keeps them in one
+         * vector register (a single running float would serialize) */
+        float lane[16], mx = -INFINITY;
+        int c = 0;
+        for (int l = 0; l < 16; l++)
+            lane[l] = -INFINITY;
+        for (; c + 16 <= end; c += 16)
+            for (int l = 0; l < 16; l++)
+                lane[l] = row[c + l] > lane[l] ? row[c + l] : lane[l];
+        for (; c < end; c++)
+            mx = row[c] > mx ? row[c] : mx;
+        for (int l = 0; l < 16; l++)
+            mx = lane[l] > mx ? lane[l] : mx;
+        if (mx == -INFINITY) { /* nothing visible */
+            memset(row, 0, sizeof(float) * (size_t)n);
+            continue;
         }
-        double sum = 0.0;
-        for (int c = 0; c < j->n_kv; c++) {
-            float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
+        float sum = 0.0f;
+        for (int l = 0; l < 16; l++)
+            lane[l] = 0.0f;
+        for (c = 0; c + 16 <= end; c += 16)
+            for (int l = 0; l < 16; l++) {
+                float e = row[c + l] == -INFINITY ? 0.0f : exp_nonpos(row[c + l] - mx);
+                row[c + l] = e;
+                lane[l] += e;
+            }
+        for (; c < end; c++) {
+            float e = row[c] == -INFINITY ? 0.0f : exp_nonpos(row[c] - mx);
             row[c] = e;
             sum += e;
         }
-        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int c = 0; c < j->n_kv; c++)
+        for (int l = 0; l < 16; l++)
+            sum += lane[l];
+        float inv = 1.0f / sum;
+        for (int c = 0; c < end; c++)
             row[c] *= inv;
+        for (int c = end; c < n; c++)
+            row[c] = 0.0f;
     }
     return NULL;
 }
@@ -254,7 +319,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                 int r0 = i0 + t * per, r1 = r0 + per < i1 ? r0 + per : i1;
                 if (r0 >= r1)
                     break;
-                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kv_pos, r0, r1, nk, nk};
+                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kv_pos, r0, r1, nk, nk, sorted};
                 if (t == nt - 1 || rows < 64 || pthread_create(&th[t], NULL, softmax_rows, &jobs[t]) != 0)
                     softmax_rows(&jobs[t]);
                 else
@@ -265,6 +330,45 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                     pthread_join(th[t], NULL);
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f, sc, nk,
                              v + kh * head_dim, kstride, 0.0f, out + (size_t)i0 * qstride + h * head_dim, qstride);
+        }
+    }
+    return 0;
+}
+
+static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, float *out)
+{
+    struct cpu_ctx *ctx = vctx;
+    if (n_q <= 0 || n_kv <= 0)
+        return 0;
+    if (n_head % n_kv_head)
+        return -EINVAL;
+    int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
+    /* the queries are few (a prompt's suffix): a block of them per sgemm */
+    int block = ATT_BLOCK;
+    size_t need = (size_t)block * n_kv;
+    if (need > ctx->scratch_len) {
+        float *s = realloc(ctx->scratch, need * sizeof(float));
+        if (!s)
+            return -ENOMEM;
+        ctx->scratch = s;
+        ctx->scratch_len = need;
+    }
+    float *sc = ctx->scratch;
+    int sorted = 1;
+    for (int j = 1; j < n_kv && sorted; j++)
+        sorted = kv_pos[j] >= kv_pos[j - 1];
+    for (int i0 = 0; i0 < n_q; i0 += block) {
+        int rows = n_q - i0 < block ? n_q - i0 : block;
+        for (int h = 0; h < n_head; h++) {
+            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_kv, head_dim, scale,
+                             q + (size_t)i0 * qstride + h * head_dim, qstride, k + (h / group) * head_dim, kstride,
+                             0.0f, sc, n_kv);
+            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted};
+            softmax_rows(&job);
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < n_kv; j++)
+                    out[j] += sc[(size_t)r * n_kv + j];
         }
     }
     return 0;
@@ -419,6 +523,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .swiglu = cpu_swiglu,
     .get_rows = cpu_get_rows,
     .attention = cpu_attention,
+    .attn_mass = cpu_attn_mass,
     .row_sqdiff = cpu_row_sqdiff,
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,

@@ -23,7 +23,8 @@ static void usage(FILE *f)
                "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
                "--local blends chunk files in this process and writes the result to FILE.\n"
                "  --ratio R   share of chunk tokens recomputed (default 0.15); with -M also\n"
-               "              auto: the daemon picks it from load and compute speed (kvfs(8))\n");
+               "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
+               "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n");
 }
 
 int cmd_blend(int argc, char **argv)
@@ -33,7 +34,8 @@ int cmd_blend(int argc, char **argv)
         {"suffix", required_argument, 0, 's'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"name", required_argument, 0, 'n'}, {"local", no_argument, 0, 'L'},
         {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"select", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *select = NULL;
     const char *mount = NULL, *suffix = NULL, *suffix_tokens = NULL, *name = NULL, *model = NULL, *out = NULL;
     const char *ratio = "0.15";
     int local = 0, c;
@@ -48,6 +50,7 @@ int cmd_blend(int argc, char **argv)
         case 'L': local = 1; break;
         case 'm': model = optarg; break;
         case 'o': out = optarg; break;
+        case 'e': select = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -62,6 +65,10 @@ int cmd_blend(int argc, char **argv)
     if (strcmp(ratio, "auto") ? (rend == ratio || *rend || !(rv >= 0 && rv <= 1)) : local) {
         fprintf(stderr, "kvfsctl blend: --ratio takes a number in [0, 1]%s\n",
                 local ? "" : " or auto (the daemon's loading controller picks it)");
+        return 2;
+    }
+    if (select && kvfs_blend_select_parse(select) < 0) {
+        fprintf(stderr, "kvfsctl blend: --select takes query, fixed or gradual\n");
         return 2;
     }
     if (local) {
@@ -88,8 +95,11 @@ int cmd_blend(int argc, char **argv)
         }
         struct kvfs_kv_cache cache;
         struct kvfs_writer w;
-        if ((rc = kvfs_blend(m, ch, n, sids, (int)ns, strtof(ratio, NULL), &cache, &tokens, NULL, NULL, err,
-                             sizeof(err)))) {
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, strtof(ratio, NULL));
+        if (select)
+            bo.select = kvfs_blend_select_parse(select);
+        if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, NULL, err, sizeof(err)))) {
             fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
             goto local_out;
         }
@@ -124,6 +134,8 @@ int cmd_blend(int argc, char **argv)
         return 1;
     }
     fprintf(f, "ratio=%s\n", ratio);
+    if (select)
+        fprintf(f, "select=%s\n", select);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s\n", argv[optind + i]);
     if (suffix) {

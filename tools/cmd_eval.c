@@ -74,7 +74,7 @@ int cmd_eval(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     struct kvfs_blend_opts bo;
     kvfs_blend_opts_init(&bo, 0.15f);
-    int selects[2] = {bo.select, -1}, n_selects = 1, no_prefix = 0;
+    int selects[3] = {bo.select, -1, -1}, n_selects = 1, no_prefix = 0;
     const char *model = NULL, *query = NULL, *backend = "cpu";
     float ratios[MAX_RATIOS];
     int n_ratios = 0, json = 0, greedy = 32, threads = 0, c;
@@ -100,8 +100,10 @@ int cmd_eval(int argc, char **argv)
                 selects[n_selects++] = KVFS_BLEND_SELECT_FIXED;
             if (strstr(optarg, "gradual"))
                 selects[n_selects++] = KVFS_BLEND_SELECT_GRADUAL;
+            if (strstr(optarg, "query"))
+                selects[n_selects++] = KVFS_BLEND_SELECT_QUERY;
             if (!n_selects) {
-                fprintf(stderr, "kvfsctl eval: --select takes fixed, gradual or fixed,gradual\n");
+                fprintf(stderr, "kvfsctl eval: --select takes query, fixed, gradual or a comma list\n");
                 return 2;
             }
             break;
@@ -120,10 +122,11 @@ int cmd_eval(int argc, char **argv)
                    "chunks in memory to the first token's logits), KL(full || method) of the\n"
                    "next-token distribution, top-1 agreement, and the share of a greedy\n"
                    "continuation (--greedy N, default 32) identical to full prefill's.\n"
-                   "Selection: --select fixed|gradual|fixed,gradual (default %s), --taper X\n"
-                   "(gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N (first N\n"
-                   "rows of each later chunk always recomputed, default 1), --deviation v|k,\n"
-                   "--query-weighted (deviation x the query's attention), --check-layer N (default 1).\n"
+                   "Selection: --select query|fixed|gradual or a comma list of them (default %s),\n"
+                   "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
+                   "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
+                   "gradual: --deviation v|k, --query-weighted (deviation x the query's attention at\n"
+                   "the check layer), --check-layer N (default 1).\n"
                    "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                    "token ids and full prefill's greedy continuation are included.\n",
                    kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));

@@ -601,6 +601,81 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
     return LAUNCHED("attention");
 }
 
+/* one block per (query, head): the row's max and sum, then each visible kv
+ * row's probability added to out (atomics: blocks share rows) */
+__global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
+                            int n_head, int group, int head_dim, float scale, float *out)
+{
+    __shared__ float qs[256];
+    __shared__ float red[256];
+    int i = blockIdx.x / n_head, h = blockIdx.x % n_head, kstride = n_head / group * head_dim;
+    const float *qr = q + ((size_t)i * n_head + h) * head_dim, *kb = k + (size_t)(h / group) * head_dim;
+    int32_t qp = q_pos[i];
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        qs[d] = qr[d] * scale;
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        if (kv_pos[j] > qp)
+            continue;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0;
+        for (int d = 0; d < head_dim; d++)
+            dot += qs[d] * kr[d];
+        mx = fmaxf(mx, dot);
+    }
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    mx = red[0];
+    __syncthreads();
+    if (mx == -INFINITY)
+        return; /* nothing visible */
+    float sum = 0;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        if (kv_pos[j] > qp)
+            continue;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0;
+        for (int d = 0; d < head_dim; d++)
+            dot += qs[d] * kr[d];
+        sum += expf(dot - mx);
+    }
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    float inv = 1.0f / red[0];
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        if (kv_pos[j] > qp)
+            continue;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0;
+        for (int d = 0; d < head_dim; d++)
+            dot += qs[d] * kr[d];
+        atomicAdd(&out[j], expf(dot - mx) * inv);
+    }
+}
+
+static int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, float *out)
+{
+    if (n_q <= 0 || n_kv <= 0)
+        return 0;
+    if (n_head % n_kv_head || head_dim > 256)
+        return -EINVAL;
+    k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, n_head / n_kv_head,
+                                                       head_dim, scale, out);
+    return LAUNCHED("attn_mass");
+}
+
 __global__ void k_sqdiff(const float *a, const float *b, float *out, int dim)
 {
     __shared__ float part[256];
@@ -898,6 +973,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .swiglu = */ c_swiglu,
     /* .get_rows = */ c_get_rows,
     /* .attention = */ c_attention,
+    /* .attn_mass = */ c_attn_mass,
     /* .row_sqdiff = */ c_row_sqdiff,
     /* .gather_rows = */ c_gather,
     /* .scatter_rows = */ c_scatter,

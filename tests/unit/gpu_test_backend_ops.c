@@ -144,6 +144,18 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
          G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
     report("attn sparse", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
+    /* attention mass of the sparse queries over every key (query selection) */
+    {
+        float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
+        float *dm = dev_of(&gpu, mc, sizeof(float) * n);
+        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, mc),
+             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, dm));
+        G->download(gpu.ctx, mg, dm, sizeof(float) * n);
+        report("attn_mass", shape, nerr(mc, mg, (size_t)n), 1e-5);
+        G->free(gpu.ctx, dm);
+        free(mc);
+        free(mg);
+    }
     /* keys in no particular position order (a blend's rows after gathering) */
     for (int i = 0; i < n; i++)
         kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
@@ -249,6 +261,19 @@ static void test_model(void)
     CHECK_EQ(kvfs_blend(mc, ch, 2, suf, 3, 0.15f, &bc, &bt1, lc, NULL, err, sizeof(err)), 0);
     CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 0.15f, &bg, &bt2, lgp, NULL, err, sizeof(err)), 0);
     report("blend 0.15", "synthetic, 2 chunks x 150", nerr(lc, lgp, V), 1e-3);
+    {
+        /* the query selection on both backends */
+        struct kvfs_kv_cache qc, qg;
+        int32_t *qt1, *qt2;
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, 0.15f);
+        bo.select = KVFS_BLEND_SELECT_QUERY;
+        CHECK_EQ(kvfs_blend_ex(mc, ch, 2, suf, 3, &bo, &qc, &qt1, lc, NULL, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_blend_ex(mg, ch, 2, suf, 3, &bo, &qg, &qt2, lgp, NULL, err, sizeof(err)), 0);
+        report("blend query", "synthetic, 2 chunks x 150", nerr(lc, lgp, V), 1e-3);
+        kvfs_kv_cache_free(mc, &qc); kvfs_kv_cache_free(mg, &qg);
+        free(qt1); free(qt2);
+    }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);

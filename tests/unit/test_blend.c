@@ -115,14 +115,31 @@ int main(void)
     CHECK(kl0 > 1e-4); /* plain reuse really loses the cross-attention */
     /* gradual filtering and query weighting: ratio 1 is still a full
      * prefill; at 0.3 both beat plain reuse and recompute 30% on average */
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         struct kvfs_blend_opts bo;
         kvfs_blend_opts_init(&bo, 1.0f);
-        bo.select = variant == 1 ? KVFS_BLEND_SELECT_FIXED : KVFS_BLEND_SELECT_GRADUAL;
-        bo.query_weighted = variant >= 1;
+        bo.select = variant == 1   ? KVFS_BLEND_SELECT_FIXED
+                    : variant == 3 ? KVFS_BLEND_SELECT_QUERY
+                                   : KVFS_BLEND_SELECT_GRADUAL;
+        bo.query_weighted = variant == 1 || variant == 2;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
         CHECK(kl(full, out, V) < 1e-9);
         kvfs_kv_cache_free(m, &bc), free(bt);
+        if (variant == 3) {
+            /* query selection with every row picked: its first pass and its
+             * recompute from layer 0 must give the full prefill exactly */
+            bo.ratio = 0.999f;
+            CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+            CHECK_EQ(st.n_selected, NC * LEN);
+            CHECK(kl(full, out, V) < 1e-9);
+            float kq = 0;
+            for (int l = 0; l < m->hp.n_layer; l++)
+                for (int i = 0; i < fc.kv_dim * fc.n; i++)
+                    kq = fmaxf(kq, fmaxf(fabsf(fc.k[l][i] - bc.k[l][i]), fabsf(fc.v[l][i] - bc.v[l][i])));
+            fprintf(stderr, "query selection, every row: max |dK|,|dV| %.3g\n", kq);
+            CHECK(kq < 1e-4f);
+            kvfs_kv_cache_free(m, &bc), free(bt);
+        }
         bo.ratio = 0.3f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
         double k = kl(full, out, V);
@@ -130,6 +147,45 @@ int main(void)
         CHECK(k < kl0);
         CHECK(abs(st.n_selected - (int)(0.3 * NC * LEN + 0.5)) <= 2);
         kvfs_kv_cache_free(m, &bc), free(bt);
+    }
+    /* attn_mass (the query selection's ranking) against a direct computation:
+     * 3 queries, 4 heads over 2 kv heads, 20 keys; positions unsorted */
+    {
+        enum { NQ = 3, NH = 4, NKH = 2, HD = 16, NK = 20 };
+        float q[NQ * NH * HD], k[NK * NKH * HD], mass[NK] = {0};
+        int32_t qp[NQ] = {9, 7, 12}, kp[NK];
+        for (int i = 0; i < NQ * NH * HD; i++)
+            q[i] = sinf(0.7f * (float)i);
+        for (int i = 0; i < NK * NKH * HD; i++)
+            k[i] = cosf(0.3f * (float)i + 1.0f);
+        for (int j = 0; j < NK; j++)
+            kp[j] = (j * 7) % NK;
+        CHECK_EQ(m->be.iface->attn_mass(m->be.ctx, q, qp, NQ, k, kp, NK, NH, NKH, HD, 0.25f, mass), 0);
+        double want[NK] = {0}, total = 0, err_max = 0;
+        for (int i = 0; i < NQ; i++)
+            for (int h = 0; h < NH; h++) {
+                double sc[NK], mx = -INFINITY, sum = 0;
+                for (int j = 0; j < NK; j++) {
+                    double d = 0;
+                    for (int x = 0; x < HD; x++)
+                        d += (double)q[(i * NH + h) * HD + x] * k[(j * NKH + h / 2) * HD + x];
+                    sc[j] = kp[j] <= qp[i] ? 0.25 * d : -INFINITY;
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < NK; j++)
+                    sum += exp(sc[j] - mx);
+                for (int j = 0; j < NK; j++)
+                    want[j] += exp(sc[j] - mx) / sum;
+            }
+        for (int j = 0; j < NK; j++) {
+            err_max = fmax(err_max, fabs(want[j] - mass[j]));
+            total += mass[j];
+            if (kp[j] > 12) /* seen by no query */
+                CHECK(mass[j] == 0.0f);
+        }
+        fprintf(stderr, "attn_mass: max error %.3g, total %.4f (want %d)\n", err_max, total, NQ * NH);
+        CHECK(err_max < 1e-5);
+        CHECK(fabs(total - NQ * NH) < 1e-4);
     }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];

@@ -36,10 +36,10 @@ def drop_caches():
     except OSError:
         return False
 
-def blend(mnt, hashes, ratio, tag, drop=False):
+def blend(mnt, hashes, ratio, tag, drop=False, select=None):
     dropped = drop_caches() if drop else False
-    recipe = '\n'.join(hashes) + f'\nratio={ratio}\nsuffix={Q} ({tag})\n'.replace('\n\n', '\n') if False else \
-        '\n'.join(hashes) + f'\nratio={ratio}\nsuffix=' + (Q + f' ({tag})').replace('\n', '\\n') + '\n'
+    recipe = '\n'.join(hashes) + f'\nratio={ratio}\n' + (f'select={select}\n' if select else '') + \
+        'suffix=' + (Q + f' ({tag})').replace('\n', '\\n') + '\n'
     with open(os.path.join(mnt, 'blends', f'{tag}.recipe'), 'w') as f:
         f.write(recipe)
     t0 = time.monotonic()
@@ -85,6 +85,9 @@ with tempfile.TemporaryDirectory() as td:
     for r in range(RUNS):
         rows.setdefault(f'blend 0.15, slow tier ({SLOW}B/s simulated)', []).append(blend(mnt, hashes, 0.15, f'slow{r}')[:2])
     for r in range(RUNS):
+        rows.setdefault(f'blend 0.15 select=fixed, slow tier ({SLOW}B/s simulated)', []).append(
+            blend(mnt, hashes, 0.15, f'slowfixed{r}', select='fixed')[:2])
+    for r in range(RUNS):
         rows.setdefault(f'blend ratio=auto, slow tier ({SLOW}B/s simulated)', []).append(blend(mnt, hashes, 'auto', f'auto{r}')[:2])
     umount(mnt, p)
     # full prefill of the same text, same machine, same run
@@ -102,7 +105,8 @@ print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, CPU backend, {o
       f'is a new recipe in blends/ read with `cat` (TTFT = open..EOF of the blended file: loading, blending, '
       f'writing the v1 file); medians of {RUNS}. Loading/waiting from `.kvfs/stats` '
       '(`blends.last`): *hidden* = share of the loader\'s time that overlapped recompute. '
-      f'Full prefill: `kvfsctl generate --prefix-file` of the same text (TTFT to the first token).\n')
+      f'Full prefill: `kvfsctl generate --prefix-file` of the same text (TTFT to the first token). '
+      'Blends use the default query selection unless a row says otherwise (ratio=auto selects the fixed way).\n')
 print('| method | TTFT s | speedup vs full | ratio used | loading s | waited s | load hidden |')
 print('|---|---|---|---|---|---|---|')
 print(f'| full prefill | {t_full:.3f} | 1.00x | | | | |')

@@ -250,8 +250,8 @@ static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct
 
 /* Query selection, first pass: the suffix (query) rows go through every
  * layer over the reused, re-positioned cache, exactly as a plain reuse
- * would; the attention they pay each row, summed over layers, heads and
- * suffix rows, is left in d_mass[0..n_ctx).  Afterwards every layer of the
+ * would; the attention they pay each row, summed over the upper layers,
+ * heads and suffix rows, is left in d_mass[0..n_ctx).  Afterwards every layer of the
  * cache holds the chunks' K/V (re-positioned) and the suffix's. */
 static int query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c,
                       const struct kvfs_work *w, int n_rows, int n_suffix, const int32_t *d_delta, float *d_mass,
@@ -277,12 +277,16 @@ static int query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, struct
         (rc = be->gather_rows(ctx, w->x, d_rows, wq.x, n_suffix, hp->n_embd)))
         goto out;
     float scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* only the upper two thirds of the layers vote: the first third attends
+     * mostly by position and locally (on 14 prompts, counting every layer
+     * left 12% more KL: BENCHMARKS.md) */
+    int from = hp->n_layer / 3;
     for (int l = 0; l < hp->n_layer; l++) {
         if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)) || (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
             (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
-            (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
-                                hp->head_dim, scale, d_mass)))
+            (l >= from && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
+                                              hp->n_kv_head, hp->head_dim, scale, d_mass))))
             goto out;
         /* the last layer's output is not needed: only its attention */
         if (l + 1 < hp->n_layer && (rc = kvfs_layer_finish(m, l, &wq, n_suffix, c, n_ctx)))

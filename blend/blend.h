@@ -18,8 +18,8 @@
  * paper's layer-by-layer filtering).  The default, select=query, chooses
  * rows by what the answer depends on instead: a first pass runs only the
  * suffix rows through every layer over the re-positioned cache (a plain
- * reuse) and sums the attention they pay each chunk row over layers, heads
- * and suffix rows; the `ratio` share of chunk rows with the most attention
+ * reuse) and sums the attention they pay each chunk row over the upper two
+ * thirds of the layers, heads and suffix rows; the `ratio` share of chunk rows with the most attention
  * (plus each later chunk's first row) is then recomputed from layer 0, with
  * the same exact mask.  It needs every layer before it chooses, so it does
  * not hide loading behind recompute as the others do (ratio=auto selects

@@ -414,8 +414,10 @@ static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, in
         const float *xb = x + b * 32;
         float *yb = y + b * 32;
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < 32; j++) { /* not fmaxf: a libm call per value */
+            float a = fabsf(xb[j]);
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         float dh = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
         for (int j = 0; j < 32; j++)
@@ -427,7 +429,12 @@ static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, in
 static int cpu_round_f16(void *ctx, float *x, size_t count)
 {
     (void)ctx;
-    for (size_t i = 0; i < count; i++)
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < count; i++)
         x[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(x[i]));
     return 0;
 }

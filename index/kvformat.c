@@ -1,5 +1,9 @@
 /* kvformat.c - kvfs chunk file format v1: parse, verify, write, hash. */
 #include "kvformat.h"
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 #include "store.h" /* kvfs_errf */
 
 #include <errno.h>
@@ -370,6 +374,20 @@ void kvfs_writer_free(struct kvfs_writer *w)
 {
     free(w->buf);
     memset(w, 0, sizeof(*w));
+}
+
+/* Bulk conversion: the blended file and the f16 rounding of K/V convert
+ * tens of millions of values per blend; F16C does 8 per instruction with the
+ * same round-to-nearest-even. */
+void kvfs_f32_to_f16_n(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++)
+        dst[i] = kvfs_f32_to_f16(src[i]);
 }
 
 /* IEEE half conversions, round to nearest even. */

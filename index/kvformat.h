@@ -142,6 +142,8 @@ void kvfs_writer_free(struct kvfs_writer *w);
 
 /* fp16 / bf16 helpers (round to nearest even). */
 uint16_t kvfs_f32_to_f16(float f);
+/* n conversions at once (F16C when the build targets it; same rounding) */
+void kvfs_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 float kvfs_f16_to_f32(uint16_t h);
 uint16_t kvfs_f32_to_bf16(float f);
 float kvfs_bf16_to_f32(uint16_t h);

@@ -135,5 +135,21 @@ int main(void)
     CHECK_EQ(kvfs_f32_to_f16(1e6f), 0x7c00);
     CHECK(isinf(kvfs_f16_to_f32(0x7c00)));
     kvfs_writer_free(&w);
+    {
+        /* bulk f16 conversion (F16C) rounds exactly like the scalar one,
+         * denormals, ties and overflow included */
+        enum { NV = 4099 };
+        static float v[NV];
+        static uint16_t bulk[NV];
+        for (int i = 0; i < NV; i++)
+            v[i] = (i % 3 ? 1.0f : -1.0f) * ldexpf(1.0f + (float)(i % 1024) / 1024.0f + 1.0f / 4096.0f, i % 48 - 30);
+        v[0] = 70000.0f;
+        v[1] = 0.0f;
+        kvfs_f32_to_f16_n(v, bulk, NV);
+        int same = 1;
+        for (int i = 0; i < NV; i++)
+            same &= bulk[i] == kvfs_f32_to_f16(v[i]);
+        CHECK(same);
+    }
     CHECK_DONE();
 }

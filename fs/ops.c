@@ -596,7 +596,19 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
     if (h->kind == FH_STATS) {
         size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
         size_t n = h->text_len - o < size ? h->text_len - o : size;
-        fuse_reply_buf(req, h->text + o, n);
+        /* reply from a private copy: as soon as the kernel has the bytes the
+         * reader may close, and its release (another thread) frees h->text
+         * while libfuse's writev is still returning (ASan checks the iovec
+         * after the call and aborted the daemon on it) */
+        char *copy = n ? malloc(n) : NULL;
+        if (n && !copy) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        if (n)
+            memcpy(copy, h->text + o, n);
+        fuse_reply_buf(req, copy, n);
+        free(copy);
         return;
     }
     if (h->kind == FH_BLOB) {

@@ -8,6 +8,7 @@
  * input can make the daemon abort.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -362,7 +363,35 @@ struct fh {
     const uint8_t *blob;        /* FH_BLOB: a blend result, lives until unmount */
     size_t blob_len;
     int writable;               /* FH_PENDING opened for writing: commits at flush */
+    /* replies in flight, minus one once released: the handle is freed by
+     * whichever of release and the last read ends second.  A reader may
+     * close as soon as the kernel has its bytes, and the release (another
+     * thread) must not free what libfuse's writev is still returning from */
+    atomic_int holds;
 };
+
+/* What a handle owns goes when it is released and no reply uses it. */
+static void fh_free(struct kvfs_mount *m, struct fh *h)
+{
+    if (h->kind == FH_CHUNK) {
+        kvfs_chunk_release(h->ref);
+    } else if (h->kind == FH_STATS) {
+        free(h->text);
+    } else if (h->kind == FH_PENDING) {
+        struct pending *p = h->p;
+        pthread_mutex_lock(&m->lock);
+        if (--p->opens == 0)
+            pending_unlink_free(m, p); /* committed or rejected: the draft goes */
+        pthread_mutex_unlock(&m->lock);
+    }
+    free(h);
+}
+
+static void fh_unhold(struct kvfs_mount *m, struct fh *h)
+{
+    if (atomic_fetch_sub(&h->holds, 1) == 0)
+        fh_free(m, h);
+}
 
 static int open_pending(struct kvfs_mount *m, fuse_ino_t parent, const char *name, int trunc,
                         struct fuse_file_info *fi, struct stat *st)
@@ -585,30 +614,13 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fuse_reply_open(req, fi);
 }
 
-static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+/* One read's reply, from whatever the handle holds. */
+static void reply_read(struct fh *h, fuse_req_t req, size_t size, off_t off)
 {
-    (void)ino;
-    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-    if (off < 0) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
     if (h->kind == FH_STATS) {
         size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
         size_t n = h->text_len - o < size ? h->text_len - o : size;
-        /* reply from a private copy: as soon as the kernel has the bytes the
-         * reader may close, and its release (another thread) frees h->text
-         * while libfuse's writev is still returning (ASan checks the iovec
-         * after the call and aborted the daemon on it) */
-        char *copy = n ? malloc(n) : NULL;
-        if (n && !copy) {
-            fuse_reply_err(req, ENOMEM);
-            return;
-        }
-        if (n)
-            memcpy(copy, h->text + o, n);
-        fuse_reply_buf(req, copy, n);
-        free(copy);
+        fuse_reply_buf(req, h->text + o, n);
         return;
     }
     if (h->kind == FH_BLOB) {
@@ -633,6 +645,20 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
         n = p->len - (size_t)off < size ? p->len - (size_t)off : size;
     fuse_reply_buf(req, n ? (const char *)p->buf + off : NULL, n);
     pthread_mutex_unlock(&p->lock);
+}
+
+static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    atomic_fetch_add(&h->holds, 1);
+    reply_read(h, req, size, off);
+    fh_unhold(m, h);
 }
 
 static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
@@ -703,18 +729,7 @@ static void kvfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
     (void)ino;
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-    if (h->kind == FH_CHUNK) {
-        kvfs_chunk_release(h->ref);
-    } else if (h->kind == FH_STATS) {
-        free(h->text);
-    } else if (h->kind == FH_PENDING) {
-        struct pending *p = h->p;
-        pthread_mutex_lock(&m->lock);
-        if (--p->opens == 0)
-            pending_unlink_free(m, p); /* committed or rejected: the draft goes */
-        pthread_mutex_unlock(&m->lock);
-    }
-    free(h);
+    fh_unhold(m, h);
     fuse_reply_err(req, 0);
 }
 

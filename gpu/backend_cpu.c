@@ -266,6 +266,28 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 
 #define ATT_BLOCK 256
 
+/* The attention score scratch, grown to `need` floats. */
+static float *scores_scratch(struct cpu_ctx *ctx, size_t need)
+{
+    if (need > ctx->scratch_len) {
+        float *s = realloc(ctx->scratch, need * sizeof(float));
+        if (!s)
+            return NULL;
+        ctx->scratch = s;
+        ctx->scratch_len = need;
+    }
+    return ctx->scratch;
+}
+
+/* Whether kv positions ascend: then each query sees a prefix of the keys. */
+static int positions_sorted(const int32_t *kv_pos, int n_kv)
+{
+    for (int j = 1; j < n_kv; j++)
+        if (kv_pos[j] < kv_pos[j - 1])
+            return 0;
+    return 1;
+}
+
 static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                          float *out)
@@ -275,18 +297,10 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head)
         return -EINVAL;
-    size_t need = (size_t)ATT_BLOCK * n_kv;
-    if (need > ctx->scratch_len) {
-        float *s = realloc(ctx->scratch, need * sizeof(float));
-        if (!s)
-            return -ENOMEM;
-        ctx->scratch = s;
-        ctx->scratch_len = need;
-    }
-    int sorted = 1;
-    for (int j = 1; j < n_kv && sorted; j++)
-        sorted = kv_pos[j] >= kv_pos[j - 1];
-    float *sc = ctx->scratch;
+    float *sc = scores_scratch(ctx, (size_t)ATT_BLOCK * n_kv);
+    if (!sc)
+        return -ENOMEM;
+    int sorted = positions_sorted(kv_pos, n_kv);
     int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
     int nt = ctx->n_threads > 8 ? 8 : ctx->n_threads;
     for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
@@ -345,21 +359,12 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
         return -EINVAL;
     int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
     /* the queries are few (a prompt's suffix): a block of them per sgemm */
-    int block = ATT_BLOCK;
-    size_t need = (size_t)block * n_kv;
-    if (need > ctx->scratch_len) {
-        float *s = realloc(ctx->scratch, need * sizeof(float));
-        if (!s)
-            return -ENOMEM;
-        ctx->scratch = s;
-        ctx->scratch_len = need;
-    }
-    float *sc = ctx->scratch;
-    int sorted = 1;
-    for (int j = 1; j < n_kv && sorted; j++)
-        sorted = kv_pos[j] >= kv_pos[j - 1];
-    for (int i0 = 0; i0 < n_q; i0 += block) {
-        int rows = n_q - i0 < block ? n_q - i0 : block;
+    float *sc = scores_scratch(ctx, (size_t)ATT_BLOCK * n_kv);
+    if (!sc)
+        return -ENOMEM;
+    int sorted = positions_sorted(kv_pos, n_kv);
+    for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
+        int rows = n_q - i0 < ATT_BLOCK ? n_q - i0 : ATT_BLOCK;
         for (int h = 0; h < n_head; h++) {
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_kv, head_dim, scale,
                              q + (size_t)i0 * qstride + h * head_dim, qstride, k + (h / group) * head_dim, kstride,

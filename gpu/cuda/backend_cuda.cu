@@ -601,8 +601,39 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
     return LAUNCHED("attention");
 }
 
+/* Block-wide max / sum of one value per thread through shared red[blockDim.x];
+ * every thread gets the result, and red may be reused right after. */
+__device__ float block_max(float *red, float v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
+__device__ float block_sum(float *red, float v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
 /* one block per (query, head): the row's max and sum, then each visible kv
- * row's probability added to out (atomics: blocks share rows) */
+ * row's probability added to out (atomics: blocks share rows).  Scores are
+ * recomputed in each pass rather than stored: the queries are few. */
 __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
                             int n_head, int group, int head_dim, float scale, float *out)
 {
@@ -614,53 +645,30 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
         qs[d] = qr[d] * scale;
     __syncthreads();
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+    /* scaled score of kv row j, -INFINITY where the mask hides it */
+    auto score = [&](int j) {
         if (kv_pos[j] > qp)
-            continue;
+            return -INFINITY;
         const float *kr = kb + (size_t)j * kstride;
         float dot = 0;
         for (int d = 0; d < head_dim; d++)
             dot += qs[d] * kr[d];
-        mx = fmaxf(mx, dot);
-    }
-    red[threadIdx.x] = mx;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-        __syncthreads();
-    }
-    mx = red[0];
-    __syncthreads();
+        return dot;
+    };
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        mx = fmaxf(mx, score(j));
+    mx = block_max(red, mx);
     if (mx == -INFINITY)
         return; /* nothing visible */
     float sum = 0;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        sum += expf(score(j) - mx); /* masked rows add exp(-inf) = 0 */
+    float inv = 1.0f / block_sum(red, sum);
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
-        if (kv_pos[j] > qp)
-            continue;
-        const float *kr = kb + (size_t)j * kstride;
-        float dot = 0;
-        for (int d = 0; d < head_dim; d++)
-            dot += qs[d] * kr[d];
-        sum += expf(dot - mx);
-    }
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    float inv = 1.0f / red[0];
-    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
-        if (kv_pos[j] > qp)
-            continue;
-        const float *kr = kb + (size_t)j * kstride;
-        float dot = 0;
-        for (int d = 0; d < head_dim; d++)
-            dot += qs[d] * kr[d];
-        atomicAdd(&out[j], expf(dot - mx) * inv);
+        float sc = score(j);
+        if (sc != -INFINITY)
+            atomicAdd(&out[j], expf(sc - mx) * inv);
     }
 }
 

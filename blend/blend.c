@@ -424,7 +424,8 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     }
     if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n_ctx + 4, (void **)&d_dev)) ||
         (rc = be->alloc(ctx, (size_t)n_ctx + 4, (void **)&d_forced)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx + 4, (void **)&d_top)))
+        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx + 4, (void **)&d_top)) ||
+        (n_rows && (rc = be->upload(ctx, d_forced, forced, (size_t)n_rows))))
         goto fail;
     if (!blending) {
         /* plain reuse: only the suffix is computed, from layer 0 */
@@ -435,8 +436,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         if ((rc = query_mass(m, ld, c, &w, n_rows, n_suffix, d_delta, d_dev, err, errlen)))
             goto fail;
         n_sel = rows_at(o, 0, 1, n_rows);
-        if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
-            (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+        if ((rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
             goto fail;
         first_layer = 0;
         n_sparse = hp->n_layer;
@@ -497,8 +497,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         n_sel = n_sparse > 0 ? rows_at(o, 0, n_sparse, n_rows) : 0;
         if (ratio >= 1.0f)
             n_sel = n_rows;
-        if ((rc = be->upload(ctx, d_forced, forced, (size_t)n_rows)) ||
-            (rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+        if ((rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
             goto fail;
         /* the check layer keeps every fresh K/V: they are exact and already paid for */
         if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||

@@ -1,12 +1,14 @@
 import json, os, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
-from corpus import documents
+from corpus import rag_passages
 from paths import ROOT, KVFSCTL, MODEL
 N = int(os.environ.get('BLEND_PROMPTS', '30'))
 K = int(os.environ.get('BLEND_CHUNKS', '6'))
 SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))
 RATIOS = '0.05,0.1,0.15,0.3,1'
 SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
+# BLEND_DISTINCT=0: the earlier prompt set, repeated passages included
+DISTINCT = os.environ.get('BLEND_DISTINCT', '1') != '0'
 # full prefill's self-agreement: an independent, equally valid full prefill
 # (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
 try:
@@ -29,17 +31,15 @@ def greedy_llama(ids, n):
 
 questions = ['What does this text allow you to do?', 'Who is responsible for the software?',
              'Summarize the conditions in one sentence.', 'Which command or option is described?']
-docs = [t for _, t in documents(400) if len(t) > SIZE + 200]
+prompts = rag_passages(N, K, SIZE, distinct=DISTINCT)
 rows = {}
 self_rows = []
 with tempfile.TemporaryDirectory() as td:
     for p in range(N):
         files = []
-        for k in range(K):
-            text = docs[(p * K + k) % len(docs)]
-            off = (p * 997) % max(1, len(text) - SIZE)
+        for k, passage in enumerate(prompts[p]):
             f = os.path.join(td, f'c{k}.txt')
-            open(f, 'w').write(text[off:off + SIZE])
+            open(f, 'w').write(passage)
             files.append(f)
         q = '\n\nQuestion: ' + questions[p % len(questions)] + '\nAnswer:'
         r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIOS, '--select', SELECT, '--query', q] + files,
@@ -57,7 +57,11 @@ reuse_kl = statistics.mean(x[1] for x in rows['full reuse'])
 print('### Blending quality and TTFT (`bench/blend.sh`, run by `make bench`)\n')
 print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, CPU backend, {os.cpu_count()} threads; {N} prompts of '
       f'{K} chunks x {SIZE} bytes of real text (licenses, man pages, copyright files; median '
-      f'{statistics.median(x[4] for x in rows["full prefill"])} tokens) plus a question. `kvfsctl eval` per prompt: '
+      f'{statistics.median(x[4] for x in rows["full prefill"])} tokens) plus a question; '
+      + ('the passages of a prompt are distinct, as a retriever returns them (identical documents count once; a '
+         'passage sharing over 30% of its 8-word shingles with one already in the prompt is skipped). '
+         if DISTINCT else 'passages taken in order, repeats included (BLEND_DISTINCT=0). ')
+      + '`kvfsctl eval` per prompt: '
       'TTFT from the cached chunks in memory to the first token\'s logits; KL(full || method) of the next-token '
       'distribution; top-1 and 32-token greedy agreement with full prefill.\n')
 print('Full prefill agrees with itself by definition; its *self-agreement* below is the agreement of two '

@@ -94,19 +94,27 @@ int cmd_eval(int argc, char **argv)
         case 'g': greedy = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'b': backend = optarg; break;
-        case 's':
+        case 's': {
+            /* a comma list, each name once, in the order given */
+            char list[128], *save = NULL;
+            snprintf(list, sizeof(list), "%s", optarg);
             n_selects = 0;
-            if (strstr(optarg, "fixed"))
-                selects[n_selects++] = KVFS_BLEND_SELECT_FIXED;
-            if (strstr(optarg, "gradual"))
-                selects[n_selects++] = KVFS_BLEND_SELECT_GRADUAL;
-            if (strstr(optarg, "query"))
-                selects[n_selects++] = KVFS_BLEND_SELECT_QUERY;
+            for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+                int sel = kvfs_blend_select_parse(p), dup = 0;
+                for (int i = 0; i < n_selects; i++)
+                    dup |= selects[i] == sel;
+                if (sel < 0 || dup || n_selects == 3) {
+                    fprintf(stderr, "kvfsctl eval: --select: '%s' is not one of query, fixed, gradual (each once)\n", p);
+                    return 2;
+                }
+                selects[n_selects++] = sel;
+            }
             if (!n_selects) {
                 fprintf(stderr, "kvfsctl eval: --select takes query, fixed, gradual or a comma list\n");
                 return 2;
             }
             break;
+        }
         case 'T': bo.taper = strtof(optarg, NULL); break;
         case 'S': bo.sink_rows = atoi(optarg); break;
         case 'D': bo.deviation_on_k = !strcmp(optarg, "k"); break;

@@ -246,6 +246,36 @@ static int c_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, 
     return 0;
 }
 
+/* Block-wide max / sum of one value per thread through shared red[blockDim.x];
+ * every thread gets the result, and red may be reused right after. */
+__device__ float block_max(float *red, float v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
+__device__ float block_sum(float *red, float v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
 __global__ void k_rmsnorm(const float *x, const float *g, float *y, int dim, float eps)
 {
     const float *xr = x + (size_t)blockIdx.x * dim;
@@ -254,14 +284,7 @@ __global__ void k_rmsnorm(const float *x, const float *g, float *y, int dim, flo
     float s = 0;
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         s += xr[j] * xr[j];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k)
-            part[threadIdx.x] += part[threadIdx.x + k];
-        __syncthreads();
-    }
-    float scale = rsqrtf(part[0] / dim + eps);
+    float scale = rsqrtf(block_sum(part, s) / dim + eps);
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         yr[j] = xr[j] * scale * g[j];
 }
@@ -601,36 +624,6 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
     return LAUNCHED("attention");
 }
 
-/* Block-wide max / sum of one value per thread through shared red[blockDim.x];
- * every thread gets the result, and red may be reused right after. */
-__device__ float block_max(float *red, float v)
-{
-    red[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-        __syncthreads();
-    }
-    v = red[0];
-    __syncthreads();
-    return v;
-}
-
-__device__ float block_sum(float *red, float v)
-{
-    red[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    v = red[0];
-    __syncthreads();
-    return v;
-}
-
 /* one block per (query, head): the row's max and sum, then each visible kv
  * row's probability added to out (atomics: blocks share rows).  Scores are
  * recomputed in each pass rather than stored: the queries are few. */
@@ -693,15 +686,9 @@ __global__ void k_sqdiff(const float *a, const float *b, float *out, int dim)
         float d = ar[j] - br[j];
         s += d * d;
     }
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k)
-            part[threadIdx.x] += part[threadIdx.x + k];
-        __syncthreads();
-    }
+    s = block_sum(part, s);
     if (threadIdx.x == 0)
-        out[blockIdx.x] = part[0];
+        out[blockIdx.x] = s;
 }
 
 static int c_row_sqdiff(void *vctx, const float *a, const float *b, float *out, int n, int dim)

@@ -313,8 +313,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
             for (int i = i0; i < i1; i++)
                 if (q_pos[i] > maxq)
                     maxq = q_pos[i];
-            while (nk > 0 && kv_pos[nk - 1] > maxq)
-                nk--;
+            nk = visible_end(kv_pos, n_kv, maxq);
         }
         if (nk == 0) { /* nothing visible: zero output */
             for (int i = i0; i < i1; i++)

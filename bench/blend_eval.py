@@ -10,11 +10,13 @@ SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
 # BLEND_DISTINCT=0: the earlier prompt set, repeated passages included
 DISTINCT = os.environ.get('BLEND_DISTINCT', '1') != '0'
 # full prefill's self-agreement: an independent, equally valid full prefill
-# (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
+# (llama.cpp, the oracle) against ours -- the noise floor of "agreement";
+# its context holds every prompt of the set and the continuation
+LLAMA_CTX = 8192
 try:
     import numpy as np
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=4096, n_batch=512, n_threads=os.cpu_count(), logits_all=True, verbose=False)
+    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=LLAMA_CTX, n_batch=512, n_threads=os.cpu_count(), logits_all=True, verbose=False)
 except Exception as e:  # the oracle is optional here; make bench installs it
     print(f'llama.cpp unavailable ({e}); no self-agreement row', file=sys.stderr)
     llm = None
@@ -47,7 +49,7 @@ with tempfile.TemporaryDirectory() as td:
         d = json.loads(r.stdout)
         for res in d['results']:
             rows.setdefault(res['method'], []).append((res['ttft_s'], res['kl'], res['top1'], res['greedy_agree'], d['tokens']))
-        if llm is not None and d['tokens'] + len(d['full_greedy']) < 4096:
+        if llm is not None and d['tokens'] + len(d['full_greedy']) <= LLAMA_CTX:
             g = greedy_llama(d['prompt_ids'], len(d['full_greedy']))
             agree = sum(a == b for a, b in zip(g, d['full_greedy'])) / len(g)
             self_rows.append((g[0] == d['full_greedy'][0], agree))

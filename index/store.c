@@ -471,70 +471,36 @@ static int evict_for(struct kvfs_store *s, uint64_t need)
 
 /* ---- put ---- */
 
-int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char *expect_hash,
-                   char hash_out[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+static atomic_uint tmp_seq; /* temporary file names unique within the process */
+
+static void count_ingest_error(struct kvfs_store *s)
 {
-    struct kvfs_header h;
-    uint8_t digest[32], *obj = NULL;
-    size_t obj_len = 0;
-    char hex[KVFS_HASH_HEX_LEN + 1], why[256], tmp[4096], dst[4096];
-    int rc, fd = -1;
-    if (s->opts.read_only)
-        return -EROFS;
-    if ((rc = kvfs_file_verify(buf, len, &h, why, sizeof(why)))) {
-        kvfs_errf(err, errlen, 0, "invalid chunk: %s", why);
-        goto count_error;
-    }
-    if ((rc = kvfs_content_hash(&h, digest)))
-        goto count_error;
-    kvfs_hash_to_hex(digest, hex);
-    if (expect_hash && strcmp(expect_hash, hex) != 0) {
-        kvfs_errf(err, errlen, 0, "name %s does not match the chunk's content hash %s", expect_hash, hex);
-        rc = -EINVAL;
-        goto count_error;
-    }
-    if (hash_out)
-        memcpy(hash_out, hex, sizeof(hex));
     pthread_mutex_lock(&s->lock);
-    int exists = row_get(s, hex) != NULL;
+    s->ingest_errors++;
     pthread_mutex_unlock(&s->lock);
-    if (exists)
-        return 0; /* content addressed: same name, same meaning */
+}
 
-    if ((rc = kvfs_obj_encode(buf, &h, s->opts.zstd_level, &obj, &obj_len))) {
-        kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
-        goto count_error;
-    }
-    static atomic_uint seq;
-    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.tmp", s->dir, hex, (int)getpid(), atomic_fetch_add(&seq, 1));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
-        goto free_obj;
-    }
-    if ((rc = kvfs_write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
-        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
-                rc == -ENOSPC ? " (backing disk full)" : "");
-        goto unlink_tmp;
-    }
-    close(fd);
-    fd = -1;
-
+/* Move the complete, verified, synced object file `tmp` into place as `hex`
+ * and index it; tmp is gone afterwards either way.  0 too when a concurrent
+ * writer stored the same chunk first. */
+static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex, const struct kvfs_header *h,
+                         size_t obj_len, char *err, size_t errlen)
+{
+    char dst[4096], subdir[4096];
+    int rc;
     pthread_mutex_lock(&s->lock);
-    if (row_get(s, hex)) { /* a concurrent writer stored it first */
+    if (row_get(s, hex)) {
         pthread_mutex_unlock(&s->lock);
-        rc = 0;
-        goto unlink_tmp;
+        unlink(tmp);
+        return 0;
     }
     if ((rc = evict_for(s, obj_len))) {
         pthread_mutex_unlock(&s->lock);
-        kvfs_errf(err, errlen, 0, "over capacity: %zu more bytes do not fit in %" PRIu64
-                " (only pinned chunks left to evict)", obj_len, s->opts.capacity);
-        goto unlink_tmp_counted;
+        unlink(tmp);
+        return kvfs_errf(err, errlen, rc, "over capacity: %zu more bytes do not fit in %" PRIu64
+                         " (only pinned chunks left to evict)", obj_len, s->opts.capacity);
     }
     object_path(s, hex, dst, sizeof(dst));
-    char subdir[4096];
     snprintf(subdir, sizeof(subdir), "%s/objects/%.2s", s->dir, hex);
     if (mkdir(subdir, 0755) != 0 && errno != EEXIST) {
         rc = -errno;
@@ -544,7 +510,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         if (!s->opts.no_sync)
             fsync_dir(subdir);
         struct kvfs_chunk_info c;
-        kvfs_info_from_header(&h, hex, obj_len, &c);
+        kvfs_info_from_header(h, hex, obj_len, &c);
         c.created_ns = c.accessed_ns = now_ns();
         if ((rc = kvfs_idx_insert(s->db, &c)) == 0)
             rc = row_insert(s, &c);
@@ -558,30 +524,83 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     struct kvfs_store_remote remote = s->remote;
     pthread_mutex_unlock(&s->lock);
     if (rc) {
-        kvfs_errf(err, errlen, 0, "storing object failed: %s", strerror(-rc));
-        goto unlink_tmp_counted;
+        unlink(tmp);
+        return kvfs_errf(err, errlen, rc, "storing object failed: %s", strerror(-rc));
     }
-    free(obj);
     if (remote.stored)
         remote.stored(remote.ctx, hex);
     return 0;
+}
 
-unlink_tmp:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(obj);
-    if (rc == 0)
-        return 0;
-    goto count_error;
-unlink_tmp_counted:
-    unlink(tmp);
-free_obj:
-    free(obj);
-count_error:
+/* Verify an image (header, checksums) and derive its name; -EINVAL when it
+ * does not match expect_hash. */
+static int check_image(const void *img, size_t len, const char *expect_hash, struct kvfs_header *h,
+                       char hex[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+{
+    uint8_t digest[32];
+    char why[256];
+    int rc;
+    if ((rc = kvfs_file_verify(img, len, h, why, sizeof(why))))
+        return kvfs_errf(err, errlen, rc, "invalid chunk: %s", why);
+    if ((rc = kvfs_content_hash(h, digest)))
+        return rc;
+    kvfs_hash_to_hex(digest, hex);
+    if (expect_hash && strcmp(expect_hash, hex) != 0)
+        return kvfs_errf(err, errlen, -EINVAL, "name %s does not match the chunk's content hash %s", expect_hash, hex);
+    return 0;
+}
+
+static int exists(struct kvfs_store *s, const char *hex)
+{
     pthread_mutex_lock(&s->lock);
-    s->ingest_errors++;
+    int found = row_get(s, hex) != NULL;
     pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char *expect_hash,
+                   char hash_out[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+{
+    struct kvfs_header h;
+    uint8_t *obj = NULL;
+    size_t obj_len = 0;
+    char hex[KVFS_HASH_HEX_LEN + 1], tmp[4096];
+    int rc, fd;
+    if (s->opts.read_only)
+        return -EROFS;
+    if ((rc = check_image(buf, len, expect_hash, &h, hex, err, errlen)))
+        goto count_error;
+    if (hash_out)
+        memcpy(hash_out, hex, sizeof(hex));
+    if (exists(s, hex))
+        return 0; /* content addressed: same name, same meaning */
+    if ((rc = kvfs_obj_encode(buf, &h, s->opts.zstd_level, &obj, &obj_len))) {
+        kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
+        goto count_error;
+    }
+    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.tmp", s->dir, hex, (int)getpid(), atomic_fetch_add(&tmp_seq, 1));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
+        goto count_error;
+    }
+    if ((rc = kvfs_write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
+        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
+                  rc == -ENOSPC ? " (backing disk full)" : "");
+        close(fd);
+        unlink(tmp);
+        goto count_error;
+    }
+    close(fd);
+    free(obj);
+    obj = NULL;
+    if ((rc = commit_object(s, tmp, hex, &h, obj_len, err, errlen)))
+        goto count_error;
+    return 0;
+count_error:
+    free(obj);
+    count_ingest_error(s);
     return rc;
 }
 
@@ -701,23 +720,62 @@ int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held)
     return c ? 0 : -ENOENT;
 }
 
+/* An object as another store wrote it (the remote tier's copy): it goes to
+ * disk as it came, with no decode and re-encode in memory: written to a
+ * temporary file, decoded and verified from there, then moved into place. */
 int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash, char *err,
                           size_t errlen)
 {
-    /* the object decoder reads from a descriptor: give it one in memory */
-    int fd = memfd_create("kvfs-object", MFD_CLOEXEC), rc;
+    struct kvfs_header h;
     uint8_t *img = NULL;
     size_t img_len = 0;
-    if (fd < 0)
-        return kvfs_errf(err, errlen, -errno, "memfd_create: %s", strerror(errno));
-    char why[256] = "";
-    if ((rc = kvfs_write_full(fd, obj, len)) == 0 &&
-        (rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why))) != 0)
+    char hex[KVFS_HASH_HEX_LEN + 1], tmp[4096], why[256] = "";
+    int rc, fd, counted = 1;
+    if (s->opts.read_only)
+        return -EROFS;
+    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.obj.tmp", s->dir, expect_hash ? expect_hash : "object", (int)getpid(),
+             atomic_fetch_add(&tmp_seq, 1));
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
+        goto count_error;
+    }
+    if ((rc = kvfs_write_full(fd, obj, len))) {
+        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
+                  rc == -ENOSPC ? " (backing disk full)" : "");
+        goto drop;
+    }
+    if ((rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)))) {
         kvfs_errf(err, errlen, rc, "bad object: %s", why);
-    close(fd);
-    if (!rc)
-        rc = kvfs_store_put(s, img, img_len, expect_hash, NULL, err, errlen);
+        counted = 0; /* not a chunk at all: as before, the caller counts it */
+        goto drop;
+    }
+    rc = check_image(img, img_len, expect_hash, &h, hex, err, errlen);
     free(img);
+    if (rc)
+        goto drop;
+    if (exists(s, hex)) {
+        close(fd);
+        unlink(tmp);
+        return 0;
+    }
+    if (!s->opts.no_sync && fsync(fd) != 0) {
+        rc = -errno;
+        kvfs_errf(err, errlen, 0, "writing object failed: %s", strerror(-rc));
+        goto drop;
+    }
+    close(fd);
+    if ((rc = commit_object(s, tmp, hex, &h, len, err, errlen)))
+        goto count_error;
+    return 0;
+drop:
+    close(fd);
+    unlink(tmp);
+    if (!counted)
+        return rc;
+count_error:
+    count_ingest_error(s);
     return rc;
 }
 

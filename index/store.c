@@ -720,6 +720,33 @@ int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held)
     return c ? 0 : -ENOENT;
 }
 
+/* A freshly fetched chunk's verified image goes to the RAM tier (where there
+ * is one and it fits), so the read that caused the fetch does not decode the
+ * stored file again.  Takes img. */
+static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len)
+{
+    struct ram_entry *e = s->opts.ram_bytes ? calloc(1, sizeof(*e)) : NULL;
+    if (e) {
+        memcpy(e->hash, hash, KVFS_HASH_HEX_LEN + 1);
+        e->img = img;
+        e->size = len;
+        pthread_mutex_lock(&s->lock);
+        if (!ram_lookup(s, hash) && row_get(s, hash) && ram_make_room(s, len) == 0) {
+            e->cached = 1;
+            e->stamp = ++s->ram_clock;
+            e->next = s->ram;
+            s->ram = e;
+            s->ram_used += len;
+            s->ram_count++;
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+        pthread_mutex_unlock(&s->lock);
+        free(e);
+    }
+    free(img);
+}
+
 /* An object as another store wrote it (the remote tier's copy): it goes to
  * disk as it came, with no decode and re-encode in memory: written to a
  * temporary file, decoded and verified from there, then moved into place. */
@@ -751,11 +778,10 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
         counted = 0; /* not a chunk at all: as before, the caller counts it */
         goto drop;
     }
-    rc = check_image(img, img_len, expect_hash, &h, hex, err, errlen);
-    free(img);
-    if (rc)
+    if ((rc = check_image(img, img_len, expect_hash, &h, hex, err, errlen)))
         goto drop;
     if (exists(s, hex)) {
+        free(img);
         close(fd);
         unlink(tmp);
         return 0;
@@ -766,10 +792,14 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
         goto drop;
     }
     close(fd);
-    if ((rc = commit_object(s, tmp, hex, &h, len, err, errlen)))
+    if ((rc = commit_object(s, tmp, hex, &h, len, err, errlen))) {
+        free(img);
         goto count_error;
+    }
+    ram_adopt(s, hex, img, img_len);
     return 0;
 drop:
+    free(img);
     close(fd);
     unlink(tmp);
     if (!counted)

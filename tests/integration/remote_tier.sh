@@ -56,6 +56,7 @@ check "B's stats count the listed chunks" test "$(remote "$B" 'r["listed"]')" -g
 check "mount B reads it byte-identical (fetched from RADOS)" cmp "$T/c1.kv" "$B/chunks/$h1.kv"
 check "... and B's stats count the fetch" test "$(remote "$B" 'r["fetched"]')" -ge 1
 check "... and now lists it locally" sh -c "ls '$B/chunks' | grep -qx $h1.kv"
+check "... and holds it in its RAM tier too: $(tier "$B/chunks/$h1.kv")" test "$(tier "$B/chunks/$h1.kv")" = "ram,disk,remote"
 
 # concurrent writers of the same chunk from both mounts
 h2=$(synth "$T/c2.kv" --tokens 400 --layers 8 --seed 2)

@@ -212,6 +212,51 @@ int main(void)
     kvfs_store_close(s);
     CHECK_EQ(kvfs_store_fsck(dir, 0, report, NULL), 0);
 
+    /* an object as another store wrote it (what the remote tier fetches):
+     * stored as it came once verified, its image in the RAM tier; a wrong
+     * name or garbage is refused and leaves nothing behind */
+    {
+        s = open_store(0, 0, 3);
+        char h[65], path[4096], err[256];
+        CHECK_EQ(put_synth(s, 96, 7, h), 0);
+        CHECK_EQ(kvfs_store_object_path(s, h, path, sizeof(path)), 0);
+        kvfs_store_close(s);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        static uint8_t obj[4 << 20];
+        size_t len = f ? fread(obj, 1, sizeof(obj), f) : 0;
+        if (f)
+            fclose(f);
+        CHECK(len > 0 && len < sizeof(obj));
+        char saved[256];
+        memcpy(saved, dir, sizeof(saved));
+        snprintf(dir, sizeof(dir), "/tmp/kvfs-test-store-other.%d", (int)getpid());
+        s = open_store(0, 4 << 20, 0);
+        CHECK(s != NULL);
+        char wrong[65];
+        memcpy(wrong, h, sizeof(wrong));
+        wrong[0] = wrong[0] == '0' ? '1' : '0';
+        CHECK_EQ(kvfs_store_put_object(s, obj, len, wrong, err, sizeof(err)), -EINVAL);
+        CHECK(strstr(err, "does not match") != NULL);
+        obj[len / 2] ^= 0x55;
+        CHECK(kvfs_store_put_object(s, obj, len, h, err, sizeof(err)) < 0);
+        obj[len / 2] ^= 0x55;
+        CHECK_EQ(kvfs_store_count(s), 0);
+        CHECK_EQ(kvfs_store_put_object(s, obj, len, h, err, sizeof(err)), 0);
+        struct kvfs_chunk_info ci;
+        CHECK_EQ(kvfs_store_stat(s, h, &ci), 0);
+        CHECK(ci.in_ram);
+        CHECK(same_as_synth(s, h, 96, 7));
+        CHECK_EQ(kvfs_store_put_object(s, obj, len, h, err, sizeof(err)), 0); /* again: a no-op */
+        CHECK_EQ(kvfs_store_count(s), 1);
+        kvfs_store_close(s);
+        snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/tmp)\"", dir);
+        CHECK_EQ(system(cmd), 0); /* no temporary file left */
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        system(cmd);
+        memcpy(dir, saved, sizeof(saved));
+    }
+
     uint64_t v;
     CHECK_EQ(kvfs_parse_size("64M", &v), 0);
     CHECK_EQ(v, 64ull << 20);

@@ -168,6 +168,20 @@ static int ram_make_room(struct kvfs_store *s, size_t need)
     return 0;
 }
 
+/* Put an entry for a stored chunk into the RAM tier if there is one and it
+ * fits (s->lock held); 1 if it is now cached there. */
+static int ram_cache_locked(struct kvfs_store *s, struct ram_entry *e)
+{
+    if (!s->opts.ram_bytes || !row_get(s, e->hash) || ram_make_room(s, e->size) != 0)
+        return 0;
+    e->cached = 1;
+    e->next = s->ram;
+    s->ram = e;
+    s->ram_used += e->size;
+    s->ram_count++;
+    return 1;
+}
+
 /* ---- paths ---- */
 
 static void object_path(const struct kvfs_store *s, const char *hash, char *out, size_t len)
@@ -473,6 +487,26 @@ static int evict_for(struct kvfs_store *s, uint64_t need)
 
 static atomic_uint tmp_seq; /* temporary file names unique within the process */
 
+/* Write an object's bytes to a new temporary file under tmp/ (its path into
+ * tmp); the open descriptor, or -errno with err set and nothing left behind. */
+static int write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
+                     size_t errlen)
+{
+    snprintf(tmp, 4096, "%s/tmp/%s.%d.%u.tmp", s->dir, name, (int)getpid(), atomic_fetch_add(&tmp_seq, 1));
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc;
+    if (fd < 0) {
+        rc = -errno;
+        return kvfs_errf(err, errlen, rc, "cannot create %s: %s", tmp, strerror(-rc));
+    }
+    if ((rc = kvfs_write_full(fd, obj, len))) {
+        close(fd);
+        unlink(tmp);
+        return kvfs_errf(err, errlen, rc, "writing object failed: %s%s", strerror(-rc),
+                         rc == -ENOSPC ? " (backing disk full)" : "");
+    }
+    return fd;
+}
+
 static void count_ingest_error(struct kvfs_store *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -578,14 +612,10 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
-    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.tmp", s->dir, hex, (int)getpid(), atomic_fetch_add(&tmp_seq, 1));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
+    if ((fd = rc = write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0)
         goto count_error;
-    }
-    if ((rc = kvfs_write_full(fd, obj, obj_len)) || (!s->opts.no_sync && fsync(fd) != 0 && (rc = -errno))) {
+    if (!s->opts.no_sync && fsync(fd) != 0) {
+        rc = -errno;
         kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
                   rc == -ENOSPC ? " (backing disk full)" : "");
         close(fd);
@@ -731,13 +761,8 @@ static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size
         e->img = img;
         e->size = len;
         pthread_mutex_lock(&s->lock);
-        if (!ram_lookup(s, hash) && row_get(s, hash) && ram_make_room(s, len) == 0) {
-            e->cached = 1;
-            e->stamp = ++s->ram_clock;
-            e->next = s->ram;
-            s->ram = e;
-            s->ram_used += len;
-            s->ram_count++;
+        e->stamp = ++s->ram_clock;
+        if (!ram_lookup(s, hash) && ram_cache_locked(s, e)) {
             pthread_mutex_unlock(&s->lock);
             return;
         }
@@ -760,19 +785,8 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
     int rc, fd, counted = 1;
     if (s->opts.read_only)
         return -EROFS;
-    snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%d.%u.obj.tmp", s->dir, expect_hash ? expect_hash : "object", (int)getpid(),
-             atomic_fetch_add(&tmp_seq, 1));
-    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        kvfs_errf(err, errlen, 0, "cannot create %s: %s", tmp, strerror(-rc));
+    if ((fd = rc = write_tmp(s, expect_hash ? expect_hash : "object", obj, len, tmp, err, errlen)) < 0)
         goto count_error;
-    }
-    if ((rc = kvfs_write_full(fd, obj, len))) {
-        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
-                  rc == -ENOSPC ? " (backing disk full)" : "");
-        goto drop;
-    }
     if ((rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)))) {
         kvfs_errf(err, errlen, rc, "bad object: %s", why);
         counted = 0; /* not a chunk at all: as before, the caller counts it */
@@ -890,13 +904,7 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
         return 0;
     }
     e->stamp = ++s->ram_clock;
-    if (s->opts.ram_bytes && row_get(s, hash) && ram_make_room(s, len) == 0) {
-        e->cached = 1;
-        e->next = s->ram;
-        s->ram = e;
-        s->ram_used += len;
-        s->ram_count++;
-    }
+    ram_cache_locked(s, e);
     pthread_mutex_unlock(&s->lock);
     ref->e = e;
     *out = ref;

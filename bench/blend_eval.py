@@ -1,56 +1,28 @@
 import json, os, statistics, subprocess, sys, tempfile, time
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
-from corpus import rag_passages
-from paths import ROOT, KVFSCTL, MODEL
-N = int(os.environ.get('BLEND_PROMPTS', '30'))
-K = int(os.environ.get('BLEND_CHUNKS', '6'))
-SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rag_set import N, K, SIZE, DISTINCT, LLAMA_CTX, prompt_files, open_llama, greedy_llama
+from paths import KVFSCTL, MODEL
 RATIOS = '0.05,0.1,0.15,0.3,1'
 SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
-# BLEND_DISTINCT=0: the earlier prompt set, repeated passages included
-DISTINCT = os.environ.get('BLEND_DISTINCT', '1') != '0'
 # full prefill's self-agreement: an independent, equally valid full prefill
-# (llama.cpp, the oracle) against ours -- the noise floor of "agreement";
-# its context holds every prompt of the set and the continuation
-LLAMA_CTX = 8192
+# (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
 try:
-    import numpy as np
-    import llama_cpp
-    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=LLAMA_CTX, n_batch=512, n_threads=os.cpu_count(), logits_all=True, verbose=False)
+    llm = open_llama()
 except Exception as e:  # the oracle is optional here; make bench installs it
     print(f'llama.cpp unavailable ({e}); no self-agreement row', file=sys.stderr)
     llm = None
 
-def greedy_llama(ids, n):
-    llm.reset()
-    llm.eval(ids)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        out.append(t)
-        llm.eval([t])
-    return out
-
-questions = ['What does this text allow you to do?', 'Who is responsible for the software?',
-             'Summarize the conditions in one sentence.', 'Which command or option is described?']
-prompts = rag_passages(N, K, SIZE, distinct=DISTINCT)
 rows = {}
 self_rows = []
 with tempfile.TemporaryDirectory() as td:
-    for p in range(N):
-        files = []
-        for k, passage in enumerate(prompts[p]):
-            f = os.path.join(td, f'c{k}.txt')
-            open(f, 'w').write(passage)
-            files.append(f)
-        q = '\n\nQuestion: ' + questions[p % len(questions)] + '\nAnswer:'
+    for p, files, q in prompt_files(td):
         r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIOS, '--select', SELECT, '--query', q] + files,
                            capture_output=True, text=True, check=True)
         d = json.loads(r.stdout)
         for res in d['results']:
             rows.setdefault(res['method'], []).append((res['ttft_s'], res['kl'], res['top1'], res['greedy_agree'], d['tokens']))
         if llm is not None and d['tokens'] + len(d['full_greedy']) <= LLAMA_CTX:
-            g = greedy_llama(d['prompt_ids'], len(d['full_greedy']))
+            g = greedy_llama(llm, d['prompt_ids'], len(d['full_greedy']))
             agree = sum(a == b for a, b in zip(g, d['full_greedy'])) / len(g)
             self_rows.append((g[0] == d['full_greedy'][0], agree))
         print(f'prompt {p + 1}/{N}: {d["tokens"]} tokens', file=sys.stderr)

@@ -1,0 +1,49 @@
+"""The blend benchmark's prompt set and llama.cpp's greedy decode, shared by
+bench/blend_eval.py and bench/self_agreement.py so both measure the same
+prompts: BLEND_PROMPTS prompts (default 30) of BLEND_CHUNKS passages (default
+6) of BLEND_CHUNK_BYTES bytes (default 2000) plus a question; BLEND_DISTINCT=0
+gives the earlier set, repeated passages included."""
+import os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
+from corpus import rag_passages
+from paths import MODEL
+
+N = int(os.environ.get('BLEND_PROMPTS', '30'))
+K = int(os.environ.get('BLEND_CHUNKS', '6'))
+SIZE = int(os.environ.get('BLEND_CHUNK_BYTES', '2000'))
+DISTINCT = os.environ.get('BLEND_DISTINCT', '1') != '0'
+# llama.cpp's context holds every prompt of the set and its continuation
+LLAMA_CTX = 8192
+QUESTIONS = ['What does this text allow you to do?', 'Who is responsible for the software?',
+             'Summarize the conditions in one sentence.', 'Which command or option is described?']
+
+
+def prompt_files(td):
+    """Yield (index, chunk files written under td, query) for each prompt."""
+    prompts = rag_passages(N, K, SIZE, distinct=DISTINCT)
+    for p in range(N):
+        files = []
+        for k, passage in enumerate(prompts[p]):
+            f = os.path.join(td, f'c{k}.txt')
+            open(f, 'w').write(passage)
+            files.append(f)
+        yield p, files, '\n\nQuestion: ' + QUESTIONS[p % len(QUESTIONS)] + '\nAnswer:'
+
+
+def open_llama():
+    import llama_cpp
+    return llama_cpp.Llama(model_path=MODEL, n_ctx=LLAMA_CTX, n_batch=512, n_threads=os.cpu_count(),
+                           logits_all=True, verbose=False)
+
+
+def greedy_llama(llm, ids, n):
+    """llama.cpp's greedy continuation of n tokens after ids."""
+    import numpy as np
+    llm.reset()
+    llm.eval(ids)
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(t)
+        llm.eval([t])
+    return out

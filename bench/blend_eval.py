@@ -2,7 +2,7 @@ import json, os, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rag_set import N, K, SIZE, DISTINCT, LLAMA_CTX, prompt_files, open_llama, greedy_llama
 from paths import KVFSCTL, MODEL
-RATIOS = '0.05,0.1,0.15,0.3,1'
+RATIOS = os.environ.get('BLEND_RATIOS', '0.05,0.1,0.15,0.3,1')
 SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
 # full prefill's self-agreement: an independent, equally valid full prefill
 # (llama.cpp, the oracle) against ours -- the noise floor of "agreement"

@@ -6,7 +6,8 @@ gives the earlier set, repeated passages included."""
 import os, sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'oracle'))
 from corpus import rag_passages
-from paths import MODEL
+import llama_oracle
+from llama_oracle import greedy_llama  # noqa: F401 (shared with the bench scripts)
 
 N = int(os.environ.get('BLEND_PROMPTS', '30'))
 K = int(os.environ.get('BLEND_CHUNKS', '6'))
@@ -31,19 +32,4 @@ def prompt_files(td):
 
 
 def open_llama():
-    import llama_cpp
-    return llama_cpp.Llama(model_path=MODEL, n_ctx=LLAMA_CTX, n_batch=512, n_threads=os.cpu_count(),
-                           logits_all=True, verbose=False)
-
-
-def greedy_llama(llm, ids, n):
-    """llama.cpp's greedy continuation of n tokens after ids."""
-    import numpy as np
-    llm.reset()
-    llm.eval(ids)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        out.append(t)
-        llm.eval([t])
-    return out
+    return llama_oracle.open_llama(LLAMA_CTX)

@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from corpus import documents
 
 from paths import ROOT, KVFSCTL, MODEL
+from llama_oracle import open_llama, greedy_llama
 # Bounds measured on this model (2026-11-22, 22 prompts): llama.cpp
 # quantizes activations to Q8_1/Q8_0 inside its quantized matmuls and keeps
 # an f16 KV cache; we emulate both (model.h, ggml_compat) but sum in another
@@ -22,9 +23,7 @@ MIN_GREEDY_SAME = 0.5  # fraction of prompts whose 32-token continuation is iden
 # e.g. 0.20 nats on one man page at 48 tokens when our softmax summed in float).
 NEAR_TIE = 0.25
 
-import llama_cpp
-llm = llama_cpp.Llama(model_path=MODEL, n_ctx=4096, n_batch=512, n_threads=os.cpu_count(),
-                      logits_all=True, verbose=False)
+llm = open_llama(4096)
 
 lengths = [16, 24, 32, 48, 64, 96, 128, 160, 200, 256, 300, 384, 448, 512, 640, 768, 900, 1024, 1280, 1536, 1800, 2048]
 docs = documents()
@@ -38,16 +37,6 @@ for i, n in enumerate(lengths):
             break
 print(f'{len(prompts)} prompts, lengths {[len(x[1]) for x in prompts]}')
 assert len(prompts) >= 20
-
-def greedy_llama(ids, n):
-    llm.reset()
-    llm.eval(ids)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        out.append(t)
-        llm.eval([t])
-    return out
 
 fails, worst, same, ties = 0, 0.0, 0, 0
 for path, ids in prompts:
@@ -66,7 +55,7 @@ for path, ids in prompts:
     d = {t: v for t, v in ours['top']}
     dl = max(abs(lp[t] - d.get(t, -99.0)) for t in top)
     worst = max(worst, dl)
-    g_ref = greedy_llama(ids, 32)
+    g_ref = greedy_llama(llm, ids, 32)
     g_same = g_ref == ours['greedy']
     same += g_same
     ours_top1 = ours['top'][0][0]

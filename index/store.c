@@ -507,6 +507,20 @@ static int write_tmp(struct kvfs_store *s, const char *name, const void *obj, si
     return fd;
 }
 
+/* Make write_tmp's file durable (unless no_sync) and close it; on failure it
+ * is closed and removed, and err says why. */
+static int finish_tmp(struct kvfs_store *s, int fd, const char *tmp, char *err, size_t errlen)
+{
+    int rc = !s->opts.no_sync && fsync(fd) != 0 ? -errno : 0;
+    close(fd);
+    if (rc) {
+        unlink(tmp);
+        return kvfs_errf(err, errlen, rc, "writing object failed: %s%s", strerror(-rc),
+                         rc == -ENOSPC ? " (backing disk full)" : "");
+    }
+    return 0;
+}
+
 static void count_ingest_error(struct kvfs_store *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -612,17 +626,9 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
-    if ((fd = rc = write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0)
+    if ((fd = rc = write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0 ||
+        (rc = finish_tmp(s, fd, tmp, err, errlen)))
         goto count_error;
-    if (!s->opts.no_sync && fsync(fd) != 0) {
-        rc = -errno;
-        kvfs_errf(err, errlen, 0, "writing object failed: %s%s", strerror(-rc),
-                  rc == -ENOSPC ? " (backing disk full)" : "");
-        close(fd);
-        unlink(tmp);
-        goto count_error;
-    }
-    close(fd);
     free(obj);
     obj = NULL;
     if ((rc = commit_object(s, tmp, hex, &h, obj_len, err, errlen)))
@@ -800,13 +806,7 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
         unlink(tmp);
         return 0;
     }
-    if (!s->opts.no_sync && fsync(fd) != 0) {
-        rc = -errno;
-        kvfs_errf(err, errlen, 0, "writing object failed: %s", strerror(-rc));
-        goto drop;
-    }
-    close(fd);
-    if ((rc = commit_object(s, tmp, hex, &h, len, err, errlen))) {
+    if ((rc = finish_tmp(s, fd, tmp, err, errlen)) || (rc = commit_object(s, tmp, hex, &h, len, err, errlen))) {
         free(img);
         goto count_error;
     }

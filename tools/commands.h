@@ -9,7 +9,6 @@
 KVFS_CMD(info);
 KVFS_CMD(fsck);
 KVFS_CMD(synth);
-KVFS_CMD(stat);
 KVFS_CMD(prefill);
 KVFS_CMD(generate);
 KVFS_CMD(tokenize);

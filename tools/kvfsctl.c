@@ -14,7 +14,6 @@ static const struct command commands[] = {
     {"info", cmd_info, "print a chunk file's header"},
     {"fsck", cmd_fsck, "check a store against its index and checksums; --rebuild"},
     {"synth", cmd_synth, "write a synthetic (random) chunk file, for tests"},
-    {"stat", cmd_stat, "show a chunk's tier, hits and size in a mounted kvfs"},
     {"prefill", cmd_prefill, "compute a text chunk's KV cache with a GGUF model"},
     {"generate", cmd_generate, "greedy generation, optionally from a KV file"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},

@@ -23,6 +23,13 @@ struct kvfs_blend_req {
     char error[240];    /* out: why, when status != 0 */
 };
 
+/* The ABI: 16 bytes of header, then 256 + 7680 + 240 of strings. */
+#ifdef __cplusplus
+static_assert(sizeof(struct kvfs_blend_req) == 8192, "kvfs_blend_req is 8 KiB");
+#else
+_Static_assert(sizeof(struct kvfs_blend_req) == 8192, "kvfs_blend_req is 8 KiB");
+#endif
+
 #define KVFS_IOC_BLEND _IOWR('k', 1, struct kvfs_blend_req)
 
 #endif

@@ -12,7 +12,7 @@ ARCHFLAGS ?= -march=native
 CFLAGS    ?=
 CFLAGS    += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
              -Wall -Wextra -Werror -MMD -MP -pthread \
-             -Iindex -Ifs -Iblend -Igpu -Itools
+             -Iindex -Ifs -Iblend -Iblend/runtime -Igpu -Itools
 SAN       ?=
 CFLAGS    += $(SAN)
 LDFLAGS   += $(SAN) -pthread
@@ -46,7 +46,7 @@ endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CORE_SRC  := $(wildcard index/*.c)
-MODEL_SRC := $(wildcard blend/*.c) $(wildcard gpu/*.c)
+MODEL_SRC := $(wildcard blend/*.c) $(wildcard blend/runtime/*.c) $(wildcard gpu/*.c)
 FS_SRC    := $(wildcard fs/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)
 CUDA_SRC  := $(wildcard gpu/cuda/*.cu)
@@ -74,7 +74,7 @@ LIBS_ALL  := $(LIBMODEL) $(LIBCUDA) $(LIBCORE)
 TEST_BIN  += $(GPU_TEST_BIN)
 LINK_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 GPU_BENCH := $(BUILD)/gpu_blend
-NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -DKVFS_HAVE_CUDA \
+NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
              -Xcompiler -Wall,-Wextra,-Werror
 endif
 endif

@@ -54,7 +54,7 @@ struct kvfs_fingerprint {
     float rope_theta;    /* base frequency */
     uint32_t rope_dim;   /* rotated dims per head (== head_dim for Llama) */
     char arch[16];       /* "llama", "qwen2"; NUL padded */
-    uint8_t model_id[32];/* SHA-256 identity of the weights (see blend/model.h) */
+    uint8_t model_id[32];/* SHA-256 identity of the weights (see blend/runtime/model.h) */
     uint32_t n_head;     /* query heads */
     uint32_t n_embd;     /* hidden size */
 };

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store.h" /* kvfs_log */
+#include "log.h"
 
 static struct kvfs_blas blas;
 static int load_rc = 1;

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "util.h"
 
 /* write() until done, retrying EINTR; 0 or -errno. */
 int kvfs_write_full(int fd, const void *buf, size_t len)

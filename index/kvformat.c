@@ -4,7 +4,7 @@
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
-#include "store.h" /* kvfs_errf */
+#include "log.h" /* kvfs_errf */
 
 #include <errno.h>
 #include <math.h>

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "store.h"
+#include "log.h"
 
 static void default_log(int level, const char *msg)
 {

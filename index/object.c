@@ -1,7 +1,7 @@
 /* object.c - encode/decode store objects (per-layer zstd frames). */
 #include "object.h"
 #include "parallel.h"
-#include "store.h" /* kvfs_errf */
+#include "log.h" /* kvfs_errf */
 
 #include <errno.h>
 #include <stdio.h>

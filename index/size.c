@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "store.h"
+#include "util.h"
 
 int kvfs_parse_size(const char *s, uint64_t *out)
 {

@@ -14,6 +14,8 @@
 #include <sys/types.h>
 
 #include "kvformat.h"
+#include "log.h"  /* kvfs_log, kvfs_errf */
+#include "util.h" /* kvfs_write_full, kvfs_parse_size */
 
 struct kvfs_store;      /* opaque */
 struct kvfs_chunk_ref;  /* opaque, refcounted handle on a chunk's bytes */
@@ -111,19 +113,6 @@ int kvfs_store_stats_json(struct kvfs_store *s, char **out);
 typedef void (*kvfs_fsck_report)(void *ctx, const char *line);
 int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void *ctx);
 
-/* Logging: the store writes one line per problem through this hook
- * (default: stderr with a "kvfs: " prefix). */
-typedef void (*kvfs_log_fn)(int level, const char *msg);
-void kvfs_set_log(kvfs_log_fn fn);
-void kvfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Write a reason into err[errlen] (if err is not NULL) and return rc: the
- * one way every layer reports "what was wrong" alongside an errno. */
-int kvfs_errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-#define KVFS_LOG_ERR 3
-#define KVFS_LOG_WARN 4
-#define KVFS_LOG_INFO 6
-#define KVFS_LOG_DEBUG 7
-
 /* A tier below the local disk (index/remote.h implements one on RADOS).
  * fetch runs on a local miss, outside the store lock: it stores the chunk
  * locally (kvfs_store_put_object) and returns 0, or -ENOENT / -errno.
@@ -166,12 +155,5 @@ const char *kvfs_store_dir(const struct kvfs_store *s);
  * members to the stats JSON; fn runs under the store lock. */
 #include <stdio.h>
 int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx);
-void kvfs_set_log_level(int level);
-
-/* write() all of buf to fd, retrying short writes and EINTR; 0 or -errno. */
-int kvfs_write_full(int fd, const void *buf, size_t len);
-
-/* Size parsing for options: "64M", "1G", "123" -> bytes (-EINVAL). */
-int kvfs_parse_size(const char *s, uint64_t *out);
 
 #endif

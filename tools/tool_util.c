@@ -1,6 +1,6 @@
 /* tool_util.c - file helpers for kvfsctl. */
 #include "tool_util.h"
-#include "store.h" /* kvfs_write_full */
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* gguf.c - memory-mapped GGUF reader with bounds checks on every length. */
 #include "gguf.h"
-#include "store.h" /* kvfs_errf */
+#include "log.h" /* kvfs_errf */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 #include <openssl/evp.h>
 
 #include "gguf.h"
-#include "store.h" /* kvfs_errf */
+#include "log.h" /* kvfs_errf */
 
 static int hp_u32(const struct kvfs_gguf *g, const char *arch, const char *key, int *out, int required)
 {

@@ -17,7 +17,7 @@
 
 extern "C" {
 #include "backend.h"
-#include "store.h" /* kvfs_log */
+#include "log.h"
 }
 
 /* upload_kv staging: a ring of pinned host buffers, each with a device

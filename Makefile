@@ -102,6 +102,10 @@ $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+# The test objects are intermediates of the rule above: without this make
+# deletes them after linking, and the next make (which sees them named in
+# their .d files) recompiles and relinks every test.
+.SECONDARY: $(TEST_SRC:%.c=$(BUILD)/%.o) $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

@@ -6,6 +6,9 @@ CORE_PKGS := sqlite3 libzstd liburing libxxhash libcrypto
 MODEL_PKGS:= libpcre2-8
 
 BUILD     ?= build
+PREFIX    ?= /usr/local
+BINDIR    ?= $(PREFIX)/bin
+MANDIR    ?= $(PREFIX)/share/man
 CC        ?= cc
 OPT       ?= -O2
 ARCHFLAGS ?= -march=native
@@ -153,7 +156,21 @@ run: deps
 	@tools/fetch-model.sh
 	@BUILD=$(BUILD) tools/run-demo.sh
 
+# `make install` (PREFIX=/usr/local, DESTDIR= for staging): the two programs
+# and their man pages.
+install: $(BUILD)/kvfs $(BUILD)/kvfsctl
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(BUILD)/kvfs $(BUILD)/kvfsctl $(DESTDIR)$(BINDIR)/
+	install -m 0644 man/kvfsctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 man/kvfs.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 man/kvfs.8 $(DESTDIR)$(MANDIR)/man8/
+
+# Everything the build makes: the build dirs (yours if BUILD= names another,
+# build-asan/ from `make asan`, build-gpu/ from tools/build-device-kit.sh),
+# with the test logs and the demo's store inside them, tests/tmp/, and the two
+# links.  Downloads (models/, the pip-installed oracle) stay, and so do the
+# /tmp/kvfs-it.* dirs a failing test keeps for inspection (one may be in use).
 clean:
-	rm -rf build build-asan kvfs kvfsctl
+	rm -rf build build-asan build-gpu $(BUILD) tests/tmp kvfs kvfsctl
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -82,7 +82,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -Iblend/runtime -D
 endif
 endif
 
-.PHONY: all asan test test-gpu bench bench-gpu run model deps oracle clean install
+.PHONY: all asan test test-gpu bench bench-gpu run model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -122,36 +122,46 @@ $(BUILD)/%.o: %.cu
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1 all
 
+# `make deps` installs what is missing (tools/install-deps.sh: apt-get, as
+# root).  The targets below call it only when a cheap check (the libraries'
+# pkg-config files, OpenBLAS's cblas.h, the commands the tests use, pip) finds
+# something missing, so `make test` on a ready machine never runs apt-get.
+DEP_CMDS  := cc pkg-config fusermount3 setfattr getfattr python3 unzip bc zstd sqlite3
 deps:
 	@tools/install-deps.sh
+need-deps:
+	@( pkg-config --exists $(PKGS) openblas && \
+	   test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && \
+	   for c in $(DEP_CMDS); do command -v $$c >/dev/null || exit 1; done && \
+	   python3 -m pip --version >/dev/null ) 2>/dev/null || tools/install-deps.sh
 
-model: deps
+model: need-deps
 	@tools/fetch-model.sh
 
-oracle: deps
+oracle: need-deps
 	@tools/install-oracle.sh
 
-test: deps
+test: need-deps
 	@$(MAKE) --no-print-directory all
 	@tools/fetch-model.sh || true
 	@tools/install-oracle.sh || true
 	@BUILD=$(BUILD) tests/run.sh
 
-test-gpu: deps
+test-gpu: need-deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh gpu
 
-bench: deps
+bench: need-deps
 	@$(MAKE) --no-print-directory all
 	@tools/fetch-model.sh
 	@tools/install-oracle.sh
 	@BUILD=$(BUILD) bench/run.sh
 
-bench-gpu: deps
+bench-gpu: need-deps
 	@$(MAKE) --no-print-directory all $(GPU_BENCH)
 	@BUILD=$(BUILD) bench/run-gpu.sh
 
-run: deps
+run: need-deps
 	@$(MAKE) --no-print-directory all
 	@tools/fetch-model.sh
 	@BUILD=$(BUILD) tools/run-demo.sh

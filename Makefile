@@ -11,7 +11,10 @@ BINDIR    ?= $(PREFIX)/bin
 MANDIR    ?= $(PREFIX)/share/man
 CC        ?= cc
 OPT       ?= -O2
+# Tuned for the build machine by default; e.g. `make ARCHFLAGS=-march=x86-64-v3`
+# for binaries that run elsewhere, `make CUDA_ARCH=sm_80` for an A100.
 ARCHFLAGS ?= -march=native
+CUDA_ARCH ?= sm_90
 CFLAGS    ?=
 CFLAGS    += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
              -Wall -Wextra -Werror -MMD -MP -pthread \
@@ -77,7 +80,7 @@ LIBS_ALL  := $(LIBMODEL) $(LIBCUDA) $(LIBCORE)
 TEST_BIN  += $(GPU_TEST_BIN)
 LINK_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 GPU_BENCH := $(BUILD)/gpu_blend
-NVCCFLAGS ?= -O2 -std=c++17 -arch=sm_90 -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
+NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
              -Xcompiler -Wall,-Wextra,-Werror
 endif
 endif
@@ -117,8 +120,8 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-# Sanitizer build: same tree, separate build dir; `make asan test` runs the
-# tests against it.
+# Sanitizer build: same tree, separate build dir (build-asan/); run the tests
+# against it with `make asan; BUILD=build-asan tests/run.sh`.
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1 all
 

@@ -15,13 +15,15 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvfsctl generate -m MODEL [--kv FILE | --prefix-file FILE] [-p TEXT] [-n N] [options]\n"
                "Greedy generation.  The prompt is the KV file's tokens (their cache is\n"
                "loaded, not recomputed) or the prefix file's tokens, followed by the tokens\n"
-               "of TEXT.  Prints the generated text; the time to first token goes to stderr.\n\n"
+               "of TEXT.  Prints the generated text, up to an end-of-generation token and\n"
+               "without control tokens; the time to first token goes to stderr.\n\n"
                "  -m, --model PATH     GGUF model\n"
                "  --kv FILE            chunk file to use as the prompt's cache\n"
                "  --prefix-file FILE   text to prefill before TEXT (tokenized on its own)\n"
                "  -p, --prompt TEXT    prompt text (after the KV/prefix)\n"
                "  -n N                 tokens to generate (default 32)\n"
-               "  --ids                print token ids instead of text\n"
+               "  --ids                print token ids instead of text (all of them, the\n"
+               "                       end-of-generation one included)\n"
                "  --backend NAME       cpu, cuda, auto (default cpu)\n"
                "  -t, --threads N      CPU threads (default: all cores)\n");
 }
@@ -138,9 +140,13 @@ int cmd_generate(int argc, char **argv)
         for (int i = 0; i < produced; i++)
             printf(i ? " %d" : "%d", gen[i]);
         printf("\n");
-    } else {
+    } else { /* text: the end-of-generation token and other control tokens are not text */
+        int n_text = 0;
+        for (int i = 0; i < produced; i++)
+            if (!kvfs_token_is_eog(tok, gen[i]) && !kvfs_token_is_control(tok, gen[i]))
+                gen[n_text++] = gen[i];
         char *text;
-        if (kvfs_detokenize(tok, gen, (size_t)produced, &text) == 0) {
+        if (kvfs_detokenize(tok, gen, (size_t)n_text, &text) == 0) {
             printf("%s\n", text);
             free(text);
         }

@@ -661,4 +661,8 @@ int kvfs_token_is_eog(const struct kvfs_tokenizer *t, int32_t id)
            (id >= 0 && (uint32_t)id < t->n_vocab && t->tokens[id].len == 10 &&
             !memcmp(t->tokens[id].ptr, "<|im_end|>", 10));
 }
+int kvfs_token_is_control(const struct kvfs_tokenizer *t, int32_t id)
+{
+    return id >= 0 && (uint32_t)id < t->n_vocab && t->types[id] == TOKEN_TYPE_CONTROL;
+}
 uint32_t kvfs_vocab_size(const struct kvfs_tokenizer *t) { return t->n_vocab; }

@@ -34,6 +34,7 @@ int kvfs_detokenize(const struct kvfs_tokenizer *t, const int32_t *ids, size_t n
 int32_t kvfs_token_bos(const struct kvfs_tokenizer *t); /* -1 if none */
 int32_t kvfs_token_eos(const struct kvfs_tokenizer *t);
 int kvfs_token_is_eog(const struct kvfs_tokenizer *t, int32_t id); /* end of generation */
+int kvfs_token_is_control(const struct kvfs_tokenizer *t, int32_t id); /* BOS, EOS...: not text */
 uint32_t kvfs_vocab_size(const struct kvfs_tokenizer *t);
 
 #endif

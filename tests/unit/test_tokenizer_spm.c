@@ -85,6 +85,11 @@ int main(void)
     CHECK_EQ(kvfs_tokenize(t, "</s>", 4, 0, 0, &ids, &k), 0);
     CHECK(k > 1);
     free(ids);
+    /* which tokens are not text (kvfsctl generate leaves them out) */
+    CHECK(kvfs_token_is_control(t, 1) && kvfs_token_is_control(t, 2));
+    CHECK(!kvfs_token_is_control(t, 0) && !kvfs_token_is_control(t, 259 + 12));
+    CHECK(!kvfs_token_is_control(t, 259 + nw - 1) && !kvfs_token_is_control(t, -1) && !kvfs_token_is_control(t, n));
+    CHECK(kvfs_token_is_eog(t, 2) && !kvfs_token_is_eog(t, 1));
     kvfs_tokenizer_free(t);
     kvfs_gguf_close(g);
     unlink(path);

@@ -76,7 +76,7 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->taper = 0.5f;
     o->sink_rows = 1;
     o->check_layer = 1;
-    o->min_ratio = 0.15f;
+    o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
 }
 
 const char *kvfs_blend_select_name(int select)

@@ -51,6 +51,9 @@ struct kvfs_blend_stats {
     uint64_t bytes_read;/* from storage by the loader */
 };
 #define KVFS_BLEND_MAX_CHUNKS 64
+/* The recompute ratio when none is given, and ratio=auto's default floor:
+ * CacheBlend's ~15% (BENCHMARKS.md has the curve). */
+#define KVFS_BLEND_DEFAULT_RATIO 0.15f
 
 /* How chunk rows are chosen for recompute (see kvfs_blend_ex). */
 enum {

@@ -43,27 +43,28 @@ void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *
     snprintf(base, sizeof(base), "ioctl-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6],
              d[7]);
     snprintf(name, sizeof(name), "%s.recipe", base);
-    if ((rc = blends_set_recipe(name, r.recipe, strlen(r.recipe), err, sizeof(err)))) {
+    if ((rc = blends_set_recipe(m, name, r.recipe, strlen(r.recipe), err, sizeof(err)))) {
         snprintf(r.error, sizeof(r.error), "%.230s", err);
         goto reply;
     }
-    fuse_ino_t kv = blends_ino_of(base);
-    const uint8_t *image;
-    size_t size;
+    fuse_ino_t kv = blends_ino_of(m, base);
+    struct kvfs_chunk_ref *ref = NULL;
     if (!kv) {
         rc = -EIO;
         goto reply;
     }
-    if ((rc = blends_open_kv(m, kv, &image, &size))) {
+    if ((rc = blends_open_kv(m, kv, &ref))) {
         char *t = NULL;
-        blends_text(kv + 1, &t); /* NAME.err */
+        blends_text(m, kv + 1, &t); /* NAME.err */
         snprintf(r.error, sizeof(r.error), "%.230s", t ? t : strerror(-rc));
         free(t);
         goto reply;
     }
+    /* the result stays in the store's tiers for the caller's open */
     struct kvfs_header h;
-    if (kvfs_header_parse(image, size, &h, NULL, 0) == 0)
+    if (kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0) == 0)
         r.n_tokens = h.n_tokens;
+    kvfs_chunk_release(ref);
     snprintf(r.path, sizeof(r.path), "blends/%s.kv", base);
 reply:
     r.status = rc;

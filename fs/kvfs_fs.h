@@ -37,6 +37,8 @@ struct kvfs_opts {
     char *backend;    /* compute backend for blending: auto, cpu, cuda */
     char *min_ratio;  /* ratio=auto floor */
     char *sim_read_bw;/* testing: throttle the blend loader's reads */
+    int blend_jobs;   /* blends at once (0 = default 2) */
+    char *blend_cache;/* disk bytes for blend results */
     char *rados_pool; /* remote tier: RADOS pool */
     char *ceph_conf;
     char *rados_id;
@@ -72,6 +74,8 @@ struct kvfs_mount {
     struct pending *pending;
     uint64_t next_pending;
     time_t mount_time;
+    struct kvfs_blend_service *svc; /* models, results, blending (blend/service.h) */
+    struct kvfs_blends *blends;     /* the blends/ names (fs/blends.c) */
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
@@ -85,22 +89,28 @@ int ino_map_put(struct ino_map *m, uint64_t ino, const char *hash);
 int ino_map_get(struct ino_map *m, uint64_t ino, char hash[KVFS_HASH_HEX_LEN + 1]);
 uint64_t kvfs_chunk_ino(const char *hash);
 
-/* blends/ (fs/blends.c) */
-struct kvfs_mount;
-struct kvfs_remote;
-void blends_set_remote(struct kvfs_remote *r);
-int blends_init(struct kvfs_mount *mnt, const char *model_paths, const char *backend, float min_ratio,
-                uint64_t sim_read_bps);
-void blends_free(void);
-int blends_lookup(const char *name, struct stat *st);
-int blends_getattr(fuse_ino_t ino, struct stat *st);
-size_t blends_list(char (*names)[256], fuse_ino_t *inos, size_t max);
+/* blends/ (fs/blends.c): names, inodes and replies over the mount's blend
+ * service (blend/service.h) */
+struct kvfs_chunk_ref;
+int blends_init(struct kvfs_mount *mnt);
+void blends_free(struct kvfs_mount *mnt);
+int blends_lookup(struct kvfs_mount *mnt, const char *name, struct stat *st);
+int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st);
+/* fn(ctx, name, ino) for each file; stops at (and returns) a non-zero value */
+int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
 int blends_check_new_name(const char *name);
-int blends_set_recipe(const char *name, const void *buf, size_t len, char *err, size_t errlen);
-int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, const uint8_t **image, size_t *size);
-int blends_text(fuse_ino_t ino, char **text);
-int blends_recipe_name(fuse_ino_t ino, char *out, size_t cap);
-fuse_ino_t blends_ino_of(const char *base); /* NAME.kv inode, 0 if none */
+/* A recipe written (empty: not yet written, no error); rejected text is kept
+ * and its reason goes to NAME.err */
+int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, char *err,
+                      size_t errlen);
+int blends_unlink(struct kvfs_mount *mnt, const char *name); /* NAME.recipe: forget it */
+/* NAME.kv opened: its result from the service (blended now if needed) */
+int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref **ref);
+int blends_text(struct kvfs_mount *mnt, fuse_ino_t ino, char **text);
+int blends_recipe_name(struct kvfs_mount *mnt, fuse_ino_t ino, char *out, size_t cap);
+fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base); /* NAME.kv inode, 0 if none */
+/* the result key of a valid recipe (-ENODATA: empty or rejected) */
+int blends_result_key(struct kvfs_mount *mnt, fuse_ino_t ino, char key[KVFS_HASH_HEX_LEN + 1]);
 void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
                         unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 

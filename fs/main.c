@@ -12,6 +12,7 @@
 
 #include "kvfs_fs.h"
 #include "remote.h"
+#include "service.h"
 
 #define KVFS_VERSION_STRING "0.1.0"
 
@@ -22,7 +23,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("store=%s", store_dir),     OPT("capacity=%s", capacity), OPT("ram=%s", ram),
     OPT("zstd=%d", zstd_level),     OPT("max_ingest=%s", max_ingest), OPT("verbose", verbose),
     OPT("model=%s", model),         OPT("backend=%s", backend),   OPT("min_ratio=%s", min_ratio),
-    OPT("sim_read_bw=%s", sim_read_bw),
+    OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_timeout=%d", rados_timeout),
     OPT("remote_list=%d", remote_list),
@@ -41,6 +42,8 @@ static void usage(const char *prog)
            "  model=PATH[:PATH]  GGUF model(s) for blending (blends/); picked by the chunks' fingerprint\n"
            "  backend=NAME       blending backend: auto (CUDA if a GPU is present), cpu, cuda\n"
            "  min_ratio=R        floor of the recompute ratio picked by ratio=auto (default 0.15)\n"
+           "  blend_jobs=N       blends that run at once (default 2; 1 on CUDA)\n"
+           "  blend_cache=SIZE   disk for blend results, within capacity (default 1G)\n"
            "  sim_read_bw=SIZE   testing: throttle the blend loader's reads to SIZE bytes/s\n"
            "  rados=POOL         shared remote tier on this Ceph RADOS pool (see kvfs(8))\n"
            "  ceph_conf=FILE     Ceph config (default: librados' search, /etc/ceph/ceph.conf)\n"
@@ -173,8 +176,9 @@ int main(int argc, char *argv[])
         ret = 2;
         goto free_args;
     }
-    uint64_t capacity, ram, max_ingest;
+    uint64_t capacity, ram, max_ingest, blend_cache;
     if (size_opt("capacity", m.opts.capacity, 0, &capacity) ||
+        size_opt("blend_cache", m.opts.blend_cache, 1ull << 30, &blend_cache) ||
         size_opt("ram", m.opts.ram, 256ull << 20, &ram) ||
         size_opt("max_ingest", m.opts.max_ingest, 4ull << 30, &max_ingest)) {
         ret = 2;
@@ -186,7 +190,7 @@ int main(int argc, char *argv[])
         goto free_args;
     }
     m.max_ingest = max_ingest;
-    float min_ratio = 0.15f;
+    float min_ratio = KVFS_BLEND_DEFAULT_RATIO;
     uint64_t sim_read_bps = 0;
     if (m.opts.min_ratio) {
         char *end;
@@ -217,7 +221,7 @@ int main(int argc, char *argv[])
     kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
 
     struct kvfs_store_opts so = {.dir = m.opts.store_dir, .capacity = capacity, .ram_bytes = ram,
-                                 .zstd_level = m.opts.zstd_level};
+                                 .zstd_level = m.opts.zstd_level, .result_capacity = blend_cache};
     char err[512] = "";
     int rc = kvfs_store_open(&so, &m.store, err, sizeof(err));
     if (rc) {
@@ -225,7 +229,18 @@ int main(int argc, char *argv[])
         goto free_args;
     }
     pthread_mutex_init(&m.lock, NULL);
-    if (blends_init(&m, m.opts.model, m.opts.backend, min_ratio, sim_read_bps) != 0)
+    if (m.opts.blend_jobs < 0 || m.opts.blend_jobs > 64) {
+        fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m.opts.blend_jobs);
+        goto close_store;
+    }
+    struct kvfs_blend_service_opts bso = {.model_paths = m.opts.model, .backend = m.opts.backend,
+                                          .min_ratio = min_ratio, .sim_read_bps = sim_read_bps,
+                                          .jobs = m.opts.blend_jobs};
+    if ((rc = kvfs_blend_service_open(m.store, &bso, &m.svc, err, sizeof(err)))) {
+        fprintf(stderr, "kvfs: %s\n", err[0] ? err : strerror(-rc));
+        goto close_store;
+    }
+    if (blends_init(&m) != 0)
         goto close_store;
     m.inos = ino_map_new();
     m.mount_time = time(NULL);
@@ -265,7 +280,7 @@ int main(int argc, char *argv[])
             goto unmount;
         }
         kvfs_store_add_stats(m.store, kvfs_remote_stats, remote);
-        blends_set_remote(remote);
+        kvfs_blend_service_set_remote(m.svc, remote);
         kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m.opts.rados_pool,
                  kvfs_remote_state(remote), m.opts.rados_timeout > 0 ? m.opts.rados_timeout : 5);
     }
@@ -281,7 +296,7 @@ int main(int argc, char *argv[])
 unmount:
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
     fuse_session_unmount(se);
-    blends_set_remote(NULL);
+    kvfs_blend_service_set_remote(m.svc, NULL);
     kvfs_remote_close(remote);
 remove_handlers:
     fuse_remove_signal_handlers(se);
@@ -295,7 +310,8 @@ close_store:
         free(p);
     }
     ino_map_free(m.inos);
-    blends_free();
+    blends_free(&m);
+    kvfs_blend_service_close(m.svc);
     kvfs_store_close(m.store);
 free_args:
     free(cl.mountpoint);
@@ -309,6 +325,7 @@ free_args:
     free(m.opts.backend);
     free(m.opts.min_ratio);
     free(m.opts.sim_read_bw);
+    free(m.opts.blend_cache);
     free(m.opts.rados_pool);
     free(m.opts.ceph_conf);
     free(m.opts.rados_id);

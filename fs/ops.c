@@ -154,7 +154,7 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
         return rc;
     }
     if (IS_BLEND_INO(ino))
-        return blends_getattr(ino, st);
+        return blends_getattr(m, ino, st);
     pthread_mutex_lock(&m->lock);
     struct pending *p = pending_by_ino(m, ino);
     if (p)
@@ -209,7 +209,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
             return;
         }
     }
-    if (parent == INO_BLENDS && blends_lookup(name, &st) == 0) {
+    if (parent == INO_BLENDS && blends_lookup(m, name, &st) == 0) {
         reply_entry(req, &st, 0);
         return;
     }
@@ -315,7 +315,7 @@ static int pending_commit(struct kvfs_mount *m, struct pending *p)
         return p->committed ? 0 : -EIO;
     }
     if (p->parent == INO_BLENDS) {
-        rc = blends_set_recipe(p->name, p->buf, p->len, err, sizeof(err));
+        rc = blends_set_recipe(m, p->name, p->buf, p->len, err, sizeof(err));
         p->dirty = 0;
         p->committed = rc == 0;
         pthread_mutex_unlock(&p->lock);
@@ -352,16 +352,14 @@ static int pending_commit(struct kvfs_mount *m, struct pending *p)
 
 /* ---- open / create / read / write ---- */
 
-enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3, FH_BLOB = 4 };
+enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
 
 struct fh {
     enum fh_kind kind;
-    struct kvfs_chunk_ref *ref; /* FH_CHUNK */
+    struct kvfs_chunk_ref *ref; /* FH_CHUNK: a chunk or a blend result */
     struct pending *p;          /* FH_PENDING */
     char *text;                 /* FH_STATS (any read-only text) */
     size_t text_len;
-    const uint8_t *blob;        /* FH_BLOB: a blend result, lives until unmount */
-    size_t blob_len;
     int writable;               /* FH_PENDING opened for writing: commits at flush */
     /* replies in flight, minus one once released: the handle is freed by
      * whichever of release and the last read ends second.  A reader may
@@ -391,6 +389,16 @@ static void fh_unhold(struct kvfs_mount *m, struct fh *h)
 {
     if (atomic_fetch_sub(&h->holds, 1) == 0)
         fh_free(m, h);
+}
+
+/* An open whose caller is gone (interrupted, killed) gets -ENOENT from the
+ * reply: the kernel will never release that handle, so we do. */
+static void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+{
+    if (fuse_reply_open(req, fi) == -ENOENT) {
+        kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
+        fh_unhold(m, h);
+    }
 }
 
 static int open_pending(struct kvfs_mount *m, fuse_ino_t parent, const char *name, int trunc,
@@ -496,7 +504,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         h->text_len = strlen(h->text);
         fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
-        fuse_reply_open(req, fi);
+        reply_open(m, req, fi, h);
         return;
     }
     if (ino == INO_CONTROL) { /* only for the ioctl: reads are empty */
@@ -509,7 +517,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         h->text = strdup("");
         fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
-        fuse_reply_open(req, fi);
+        reply_open(m, req, fi, h);
         return;
     }
     if (IS_BLEND_INO(ino)) {
@@ -522,7 +530,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         if (acc != O_RDONLY && kind == 0) { /* rewrite a recipe: a new draft under its name */
             char name[256];
             free(h);
-            if ((rc = blends_recipe_name(ino, name, sizeof(name))) ||
+            if ((rc = blends_recipe_name(m, ino, name, sizeof(name))) ||
                 (rc = open_pending(m, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
                 fuse_reply_err(req, -rc);
             else
@@ -535,10 +543,10 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             return;
         }
         if (kind == 1) {
-            rc = blends_open_kv(m, ino, &h->blob, &h->blob_len);
-            h->kind = FH_BLOB;
+            rc = blends_open_kv(m, ino, &h->ref);
+            h->kind = FH_CHUNK;
         } else {
-            rc = blends_text(ino, &h->text);
+            rc = blends_text(m, ino, &h->text);
             h->kind = FH_STATS;
             h->text_len = h->text ? strlen(h->text) : 0;
         }
@@ -549,7 +557,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         }
         fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
-        fuse_reply_open(req, fi);
+        reply_open(m, req, fi, h);
         return;
     }
     if (ino & INO_CHUNK_BIT) {
@@ -581,7 +589,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         h->kind = FH_CHUNK;
         fi->fh = (uint64_t)(uintptr_t)h;
         fi->keep_cache = 1; /* a chunk's bytes never change under its name */
-        fuse_reply_open(req, fi);
+        reply_open(m, req, fi, h);
         return;
     }
     pthread_mutex_lock(&m->lock);
@@ -611,7 +619,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     h->writable = (fi->flags & O_ACCMODE) != O_RDONLY;
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;
-    fuse_reply_open(req, fi);
+    reply_open(m, req, fi, h);
 }
 
 /* One read's reply, from whatever the handle holds. */
@@ -621,12 +629,6 @@ static void reply_read(struct fh *h, fuse_req_t req, size_t size, off_t off)
         size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
         size_t n = h->text_len - o < size ? h->text_len - o : size;
         fuse_reply_buf(req, h->text + o, n);
-        return;
-    }
-    if (h->kind == FH_BLOB) {
-        size_t o = (size_t)off < h->blob_len ? (size_t)off : h->blob_len;
-        size_t n = h->blob_len - o < size ? h->blob_len - o : size;
-        fuse_reply_buf(req, n ? (const char *)h->blob + o : NULL, n);
         return;
     }
     if (h->kind == FH_CHUNK) {
@@ -743,7 +745,7 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
     struct stat st;
     int rc = 0;
     if (IS_BLEND_INO(ino)) {
-        rc = (to_set & FUSE_SET_ATTR_SIZE) ? -EPERM : blends_getattr(ino, &st);
+        rc = (to_set & FUSE_SET_ATTR_SIZE) ? -EPERM : blends_getattr(m, ino, &st);
     } else if (!(ino & INO_CHUNK_BIT) && ino > INO_CONTROL) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_ino(m, ino);
@@ -781,6 +783,13 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct kvfs_mount *m = kvfs_mount_of(req);
     char hash[KVFS_HASH_HEX_LEN + 1];
+    if (parent == INO_BLENDS) { /* rm NAME.recipe forgets the blend (its three files) */
+        size_t n = strlen(name);
+        int is_recipe = n > 7 && !strcmp(name + n - 7, ".recipe");
+        fuse_reply_err(req, !is_recipe ? (blends_lookup(m, name, &(struct stat){0}) ? ENOENT : EPERM)
+                                       : -blends_unlink(m, name));
+        return;
+    }
     if (parent != INO_CHUNKS) {
         fuse_reply_err(req, parent == INO_INCOMING ? ENOENT : EPERM);
         return;
@@ -830,24 +839,82 @@ static void kvfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, co
 
 /* ---- directories ---- */
 
+/* A directory's entries as of opendir, so offsets stay stable across
+ * readdir calls: named entries (dots, fixed files, blends, drafts), then
+ * chunk hashes (this host's, then the remote listing's). */
+struct dir_entry {
+    char name[256];
+    fuse_ino_t ino;
+};
+
 struct dir_snapshot {
+    struct dir_entry *named;
+    size_t n_named, cap_named;
     char (*hashes)[KVFS_HASH_HEX_LEN + 1];
     size_t n, cap;
 };
 
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    void *na = realloc(*arr, nc * elem);
+    if (!na)
+        return -ENOMEM;
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+static int add_named(void *ctx, const char *name, fuse_ino_t ino)
+{
+    struct dir_snapshot *d = ctx;
+    if (grow((void **)&d->named, &d->cap_named, d->n_named, sizeof(*d->named)))
+        return -ENOMEM;
+    snprintf(d->named[d->n_named].name, sizeof(d->named[0].name), "%s", name);
+    d->named[d->n_named++].ino = ino;
+    return 0;
+}
+
 static int snap_cb(const struct kvfs_chunk_info *c, void *ctx)
 {
     struct dir_snapshot *d = ctx;
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 1024;
-        void *nh = realloc(d->hashes, cap * sizeof(*d->hashes));
-        if (!nh)
-            return -ENOMEM;
-        d->hashes = nh;
-        d->cap = cap;
-    }
+    if (grow((void **)&d->hashes, &d->cap, d->n, sizeof(*d->hashes)))
+        return -ENOMEM;
     memcpy(d->hashes[d->n++], c->hash, KVFS_HASH_HEX_LEN + 1);
     return 0;
+}
+
+static int named_entries(struct kvfs_mount *m, fuse_ino_t ino, struct dir_snapshot *d)
+{
+    int rc = 0;
+    if ((rc = add_named(d, ".", ino)) || (rc = add_named(d, "..", INO_ROOT)))
+        return rc;
+    if (ino == INO_ROOT) {
+        if ((rc = add_named(d, "chunks", INO_CHUNKS)) || (rc = add_named(d, "incoming", INO_INCOMING)) ||
+            (rc = add_named(d, ".kvfs", INO_META)) || (rc = add_named(d, "blends", INO_BLENDS)))
+            return rc;
+    } else if (ino == INO_META) {
+        if ((rc = add_named(d, STATS_NAME, INO_STATS)) || (rc = add_named(d, "control", INO_CONTROL)))
+            return rc;
+    } else if (ino == INO_INCOMING || ino == INO_BLENDS) {
+        if (ino == INO_BLENDS && (rc = blends_list(m, add_named, d)))
+            return rc;
+        pthread_mutex_lock(&m->lock);
+        for (struct pending *p = m->pending; p && !rc; p = p->next)
+            if (p->parent == ino && !p->committed)
+                rc = add_named(d, p->name, p->ino);
+        pthread_mutex_unlock(&m->lock);
+    }
+    return rc;
+}
+
+static void snapshot_free(struct dir_snapshot *d)
+{
+    free(d->named);
+    free(d->hashes);
+    free(d);
 }
 
 static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -862,11 +929,10 @@ static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    /* this host's chunks, then those only the remote tier's listing has */
-    if (ino == INO_CHUNKS &&
-        (kvfs_store_list(m->store, snap_cb, d) != 0 || kvfs_store_list_remote_only(m->store, snap_cb, d) != 0)) {
-        free(d->hashes);
-        free(d);
+    if (named_entries(m, ino, d) != 0 ||
+        (ino == INO_CHUNKS &&
+         (kvfs_store_list(m->store, snap_cb, d) != 0 || kvfs_store_list_remote_only(m->store, snap_cb, d) != 0))) {
+        snapshot_free(d);
         fuse_reply_err(req, ENOMEM);
         return;
     }
@@ -877,44 +943,14 @@ static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 static void kvfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
-    free(d->hashes);
-    free(d);
+    snapshot_free((struct dir_snapshot *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
-}
-
-/* Fixed entries of small directories, as (name, ino) pairs. */
-static size_t fixed_entries(struct kvfs_mount *m, fuse_ino_t ino, char (*names)[256], fuse_ino_t *inos,
-                            size_t max)
-{
-    size_t n = 0;
-    snprintf(names[n], 256, "%s", ".");  inos[n++] = ino;
-    snprintf(names[n], 256, "%s", ".."); inos[n++] = ino == INO_ROOT ? INO_ROOT : INO_ROOT;
-    if (ino == INO_ROOT) {
-        snprintf(names[n], 256, "%s", "chunks");   inos[n++] = INO_CHUNKS;
-        snprintf(names[n], 256, "%s", "incoming"); inos[n++] = INO_INCOMING;
-        snprintf(names[n], 256, "%s", ".kvfs");    inos[n++] = INO_META;
-        snprintf(names[n], 256, "%s", "blends");   inos[n++] = INO_BLENDS;
-    } else if (ino == INO_META) {
-        snprintf(names[n], 256, "%s", STATS_NAME); inos[n++] = INO_STATS;
-        snprintf(names[n], 256, "%s", "control");  inos[n++] = INO_CONTROL;
-    } else if (ino == INO_INCOMING || ino == INO_BLENDS) {
-        if (ino == INO_BLENDS)
-            n += blends_list(names + n, inos + n, max - n);
-        pthread_mutex_lock(&m->lock);
-        for (struct pending *p = m->pending; p && n < max; p = p->next)
-            if (p->parent == ino && !p->committed) {
-                snprintf(names[n], 256, "%s", p->name);
-                inos[n++] = p->ino;
-            }
-        pthread_mutex_unlock(&m->lock);
-    }
-    return n;
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi, int plus)
 {
+    (void)ino;
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
     char *buf = malloc(size);
@@ -922,20 +958,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    size_t used = 0;
-    static __thread char names[1024][256];
-    static __thread fuse_ino_t inos[1024];
-    size_t nfixed = fixed_entries(m, ino, names, inos, 1024);
-    size_t total = nfixed + (ino == INO_CHUNKS ? d->n : 0);
+    size_t used = 0, nfixed = d->n_named, total = nfixed + d->n;
     for (size_t i = (size_t)off; i < total; i++) {
         struct stat st;
         char name[KVFS_HASH_HEX_LEN + 4];
         const char *nm;
         memset(&st, 0, sizeof(st));
         if (i < nfixed) {
-            nm = names[i];
-            if (attr_of(m, inos[i], &st) != 0)
-                continue; /* a draft that finished meanwhile */
+            nm = d->named[i].name;
+            if (attr_of(m, d->named[i].ino, &st) != 0)
+                continue; /* a draft that finished meanwhile, a blend forgotten */
         } else {
             const char *hash = d->hashes[i - nfixed];
             snprintf(name, sizeof(name), "%s.kv", hash);
@@ -1012,6 +1044,26 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
     return -ENODATA;
 }
 
+/* blends/NAME.kv: user.kvfs.pinned and user.kvfs.tier of its result */
+#define IS_BLEND_KV(ino) (IS_BLEND_INO(ino) && (ino - INO_BLEND_BASE) % 4 == 1)
+static const char *const blend_xattr_names[] = {"user.kvfs.pinned", "user.kvfs.tier"};
+
+static int blend_xattr_value(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *out, size_t len)
+{
+    char key[KVFS_HASH_HEX_LEN + 1];
+    int pinned = 0, in_ram = 0, on_disk = 0;
+    int rc = blends_result_key(m, ino, key);
+    if (rc && rc != -ENODATA)
+        return rc;
+    if (!rc)
+        on_disk = kvfs_store_has_result(m->store, key, &pinned, &in_ram);
+    if (!strcmp(name, "user.kvfs.pinned"))
+        return snprintf(out, len, "%d", pinned);
+    if (!strcmp(name, "user.kvfs.tier")) /* none: blended on the next open */
+        return snprintf(out, len, "%s", in_ram && on_disk ? "ram,disk" : in_ram ? "ram" : on_disk ? "disk" : "none");
+    return -ENODATA;
+}
+
 static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     struct kvfs_mount *m = kvfs_mount_of(req);
@@ -1022,12 +1074,16 @@ static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size
         fuse_reply_err(req, ENOTSUP);
         return;
     }
-    if (!(ino & INO_CHUNK_BIT)) {
+    int n;
+    if (IS_BLEND_KV(ino)) {
+        n = blend_xattr_value(m, ino, name, val, sizeof(val));
+    } else if (!(ino & INO_CHUNK_BIT)) {
         fuse_reply_err(req, ENODATA);
         return;
+    } else {
+        int rc = chunk_of_ino(m, ino, &c);
+        n = rc ? rc : xattr_value(&c, name, val, sizeof(val));
     }
-    int rc = chunk_of_ino(m, ino, &c);
-    int n = rc ? rc : xattr_value(&c, name, val, sizeof(val));
     if (n < 0)
         fuse_reply_err(req, -n);
     else if (size == 0)
@@ -1042,12 +1098,14 @@ static void kvfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     char buf[512];
     size_t len = 0;
-    if (ino & INO_CHUNK_BIT)
-        for (size_t i = 0; i < sizeof(xattr_names) / sizeof(xattr_names[0]); i++) {
-            size_t l = strlen(xattr_names[i]) + 1;
-            memcpy(buf + len, xattr_names[i], l);
-            len += l;
-        }
+    const char *const *names = (ino & INO_CHUNK_BIT) ? xattr_names : IS_BLEND_KV(ino) ? blend_xattr_names : NULL;
+    size_t count = (ino & INO_CHUNK_BIT) ? sizeof(xattr_names) / sizeof(xattr_names[0])
+                 : IS_BLEND_KV(ino) ? sizeof(blend_xattr_names) / sizeof(blend_xattr_names[0]) : 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t l = strlen(names[i]) + 1;
+        memcpy(buf + len, names[i], l);
+        len += l;
+    }
     if (size == 0)
         fuse_reply_xattr(req, len);
     else if (len > size)
@@ -1071,6 +1129,16 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, cons
     int is_kvfs = !strncmp(name, "user.kvfs.", 10);
     if (!is_kvfs) {
         fuse_reply_err(req, ENOTSUP);
+        return;
+    }
+    if (IS_BLEND_KV(ino)) {
+        char key[KVFS_HASH_HEX_LEN + 1];
+        int v = parse_bool(value, size), rc = -EPERM;
+        if (!strcmp(name, "user.kvfs.pinned") && v >= 0 && (rc = blends_result_key(m, ino, key)) == 0)
+            rc = kvfs_store_pin_result(m->store, key, v);
+        if (rc == -ENOENT || rc == -ENODATA) /* nothing blended (yet, or since eviction) */
+            kvfs_log(KVFS_LOG_ERR, "user.kvfs.pinned on a blend needs its result: open NAME.kv first");
+        fuse_reply_err(req, rc == -ENODATA ? ENOENT : -rc);
         return;
     }
     if (!(ino & INO_CHUNK_BIT)) {

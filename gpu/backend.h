@@ -7,8 +7,9 @@
  * Ops may be asynchronous: results are visible on the host after download()
  * or synchronize().  Every function returns 0 or a negative errno.
  *
- * A backend is driven by one thread at a time (the daemon runs one blend at
- * a time); it may use helper threads of its own.
+ * A backend is driven by one thread at a time unless its iface says
+ * thread_safe (the CPU backend: the blend service then runs several blends
+ * at once); it may use helper threads of its own.
  *
  * Shapes in comments: [rows][cols], rows outermost.
  */
@@ -27,6 +28,9 @@ enum kvfs_rope_style { KVFS_ROPE_STYLE_NORM = 0, KVFS_ROPE_STYLE_NEOX = 2 };
 
 struct kvfs_backend_iface {
     const char *name; /* "cpu", "cuda" */
+    /* 1: several threads may drive one context at once (each op's scratch is
+     * per thread), so blends can run concurrently; 0: one thread at a time */
+    int thread_safe;
 
     /* memory */
     int (*alloc)(void *ctx, size_t bytes, void **dev);

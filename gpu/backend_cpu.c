@@ -18,8 +18,6 @@
 struct cpu_ctx {
     const struct kvfs_blas *blas;
     int n_threads;
-    float *scratch; /* attention scores */
-    size_t scratch_len;
 };
 
 struct kvfs_weight {
@@ -266,17 +264,43 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 
 #define ATT_BLOCK 256
 
-/* The attention score scratch, grown to `need` floats. */
-static float *scores_scratch(struct cpu_ctx *ctx, size_t need)
+/* The attention score scratch, grown to `need` floats.  One per calling
+ * thread (freed when the thread ends), so concurrent blends on one context
+ * do not share it. */
+struct scratch {
+    float *p;
+    size_t len;
+};
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
 {
-    if (need > ctx->scratch_len) {
-        float *s = realloc(ctx->scratch, need * sizeof(float));
-        if (!s)
+    struct scratch *s = p;
+    free(s->p);
+    free(s);
+}
+
+static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static float *scores_scratch(size_t need)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof(*s))) || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
             return NULL;
-        ctx->scratch = s;
-        ctx->scratch_len = need;
+        }
     }
-    return ctx->scratch;
+    if (need > s->len) {
+        float *p = realloc(s->p, need * sizeof(float));
+        if (!p)
+            return NULL;
+        s->p = p;
+        s->len = need;
+    }
+    return s->p;
 }
 
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
@@ -297,7 +321,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head)
         return -EINVAL;
-    float *sc = scores_scratch(ctx, (size_t)ATT_BLOCK * n_kv);
+    float *sc = scores_scratch((size_t)ATT_BLOCK * n_kv);
     if (!sc)
         return -ENOMEM;
     int sorted = positions_sorted(kv_pos, n_kv);
@@ -358,7 +382,7 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
         return -EINVAL;
     int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
     /* the queries are few (a prompt's suffix): a block of them per sgemm */
-    float *sc = scores_scratch(ctx, (size_t)ATT_BLOCK * n_kv);
+    float *sc = scores_scratch((size_t)ATT_BLOCK * n_kv);
     if (!sc)
         return -ENOMEM;
     int sorted = positions_sorted(kv_pos, n_kv);
@@ -512,13 +536,12 @@ static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, 
 
 static void cpu_destroy(void *vctx)
 {
-    struct cpu_ctx *ctx = vctx;
-    free(ctx->scratch);
-    free(ctx);
+    free(vctx);
 }
 
 static const struct kvfs_backend_iface cpu_iface = {
     .name = "cpu",
+    .thread_safe = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

@@ -25,7 +25,7 @@
 #include "object.h"
 #include "store_internal.h"
 
-static int64_t now_ns(void)
+int64_t store_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -101,24 +101,9 @@ static void row_remove(struct kvfs_store *s, const char *hash)
     s->n_rows--;
 }
 
-/* ---- RAM tier ---- */
+/* ---- RAM tier (chunks and blend results alike) ---- */
 
-struct ram_entry {
-    char hash[KVFS_HASH_HEX_LEN + 1];
-    uint8_t *img;
-    size_t size;
-    int refs;
-    int cached;          /* counted in the RAM tier; else freed at last release */
-    uint64_t stamp;      /* LRU clock */
-    struct ram_entry *next;
-};
-
-struct kvfs_chunk_ref {
-    struct kvfs_store *s;
-    struct ram_entry *e;
-};
-
-static struct ram_entry *ram_lookup(struct kvfs_store *s, const char *hash)
+struct ram_entry *ram_lookup(struct kvfs_store *s, const char *hash)
 {
     for (struct ram_entry *e = s->ram; e; e = e->next)
         if (!strcmp(e->hash, hash))
@@ -144,7 +129,7 @@ static void ram_unlink(struct kvfs_store *s, struct ram_entry *e)
     }
 }
 
-static void ram_drop(struct kvfs_store *s, const char *hash)
+void ram_drop(struct kvfs_store *s, const char *hash)
 {
     struct ram_entry *e = ram_lookup(s, hash);
     if (e)
@@ -168,11 +153,11 @@ static int ram_make_room(struct kvfs_store *s, size_t need)
     return 0;
 }
 
-/* Put an entry for a stored chunk into the RAM tier if there is one and it
- * fits (s->lock held); 1 if it is now cached there. */
-static int ram_cache_locked(struct kvfs_store *s, struct ram_entry *e)
+/* Put an entry into the RAM tier if there is one and it fits (s->lock held);
+ * 1 if it is now cached there. */
+int ram_insert_locked(struct kvfs_store *s, struct ram_entry *e)
 {
-    if (!s->opts.ram_bytes || !row_get(s, e->hash) || ram_make_room(s, e->size) != 0)
+    if (!s->opts.ram_bytes || ram_make_room(s, e->size) != 0)
         return 0;
     e->cached = 1;
     e->next = s->ram;
@@ -411,6 +396,10 @@ int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
         kvfs_errf(err, errlen, 0, "cannot reconcile store: %s", strerror(-rc));
         goto fail;
     }
+    if (!opts->read_only && (rc = results_open_locked(s))) {
+        kvfs_errf(err, errlen, 0, "cannot prepare %s/results: %s", s->dir, strerror(-rc));
+        goto fail;
+    }
     *out = s;
     return 0;
 fail:
@@ -423,6 +412,7 @@ void kvfs_store_close(struct kvfs_store *s)
     if (!s)
         return;
     kvfs_idx_close(s->db);
+    results_close_locked(s);
     for (size_t i = 0; i < s->n_rows; i++)
         free(s->rows[i]);
     free(s->rows);
@@ -457,18 +447,27 @@ static int remove_locked(struct kvfs_store *s, const char *hash)
     return 0;
 }
 
-static int evict_for(struct kvfs_store *s, uint64_t need)
+int store_evict_for(struct kvfs_store *s, uint64_t need)
 {
     if (!s->opts.capacity)
         return 0;
     if (need > s->opts.capacity)
         return -ENOSPC;
-    while (s->bytes_stored + need > s->opts.capacity) {
+    /* chunks and blend results share the disk: the least recently used of
+     * either goes first */
+    while (s->bytes_stored + s->result_bytes + need > s->opts.capacity) {
         struct kvfs_chunk_info *victim = NULL;
         for (size_t i = 0; i < s->n_rows; i++) {
             struct kvfs_chunk_info *c = s->rows[i];
             if (!c->pinned && !c->held && (!victim || c->accessed_ns < victim->accessed_ns))
                 victim = c;
+        }
+        struct result_row *rv = result_lru_locked(s);
+        if (rv && (!victim || rv->accessed_ns <= victim->accessed_ns)) {
+            kvfs_log(KVFS_LOG_INFO, "evicting blend result %s (least recently used) to stay within capacity", rv->key);
+            result_remove_locked(s, rv->key);
+            s->result_evictions++;
+            continue;
         }
         if (!victim)
             return -ENOSPC;
@@ -489,7 +488,7 @@ static atomic_uint tmp_seq; /* temporary file names unique within the process */
 
 /* Write an object's bytes to a new temporary file under tmp/ (its path into
  * tmp); the open descriptor, or -errno with err set and nothing left behind. */
-static int write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
+int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
                      size_t errlen)
 {
     snprintf(tmp, 4096, "%s/tmp/%s.%d.%u.tmp", s->dir, name, (int)getpid(), atomic_fetch_add(&tmp_seq, 1));
@@ -542,7 +541,7 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
         unlink(tmp);
         return 0;
     }
-    if ((rc = evict_for(s, obj_len))) {
+    if ((rc = store_evict_for(s, obj_len))) {
         pthread_mutex_unlock(&s->lock);
         unlink(tmp);
         return kvfs_errf(err, errlen, rc, "over capacity: %zu more bytes do not fit in %" PRIu64
@@ -559,7 +558,7 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
             fsync_dir(subdir);
         struct kvfs_chunk_info c;
         kvfs_info_from_header(h, hex, obj_len, &c);
-        c.created_ns = c.accessed_ns = now_ns();
+        c.created_ns = c.accessed_ns = store_now_ns();
         if ((rc = kvfs_idx_insert(s->db, &c)) == 0)
             rc = row_insert(s, &c);
         if (rc) {
@@ -626,7 +625,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
-    if ((fd = rc = write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0 ||
+    if ((fd = rc = store_write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0 ||
         (rc = finish_tmp(s, fd, tmp, err, errlen)))
         goto count_error;
     free(obj);
@@ -768,7 +767,7 @@ static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size
         e->size = len;
         pthread_mutex_lock(&s->lock);
         e->stamp = ++s->ram_clock;
-        if (!ram_lookup(s, hash) && ram_cache_locked(s, e)) {
+        if (!ram_lookup(s, hash) && row_get(s, e->hash) && ram_insert_locked(s, e)) {
             pthread_mutex_unlock(&s->lock);
             return;
         }
@@ -791,7 +790,7 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
     int rc, fd, counted = 1;
     if (s->opts.read_only)
         return -EROFS;
-    if ((fd = rc = write_tmp(s, expect_hash ? expect_hash : "object", obj, len, tmp, err, errlen)) < 0)
+    if ((fd = rc = store_write_tmp(s, expect_hash ? expect_hash : "object", obj, len, tmp, err, errlen)) < 0)
         goto count_error;
     if ((rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)))) {
         kvfs_errf(err, errlen, rc, "bad object: %s", why);
@@ -848,7 +847,7 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
     }
     s->hits++;
     c->hits++;
-    c->accessed_ns = now_ns();
+    c->accessed_ns = store_now_ns();
     kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
     struct ram_entry *e = ram_lookup(s, hash);
     if (e) {
@@ -865,46 +864,27 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
     /* decode outside the lock */
     char p[4096], why[256] = "";
     object_path(s, hash, p, sizeof(p));
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    uint8_t *img = NULL;
-    size_t len = 0;
-    int rc;
-    if (fd < 0) {
-        rc = -errno;
-        snprintf(why, sizeof(why), "%s", strerror(-rc));
-    } else {
-        rc = fstat(fd, &st) ? -errno : kvfs_obj_decode_file(fd, (uint64_t)st.st_size, &img, &len, why, sizeof(why));
-        close(fd);
-    }
+    int rc = store_decode_entry(p, hash, &e, why, sizeof(why));
     if (rc) {
-        kvfs_log(KVFS_LOG_ERR, "chunk %s: object unreadable: %s", hash, why);
+        if (rc != -ENOMEM)
+            kvfs_log(KVFS_LOG_ERR, "chunk %s: object unreadable: %s", hash, why);
         free(ref);
-        return rc == -ENOENT ? -ENOENT : -EIO;
+        return rc == -ENOENT || rc == -ENOMEM ? rc : -EIO;
     }
-    e = calloc(1, sizeof(*e));
-    if (!e) {
-        free(img);
-        free(ref);
-        return -ENOMEM;
-    }
-    memcpy(e->hash, hash, KVFS_HASH_HEX_LEN + 1);
-    e->img = img;
-    e->size = len;
-    e->refs = 1;
     pthread_mutex_lock(&s->lock);
     struct ram_entry *raced = ram_lookup(s, hash);
     if (raced) { /* another reader decoded it meanwhile: share theirs */
         raced->refs++;
         pthread_mutex_unlock(&s->lock);
-        free(img);
+        free(e->img);
         free(e);
         ref->e = raced;
         *out = ref;
         return 0;
     }
     e->stamp = ++s->ram_clock;
-    ram_cache_locked(s, e);
+    if (row_get(s, e->hash))
+        ram_insert_locked(s, e);
     pthread_mutex_unlock(&s->lock);
     ref->e = e;
     *out = ref;
@@ -913,6 +893,34 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
 
 static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd,
                        int may_fetch);
+
+int store_decode_entry(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+    struct stat st;
+    uint8_t *img = NULL;
+    size_t len = 0;
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "%s", strerror(-rc));
+        return rc;
+    }
+    rc = fstat(fd, &st) ? -errno : kvfs_obj_decode_file(fd, (uint64_t)st.st_size, &img, &len, why, whylen);
+    close(fd);
+    if (rc)
+        return rc;
+    struct ram_entry *e = calloc(1, sizeof(*e));
+    if (!e) {
+        free(img);
+        return -ENOMEM;
+    }
+    snprintf(e->hash, sizeof(e->hash), "%s", name);
+    e->img = img;
+    e->size = len;
+    e->refs = 1;
+    *out = e;
+    return 0;
+}
 
 int kvfs_store_open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd)
 {
@@ -948,7 +956,7 @@ static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk
     }
     s->hits++;
     c->hits++;
-    c->accessed_ns = now_ns();
+    c->accessed_ns = store_now_ns();
     kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
     struct ram_entry *e = ram_lookup(s, hash);
     int rc = 0;
@@ -1007,6 +1015,18 @@ void kvfs_chunk_release(struct kvfs_chunk_ref *ref)
         free(e);
     }
     free(ref);
+}
+
+struct kvfs_chunk_ref *kvfs_chunk_ref_dup(struct kvfs_chunk_ref *ref)
+{
+    struct kvfs_chunk_ref *d = calloc(1, sizeof(*d));
+    if (!d)
+        return NULL;
+    *d = *ref;
+    pthread_mutex_lock(&ref->s->lock);
+    ref->e->refs++;
+    pthread_mutex_unlock(&ref->s->lock);
+    return d;
 }
 
 int kvfs_store_remove(struct kvfs_store *s, const char *hash)
@@ -1087,6 +1107,7 @@ int kvfs_store_stats_json(struct kvfs_store *s, char **out)
             s->n_rows, pinned, s->bytes_logical, s->bytes_stored, s->opts.capacity, s->hits, s->misses,
             s->evictions, s->removals, s->puts, s->ingest_errors, s->opts.zstd_level, s->ram_count,
             s->ram_used, s->opts.ram_bytes, s->ram_hits, s->n_rows, s->bytes_stored, s->opts.capacity);
+    results_stats_locked(s, f);
     for (size_t i = 0; i < s->n_extra; i++)
         if (s->extra[i].fn)
             s->extra[i].fn(s->extra[i].ctx, f);

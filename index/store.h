@@ -33,6 +33,7 @@ struct kvfs_store_opts {
     int zstd_level;         /* 0 = store raw, 1..19 = zstd level (default 1) */
     int read_only;          /* open without modifying (fsck, info) */
     int no_sync;            /* skip fsync (bulk population in benchmarks only) */
+    uint64_t result_capacity; /* disk bytes for blend results (0 = 1 GiB; always within capacity) */
 };
 
 struct kvfs_chunk_info {
@@ -97,6 +98,8 @@ uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref);
 /* Whole image in memory (decompresses or maps if needed); NULL on error. */
 const void *kvfs_chunk_data(struct kvfs_chunk_ref *ref);
 void kvfs_chunk_release(struct kvfs_chunk_ref *ref);
+/* A second handle on the same bytes (NULL on ENOMEM). */
+struct kvfs_chunk_ref *kvfs_chunk_ref_dup(struct kvfs_chunk_ref *ref);
 
 int kvfs_store_remove(struct kvfs_store *s, const char *hash);
 int kvfs_store_set_pinned(struct kvfs_store *s, const char *hash, int pinned);
@@ -143,6 +146,28 @@ int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held);
  * and verified exactly like kvfs_store_put (bad objects: -EBADMSG/-EINVAL). */
 int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash,
                           char *err, size_t errlen);
+
+/* Blend results: composed caches (KVFS_FLAG_BLENDED images) named by the
+ * caller's key (a recipe's, recipe.h), kept in the same tiers as chunks:
+ * the RAM tier within ram_bytes, objects under DIR/results/ within
+ * result_capacity and, with the chunks, within capacity, evicted least
+ * recently used first.  They are derived data: never indexed, never listed
+ * with chunks, never sent to the remote tier, not fsynced, and removed when
+ * the store opens (recipes live with a mount).
+ *
+ * put verifies the image and takes ownership of img (also on error); *ref
+ * (may be NULL) gets a handle on it even when it could not be kept (only
+ * pinned results left to evict, or bigger than result_capacity): then the
+ * image lives until the handle is released and kvfs_store_put_result
+ * returns 0 with *kept = 0 and the reason in err.  get: -ENOENT if absent
+ * (never computed, removed or evicted). */
+int kvfs_store_put_result(struct kvfs_store *s, const char *key, uint8_t *img, size_t len,
+                          struct kvfs_chunk_ref **ref, int *kept, char *err, size_t errlen);
+int kvfs_store_get_result(struct kvfs_store *s, const char *key, struct kvfs_chunk_ref **ref);
+int kvfs_store_remove_result(struct kvfs_store *s, const char *key);
+int kvfs_store_pin_result(struct kvfs_store *s, const char *key, int pinned);
+/* 1 if held on disk, 0 if not; *pinned, *in_ram (may be NULL) */
+int kvfs_store_has_result(struct kvfs_store *s, const char *key, int *pinned, int *in_ram);
 
 /* Path of a chunk's object file (for loaders that read layers directly). */
 int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, size_t len);

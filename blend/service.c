@@ -1,0 +1,418 @@
+/* service.c - the blend service (service.h). */
+#include "service.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blend.h"
+#include "loader.h"
+#include "model.h"
+#include "tokenizer.h"
+
+struct loaded_model {
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    uint8_t fp[80];
+};
+
+/* A recipe being blended: later callers of the same key wait for it. */
+struct inflight {
+    char key[KVFS_HASH_HEX_LEN + 1];
+    int done, rc, waiters;
+    char err[512];
+    struct kvfs_chunk_ref *ref; /* the result, shared with the waiters */
+    struct inflight *next;
+};
+
+struct kvfs_blend_service {
+    struct kvfs_store *store;
+    struct loaded_model *models;
+    int n_models;
+    float min_ratio;
+    uint64_t sim_read_bps;
+    int jobs;
+    pthread_mutex_t lock;       /* everything below */
+    pthread_cond_t changed;     /* a blend finished or a slot came free */
+    struct inflight *inflight;
+    int running, closing;
+    struct kvfs_remote *remote;
+    uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared;
+    int max_running, max_waiting, waiting;
+    double load_s, wait_s, compute_s;
+    uint64_t bytes_read;
+    struct kvfs_blend_stats last;
+};
+
+/* hidden = share of the loading time that overlapped computing */
+static double hidden_share(double load_s, double wait_s)
+{
+    return load_s > 0 ? (load_s - wait_s > 0 ? (load_s - wait_s) / load_s : 0) : 1;
+}
+
+static void stats(void *ctx, FILE *f)
+{
+    struct kvfs_blend_service *svc = ctx;
+    pthread_mutex_lock(&svc->lock);
+    const struct kvfs_blend_stats *l = &svc->last;
+    fprintf(f,
+            ",\n  \"blends\": {\"models\": %d, \"run\": %llu, \"served_from_cache\": %llu, \"joined\": %llu, "
+            "\"errors\": %llu, \"not_kept\": %llu, \"min_ratio\": %.3f,\n    \"jobs\": %d, \"running\": %d, "
+            "\"waiting\": %d, \"max_running\": %d, \"max_waiting\": %d, \"batches\": %llu, \"batch_shared_chunks\": "
+            "%llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "\"bytes_read\": %llu, \"load_hidden\": %.4f},\n    \"last\": {\"tokens\": %d, \"recomputed\": %d, "
+            "\"ratio\": %.4f, \"seconds\": %.6f, \"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "\"bytes_read\": %llu, \"load_hidden\": %.4f}}",
+            svc->n_models, (unsigned long long)svc->n_run, (unsigned long long)svc->n_cached,
+            (unsigned long long)svc->n_joined, (unsigned long long)svc->n_errors,
+            (unsigned long long)svc->n_not_kept, (double)svc->min_ratio, svc->jobs, svc->running, svc->waiting,
+            svc->max_running, svc->max_waiting, (unsigned long long)svc->n_batches,
+            (unsigned long long)svc->n_batch_shared, svc->load_s, svc->compute_s, svc->wait_s,
+            (unsigned long long)svc->bytes_read, hidden_share(svc->load_s, svc->wait_s), l->n_ctx, l->n_selected,
+            (double)l->ratio, l->seconds, l->load_s, l->compute_s, l->wait_s, (unsigned long long)l->bytes_read,
+            hidden_share(l->load_s, l->wait_s));
+    pthread_mutex_unlock(&svc->lock);
+}
+
+static int load_models(struct kvfs_blend_service *svc, const char *paths, const char *backend, char *err,
+                       size_t errlen)
+{
+    char *list = strdup(paths), *save = NULL;
+    int rc = 0;
+    if (!list)
+        return -ENOMEM;
+    for (char *p = strtok_r(list, ":", &save); p && !rc; p = strtok_r(NULL, ":", &save)) {
+        struct loaded_model lm = {0};
+        char why[512] = "";
+        if ((rc = kvfs_model_load(p, backend, 0, &lm.m, why, sizeof(why))) ||
+            (rc = kvfs_tokenizer_load(lm.m->gguf, &lm.tok, why, sizeof(why)))) {
+            kvfs_errf(err, errlen, rc, "cannot load model %s: %s", p, why[0] ? why : strerror(-rc));
+        } else if ((rc = kvfs_blend_selftest(lm.m))) {
+            kvfs_errf(err, errlen, rc, "model %s fails the RoPE re-rotation self-test; refusing it", p);
+        } else {
+            struct loaded_model *nm = realloc(svc->models, sizeof(*nm) * (size_t)(svc->n_models + 1));
+            if (!nm) {
+                rc = -ENOMEM;
+            } else {
+                kvfs_fingerprint_encode(&lm.m->fp, lm.fp);
+                svc->models = nm;
+                svc->models[svc->n_models++] = lm;
+                kvfs_log(KVFS_LOG_INFO, "model %s loaded for blending (%s, backend %s)", p, lm.m->hp.arch,
+                         lm.m->be.iface->name);
+                continue;
+            }
+        }
+        kvfs_tokenizer_free(lm.tok);
+        kvfs_model_free(lm.m);
+    }
+    free(list);
+    return rc;
+}
+
+int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,
+                            struct kvfs_blend_service **out, char *err, size_t errlen)
+{
+    struct kvfs_blend_service *svc = calloc(1, sizeof(*svc));
+    if (!svc)
+        return -ENOMEM;
+    svc->store = s;
+    svc->min_ratio = o->min_ratio > 0 ? o->min_ratio : KVFS_BLEND_DEFAULT_RATIO;
+    svc->sim_read_bps = o->sim_read_bps;
+    svc->jobs = o->jobs > 0 ? o->jobs : 2;
+    pthread_mutex_init(&svc->lock, NULL);
+    pthread_cond_init(&svc->changed, NULL);
+    int rc = 0;
+    if (o->model_paths && *o->model_paths &&
+        (rc = load_models(svc, o->model_paths, o->backend ? o->backend : "auto", err, errlen))) {
+        kvfs_blend_service_close(svc);
+        return rc;
+    }
+    for (int i = 0; i < svc->n_models; i++)
+        if (!svc->models[i].m->be.iface->thread_safe && svc->jobs > 1) {
+            kvfs_log(KVFS_LOG_INFO, "backend %s runs one blend at a time (jobs=%d -> 1)",
+                     svc->models[i].m->be.iface->name, svc->jobs);
+            svc->jobs = 1;
+        }
+    kvfs_store_add_stats(s, stats, svc);
+    *out = svc;
+    return 0;
+}
+
+void kvfs_blend_service_close(struct kvfs_blend_service *svc)
+{
+    if (!svc)
+        return;
+    pthread_mutex_lock(&svc->lock);
+    svc->closing = 1;
+    while (svc->running || svc->inflight)
+        pthread_cond_wait(&svc->changed, &svc->lock);
+    pthread_mutex_unlock(&svc->lock);
+    for (int i = 0; i < svc->n_models; i++) {
+        kvfs_tokenizer_free(svc->models[i].tok);
+        kvfs_model_free(svc->models[i].m);
+    }
+    free(svc->models);
+    pthread_cond_destroy(&svc->changed);
+    pthread_mutex_destroy(&svc->lock);
+    free(svc);
+}
+
+void kvfs_blend_service_set_remote(struct kvfs_blend_service *svc, struct kvfs_remote *r)
+{
+    pthread_mutex_lock(&svc->lock);
+    while (svc->running) /* not under a running blend's loader */
+        pthread_cond_wait(&svc->changed, &svc->lock);
+    svc->remote = r;
+    pthread_mutex_unlock(&svc->lock);
+}
+
+void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
+                            char key[KVFS_HASH_HEX_LEN + 1])
+{
+    kvfs_recipe_key(r, svc->min_ratio, key);
+}
+
+static const struct loaded_model *model_for(const struct kvfs_blend_service *svc, const struct kvfs_header *h)
+{
+    uint8_t fp[80];
+    kvfs_fingerprint_encode(&h->fp, fp);
+    for (int i = 0; i < svc->n_models; i++)
+        if (!memcmp(svc->models[i].fp, fp, 80))
+            return &svc->models[i];
+    return NULL;
+}
+
+/* The one model every chunk of the loader was computed by. */
+static int model_of_chunks(const struct kvfs_blend_service *svc, struct kvfs_loader *ld,
+                           const struct kvfs_recipe *r, const struct loaded_model **out, char *err, size_t errlen)
+{
+    const struct loaded_model *lm = NULL;
+    for (int i = 0; i < kvfs_loader_count(ld); i++) {
+        const struct loaded_model *this = model_for(svc, kvfs_loader_header(ld, i));
+        if (!this)
+            return kvfs_errf(err, errlen, svc->n_models ? -EINVAL : -ENODEV,
+                             "chunk %s: no loaded model has its fingerprint (%s; start kvfs with -o model=PATH)",
+                             r->hashes[i], svc->n_models ? "other model" : "no model loaded");
+        if (lm && lm != this)
+            return kvfs_errf(err, errlen, -EINVAL, "chunks come from different models");
+        lm = this;
+    }
+    *out = lm;
+    return 0;
+}
+
+/* The query as token ids (*owned: to free, may be NULL). */
+static int query_tokens(const struct loaded_model *lm, const struct kvfs_recipe *r, const int32_t **ids, size_t *n,
+                        int32_t **owned, char *err, size_t errlen)
+{
+    *owned = NULL;
+    if (r->n_suffix_ids) {
+        *ids = r->suffix_ids;
+        *n = (size_t)r->n_suffix_ids;
+        return 0;
+    }
+    int rc = kvfs_tokenize(lm->tok, r->suffix, strlen(r->suffix), 0, 0, owned, n);
+    if (rc || !*n) {
+        free(*owned);
+        *owned = NULL;
+        return kvfs_errf(err, errlen, rc ? rc : -EINVAL, "cannot tokenize the query (suffix=)");
+    }
+    *ids = *owned;
+    return 0;
+}
+
+static void blend_opts_of(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
+                          struct kvfs_blend_opts *bo)
+{
+    kvfs_blend_opts_init(bo, r->ratio);
+    bo->auto_ratio = r->auto_ratio;
+    bo->select = r->select;
+    bo->min_ratio = svc->min_ratio;
+}
+
+static void record(struct kvfs_blend_service *svc, const struct kvfs_blend_stats *st)
+{
+    pthread_mutex_lock(&svc->lock);
+    svc->load_s += st->load_s;
+    svc->wait_s += st->wait_s;
+    svc->compute_s += st->compute_s;
+    svc->bytes_read += st->bytes_read;
+    svc->last = *st;
+    pthread_mutex_unlock(&svc->lock);
+}
+
+/* The blended cache as a v1 file image. */
+static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, uint8_t **img,
+                    size_t *len, char *err, size_t errlen)
+{
+    struct kvfs_writer w;
+    int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
+    if (rc)
+        return kvfs_errf(err, errlen, rc, "cannot write the blended cache: %s", strerror(-rc));
+    *img = w.buf;
+    *len = w.size;
+    return 0;
+}
+
+static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, uint8_t **img, size_t *len,
+                     char *err, size_t errlen)
+{
+    const char *hashes[KVFS_BLEND_MAX_CHUNKS];
+    for (int i = 0; i < r->n; i++)
+        hashes[i] = r->hashes[i];
+    pthread_mutex_lock(&svc->lock);
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, .remote = svc->remote};
+    pthread_mutex_unlock(&svc->lock);
+    struct kvfs_loader *ld = NULL;
+    const struct loaded_model *lm = NULL;
+    const int32_t *suffix = NULL;
+    int32_t *owned = NULL, *tokens = NULL;
+    size_t n_suffix = 0;
+    struct kvfs_kv_cache c;
+    struct kvfs_blend_stats st;
+    struct kvfs_blend_opts bo;
+    int rc;
+    if ((rc = kvfs_loader_open(svc->store, hashes, r->n, &lo, &ld, err, errlen)) ||
+        (rc = model_of_chunks(svc, ld, r, &lm, err, errlen)) ||
+        (rc = query_tokens(lm, r, &suffix, &n_suffix, &owned, err, errlen)))
+        goto out;
+    blend_opts_of(svc, r, &bo);
+    if ((rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen)))
+        goto out;
+    record(svc, &st);
+    rc = to_image(lm->m, &c, tokens, img, len, err, errlen);
+    kvfs_kv_cache_free(lm->m, &c);
+    if (!rc)
+        kvfs_log(KVFS_LOG_INFO,
+                 "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f%s) in %.3f s "
+                 "(loading %.3f s, waited %.3f s)",
+                 r->n, n_suffix, st.n_ctx, st.n_selected, (double)st.ratio, r->auto_ratio ? " auto" : "",
+                 st.seconds, st.load_s, st.wait_s);
+out:
+    free(tokens);
+    free(owned);
+    kvfs_loader_close(ld);
+    return rc;
+}
+
+static struct inflight *find_inflight(struct kvfs_blend_service *svc, const char *key)
+{
+    for (struct inflight *f = svc->inflight; f; f = f->next)
+        if (!strcmp(f->key, key))
+            return f;
+    return NULL;
+}
+
+static void unlink_inflight(struct kvfs_blend_service *svc, struct inflight *f)
+{
+    for (struct inflight **pp = &svc->inflight; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+}
+
+/* Wait for someone else's blend of the same recipe (lock held). */
+static int join(struct kvfs_blend_service *svc, struct inflight *f, struct kvfs_chunk_ref **ref, char *err,
+                size_t errlen)
+{
+    f->waiters++;
+    while (!f->done)
+        pthread_cond_wait(&svc->changed, &svc->lock);
+    int rc = f->rc;
+    if (rc)
+        kvfs_errf(err, errlen, rc, "%s", f->err);
+    else if (!(*ref = kvfs_chunk_ref_dup(f->ref)))
+        rc = -ENOMEM;
+    if (--f->waiters == 0) {
+        unlink_inflight(svc, f);
+        kvfs_chunk_release(f->ref);
+        free(f);
+        pthread_cond_broadcast(&svc->changed);
+    }
+    return rc;
+}
+
+/* Blend under a job slot and publish the result to the waiters. */
+static int produce(struct kvfs_blend_service *svc, struct inflight *f, const struct kvfs_recipe *r,
+                   struct kvfs_chunk_ref **ref, char *err, size_t errlen)
+{
+    svc->waiting++;
+    if (svc->waiting > svc->max_waiting)
+        svc->max_waiting = svc->waiting;
+    while (svc->running >= svc->jobs)
+        pthread_cond_wait(&svc->changed, &svc->lock);
+    svc->waiting--;
+    svc->running++;
+    if (svc->running > svc->max_running)
+        svc->max_running = svc->running;
+    pthread_mutex_unlock(&svc->lock);
+
+    uint8_t *img = NULL;
+    size_t len = 0;
+    int kept = 0;
+    char why[512] = "";
+    int rc = run_blend(svc, r, &img, &len, err, errlen);
+    if (!rc && (rc = kvfs_store_put_result(svc->store, f->key, img, len, &f->ref, &kept, why, sizeof(why))))
+        kvfs_errf(err, errlen, rc, "cannot keep the blended cache: %s", why);
+    if (!rc && !kept)
+        kvfs_log(KVFS_LOG_WARN, "blend result %s served but not kept: %s", f->key, why);
+
+    pthread_mutex_lock(&svc->lock);
+    svc->running--;
+    f->done = 1;
+    f->rc = rc;
+    snprintf(f->err, sizeof(f->err), "%s", rc ? (err && err[0] ? err : strerror(-rc)) : "");
+    if (rc)
+        svc->n_errors++;
+    else
+        svc->n_run++;
+    svc->n_not_kept += !rc && !kept;
+    pthread_cond_broadcast(&svc->changed);
+    return join(svc, f, ref, err, errlen);
+}
+
+int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, struct kvfs_chunk_ref **ref,
+                           char *err, size_t errlen)
+{
+    char key[KVFS_HASH_HEX_LEN + 1];
+    kvfs_blend_service_key(svc, r, key);
+    *ref = NULL;
+    if (kvfs_store_get_result(svc->store, key, ref) == 0) {
+        pthread_mutex_lock(&svc->lock);
+        svc->n_cached++;
+        pthread_mutex_unlock(&svc->lock);
+        return 0;
+    }
+    pthread_mutex_lock(&svc->lock);
+    struct inflight *f = find_inflight(svc, key);
+    int rc;
+    if (f) {
+        svc->n_joined++;
+        rc = join(svc, f, ref, err, errlen);
+    } else if (!(f = calloc(1, sizeof(*f)))) {
+        rc = -ENOMEM;
+    } else {
+        memcpy(f->key, key, sizeof(key));
+        f->next = svc->inflight;
+        svc->inflight = f;
+        rc = produce(svc, f, r, ref, err, errlen);
+    }
+    pthread_mutex_unlock(&svc->lock);
+    return rc;
+}
+
+int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_recipe *const *r, int n,
+                                 struct kvfs_chunk_ref **refs, int *rcs, char (*errs)[512])
+{
+    int first = 0;
+    for (int i = 0; i < n; i++) {
+        char dummy[512];
+        rcs[i] = kvfs_blend_service_get(svc, r[i], &refs[i], errs ? errs[i] : dummy, 512);
+        if (rcs[i] && !first)
+            first = rcs[i];
+    }
+    return first;
+}

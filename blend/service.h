@@ -1,0 +1,57 @@
+/* service.h - the blend service a mount owns: models, the recipe -> result
+ * cache in the store's tiers, and bounded concurrent blending.
+ *
+ * A result is named by its recipe's key (recipe.h) and kept in the store
+ * as a blend result (store.h): RAM tier within ram=, disk within
+ * blend_cache= and capacity=, LRU-evicted, pinnable.  A recipe whose result
+ * is there is served without blending; one that was evicted is blended
+ * again.  At most `jobs` blends run at once (others wait for a slot); a
+ * recipe already being blended is not blended twice: later callers wait for
+ * that blend and share its result.  A batch (kvfs_blend_service_get_batch)
+ * shares the work of its recipes' common leading chunks (blend.h,
+ * kvfs_blend_batch).  No FUSE here: fs/blends.c is the file-system face. */
+#ifndef KVFS_SERVICE_H
+#define KVFS_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "recipe.h"
+#include "store.h"
+
+struct kvfs_blend_service;
+struct kvfs_remote;
+
+struct kvfs_blend_service_opts {
+    const char *model_paths; /* GGUF files, ':'-separated (NULL: none; blends fail with -ENODEV) */
+    const char *backend;     /* "auto", "cpu", "cuda" (NULL: auto) */
+    float min_ratio;         /* ratio=auto floor (0: KVFS_BLEND_DEFAULT_RATIO) */
+    uint64_t sim_read_bps;   /* testing: throttle the loader (0 = off) */
+    int jobs;                /* blends at once (<= 0: 2; 1 on a backend that is not thread-safe) */
+};
+
+int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,
+                            struct kvfs_blend_service **out, char *err, size_t errlen);
+/* Waits for running blends. */
+void kvfs_blend_service_close(struct kvfs_blend_service *svc);
+/* Chunks only the remote tier has stream from it (NULL: none). */
+void kvfs_blend_service_set_remote(struct kvfs_blend_service *svc, struct kvfs_remote *r);
+
+/* The key a recipe's result is stored under. */
+void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
+                            char key[KVFS_HASH_HEX_LEN + 1]);
+
+/* The blended cache of a recipe (a v1 image, flag BLENDED): from the
+ * store's tiers, or blended now.  *ref stays valid until released, whatever
+ * is evicted meanwhile.  Errors: -ENOENT (a chunk is not stored), -ENODEV (no
+ * model for the chunks), -EINVAL (chunks of different models, bad tokens),
+ * -ENOMEM; err says which chunk and why. */
+int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, struct kvfs_chunk_ref **ref,
+                           char *err, size_t errlen);
+
+/* Several recipes at once: refs[i] / rcs[i] / errs[i] for each (errs may be
+ * NULL).  Returns 0 when every one succeeded, else the first error. */
+int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_recipe *const *r, int n,
+                                 struct kvfs_chunk_ref **refs, int *rcs, char (*errs)[512]);
+
+#endif

@@ -16,7 +16,8 @@ static void usage(FILE *f)
                "Greedy generation.  The prompt is the KV file's tokens (their cache is\n"
                "loaded, not recomputed) or the prefix file's tokens, followed by the tokens\n"
                "of TEXT.  Prints the generated text, up to an end-of-generation token and\n"
-               "without control tokens; the time to first token goes to stderr.\n\n"
+               "without control tokens; the time to first token, from reading the KV file\n"
+               "or the prefix, goes to stderr.\n\n"
                "  -m, --model PATH     GGUF model\n"
                "  --kv FILE            chunk file to use as the prompt's cache\n"
                "  --prefix-file FILE   text to prefill before TEXT (tokenized on its own)\n"
@@ -67,6 +68,9 @@ int cmd_generate(int argc, char **argv)
     struct kvfs_header h;
     char err[512] = "";
     int n_cached = 0;
+    /* the time to first token counts reading the prompt: the KV file (or
+     * the prefix text), not only computing from it */
+    double t0 = tool_now();
     if (kv) {
         if ((rc = tool_read_file(kv, &image, &image_len)) ||
             (rc = kvfs_file_verify(image, image_len, &h, err, sizeof(err)))) {
@@ -100,7 +104,6 @@ int cmd_generate(int argc, char **argv)
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)n_gen);
     if (!logits || !todo || !gen)
         goto free_all;
-    double t0 = tool_now();
     if (kv && (rc = kvfs_kv_cache_load_chunk(m, &cache, image, image_len, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
         goto free_all;

@@ -58,9 +58,10 @@ static void usage(const char *prog)
            "  -s                 single-threaded\n"
            "  -h, --help         this help\n"
            "  -V, --version      version\n"
-           "  -o allow_other, ...  any libfuse mount option\n\n"
-           "Unmount with: fusermount3 -u MOUNTPOINT (or SIGTERM to the daemon).\n",
+           "  -o OPTION,...      any libfuse mount option; libfuse lists these:\n",
            prog);
+    fuse_lowlevel_help();
+    printf("\nUnmount with: fusermount3 -u MOUNTPOINT (or SIGTERM to the daemon).\n");
 }
 
 static int use_syslog;
@@ -162,7 +163,6 @@ int main(int argc, char *argv[])
     }
     if (cl.show_help) {
         usage(argv[0]);
-        fuse_lowlevel_help();
         ret = 0;
         goto free_args;
     }

@@ -48,6 +48,7 @@ int tool_tokenize_file(const struct kvfs_tokenizer *tok, const char *path, int a
     else if (*n == 0) {
         fprintf(stderr, "kvfsctl: %s: no tokens\n", path);
         free(*ids);
+        *ids = NULL; /* callers free *ids on every path */
         rc = -EINVAL;
     }
     free(text);

@@ -64,7 +64,10 @@ static void usage(const char *prog)
     printf("\nUnmount with: fusermount3 -u MOUNTPOINT (or SIGTERM to the daemon).\n");
 }
 
+/* Logs go to stderr with -f; otherwise to syslog, or, on a host without
+ * /dev/log (where syslog() would drop every line), appended to STORE/kvfs.log. */
 static int use_syslog;
+static FILE *log_file;
 static void log_line(int level, const char *msg)
 {
     if (use_syslog) {
@@ -77,8 +80,34 @@ static void log_line(int level, const char *msg)
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     localtime_r(&ts.tv_sec, &tm);
-    fprintf(stderr, "%02d:%02d:%02d.%03ld kvfs: %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-            ts.tv_nsec / 1000000, tag, msg);
+    if (log_file) /* a file outlives the run: the date and the pid too */
+        fprintf(log_file, "%04d-%02d-%02d %02d:%02d:%02d.%03ld kvfs[%d]: %s: %s\n", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+                (int)getpid(), tag, msg);
+    else
+        fprintf(stderr, "%02d:%02d:%02d.%03ld kvfs: %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                ts.tv_nsec / 1000000, tag, msg);
+}
+
+static void log_to_daemon_log(const char *store_dir)
+{
+    if (access("/dev/log", F_OK) == 0) {
+        openlog("kvfs", LOG_PID, LOG_DAEMON);
+        use_syslog = 1;
+        return;
+    }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/kvfs.log", store_dir);
+    FILE *f = fopen(path, "ae");
+    if (!f) {
+        fprintf(stderr, "kvfs: no syslog (/dev/log) and cannot open %s: %s; the daemon's log is lost\n", path,
+                strerror(errno));
+        use_syslog = 1;
+        return;
+    }
+    setvbuf(f, NULL, _IOLBF, 0);
+    fprintf(stderr, "kvfs: no syslog (/dev/log): logging to %s\n", path);
+    log_file = f;
 }
 
 static char *default_store(void)
@@ -263,10 +292,8 @@ int main(int argc, char *argv[])
              cl.mountpoint, (unsigned long long)kvfs_store_count(m.store),
              m.opts.capacity ? m.opts.capacity : "unlimited", m.opts.ram ? m.opts.ram : "256M",
              m.opts.zstd_level);
-    if (!cl.foreground) {
-        use_syslog = 1;
-        openlog("kvfs", LOG_PID, LOG_DAEMON);
-    }
+    if (!cl.foreground)
+        log_to_daemon_log(m.opts.store_dir);
     fuse_daemonize(cl.foreground);
     /* after daemonizing: the remote tier runs a worker thread */
     struct kvfs_remote *remote = NULL;

@@ -12,7 +12,8 @@
 #define KVFS_LOG_DEBUG 7
 
 /* Every layer writes one line per problem through this hook (default:
- * stderr with a "kvfs: " prefix; the daemon sets syslog). */
+ * stderr with a "kvfs: " prefix; the daemon sets its own: stderr with -f,
+ * else syslog, or STORE/kvfs.log without /dev/log). */
 typedef void (*kvfs_log_fn)(int level, const char *msg);
 void kvfs_set_log(kvfs_log_fn fn);
 /* Lines above this level are dropped (default KVFS_LOG_INFO). */

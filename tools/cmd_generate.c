@@ -1,7 +1,6 @@
 /* kvfsctl generate - a small reference engine: optional KV file as the
  * prompt's cache, prefill of the remaining prompt, greedy decoding. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,37 +30,24 @@ static void usage(FILE *f)
 
 int cmd_generate(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"kv", required_argument, 0, 'k'},
-        {"prefix-file", required_argument, 0, 'f'}, {"prompt", required_argument, 0, 'p'},
-        {"ids", no_argument, 0, 'i'}, {"backend", required_argument, 0, 'b'},
-        {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *kv = NULL, *prefix = NULL, *prompt = "", *backend = "cpu";
-    int n_gen = 32, threads = 0, print_ids = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'k': kv = optarg; break;
-        case 'f': prefix = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'n': n_gen = atoi(optarg); break;
-        case 'i': print_ids = 1; break;
-        case 'b': backend = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (!model || (kv && prefix) || n_gen < 1 || optind != argc) {
-        usage(stderr);
-        return 2;
-    }
+    int n_gen = 32, threads = 0, print_ids = 0;
+    const struct tool_opt opts[] = {
+        TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("kv", 0, STR, &kv),
+        TOOL_OPT("prefix-file", 0, STR, &prefix), TOOL_OPT("prompt", 'p', STR, &prompt),
+        TOOL_OPT(NULL, 'n', INT, &n_gen), TOOL_OPT("ids", 0, FLAG, &print_ids),
+        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, 0};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!model || (kv && prefix) || n_gen < 1)
+        return tool_usage_error(&cmd);
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
     if (tool_load_model(model, backend, threads, &m, &tok))
         return 1;
-    int ret = 1, rc;
+    int ret = 1;
     uint8_t *image = NULL;
     size_t image_len = 0, n_pre = 0, n_prompt = 0;
     int32_t *pre_ids = NULL, *prompt_ids = NULL;

@@ -1,6 +1,5 @@
 /* kvfsctl info - print and verify a chunk file's header. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,32 +14,26 @@ static const char *dtype_name(uint32_t d)
     return d == KVFS_DTYPE_F32 ? "f32" : d == KVFS_DTYPE_F16 ? "f16" : d == KVFS_DTYPE_BF16 ? "bf16" : "?";
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl info [--json] [--tokens] FILE\n"
+               "Print a kvfs chunk file's header and verify every checksum.\n"
+               "Exit status 0 if the file is valid, 1 if not (the reason goes to stderr).\n");
+}
+
 int cmd_info(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"tokens", no_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int json = 0, show_tokens = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "jth", opts, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 't': show_tokens = 1; break;
-        case 'h':
-            printf("usage: kvfsctl info [--json] [--tokens] FILE\n"
-                   "Print a kvfs chunk file's header and verify every checksum.\n"
-                   "Exit status 0 if the file is valid, 1 if not (the reason goes to stderr).\n");
-            return 0;
-        default: return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        fprintf(stderr, "usage: kvfsctl info [--json] [--tokens] FILE\n");
-        return 2;
-    }
+    int json = 0, show_tokens = 0;
+    const struct tool_opt opts[] = {TOOL_OPT("json", 'j', FLAG, &json), TOOL_OPT("tokens", 't', FLAG, &show_tokens),
+                                    {0}};
+    const struct tool_cmd cmd = {usage, opts, 1, 1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
     const char *path = argv[optind];
     uint8_t *buf;
     size_t len;
-    int rc = tool_read_file(path, &buf, &len);
+    rc = tool_read_file(path, &buf, &len);
     if (rc) {
         fprintf(stderr, "kvfsctl info: %s: %s\n", path, strerror(-rc));
         return 1;

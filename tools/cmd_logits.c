@@ -1,7 +1,6 @@
 /* kvfsctl logits - last-position log-probabilities (and optional greedy
  * continuation) for given token ids: the runtime's check against llama.cpp. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,34 +57,21 @@ static int parse_ids(char *s, int32_t **ids, int *n)
 
 int cmd_logits(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 'T'},
-        {"tokens-file", required_argument, 0, 'F'}, {"top", required_argument, 0, 'k'},
-        {"greedy", required_argument, 0, 'g'}, {"backend", required_argument, 0, 'b'},
-        {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL, *backend = "cpu", *tfile = NULL;
-    char *tlist = NULL;
-    int top = 10, greedy = 0, threads = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'T': tlist = optarg; break;
-        case 'F': tfile = optarg; break;
-        case 'k': top = atoi(optarg); break;
-        case 'g': greedy = atoi(optarg); break;
-        case 'b': backend = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (!model || (!tlist && !tfile) || top < 1 || greedy < 0) {
-        usage(stderr);
-        return 2;
-    }
+    const char *model = NULL, *backend = "cpu", *tfile = NULL, *tlist = NULL;
+    int top = 10, greedy = 0, threads = 0;
+    const struct tool_opt opts[] = {
+        TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("tokens", 0, STR, &tlist),
+        TOOL_OPT("tokens-file", 0, STR, &tfile), TOOL_OPT("top", 0, INT, &top),
+        TOOL_OPT("greedy", 0, INT, &greedy), TOOL_OPT("backend", 0, STR, &backend),
+        TOOL_OPT("threads", 't', INT, &threads), {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, -1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!model || (!tlist && !tfile) || top < 1 || greedy < 0)
+        return tool_usage_error(&cmd);
     int32_t *ids = NULL;
-    int n = 0, rc;
+    int n = 0;
     if (tfile) {
         uint8_t *buf;
         size_t len;

@@ -1,7 +1,6 @@
 /* kvfsctl prefill - compute a text chunk's KV cache and store it as a chunk
  * file, or in a mounted kvfs through incoming/. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,41 +28,20 @@ static void usage(FILE *f)
 
 int cmd_prefill(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
-        {"mount", required_argument, 0, 'M'}, {"pos0", required_argument, 0, 'p'},
-        {"bos", no_argument, 0, 'B'}, {"dtype", required_argument, 0, 'd'},
-        {"backend", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu";
-    int pos0 = 0, bos = 0, threads = 0, c;
+    int pos0 = 0, bos = 0, threads = 0;
     uint32_t dtype = KVFS_DTYPE_F16;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:o:M:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'o': out = optarg; break;
-        case 'M': mount = optarg; break;
-        case 'p': pos0 = atoi(optarg); break;
-        case 'B': bos = 1; break;
-        case 'b': backend = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'd':
-            dtype = !strcmp(optarg, "f32") ? KVFS_DTYPE_F32 : !strcmp(optarg, "bf16") ? KVFS_DTYPE_BF16
-                  : !strcmp(optarg, "f16") ? KVFS_DTYPE_F16 : 0;
-            if (!dtype) {
-                fprintf(stderr, "kvfsctl prefill: unknown dtype %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (!model || (!out && !mount) || (out && mount) || optind < argc - 1 || pos0 < 0) {
-        usage(stderr);
-        return 2;
-    }
+    const struct tool_opt opts[] = {
+        TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("output", 'o', STR, &out),
+        TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0),
+        TOOL_OPT("bos", 0, FLAG, &bos), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype),
+        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, 1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!model || (!out && !mount) || (out && mount) || pos0 < 0)
+        return tool_usage_error(&cmd);
     const char *text = optind < argc ? argv[optind] : "-";
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
@@ -71,7 +49,7 @@ int cmd_prefill(int argc, char **argv)
         return 1;
     int32_t *ids = NULL;
     size_t n = 0;
-    int ret = 1, rc;
+    int ret = 1;
     struct kvfs_kv_cache cache;
     struct kvfs_writer w;
     if (tool_tokenize_file(tok, text, bos, &ids, &n))

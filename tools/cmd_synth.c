@@ -2,7 +2,6 @@
  * benchmarks: no model needed). */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,45 +40,23 @@ static uint64_t rng_next(uint64_t *s)
 
 int cmd_synth(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'L'},
-        {"tokens", required_argument, 0, 'T'}, {"kv-heads", required_argument, 0, 'K'},
-        {"heads", required_argument, 0, 'H'}, {"head-dim", required_argument, 0, 'D'},
-        {"dtype", required_argument, 0, 't'}, {"pos0", required_argument, 0, 'p'},
-        {"seed", required_argument, 0, 's'}, {"arch", required_argument, 0, 'a'},
-        {"size-mib", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *out = NULL, *arch = "llama";
     unsigned long layers = 4, tokens = 16, kvh = 2, heads = 0, hd = 64, pos0 = 0, seed = 1;
     double size_mib = 0;
     uint32_t dtype = KVFS_DTYPE_F16;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'L': layers = strtoul(optarg, NULL, 10); break;
-        case 'T': tokens = strtoul(optarg, NULL, 10); break;
-        case 'K': kvh = strtoul(optarg, NULL, 10); break;
-        case 'H': heads = strtoul(optarg, NULL, 10); break;
-        case 'D': hd = strtoul(optarg, NULL, 10); break;
-        case 'p': pos0 = strtoul(optarg, NULL, 10); break;
-        case 's': seed = strtoul(optarg, NULL, 10); break;
-        case 'a': arch = optarg; break;
-        case 'S': size_mib = strtod(optarg, NULL); break;
-        case 't':
-            if (!strcmp(optarg, "f16")) dtype = KVFS_DTYPE_F16;
-            else if (!strcmp(optarg, "f32")) dtype = KVFS_DTYPE_F32;
-            else if (!strcmp(optarg, "bf16")) dtype = KVFS_DTYPE_BF16;
-            else { fprintf(stderr, "kvfsctl synth: unknown dtype '%s'\n", optarg); return 2; }
-            break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (!out || optind != argc) {
-        usage(stderr);
-        return 2;
-    }
+    const struct tool_opt opts[] = {
+        TOOL_OPT("output", 'o', STR, &out), TOOL_OPT("layers", 0, ULONG, &layers),
+        TOOL_OPT("tokens", 0, ULONG, &tokens), TOOL_OPT("kv-heads", 0, ULONG, &kvh),
+        TOOL_OPT("heads", 0, ULONG, &heads), TOOL_OPT("head-dim", 0, ULONG, &hd),
+        TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype), TOOL_OPT("pos0", 0, ULONG, &pos0),
+        TOOL_OPT("seed", 0, ULONG, &seed), TOOL_OPT("arch", 0, STR, &arch),
+        TOOL_OPT("size-mib", 0, DOUBLE, &size_mib), {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, 0};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!out)
+        return tool_usage_error(&cmd);
     if (strlen(arch) >= 16) {
         fprintf(stderr, "kvfsctl synth: architecture name too long\n");
         return 2;
@@ -105,7 +82,7 @@ int cmd_synth(int argc, char **argv)
     for (unsigned long i = 0; i < tokens; i++)
         ids[i] = (uint32_t)(rng_next(&rs) % 49152);
     struct kvfs_writer w;
-    int rc = kvfs_writer_init(&w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, (uint32_t)tokens, ids);
+    rc = kvfs_writer_init(&w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, (uint32_t)tokens, ids);
     free(ids);
     if (rc) {
         fprintf(stderr, "kvfsctl synth: invalid shape (%s)\n", strerror(-rc));

@@ -1,6 +1,5 @@
 /* kvfsctl tokenize - token ids of a text with a model's tokenizer. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,38 +9,32 @@
 #include "tokenizer.h"
 #include "tool_util.h"
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl tokenize -m MODEL [--bos] [--special] [--pieces] [TEXT_FILE|-]\n"
+               "Print the token ids of a UTF-8 text (one line, space separated).\n"
+               "  --bos      prepend BOS when the model asks for it\n"
+               "  --special  recognise control tokens written in the text\n"
+               "  --pieces   print id=piece pairs, one per line\n");
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"bos", no_argument, 0, 'B'},
-                                         {"special", no_argument, 0, 's'}, {"pieces", no_argument, 0, 'p'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
-    int bos = 0, special = 0, pieces = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'B': bos = 1; break;
-        case 's': special = 1; break;
-        case 'p': pieces = 1; break;
-        case 'h':
-            printf("usage: kvfsctl tokenize -m MODEL [--bos] [--special] [--pieces] [TEXT_FILE|-]\n"
-                   "Print the token ids of a UTF-8 text (one line, space separated).\n"
-                   "  --bos      prepend BOS when the model asks for it\n"
-                   "  --special  recognise control tokens written in the text\n"
-                   "  --pieces   print id=piece pairs, one per line\n");
-            return 0;
-        default: return 2;
-        }
-    }
-    if (!model || optind < argc - 1) {
-        fprintf(stderr, "usage: kvfsctl tokenize -m MODEL [TEXT_FILE|-]\n");
-        return 2;
-    }
+    int bos = 0, special = 0, pieces = 0;
+    const struct tool_opt opts[] = {TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("bos", 0, FLAG, &bos),
+                                    TOOL_OPT("special", 0, FLAG, &special), TOOL_OPT("pieces", 0, FLAG, &pieces),
+                                    {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, 1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!model)
+        return tool_usage_error(&cmd);
     const char *path = optind < argc ? argv[optind] : "-";
     uint8_t *text;
     size_t len;
-    int rc = tool_read_file(path, &text, &len);
+    rc = tool_read_file(path, &text, &len);
     if (rc) {
         fprintf(stderr, "kvfsctl tokenize: %s: %s\n", path, strerror(-rc));
         return 1;

@@ -1,9 +1,11 @@
-/* tool_util.c - file helpers for kvfsctl. */
+/* tool_util.c - file helpers and the option parser for kvfsctl. */
 #include "tool_util.h"
+#include "kvformat.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,5 +72,84 @@ int tool_read_file(const char *path, uint8_t **out, size_t *out_len)
     }
     *out = buf;
     *out_len = len;
+    return 0;
+}
+
+/* Store one parsed option; 0, or -EINVAL when an fn refused the argument. */
+static int store_opt(const struct tool_opt *o, const char *arg)
+{
+    switch (o->type) {
+    case TOOL_OPT_FLAG: *(int *)o->dst = 1; return 0;
+    case TOOL_OPT_STR: *(const char **)o->dst = arg; return 0;
+    case TOOL_OPT_INT: *(int *)o->dst = atoi(arg); return 0;
+    case TOOL_OPT_ULONG: *(unsigned long *)o->dst = strtoul(arg, NULL, 10); return 0;
+    case TOOL_OPT_FLOAT: *(float *)o->dst = strtof(arg, NULL); return 0;
+    case TOOL_OPT_DOUBLE: *(double *)o->dst = strtod(arg, NULL); return 0;
+    case TOOL_OPT_FN: return o->fn(o->dst, arg) ? -EINVAL : 0;
+    }
+    return -EINVAL;
+}
+
+int tool_parse_args(const struct tool_cmd *cmd, int argc, char **argv)
+{
+    /* getopt_long's tables: long-only options get codes above any letter */
+    struct option lo[TOOL_MAX_OPTS + 2];
+    char so[2 * TOOL_MAX_OPTS + 2];
+    size_t n = 0, nl = 0, k = 0;
+    for (; cmd->opts[n].name || cmd->opts[n].letter; n++) {
+        if (n == TOOL_MAX_OPTS) { /* a programming error, seen at once in tests */
+            fprintf(stderr, "kvfsctl: more than %d options in one command\n", TOOL_MAX_OPTS);
+            return 2;
+        }
+        const struct tool_opt *o = &cmd->opts[n];
+        int has_arg = o->type == TOOL_OPT_FLAG ? no_argument : required_argument;
+        if (o->name)
+            lo[nl++] = (struct option){o->name, has_arg, 0, o->letter ? o->letter : 256 + (int)n};
+        if (o->letter) {
+            so[k++] = o->letter;
+            if (has_arg)
+                so[k++] = ':';
+        }
+    }
+    lo[nl] = (struct option){"help", no_argument, 0, 'h'};
+    lo[nl + 1] = (struct option){0, 0, 0, 0};
+    so[k++] = 'h';
+    so[k] = '\0';
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, so, lo, NULL)) != -1) {
+        if (c == 'h') {
+            cmd->usage(stdout);
+            return 0;
+        }
+        size_t i = 0;
+        while (i < n && (cmd->opts[i].letter ? cmd->opts[i].letter : 256 + (int)i) != c)
+            i++;
+        if (i == n) /* '?': getopt_long has said what was wrong */
+            return tool_usage_error(cmd);
+        if (store_opt(&cmd->opts[i], optarg))
+            return 2;
+    }
+    int operands = argc - optind;
+    if (operands < cmd->min_operands || (cmd->max_operands >= 0 && operands > cmd->max_operands))
+        return tool_usage_error(cmd);
+    return TOOL_ARGS_OK;
+}
+
+int tool_usage_error(const struct tool_cmd *cmd)
+{
+    cmd->usage(stderr);
+    return 2;
+}
+
+int tool_opt_dtype(void *dst, const char *arg)
+{
+    uint32_t d = !strcmp(arg, "f16") ? KVFS_DTYPE_F16 : !strcmp(arg, "f32") ? KVFS_DTYPE_F32
+               : !strcmp(arg, "bf16") ? KVFS_DTYPE_BF16 : 0;
+    if (!d) {
+        fprintf(stderr, "kvfsctl: unknown dtype '%s' (f16, f32 or bf16)\n", arg);
+        return -EINVAL;
+    }
+    *(uint32_t *)dst = d;
     return 0;
 }

@@ -4,7 +4,6 @@
  * next-token distribution from full prefill's, top-1 agreement and the
  * agreement of a greedy continuation. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,142 @@
 
 #define MAX_CHUNKS 64
 #define MAX_RATIOS 16
+#define MAX_SELECTS 3 /* query, fixed, gradual: each once */
+
+struct eval_args {
+    const char *model, *query, *backend;
+    float ratios[MAX_RATIOS];
+    int n_ratios;
+    int selects[MAX_SELECTS], n_selects;
+    int json, greedy, threads, no_prefix;
+    struct kvfs_blend_opts bo;
+    char **files;
+    int n_files;
+};
+
+struct result {
+    char name[32];
+    double ttft, kl;
+    int top1, agree;
+};
+
+/* One run: the chunks prefilled on their own, the whole prompt, full
+ * prefill's logits and greedy continuation (the reference), and each
+ * method's result. */
+struct eval {
+    const struct eval_args *a;
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    int V;                                  /* vocabulary size */
+    struct kvfs_writer w[MAX_CHUNKS];       /* the chunk files, made = how many */
+    struct kvfs_blend_chunk ch[MAX_CHUNKS];
+    int32_t *ids[MAX_CHUNKS], *qids;
+    size_t nids[MAX_CHUNKS], nq;
+    int made, n_ctx;
+    int32_t *all;                           /* the prompt: chunks, then query */
+    float *ref, *lg;                        /* full prefill's logits; the method's */
+    int32_t *gref, *gm;                     /* greedy continuations: full prefill's; the method's */
+    struct result res[2 + (MAX_RATIOS + 1) * MAX_SELECTS];
+    int nres;
+    char err[256];
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl eval -m MODEL --query TEXT [--ratio R[,R...]] [--json] CHUNK_FILE...\n"
+               "Build the prompt CHUNK_1 .. CHUNK_k QUERY (each chunk's text tokenized and\n"
+               "prefilled on its own, as kvfs stores them) and compare against a full\n"
+               "prefill of the same tokens: prefix caching (first chunk reused), full reuse\n"
+               "(ratio 0) and blends at each ratio (default %g).  Reports TTFT (from cached\n"
+               "chunks in memory to the first token's logits), KL(full || method) of the\n"
+               "next-token distribution, top-1 agreement, and the share of a greedy\n"
+               "continuation (--greedy N, default 32) identical to full prefill's.\n"
+               "Selection: --select query|fixed|gradual or a comma list of them (default %s),\n"
+               "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
+               "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
+               "gradual: --deviation v|k, --query-weighted (deviation x the query's attention at\n"
+               "the check layer), --check-layer N (default 1).\n"
+               "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
+               "token ids and full prefill's greedy continuation are included.\n",
+            (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
+}
+
+/* --ratio R[,R...]: appended to the list (at most MAX_RATIOS) */
+static int opt_ratios(void *dst, const char *arg)
+{
+    struct eval_args *a = dst;
+    char *s = strdup(arg), *save = NULL;
+    if (!s)
+        return -ENOMEM;
+    for (char *p = strtok_r(s, ",", &save); p && a->n_ratios < MAX_RATIOS; p = strtok_r(NULL, ",", &save))
+        a->ratios[a->n_ratios++] = strtof(p, NULL);
+    free(s);
+    return 0;
+}
+
+/* --select: a comma list, each name once, in the order given */
+static int opt_selects(void *dst, const char *arg)
+{
+    struct eval_args *a = dst;
+    char list[128], *save = NULL;
+    snprintf(list, sizeof(list), "%s", arg);
+    a->n_selects = 0;
+    for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        int sel = kvfs_blend_select_parse(p), dup = 0;
+        for (int i = 0; i < a->n_selects; i++)
+            dup |= a->selects[i] == sel;
+        if (sel < 0 || dup || a->n_selects == MAX_SELECTS) {
+            fprintf(stderr, "kvfsctl eval: --select: '%s' is not one of query, fixed, gradual (each once)\n", p);
+            return -EINVAL;
+        }
+        a->selects[a->n_selects++] = sel;
+    }
+    if (!a->n_selects) {
+        fprintf(stderr, "kvfsctl eval: --select takes query, fixed, gradual or a comma list\n");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int opt_deviation(void *dst, const char *arg)
+{
+    *(int *)dst = !strcmp(arg, "k");
+    return 0;
+}
+
+/* TOOL_ARGS_OK, or the exit code (0 after --help, 2 on a usage error) */
+static int parse_args(struct eval_args *a, int argc, char **argv)
+{
+    *a = (struct eval_args){.backend = "cpu", .greedy = 32, .n_selects = 1};
+    kvfs_blend_opts_init(&a->bo, KVFS_BLEND_DEFAULT_RATIO);
+    a->selects[0] = a->bo.select;
+    const struct tool_opt opts[] = {
+        TOOL_OPT("model", 'm', STR, &a->model), TOOL_OPT_CALL("ratio", 'r', opt_ratios, a),
+        TOOL_OPT("query", 'q', STR, &a->query), TOOL_OPT("json", 0, FLAG, &a->json),
+        TOOL_OPT("greedy", 0, INT, &a->greedy), TOOL_OPT("threads", 't', INT, &a->threads),
+        TOOL_OPT("backend", 0, STR, &a->backend), TOOL_OPT_CALL("select", 0, opt_selects, a),
+        TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
+        TOOL_OPT_CALL("deviation", 0, opt_deviation, &a->bo.deviation_on_k),
+        TOOL_OPT("query-weighted", 0, FLAG, &a->bo.query_weighted),
+        TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
+        {0}};
+    const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    a->files = argv + optind;
+    a->n_files = argc - optind;
+    if (!a->model || !a->query || a->greedy < 1)
+        return tool_usage_error(&cmd);
+    if (!a->n_ratios)
+        a->ratios[a->n_ratios++] = KVFS_BLEND_DEFAULT_RATIO;
+    for (int i = 0; i < a->n_ratios; i++)
+        if (!(a->ratios[i] >= 0 && a->ratios[i] <= 1)) {
+            fprintf(stderr, "kvfsctl eval: ratio %g outside [0, 1]\n", (double)a->ratios[i]);
+            return 2;
+        }
+    return TOOL_ARGS_OK;
+}
 
 static double kl_div(const float *p, const float *q, int n)
 {
@@ -55,283 +190,258 @@ static int continue_greedy(const struct kvfs_model *m, struct kvfs_kv_cache *c, 
     return rc;
 }
 
-struct result {
-    char name[32];
-    double ttft, kl;
-    int top1, agree;
-};
-
-int cmd_eval(int argc, char **argv)
+/* A method's result against full prefill's, from e->lg and e->gm. */
+static void add_result(struct eval *e, const char *name, double ttft)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"ratio", required_argument, 0, 'r'},
-        {"query", required_argument, 0, 'q'}, {"json", no_argument, 0, 'j'},
-        {"greedy", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'b'}, {"select", required_argument, 0, 's'},
-        {"taper", required_argument, 0, 'T'}, {"sinks", required_argument, 0, 'S'},
-        {"deviation", required_argument, 0, 'D'}, {"query-weighted", no_argument, 0, 'W'},
-        {"check-layer", required_argument, 0, 'C'}, {"no-prefix", no_argument, 0, 'P'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    struct kvfs_blend_opts bo;
-    kvfs_blend_opts_init(&bo, 0.15f);
-    int selects[3] = {bo.select, -1, -1}, n_selects = 1, no_prefix = 0;
-    const char *model = NULL, *query = NULL, *backend = "cpu";
-    float ratios[MAX_RATIOS];
-    int n_ratios = 0, json = 0, greedy = 32, threads = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:r:q:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'r': {
-            char *s = strdup(optarg), *save = NULL;
-            for (char *p = strtok_r(s, ",", &save); p && n_ratios < MAX_RATIOS; p = strtok_r(NULL, ",", &save))
-                ratios[n_ratios++] = strtof(p, NULL);
-            free(s);
-            break;
-        }
-        case 'q': query = optarg; break;
-        case 'j': json = 1; break;
-        case 'g': greedy = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'b': backend = optarg; break;
-        case 's': {
-            /* a comma list, each name once, in the order given */
-            char list[128], *save = NULL;
-            snprintf(list, sizeof(list), "%s", optarg);
-            n_selects = 0;
-            for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-                int sel = kvfs_blend_select_parse(p), dup = 0;
-                for (int i = 0; i < n_selects; i++)
-                    dup |= selects[i] == sel;
-                if (sel < 0 || dup || n_selects == 3) {
-                    fprintf(stderr, "kvfsctl eval: --select: '%s' is not one of query, fixed, gradual (each once)\n", p);
-                    return 2;
-                }
-                selects[n_selects++] = sel;
-            }
-            if (!n_selects) {
-                fprintf(stderr, "kvfsctl eval: --select takes query, fixed, gradual or a comma list\n");
-                return 2;
-            }
-            break;
-        }
-        case 'T': bo.taper = strtof(optarg, NULL); break;
-        case 'S': bo.sink_rows = atoi(optarg); break;
-        case 'D': bo.deviation_on_k = !strcmp(optarg, "k"); break;
-        case 'P': no_prefix = 1; break;
-        case 'W': bo.query_weighted = 1; break;
-        case 'C': bo.check_layer = atoi(optarg); break;
-        case 'h':
-            printf("usage: kvfsctl eval -m MODEL --query TEXT [--ratio R[,R...]] [--json] CHUNK_FILE...\n"
-                   "Build the prompt CHUNK_1 .. CHUNK_k QUERY (each chunk's text tokenized and\n"
-                   "prefilled on its own, as kvfs stores them) and compare against a full\n"
-                   "prefill of the same tokens: prefix caching (first chunk reused), full reuse\n"
-                   "(ratio 0) and blends at each ratio (default 0.15).  Reports TTFT (from cached\n"
-                   "chunks in memory to the first token's logits), KL(full || method) of the\n"
-                   "next-token distribution, top-1 agreement, and the share of a greedy\n"
-                   "continuation (--greedy N, default 32) identical to full prefill's.\n"
-                   "Selection: --select query|fixed|gradual or a comma list of them (default %s),\n"
-                   "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
-                   "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
-                   "gradual: --deviation v|k, --query-weighted (deviation x the query's attention at\n"
-                   "the check layer), --check-layer N (default 1).\n"
-                   "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
-                   "token ids and full prefill's greedy continuation are included.\n",
-                   kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
-            return 0;
-        default: return 2;
-        }
-    }
-    int n_files = argc - optind;
-    if (!model || !query || n_files < 1 || n_files > MAX_CHUNKS || greedy < 1) {
-        fprintf(stderr, "usage: kvfsctl eval -m MODEL --query TEXT [--ratio R,...] CHUNK_FILE...\n");
-        return 2;
-    }
-    if (!n_ratios)
-        ratios[n_ratios++] = 0.15f;
-    for (int i = 0; i < n_ratios; i++)
-        if (!(ratios[i] >= 0 && ratios[i] <= 1)) {
-            fprintf(stderr, "kvfsctl eval: ratio %g outside [0, 1]\n", (double)ratios[i]);
-            return 2;
-        }
-    struct kvfs_model *m;
-    struct kvfs_tokenizer *tok;
-    if (tool_load_model(model, backend, threads, &m, &tok))
-        return 1;
-    if (kvfs_blend_selftest(m) != 0) {
-        fprintf(stderr, "kvfsctl eval: RoPE re-rotation self-test failed for this model; refusing to blend\n");
-        return 1;
-    }
-    int V = m->hp.n_vocab, ret = 1, rc;
-    struct kvfs_writer w[MAX_CHUNKS];
-    struct kvfs_blend_chunk ch[MAX_CHUNKS];
-    int32_t *ids[MAX_CHUNKS] = {0}, *qids = NULL;
-    size_t nids[MAX_CHUNKS] = {0}, nq = 0;
-    int made = 0, total = 0;
-    memset(w, 0, sizeof(w));
-    for (int i = 0; i < n_files; i++) {
+    struct result r = {"", ttft, kl_div(e->ref, e->lg, e->V), tool_argmax(e->lg, e->V) == tool_argmax(e->ref, e->V), 0};
+    snprintf(r.name, sizeof(r.name), "%s", name);
+    for (int i = 0; i < e->a->greedy; i++)
+        r.agree += e->gm[i] == e->gref[i];
+    e->res[e->nres++] = r;
+}
+
+/* Each chunk's text tokenized and prefilled on its own, as kvfs stores it. */
+static int prefill_chunks(struct eval *e)
+{
+    for (int i = 0; i < e->a->n_files; i++) {
+        const char *path = e->a->files[i];
         struct kvfs_kv_cache cc;
-        if (tool_tokenize_file(tok, argv[optind + i], 0, &ids[i], &nids[i]))
-            goto out;
-        if ((rc = kvfs_kv_cache_init(m, (int)nids[i], &cc)))
-            goto out;
-        rc = kvfs_forward(m, &cc, ids[i], (int)nids[i], 0, NULL);
+        int rc = tool_tokenize_file(e->tok, path, 0, &e->ids[i], &e->nids[i]);
+        if (rc || (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
+            return rc;
+        rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
         if (!rc)
-            rc = kvfs_kv_cache_to_chunk(m, &cc, 0, (int)nids[i], ids[i], KVFS_DTYPE_F16, &w[i]);
-        kvfs_kv_cache_free(m, &cc);
+            rc = kvfs_kv_cache_to_chunk(e->m, &cc, 0, (int)e->nids[i], e->ids[i], KVFS_DTYPE_F16, &e->w[i]);
+        kvfs_kv_cache_free(e->m, &cc);
         if (rc) {
-            fprintf(stderr, "kvfsctl eval: cannot prefill %s: %s\n", argv[optind + i], strerror(-rc));
-            goto out;
+            fprintf(stderr, "kvfsctl eval: cannot prefill %s: %s\n", path, strerror(-rc));
+            return rc;
         }
-        ch[i] = (struct kvfs_blend_chunk){w[i].buf, w[i].size};
-        made++;
-        total += (int)nids[i];
+        e->ch[i] = (struct kvfs_blend_chunk){e->w[i].buf, e->w[i].size};
+        e->made++;
+        e->n_ctx += (int)e->nids[i];
     }
-    if ((rc = kvfs_tokenize(tok, query, strlen(query), 0, 0, &qids, &nq)) || nq == 0) {
+    return 0;
+}
+
+/* The query's tokens, the whole prompt and the buffers every method uses. */
+static int build_prompt(struct eval *e)
+{
+    int rc = kvfs_tokenize(e->tok, e->a->query, strlen(e->a->query), 0, 0, &e->qids, &e->nq);
+    if (rc || e->nq == 0) {
         fprintf(stderr, "kvfsctl eval: cannot tokenize the query\n");
-        goto out;
+        return rc ? rc : -EINVAL;
     }
-    int n_ctx = total + (int)nq;
-    int32_t *all = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    float *ref = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V);
-    int32_t *gref = malloc(sizeof(int32_t) * (size_t)greedy), *gm = malloc(sizeof(int32_t) * (size_t)greedy);
-    struct result res[2 * MAX_RATIOS + 4];
-    int nres = 0;
-    if (!all || !ref || !lg || !gref || !gm)
-        goto free_bufs;
+    e->n_ctx += (int)e->nq;
+    size_t V = (size_t)e->V, g = (size_t)e->a->greedy;
+    e->all = malloc(sizeof(int32_t) * (size_t)e->n_ctx);
+    e->ref = malloc(sizeof(float) * V);
+    e->lg = malloc(sizeof(float) * V);
+    e->gref = malloc(sizeof(int32_t) * g);
+    e->gm = malloc(sizeof(int32_t) * g);
+    if (!e->all || !e->ref || !e->lg || !e->gref || !e->gm)
+        return -ENOMEM;
     int at = 0;
-    for (int i = 0; i < n_files; i++)
-        for (size_t j = 0; j < nids[i]; j++)
-            all[at++] = ids[i][j];
-    for (size_t j = 0; j < nq; j++)
-        all[at++] = qids[j];
-    /* full prefill */
+    for (int i = 0; i < e->a->n_files; i++)
+        for (size_t j = 0; j < e->nids[i]; j++)
+            e->all[at++] = e->ids[i][j];
+    for (size_t j = 0; j < e->nq; j++)
+        e->all[at++] = e->qids[j];
+    return 0;
+}
+
+/* The reference: a full prefill of the prompt and its greedy continuation. */
+static int run_full(struct eval *e)
+{
     struct kvfs_kv_cache fc;
-    if ((rc = kvfs_kv_cache_init(m, n_ctx + greedy, &fc)))
-        goto free_bufs;
+    int rc = kvfs_kv_cache_init(e->m, e->n_ctx + e->a->greedy, &fc);
+    if (rc)
+        return rc;
     double t0 = tool_now();
-    rc = kvfs_forward(m, &fc, all, n_ctx, 0, ref);
+    rc = kvfs_forward(e->m, &fc, e->all, e->n_ctx, 0, e->ref);
     double t_full = tool_now() - t0;
     if (!rc)
-        rc = continue_greedy(m, &fc, ref, greedy, gref);
-    kvfs_kv_cache_free(m, &fc);
-    if (rc)
-        goto free_bufs;
-    res[nres++] = (struct result){"full prefill", t_full, 0.0, 1, greedy};
-    /* prefix caching: the first chunk's cache is exact (position 0) */
-    if (no_prefix)
-        goto blends;
-    struct kvfs_kv_cache pc;
-    if ((rc = kvfs_kv_cache_init(m, n_ctx + greedy, &pc)))
-        goto free_bufs;
-    char err[256] = "";
-    t0 = tool_now();
-    rc = kvfs_kv_cache_load_chunk(m, &pc, ch[0].image, ch[0].len, err, sizeof(err));
+        rc = continue_greedy(e->m, &fc, e->ref, e->a->greedy, e->gref);
+    kvfs_kv_cache_free(e->m, &fc);
     if (!rc)
-        rc = kvfs_forward(m, &pc, all + nids[0], n_ctx - (int)nids[0], (int)nids[0], lg);
+        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy};
+    return rc;
+}
+
+/* Prefix caching: the first chunk's cache is exact (position 0). */
+static int run_prefix(struct eval *e)
+{
+    struct kvfs_kv_cache pc;
+    int rc = kvfs_kv_cache_init(e->m, e->n_ctx + e->a->greedy, &pc);
+    if (rc)
+        return rc;
+    int n0 = (int)e->nids[0];
+    double t0 = tool_now();
+    rc = kvfs_kv_cache_load_chunk(e->m, &pc, e->ch[0].image, e->ch[0].len, e->err, sizeof(e->err));
+    if (!rc)
+        rc = kvfs_forward(e->m, &pc, e->all + n0, e->n_ctx - n0, n0, e->lg);
     double t_pre = tool_now() - t0;
     if (!rc)
-        rc = continue_greedy(m, &pc, lg, greedy, gm);
-    kvfs_kv_cache_free(m, &pc);
+        rc = continue_greedy(e->m, &pc, e->lg, e->a->greedy, e->gm);
+    kvfs_kv_cache_free(e->m, &pc);
+    if (!rc)
+        add_result(e, "prefix caching", t_pre);
+    return rc;
+}
+
+/* Greedy continuation from a blended cache: it has no room to grow, so its
+ * rows are copied into a fresh cache that has. */
+static int continue_blend(struct eval *e, const struct kvfs_kv_cache *bc)
+{
+    const struct kvfs_model *m = e->m;
+    struct kvfs_kv_cache gc;
+    int rc = kvfs_kv_cache_init(m, e->n_ctx + e->a->greedy, &gc);
     if (rc)
-        goto free_bufs;
-    struct result r = {"prefix caching", t_pre, kl_div(ref, lg, V), tool_argmax(lg, V) == tool_argmax(ref, V), 0};
-    for (int i = 0; i < greedy; i++)
-        r.agree += gm[i] == gref[i];
-    res[nres++] = r;
-blends:;
-    /* full reuse and blends */
-    float all_ratios[MAX_RATIOS + 1];
-    int nr = 0;
-    all_ratios[nr++] = 0.0f;
-    for (int i = 0; i < n_ratios; i++)
-        if (ratios[i] > 0)
-            all_ratios[nr++] = ratios[i];
-    for (int v = 0; v < nr * n_selects; v++) {
-        int i = v % nr, sel = selects[v / nr];
-        if (v >= nr && all_ratios[i] == 0)
-            continue; /* full reuse does not depend on the selection */
-        if (v >= nr && all_ratios[i] >= 1)
-            continue; /* nor does a full recompute */
-        struct kvfs_kv_cache bc;
-        int32_t *bt;
-        struct kvfs_blend_stats st;
-        /* the cache needs room to continue: blend, then copy into a bigger one is
-         * costly; instead decode into a fresh cache built the same way */
-        t0 = tool_now();
-        bo.ratio = all_ratios[i];
-        bo.select = sel;
-        rc = kvfs_blend_ex(m, ch, n_files, qids, (int)nq, &bo, &bc, &bt, lg, &st, err, sizeof(err));
-        double t_b = tool_now() - t0;
-        if (rc) {
-            fprintf(stderr, "kvfsctl eval: blend failed: %s\n", err);
-            goto free_bufs;
-        }
-        struct result br = {"", t_b, kl_div(ref, lg, V), tool_argmax(lg, V) == tool_argmax(ref, V), 0};
-        if (all_ratios[i] == 0)
-            snprintf(br.name, sizeof(br.name), "full reuse");
-        else if (n_selects > 1)
-            snprintf(br.name, sizeof(br.name), "blend %.2f %s", (double)all_ratios[i], kvfs_blend_select_name(sel));
-        else
-            snprintf(br.name, sizeof(br.name), "blend %.2f", (double)all_ratios[i]);
-        /* greedy continuation from the blended cache */
-        struct kvfs_kv_cache gc;
-        if ((rc = kvfs_kv_cache_init(m, n_ctx + greedy, &gc)) == 0) {
-            size_t bytes = sizeof(float) * (size_t)n_ctx * bc.kv_dim;
-            for (int l = 0; l < m->hp.n_layer && !rc; l++) {
-                rc = m->be.iface->copy(m->be.ctx, gc.k[l], bc.k[l], bytes);
-                if (!rc)
-                    rc = m->be.iface->copy(m->be.ctx, gc.v[l], bc.v[l], bytes);
-            }
-            memcpy(gc.host_pos, bc.host_pos, sizeof(int32_t) * (size_t)n_ctx);
-            if (!rc)
-                rc = m->be.iface->upload(m->be.ctx, gc.pos, gc.host_pos, sizeof(int32_t) * (size_t)n_ctx);
-            gc.n = n_ctx;
-            if (!rc)
-                rc = continue_greedy(m, &gc, lg, greedy, gm);
-            kvfs_kv_cache_free(m, &gc);
-        }
-        kvfs_kv_cache_free(m, &bc);
-        free(bt);
-        if (rc)
-            goto free_bufs;
-        for (int k = 0; k < greedy; k++)
-            br.agree += gm[k] == gref[k];
-        res[nres++] = br;
+        return rc;
+    size_t bytes = sizeof(float) * (size_t)e->n_ctx * bc->kv_dim;
+    for (int l = 0; l < m->hp.n_layer && !rc; l++) {
+        rc = m->be.iface->copy(m->be.ctx, gc.k[l], bc->k[l], bytes);
+        if (!rc)
+            rc = m->be.iface->copy(m->be.ctx, gc.v[l], bc->v[l], bytes);
     }
-    if (json) {
-        printf("{\"chunks\": %d, \"tokens\": %d, \"query_tokens\": %zu, \"results\": [", n_files, n_ctx, nq);
-        for (int i = 0; i < nres; i++)
+    memcpy(gc.host_pos, bc->host_pos, sizeof(int32_t) * (size_t)e->n_ctx);
+    if (!rc)
+        rc = m->be.iface->upload(m->be.ctx, gc.pos, gc.host_pos, sizeof(int32_t) * (size_t)e->n_ctx);
+    gc.n = e->n_ctx;
+    if (!rc)
+        rc = continue_greedy(m, &gc, e->lg, e->a->greedy, e->gm);
+    kvfs_kv_cache_free(m, &gc);
+    return rc;
+}
+
+/* One blend (ratio 0: full reuse) with selection sel. */
+static int run_blend(struct eval *e, float ratio, int sel)
+{
+    struct kvfs_blend_opts bo = e->a->bo;
+    struct kvfs_kv_cache bc;
+    int32_t *bt;
+    struct kvfs_blend_stats st;
+    bo.ratio = ratio;
+    bo.select = sel;
+    double t0 = tool_now();
+    int rc = kvfs_blend_ex(e->m, e->ch, e->a->n_files, e->qids, (int)e->nq, &bo, &bc, &bt, e->lg, &st, e->err,
+                           sizeof(e->err));
+    double t_b = tool_now() - t0;
+    if (rc) {
+        fprintf(stderr, "kvfsctl eval: blend failed: %s\n", e->err);
+        return rc;
+    }
+    rc = continue_blend(e, &bc);
+    kvfs_kv_cache_free(e->m, &bc);
+    free(bt);
+    if (rc)
+        return rc;
+    char name[32];
+    if (ratio == 0)
+        snprintf(name, sizeof(name), "full reuse");
+    else if (e->a->n_selects > 1)
+        snprintf(name, sizeof(name), "blend %.2f %s", (double)ratio, kvfs_blend_select_name(sel));
+    else
+        snprintf(name, sizeof(name), "blend %.2f", (double)ratio);
+    add_result(e, name, t_b);
+    return 0;
+}
+
+/* Full reuse, then every ratio for each selection in turn. */
+static int run_blends(struct eval *e)
+{
+    const struct eval_args *a = e->a;
+    float ratios[MAX_RATIOS + 1];
+    int nr = 0;
+    ratios[nr++] = 0.0f;
+    for (int i = 0; i < a->n_ratios; i++)
+        if (a->ratios[i] > 0)
+            ratios[nr++] = a->ratios[i];
+    for (int s = 0; s < a->n_selects; s++)
+        for (int i = 0; i < nr; i++) {
+            /* full reuse and a full recompute do not depend on the selection */
+            if (s > 0 && (ratios[i] == 0 || ratios[i] >= 1))
+                continue;
+            int rc = run_blend(e, ratios[i], a->selects[s]);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+static void print_results(const struct eval *e)
+{
+    int greedy = e->a->greedy;
+    const struct result *res = e->res;
+    if (e->a->json) {
+        printf("{\"chunks\": %d, \"tokens\": %d, \"query_tokens\": %zu, \"results\": [", e->a->n_files, e->n_ctx,
+               e->nq);
+        for (int i = 0; i < e->nres; i++)
             printf("%s{\"method\": \"%s\", \"ttft_s\": %.6f, \"kl\": %.6g, \"top1\": %d, \"greedy_agree\": %.4f}",
                    i ? ", " : "", res[i].name, res[i].ttft, res[i].kl, res[i].top1, (double)res[i].agree / greedy);
         printf("], \"prompt_ids\": [");
-        for (int i = 0; i < n_ctx; i++)
-            printf("%s%d", i ? "," : "", all[i]);
+        for (int i = 0; i < e->n_ctx; i++)
+            printf("%s%d", i ? "," : "", e->all[i]);
         printf("], \"full_greedy\": [");
         for (int i = 0; i < greedy; i++)
-            printf("%s%d", i ? "," : "", gref[i]);
+            printf("%s%d", i ? "," : "", e->gref[i]);
         printf("]}\n");
     } else {
-        printf("%d chunks, %d prompt tokens (%zu query)\n", n_files, n_ctx, nq);
+        printf("%d chunks, %d prompt tokens (%zu query)\n", e->a->n_files, e->n_ctx, e->nq);
         printf("%-16s %9s %9s %10s %5s %7s\n", "method", "TTFT s", "speedup", "KL", "top1", "greedy");
-        for (int i = 0; i < nres; i++)
+        for (int i = 0; i < e->nres; i++)
             printf("%-16s %9.3f %8.2fx %10.4g %5s %6.0f%%\n", res[i].name, res[i].ttft, res[0].ttft / res[i].ttft,
                    res[i].kl, res[i].top1 ? "yes" : "no", 100.0 * res[i].agree / greedy);
     }
-    ret = 0;
-free_bufs:
-    free(all);
-    free(ref);
-    free(lg);
-    free(gref);
-    free(gm);
-out:
-    for (int i = 0; i < made; i++)
-        kvfs_writer_free(&w[i]);
-    for (int i = 0; i < n_files; i++)
-        free(ids[i]);
-    free(qids);
-    kvfs_tokenizer_free(tok);
-    kvfs_model_free(m);
-    return ret;
+}
+
+static void eval_free(struct eval *e)
+{
+    free(e->all);
+    free(e->ref);
+    free(e->lg);
+    free(e->gref);
+    free(e->gm);
+    for (int i = 0; i < e->made; i++)
+        kvfs_writer_free(&e->w[i]);
+    for (int i = 0; i < e->a->n_files; i++)
+        free(e->ids[i]);
+    free(e->qids);
+    kvfs_tokenizer_free(e->tok);
+    kvfs_model_free(e->m);
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    struct eval_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    struct eval *e = calloc(1, sizeof(*e));
+    if (!e)
+        return 1;
+    e->a = &a;
+    if (tool_load_model(a.model, a.backend, a.threads, &e->m, &e->tok)) {
+        free(e);
+        return 1;
+    }
+    e->V = e->m->hp.n_vocab;
+    rc = kvfs_blend_selftest(e->m);
+    if (rc)
+        fprintf(stderr, "kvfsctl eval: RoPE re-rotation self-test failed for this model; refusing to blend\n");
+    else
+        rc = prefill_chunks(e);
+    if (!rc)
+        rc = build_prompt(e);
+    if (!rc)
+        rc = run_full(e);
+    if (!rc && !a.no_prefix)
+        rc = run_prefix(e);
+    if (!rc)
+        rc = run_blends(e);
+    if (!rc)
+        print_results(e);
+    eval_free(e);
+    free(e);
+    return rc ? 1 : 0;
 }

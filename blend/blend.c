@@ -1,6 +1,7 @@
 /* blend.c - CacheBlend-style composition of chunk KV caches (see blend.h). */
 #include "blend.h"
 
+#include "blend_internal.h"
 #include "controller.h"
 #include "loader.h"
 #include "parallel.h"
@@ -96,7 +97,7 @@ int kvfs_blend_select_parse(const char *name)
  * check layer).  Fixed: ratio everywhere.  Gradual: a linear taper from
  * ratio*(1+taper) down to ratio*(1-taper), so the mean (the compute budget)
  * is still `ratio`; each layer keeps the most deviating rows of the last. */
-static int rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows)
+int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows)
 {
     float r = o->ratio;
     if (o->select == KVFS_BLEND_SELECT_GRADUAL && n_sparse > 1 && r > 0.0f && r < 1.0f) {
@@ -111,7 +112,7 @@ static int rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_r
 
 /* Token selection on the backend (a kernel on the GPU): the k rows of the
  * highest deviations d_dev[0..n) (forced rows first), sorted, into host out. */
-static int device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
+int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
                       int32_t *d_out, int32_t *out)
 {
     int rc = BE(m)->topk(CTX(m), d_dev, d_forced, n, k, d_out);
@@ -229,22 +230,22 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
     return rc;
 }
 
-/* Wait for `layer` of every chunk, put it into the cache and re-position its
- * keys: rotation by each row's delta (new position - cached position). */
-static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c, int layer,
-                      const int32_t *d_delta, int n_rows, char *err, size_t errlen)
+int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
+                     struct kvfs_kv_cache *c, int layer, const int32_t *d_delta, int n_rows, char *err, size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const void *data[KVFS_BLEND_MAX_CHUNKS];
-    int rc = kvfs_loader_wait(ld, layer, data, err, errlen), row = 0;
-    for (int i = 0; i < kvfs_loader_count(ld) && !rc; i++) {
+    int rc = kvfs_loader_wait(ld, layer, data, err, errlen), row = row0;
+    int n = map ? n_map : kvfs_loader_count(ld);
+    for (int k = 0; k < n && !rc; k++) {
+        int i = map ? map[k] : k;
         const struct kvfs_header *h = kvfs_loader_header(ld, i);
         rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i]);
         row += (int)h->n_tokens;
     }
-    if (!rc && n_rows)
-        rc = BE(m)->rope(CTX(m), c->k[layer], d_delta, n_rows, hp->n_kv_head, hp->head_dim, hp->rope_dim,
-                         hp->rope_theta, hp->rope_style);
+    if (!rc && n_rows > row0)
+        rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * c->kv_dim, d_delta + row0, n_rows - row0,
+                         hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style);
     return rc;
 }
 
@@ -253,9 +254,9 @@ static int take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, struct
  * would; the attention they pay each row, summed over the upper layers,
  * heads and suffix rows, is left in d_mass[0..n_ctx).  Afterwards every layer of the
  * cache holds the chunks' K/V (re-positioned) and the suffix's. */
-static int query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, struct kvfs_kv_cache *c,
-                      const struct kvfs_work *w, int n_rows, int n_suffix, const int32_t *d_delta, float *d_mass,
-                      char *err, size_t errlen)
+int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
+                     struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
+                     const int32_t *d_delta, float *d_mass, char *err, size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = BE(m);
@@ -282,7 +283,8 @@ static int query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, struct
      * left 12% more KL: BENCHMARKS.md) */
     int from = hp->n_layer / 3;
     for (int l = 0; l < hp->n_layer; l++) {
-        if ((rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)) || (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
+        if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
+            (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
             (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
             (l >= from && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
@@ -299,6 +301,22 @@ out:
     free(rows);
     free(zero);
     return rc;
+}
+
+int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen)
+{
+    uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
+    kvfs_fingerprint_encode(&m->fp, fb);
+    for (int i = 0; i < kvfs_loader_count(ld); i++) {
+        const struct kvfs_header *h = kvfs_loader_header(ld, i);
+        kvfs_fingerprint_encode(&h->fp, fa);
+        if (memcmp(fa, fb, 80))
+            return kvfs_errf(err, errlen, -EINVAL, "chunk %d was computed by another model (fingerprint differs)", i + 1);
+        if (!(h->flags & KVFS_FLAG_KEYS_ROPED))
+            return kvfs_errf(err, errlen, -ENOTSUP, "chunk %d stores keys before RoPE; only post-RoPE keys are supported",
+                             i + 1);
+    }
+    return 0;
 }
 
 int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
@@ -334,18 +352,10 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         snprintf(err, errlen, "a blend needs 1 to %d chunks and at least one suffix token", KVFS_BLEND_MAX_CHUNKS);
         return -EINVAL;
     }
-    uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
-    kvfs_fingerprint_encode(&m->fp, fb);
-    for (int i = 0; i < n_chunks; i++) {
-        const struct kvfs_header *h = kvfs_loader_header(ld, i);
-        kvfs_fingerprint_encode(&h->fp, fa);
-        if (memcmp(fa, fb, 80))
-            return kvfs_errf(err, errlen, -EINVAL, "chunk %d was computed by another model (fingerprint differs)", i + 1);
-        if (!(h->flags & KVFS_FLAG_KEYS_ROPED))
-            return kvfs_errf(err, errlen, -ENOTSUP, "chunk %d stores keys before RoPE; only post-RoPE keys are supported",
-                             i + 1);
-        n_rows += (int)h->n_tokens;
-    }
+    if ((rc = blend_check_chunks(m, ld, err, errlen)))
+        return rc;
+    for (int i = 0; i < n_chunks; i++)
+        n_rows += (int)kvfs_loader_header(ld, i)->n_tokens;
     int n_ctx = n_rows + n_suffix;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL, *keep = NULL;
     int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL, *d_local = NULL;
@@ -433,10 +443,10 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         first_layer = 0;
     } else if (by_query) {
         /* the rows the query attends to most, recomputed from layer 0 */
-        if ((rc = query_mass(m, ld, c, &w, n_rows, n_suffix, d_delta, d_dev, err, errlen)))
+        if ((rc = blend_query_mass(m, ld, NULL, 0, 0, c, &w, n_rows, n_suffix, d_delta, d_dev, err, errlen)))
             goto fail;
-        n_sel = rows_at(o, 0, 1, n_rows);
-        if ((rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+        n_sel = blend_rows_at(o, 0, 1, n_rows);
+        if ((rc = blend_device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
             goto fail;
         first_layer = 0;
         n_sparse = hp->n_layer;
@@ -456,7 +466,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         if (ob.auto_ratio && (rc = be->synchronize(ctx)))
             goto fail;
         double t_full = now_s() - t_full0;
-        if ((rc = take_layer(m, ld, c, CHECK_LAYER, d_delta, n_rows, err, errlen)))
+        if ((rc = blend_take_layer(m, ld, NULL, 0, 0, c, CHECK_LAYER, d_delta, n_rows, err, errlen)))
             goto fail;
         if (ob.auto_ratio) {
             struct kvfs_ratio_inputs ri = {0};
@@ -494,10 +504,10 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
             if ((rc = be->upload(ctx, d_dev, h_dev, sizeof(float) * (size_t)n_rows)))
                 goto fail;
         }
-        n_sel = n_sparse > 0 ? rows_at(o, 0, n_sparse, n_rows) : 0;
+        n_sel = n_sparse > 0 ? blend_rows_at(o, 0, n_sparse, n_rows) : 0;
         if (ratio >= 1.0f)
             n_sel = n_rows;
-        if ((rc = device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
+        if ((rc = blend_device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
             goto fail;
         /* the check layer keeps every fresh K/V: they are exact and already paid for */
         if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
@@ -530,7 +540,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     /* 3. the selected rows through the remaining layers */
     for (int l = first_layer; l < hp->n_layer; l++) {
         int j = l - (CHECK_LAYER + 1);
-        int n_next = (first_layer > 0 && l + 1 < hp->n_layer) ? rows_at(o, j + 1, n_sparse, n_rows) : n_sel;
+        int n_next = (first_layer > 0 && l + 1 < hp->n_layer) ? blend_rows_at(o, j + 1, n_sparse, n_rows) : n_sel;
         if (n_next > n_sel)
             n_next = n_sel;
         if (ob.auto_ratio && first_layer > 0 && l + 1 < hp->n_layer && (l == first_layer || l == first_layer + 1)) {
@@ -564,7 +574,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         }
         n_selected_total += n_sel;
         /* the query selection's first pass has put every layer in place */
-        if (!by_query && (rc = take_layer(m, ld, c, l, d_delta, n_rows, err, errlen)))
+        if (!by_query && (rc = blend_take_layer(m, ld, NULL, 0, 0, c, l, d_delta, n_rows, err, errlen)))
             goto fail;
         if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)))
             goto fail;
@@ -598,7 +608,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
         }
         if (n_next < n_sel) {
             /* local positions (within ws) of the rows that go on */
-            if ((rc = device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep)))
+            if ((rc = blend_device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep)))
                 goto fail;
             for (int k = 0; k < n_suffix; k++)
                 keep[n_next + k] = n_sel + k;

@@ -104,4 +104,28 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
                       const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens, float *logits,
                       struct kvfs_blend_stats *st, char *err, size_t errlen);
 
+/* Batched blends over one loader holding the union of their chunks
+ * (select=query, a fixed ratio): the members' first n_shared chunks are the
+ * same chunks at the same positions, so that prefix is blended once.  Each
+ * member's query runs its first pass alone, as in kvfs_blend_stream; the
+ * prefix's rows to recompute are the ratio share with the most attention
+ * summed over every member's query, recomputed once (a prefix row only sees
+ * the prefix, so its fresh K/V are the same for every member); then each
+ * member recomputes the ratio share of its own remaining rows, chosen by
+ * its own query, over the blended prefix.  Loading and re-positioning are
+ * shared through the loader.  Each member's result goes to done() as soon
+ * as it is ready (then freed here: one member's cache at a time); a
+ * non-zero return from done() stops the batch with that error. */
+struct kvfs_blend_member {
+    const int *chunks;      /* loader indices in prompt order; the first n_shared equal in every member */
+    int n_chunks;
+    const int32_t *suffix;  /* the query */
+    int n_suffix;
+};
+typedef int (*kvfs_blend_done_fn)(void *ctx, int member, const struct kvfs_kv_cache *c, const int32_t *tokens,
+                                  const struct kvfs_blend_stats *st);
+int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const struct kvfs_blend_member *mb,
+                     int n_mb, int n_shared, const struct kvfs_blend_opts *o, kvfs_blend_done_fn done, void *ctx,
+                     char *err, size_t errlen);
+
 #endif

@@ -404,15 +404,241 @@ int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_rec
     return rc;
 }
 
+/* ---- batches ---- */
+
+struct batch_item {
+    const struct kvfs_recipe *r;
+    struct inflight *f;  /* the blend to join for the result */
+    int owner;           /* this batch blends it */
+    int done;
+    char err[512];
+};
+
+/* Publish an owned item's result (or error) to its waiters. */
+static void publish(struct kvfs_blend_service *svc, struct batch_item *it, int rc, uint8_t *img, size_t len)
+{
+    char why[512] = "";
+    int kept = 0;
+    if (!rc && (rc = kvfs_store_put_result(svc->store, it->f->key, img, len, &it->f->ref, &kept, why, sizeof(why))))
+        snprintf(it->err, sizeof(it->err), "cannot keep the blended cache: %s", why);
+    if (!rc && !kept)
+        kvfs_log(KVFS_LOG_WARN, "blend result %s served but not kept: %s", it->f->key, why);
+    pthread_mutex_lock(&svc->lock);
+    it->done = 1;
+    it->f->done = 1;
+    it->f->rc = rc;
+    snprintf(it->f->err, sizeof(it->f->err), "%s", rc ? (it->err[0] ? it->err : strerror(-rc)) : "");
+    if (rc)
+        svc->n_errors++;
+    else
+        svc->n_run++;
+    svc->n_not_kept += !rc && !kept;
+    pthread_cond_broadcast(&svc->changed);
+    pthread_mutex_unlock(&svc->lock);
+}
+
+struct batch_run {
+    struct kvfs_blend_service *svc;
+    const struct loaded_model *lm;
+    struct batch_item **members;
+};
+
+static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int32_t *tokens,
+                      const struct kvfs_blend_stats *st)
+{
+    struct batch_run *br = ctx;
+    struct batch_item *it = br->members[i];
+    uint8_t *img = NULL;
+    size_t len = 0;
+    record(br->svc, st);
+    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, &img, &len, it->err, sizeof(it->err));
+    publish(br->svc, it, rc, img, len);
+    return 0; /* one member's failure does not stop the others */
+}
+
+static int batchable(const struct kvfs_recipe *r)
+{
+    return r->select == KVFS_BLEND_SELECT_QUERY && !r->auto_ratio && r->ratio > 0.0f && r->ratio < 1.0f;
+}
+
+/* Owned items it[0..n) that share their first chunk and ratio: one loader
+ * over the union of their chunks and kvfs_blend_batch over their common
+ * leading chunks.  Returns -EAGAIN when they cannot batch (the caller blends
+ * them one by one). */
+static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int n, char *err, size_t errlen)
+{
+    const char *hashes[KVFS_BLEND_MAX_CHUNKS];
+    int n_union = 0, n_shared = it[0]->r->n, rc;
+    struct kvfs_blend_member *mb = calloc((size_t)n, sizeof(*mb));
+    int (*maps)[KVFS_BLEND_MAX_CHUNKS] = calloc((size_t)n, sizeof(*maps));
+    int32_t **owned = calloc((size_t)n, sizeof(*owned));
+    struct kvfs_loader *ld = NULL;
+    const struct loaded_model *lm = NULL;
+    if (!mb || !maps || !owned) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int i = 1; i < n; i++) {
+        int p = kvfs_recipe_common_prefix(it[0]->r, it[i]->r);
+        n_shared = p < n_shared ? p : n_shared;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < it[i]->r->n; k++) {
+            int u = 0;
+            while (u < n_union && strcmp(hashes[u], it[i]->r->hashes[k]))
+                u++;
+            if (u == n_union) {
+                if (n_union == KVFS_BLEND_MAX_CHUNKS) {
+                    rc = -EAGAIN; /* too many distinct chunks for one loader */
+                    goto out;
+                }
+                hashes[n_union++] = it[i]->r->hashes[k];
+            }
+            maps[i][k] = u;
+        }
+    pthread_mutex_lock(&svc->lock);
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, .remote = svc->remote};
+    pthread_mutex_unlock(&svc->lock);
+    if ((rc = kvfs_loader_open(svc->store, hashes, n_union, &lo, &ld, err, errlen)))
+        goto out;
+    struct kvfs_recipe all = {.n = n_union};
+    for (int u = 0; u < n_union; u++)
+        memcpy(all.hashes[u], hashes[u], KVFS_HASH_HEX_LEN + 1);
+    if ((rc = model_of_chunks(svc, ld, &all, &lm, err, errlen)))
+        goto out;
+    for (int i = 0; i < n; i++) {
+        size_t ns = 0;
+        const int32_t *ids = NULL;
+        if ((rc = query_tokens(lm, it[i]->r, &ids, &ns, &owned[i], err, errlen)))
+            goto out;
+        mb[i] = (struct kvfs_blend_member){maps[i], it[i]->r->n, ids, (int)ns};
+    }
+    struct kvfs_blend_opts bo;
+    blend_opts_of(svc, it[0]->r, &bo);
+    struct batch_run br = {svc, lm, it};
+    rc = kvfs_blend_batch(lm->m, ld, mb, n, n_shared, &bo, batch_done, &br, err, errlen);
+    if (!rc) {
+        pthread_mutex_lock(&svc->lock);
+        svc->n_batches++;
+        svc->n_batch_shared += (uint64_t)n_shared;
+        pthread_mutex_unlock(&svc->lock);
+        kvfs_log(KVFS_LOG_INFO, "blended a batch of %d recipes sharing %d leading chunks (%d distinct chunks)", n,
+                 n_shared, n_union);
+    }
+out:
+    kvfs_loader_close(ld);
+    for (int i = 0; owned && i < n; i++)
+        free(owned[i]);
+    free(owned);
+    free(maps);
+    free(mb);
+    return rc;
+}
+
+/* Blend the owned items: groups that share a first chunk and ratio as
+ * batches, the rest (and any group that fails as a batch) one by one. */
+static void run_owned(struct kvfs_blend_service *svc, struct batch_item *items, int n)
+{
+    struct batch_item **group = calloc((size_t)n, sizeof(*group));
+    for (int i = 0; group && i < n; i++) {
+        if (!items[i].owner || items[i].done)
+            continue;
+        int g = 0;
+        for (int j = i; j < n; j++)
+            if (items[j].owner && !items[j].done && batchable(items[j].r) && batchable(items[i].r) &&
+                items[j].r->ratio == items[i].r->ratio && !strcmp(items[j].r->hashes[0], items[i].r->hashes[0]))
+                group[g++] = &items[j];
+        if (g >= 2) {
+            char err[512] = "";
+            int rc = run_group(svc, group, g, err, sizeof(err));
+            for (int k = 0; k < g; k++) /* an error before any member finished: each gets it */
+                if (rc && rc != -EAGAIN && !group[k]->done) {
+                    snprintf(group[k]->err, sizeof(group[k]->err), "%s", err);
+                    publish(svc, group[k], rc, NULL, 0);
+                }
+        }
+    }
+    for (int i = 0; i < n; i++) { /* the rest one by one */
+        if (!items[i].owner || items[i].done)
+            continue;
+        uint8_t *img = NULL;
+        size_t len = 0;
+        int rc = run_blend(svc, items[i].r, &img, &len, items[i].err, sizeof(items[i].err));
+        publish(svc, &items[i], rc, img, len);
+    }
+    free(group);
+}
+
 int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_recipe *const *r, int n,
                                  struct kvfs_chunk_ref **refs, int *rcs, char (*errs)[512])
 {
-    int first = 0;
+    struct batch_item *items = calloc((size_t)n, sizeof(*items));
+    int first = 0, n_owned = 0;
+    if (!items)
+        return -ENOMEM;
+    char (*keys)[KVFS_HASH_HEX_LEN + 1] = malloc(sizeof(*keys) * (size_t)n);
+    if (!keys) {
+        free(items);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) { /* served from the tiers: no blend, no lock */
+        items[i].r = r[i];
+        refs[i] = NULL;
+        rcs[i] = 0;
+        kvfs_blend_service_key(svc, r[i], keys[i]);
+        items[i].done = kvfs_store_get_result(svc->store, keys[i], &refs[i]) == 0;
+    }
+    pthread_mutex_lock(&svc->lock);
     for (int i = 0; i < n; i++) {
-        char dummy[512];
-        rcs[i] = kvfs_blend_service_get(svc, r[i], &refs[i], errs ? errs[i] : dummy, 512);
+        const char *key = keys[i];
+        if (items[i].done) {
+            svc->n_cached++;
+            continue;
+        }
+        if ((items[i].f = find_inflight(svc, key))) { /* another caller's, or an earlier item's */
+            svc->n_joined++;
+            continue;
+        }
+        if (!(items[i].f = calloc(1, sizeof(*items[i].f)))) {
+            rcs[i] = -ENOMEM;
+            items[i].done = 1;
+            continue;
+        }
+        memcpy(items[i].f->key, key, KVFS_HASH_HEX_LEN + 1);
+        items[i].f->next = svc->inflight;
+        svc->inflight = items[i].f;
+        items[i].owner = 1;
+        n_owned++;
+    }
+    for (int i = 0; i < n; i++) /* hold every blend we will read until we have joined it */
+        if (items[i].f)
+            items[i].f->waiters++;
+    if (n_owned) { /* a batch takes one job slot */
+        svc->waiting++;
+        while (svc->running >= svc->jobs)
+            pthread_cond_wait(&svc->changed, &svc->lock);
+        svc->waiting--;
+        svc->running++;
+        if (svc->running > svc->max_running)
+            svc->max_running = svc->running;
+        pthread_mutex_unlock(&svc->lock);
+        run_owned(svc, items, n);
+        pthread_mutex_lock(&svc->lock);
+        svc->running--;
+        pthread_cond_broadcast(&svc->changed);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!items[i].f)
+            continue;
+        items[i].f->waiters--; /* join counts itself again */
+        char *e = errs ? errs[i] : items[i].err;
+        rcs[i] = join(svc, items[i].f, &refs[i], e, 512);
+    }
+    pthread_mutex_unlock(&svc->lock);
+    for (int i = 0; i < n; i++)
         if (rcs[i] && !first)
             first = rcs[i];
-    }
+    free(keys);
+    free(items);
     return first;
 }

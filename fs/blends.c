@@ -324,3 +324,52 @@ int blends_result_key(struct kvfs_mount *mnt, fuse_ino_t ino, char key[KVFS_HASH
     pthread_mutex_unlock(&mnt->blends->lock);
     return rc;
 }
+
+int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, struct kvfs_chunk_ref **refs, int *rcs,
+                      char (*errs)[512])
+{
+    struct kvfs_recipe *r = calloc((size_t)n, sizeof(*r));
+    const struct kvfs_recipe **rp = calloc((size_t)n, sizeof(*rp));
+    int *slot = calloc((size_t)n, sizeof(*slot)), m = 0, first = 0;
+    if (!r || !rp || !slot) {
+        free(r), free(rp), free(slot);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) { /* each entry's current text, parsed */
+        char *text = NULL;
+        int valid = 0;
+        refs[i] = NULL;
+        errs[i][0] = '\0';
+        pthread_mutex_lock(&mnt->blends->lock);
+        struct blend_entry *e = find_ino(mnt->blends, inos[i]);
+        if (e && (valid = e->valid))
+            text = strdup(e->recipe);
+        pthread_mutex_unlock(&mnt->blends->lock);
+        rcs[i] = !e ? -ENOENT : !valid ? -EINVAL : !text ? -ENOMEM
+               : kvfs_recipe_parse(text, strlen(text), &r[m], errs[i], 512);
+        free(text);
+        if (!rcs[i]) {
+            rp[m] = &r[m];
+            slot[m++] = i;
+        }
+    }
+    struct kvfs_chunk_ref **mrefs = calloc((size_t)m + 1, sizeof(*mrefs));
+    int *mrcs = calloc((size_t)m + 1, sizeof(int));
+    char (*merrs)[512] = calloc((size_t)m + 1, 512);
+    if (mrefs && mrcs && merrs)
+        kvfs_blend_service_get_batch(mnt->svc, rp, m, mrefs, mrcs, merrs);
+    for (int k = 0; k < m; k++) {
+        int i = slot[k];
+        rcs[i] = mrefs && mrcs && merrs ? mrcs[k] : -ENOMEM;
+        refs[i] = mrefs ? mrefs[k] : NULL;
+        if (merrs)
+            memcpy(errs[i], merrs[k], 512);
+        set_err(mnt, inos[i], rcs[i], errs[i], rcs[i] ? 0 : kvfs_chunk_size(refs[i]));
+        kvfs_recipe_free(&r[k]);
+    }
+    for (int i = 0; i < n; i++)
+        if (rcs[i] && !first)
+            first = rcs[i];
+    free(mrefs), free(mrcs), free(merrs), free(r), free(rp), free(slot);
+    return first;
+}

@@ -1,12 +1,144 @@
-/* control.c - MOUNT/.kvfs/control: the KVFS_IOC_BLEND ioctl (kvfs_ioctl.h). */
+/* control.c - MOUNT/.kvfs/control: the KVFS_IOC_BLEND and
+ * KVFS_IOC_BLEND_BATCH ioctls (kvfs_ioctl.h). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
 
 #include "kvfs_fs.h"
 #include "kvfs_ioctl.h"
+#include "store.h"
+
+/* A recipe from an ioctl becomes blends/ioctl-<first 8 bytes of its
+ * SHA-256>.recipe, so equal requests share a name and a result.  *kv gets
+ * NAME.kv's inode; err the reason a recipe is refused. */
+static int name_recipe(struct kvfs_mount *m, const char *text, char base[32], fuse_ino_t *kv, char *err,
+                       size_t errlen)
+{
+    uint8_t d[32];
+    unsigned dl = 0;
+    char name[48];
+    EVP_Digest(text, strlen(text), d, &dl, EVP_sha256(), NULL);
+    snprintf(base, 32, "ioctl-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    snprintf(name, sizeof(name), "%s.recipe", base);
+    int rc = blends_set_recipe(m, name, text, strlen(text), err, errlen);
+    if (!rc && !*text)
+        rc = kvfs_errf(err, errlen, -EINVAL, "the recipe is empty");
+    if (!rc && !(*kv = blends_ino_of(m, base)))
+        rc = -EIO;
+    return rc;
+}
+
+static int tokens_of(struct kvfs_chunk_ref *ref)
+{
+    struct kvfs_header h;
+    return kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0) == 0 ? (int)h.n_tokens : 0;
+}
+
+static void blend_one(struct kvfs_mount *m, struct kvfs_blend_req *r)
+{
+    char base[32], err[512] = "";
+    fuse_ino_t kv = 0;
+    struct kvfs_chunk_ref *ref = NULL;
+    int rc;
+    r->recipe[sizeof(r->recipe) - 1] = '\0';
+    if ((rc = name_recipe(m, r->recipe, base, &kv, err, sizeof(err)))) {
+        snprintf(r->error, sizeof(r->error), "%.230s", err[0] ? err : strerror(-rc));
+    } else if ((rc = blends_open_kv(m, kv, &ref))) {
+        char *t = NULL;
+        blends_text(m, kv + 1, &t); /* NAME.err */
+        snprintf(r->error, sizeof(r->error), "%.230s", t ? t : strerror(-rc));
+        free(t);
+    } else {
+        /* the result stays in the store's tiers for the caller's open */
+        r->n_tokens = (uint32_t)tokens_of(ref);
+        snprintf(r->path, sizeof(r->path), "blends/%s.kv", base);
+        kvfs_chunk_release(ref);
+    }
+    r->status = rc;
+    if (rc)
+        kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND failed: %s", r->error[0] ? r->error : strerror(-rc));
+}
+
+/* Split at lines "%%" (in place); up to max recipes. */
+static int split_batch(char *text, char **out, int max)
+{
+    int n = 0;
+    char *p = text;
+    while (*p && n < max) {
+        out[n++] = p;
+        char *sep = strstr(p, "\n%%\n");
+        if (!sep && (sep = strstr(p, "\n%%")) && sep[3] != '\0')
+            sep = NULL;
+        if (!sep)
+            break;
+        sep[1] = '\0';
+        p = sep + 3 + (sep[3] == '\n');
+    }
+    return n;
+}
+
+static void blend_batch(struct kvfs_mount *m, struct kvfs_blend_batch_req *r)
+{
+    char *texts[KVFS_BATCH_MAX + 1], bases[KVFS_BATCH_MAX][32], (*errs)[512] = calloc(KVFS_BATCH_MAX, 512);
+    fuse_ino_t inos[KVFS_BATCH_MAX];
+    struct kvfs_chunk_ref *refs[KVFS_BATCH_MAX];
+    int rcs[KVFS_BATCH_MAX], named[KVFS_BATCH_MAX], n_named = 0, first = 0;
+    r->recipes[sizeof(r->recipes) - 1] = '\0';
+    int n = split_batch(r->recipes, texts, KVFS_BATCH_MAX + 1);
+    r->n = (uint32_t)n;
+    if (!errs || n > KVFS_BATCH_MAX || n == 0) {
+        r->status = !errs ? -ENOMEM : n ? -E2BIG : -EINVAL;
+        snprintf(r->results, sizeof(r->results), "%d %s\n", r->status,
+                 !errs ? "out of memory" : n ? "more than 32 recipes in one batch" : "no recipe");
+        kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND_BATCH refused: %s", r->results);
+        free(errs);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        rcs[i] = name_recipe(m, texts[i], bases[i], &inos[i], errs[i], 512);
+        refs[i] = NULL;
+        if (!rcs[i]) {
+            inos[n_named] = inos[i];
+            named[n_named++] = i;
+        }
+    }
+    struct kvfs_chunk_ref *nrefs[KVFS_BATCH_MAX];
+    int nrcs[KVFS_BATCH_MAX];
+    char (*nerrs)[512] = calloc(KVFS_BATCH_MAX, 512);
+    if (!nerrs) {
+        for (int k = 0; k < n_named; k++)
+            rcs[named[k]] = -ENOMEM;
+        n_named = 0;
+    }
+    if (n_named)
+        blends_open_batch(m, inos, n_named, nrefs, nrcs, nerrs);
+    for (int k = 0; k < n_named; k++) {
+        int i = named[k];
+        rcs[i] = nrcs[k];
+        refs[i] = nrefs[k];
+        memcpy(errs[i], nerrs[k], 512);
+    }
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        int w = rcs[i] ? snprintf(r->results + used, sizeof(r->results) - used, "%d %.100s\n", rcs[i],
+                                  errs[i][0] ? errs[i] : strerror(-rcs[i]))
+                       : snprintf(r->results + used, sizeof(r->results) - used, "0 %d blends/%s.kv\n",
+                                  tokens_of(refs[i]), bases[i]);
+        used += w > 0 && (size_t)w < sizeof(r->results) - used ? (size_t)w : 0;
+        if (rcs[i] && !first)
+            first = rcs[i];
+        kvfs_chunk_release(refs[i]);
+    }
+    r->status = first;
+    if (first)
+        kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND_BATCH: %d of %d recipes failed (first: %s)", n - n_named, n,
+                 strerror(-first));
+    free(nerrs);
+    free(errs);
+}
 
 void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
                         unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
@@ -14,61 +146,50 @@ void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *
     (void)arg;
     (void)fi;
     struct kvfs_mount *m = kvfs_mount_of(req);
-    if (ino != INO_CONTROL || cmd != (unsigned int)KVFS_IOC_BLEND) {
+    int one = cmd == (unsigned int)KVFS_IOC_BLEND, batch = cmd == (unsigned int)KVFS_IOC_BLEND_BATCH;
+    size_t need = one ? sizeof(struct kvfs_blend_req) : sizeof(struct kvfs_blend_batch_req);
+    if (ino != INO_CONTROL || (!one && !batch)) {
         fuse_reply_err(req, ENOTTY);
         return;
     }
-    if ((flags & FUSE_IOCTL_COMPAT) || in_bufsz < sizeof(struct kvfs_blend_req) ||
-        out_bufsz < sizeof(struct kvfs_blend_req)) {
+    if ((flags & FUSE_IOCTL_COMPAT) || in_bufsz < need || out_bufsz < need) {
         fuse_reply_err(req, EINVAL);
         return;
     }
-    struct kvfs_blend_req r;
-    memcpy(&r, in_buf, sizeof(r));
-    int rc = 0;
-    r.status = 0;
-    r.n_tokens = 0;
-    r.path[0] = r.error[0] = '\0';
-    r.recipe[sizeof(r.recipe) - 1] = '\0';
-    if (r.version != KVFS_IOCTL_VERSION || r.flags != 0) {
-        snprintf(r.error, sizeof(r.error), "unsupported request version %u or flags 0x%x", r.version, r.flags);
-        rc = -EINVAL;
-        goto reply;
+    void *buf = malloc(need);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
     }
-    /* the blend is named by its recipe, so equal requests share a result */
-    uint8_t d[32];
-    unsigned dl = 0;
-    EVP_Digest(r.recipe, strlen(r.recipe), d, &dl, EVP_sha256(), NULL);
-    char base[32], name[48], err[512] = "";
-    snprintf(base, sizeof(base), "ioctl-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6],
-             d[7]);
-    snprintf(name, sizeof(name), "%s.recipe", base);
-    if ((rc = blends_set_recipe(m, name, r.recipe, strlen(r.recipe), err, sizeof(err)))) {
-        snprintf(r.error, sizeof(r.error), "%.230s", err);
-        goto reply;
+    memcpy(buf, in_buf, need);
+    /* version and flags lead both structs */
+    uint32_t version = ((uint32_t *)buf)[0], rflags = ((uint32_t *)buf)[1];
+    if (one) {
+        struct kvfs_blend_req *r = buf;
+        r->status = 0;
+        r->n_tokens = 0;
+        r->path[0] = r->error[0] = '\0';
+        if (version != KVFS_IOCTL_VERSION || rflags != 0) {
+            snprintf(r->error, sizeof(r->error), "unsupported request version %u or flags 0x%x", version, rflags);
+            r->status = -EINVAL;
+            kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND failed: %s", r->error);
+        } else {
+            blend_one(m, r);
+        }
+    } else {
+        struct kvfs_blend_batch_req *r = buf;
+        r->status = 0;
+        r->n = 0;
+        r->results[0] = '\0';
+        if (version != KVFS_IOCTL_VERSION || rflags != 0) {
+            snprintf(r->results, sizeof(r->results), "%d unsupported request version %u or flags 0x%x\n", -EINVAL,
+                     version, rflags);
+            r->status = -EINVAL;
+            kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND_BATCH failed: %s", r->results);
+        } else {
+            blend_batch(m, r);
+        }
     }
-    fuse_ino_t kv = blends_ino_of(m, base);
-    struct kvfs_chunk_ref *ref = NULL;
-    if (!kv) {
-        rc = -EIO;
-        goto reply;
-    }
-    if ((rc = blends_open_kv(m, kv, &ref))) {
-        char *t = NULL;
-        blends_text(m, kv + 1, &t); /* NAME.err */
-        snprintf(r.error, sizeof(r.error), "%.230s", t ? t : strerror(-rc));
-        free(t);
-        goto reply;
-    }
-    /* the result stays in the store's tiers for the caller's open */
-    struct kvfs_header h;
-    if (kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0) == 0)
-        r.n_tokens = h.n_tokens;
-    kvfs_chunk_release(ref);
-    snprintf(r.path, sizeof(r.path), "blends/%s.kv", base);
-reply:
-    r.status = rc;
-    if (rc)
-        kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND failed: %s", r.error[0] ? r.error : strerror(-rc));
-    fuse_reply_ioctl(req, 0, &r, sizeof(r)); /* status carries the error; the struct always comes back */
+    fuse_reply_ioctl(req, 0, buf, need); /* status carries the error; the struct always comes back */
+    free(buf);
 }

@@ -106,6 +106,10 @@ int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf,
 int blends_unlink(struct kvfs_mount *mnt, const char *name); /* NAME.recipe: forget it */
 /* NAME.kv opened: its result from the service (blended now if needed) */
 int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref **ref);
+/* Several NAME.kv at once (blended as a batch where they share leading
+ * chunks): refs[i], rcs[i], errs[i] for each; the first error or 0 */
+int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, struct kvfs_chunk_ref **refs, int *rcs,
+                      char (*errs)[512]);
 int blends_text(struct kvfs_mount *mnt, fuse_ino_t ino, char **text);
 int blends_recipe_name(struct kvfs_mount *mnt, fuse_ino_t ino, char *out, size_t cap);
 fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base); /* NAME.kv inode, 0 if none */

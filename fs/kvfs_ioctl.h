@@ -32,4 +32,26 @@ _Static_assert(sizeof(struct kvfs_blend_req) == 8192, "kvfs_blend_req is 8 KiB")
 
 #define KVFS_IOC_BLEND _IOWR('k', 1, struct kvfs_blend_req)
 
+/* KVFS_IOC_BLEND_BATCH: up to KVFS_BATCH_MAX recipes in one call.  Recipes
+ * that share their leading chunks are blended together, sharing the work of
+ * that prefix (kvfs(8), "BATCHES").  recipes: the recipe texts separated by
+ * lines "%%".  results: one line per recipe, in order, "0 TOKENS PATH" or
+ * "-ERRNO REASON".  status: 0 when every recipe succeeded, else the first
+ * error; n: recipes read. */
+#define KVFS_BATCH_MAX 32
+struct kvfs_blend_batch_req {
+    uint32_t version;   /* in: KVFS_IOCTL_VERSION */
+    uint32_t flags;     /* in: 0 */
+    int32_t status;     /* out */
+    uint32_t n;         /* out */
+    char recipes[12288];/* in */
+    char results[4064]; /* out */
+};
+#ifdef __cplusplus
+static_assert(sizeof(struct kvfs_blend_batch_req) == 16368, "kvfs_blend_batch_req is 16368 bytes");
+#else
+_Static_assert(sizeof(struct kvfs_blend_batch_req) == 16368, "kvfs_blend_batch_req is 16368 bytes");
+#endif
+#define KVFS_IOC_BLEND_BATCH _IOWR('k', 2, struct kvfs_blend_batch_req)
+
 #endif

@@ -1108,11 +1108,14 @@ int kvfs_store_stats_json(struct kvfs_store *s, char **out)
             s->evictions, s->removals, s->puts, s->ingest_errors, s->opts.zstd_level, s->ram_count,
             s->ram_used, s->opts.ram_bytes, s->ram_hits, s->n_rows, s->bytes_stored, s->opts.capacity);
     results_stats_locked(s, f);
-    for (size_t i = 0; i < s->n_extra; i++)
+    size_t n_extra = s->n_extra;
+    pthread_mutex_unlock(&s->lock);
+    /* outside the store lock: the blend service calls the store under its
+     * own lock, so its stats must not be taken under ours */
+    for (size_t i = 0; i < n_extra; i++)
         if (s->extra[i].fn)
             s->extra[i].fn(s->extra[i].ctx, f);
     fprintf(f, "\n}\n");
-    pthread_mutex_unlock(&s->lock);
     fclose(f);
     *out = buf;
     return 0;

@@ -177,7 +177,8 @@ int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, si
 int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len);
 const char *kvfs_store_dir(const struct kvfs_store *s);
 /* Let another component (blending, remote tier) append `,\n  "name": {...}`
- * members to the stats JSON; fn runs under the store lock. */
+ * members to the stats JSON; fn runs outside the store lock (it may take
+ * its own lock, under which it may call the store).  Register before use. */
 #include <stdio.h>
 int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx);
 

@@ -7,16 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "blend.h"
 #include "commands.h"
+#include "kvfs_ioctl.h"
 #include "model_util.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl blend -M MOUNT [--ratio R] (--suffix TEXT | --suffix-tokens IDS) [--name NAME] HASH...\n"
+               "       kvfsctl blend -M MOUNT --batch FILE\n"
                "       kvfsctl blend --local -m MODEL -o FILE [--ratio R] --suffix TEXT CHUNK_FILE...\n"
                "Compose chunks CacheBlend-style: the prompt is the chunks in order followed by the\n"
                "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
@@ -24,7 +27,64 @@ static void usage(FILE *f)
                "--local blends chunk files in this process and writes the result to FILE.\n"
                "  --ratio R   share of chunk tokens recomputed (default 0.15); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
-               "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n");
+               "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
+               "  --batch FILE  up to 32 recipes (kvfs(8) recipe text, separated by lines %%%%) in\n"
+               "              one KVFS_IOC_BLEND_BATCH call; recipes that share leading chunks are\n"
+               "              blended together; prints one blended file path (or error) per recipe\n");
+}
+
+/* A failed blend under a name we made up leaves nothing behind (rm of the
+ * recipe forgets all three files); a name the user gave keeps its .err. */
+static void forget_auto(const char *mount, const char *name, int is_auto)
+{
+    char p[4096];
+    if (!is_auto)
+        return;
+    snprintf(p, sizeof(p), "%s/blends/%s.recipe", mount, name);
+    unlink(p);
+}
+
+/* --batch: one KVFS_IOC_BLEND_BATCH call with the file's recipes */
+static int blend_batch(const char *mount, const char *file)
+{
+    uint8_t *text = NULL;
+    size_t len = 0;
+    char ctl[4096];
+    int rc = tool_read_file(file, &text, &len);
+    if (rc) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", file, strerror(-rc));
+        return 1;
+    }
+    struct kvfs_blend_batch_req *r = calloc(1, sizeof(*r));
+    if (!r || len >= sizeof(r->recipes)) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", file, r ? "larger than a batch takes (12 KiB)" : strerror(ENOMEM));
+        free(text);
+        free(r);
+        return 1;
+    }
+    r->version = KVFS_IOCTL_VERSION;
+    memcpy(r->recipes, text, len);
+    free(text);
+    snprintf(ctl, sizeof(ctl), "%s/.kvfs/control", mount);
+    int fd = open(ctl, O_RDONLY), ret = 1;
+    if (fd < 0 || ioctl(fd, KVFS_IOC_BLEND_BATCH, r) != 0) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", ctl, strerror(errno));
+    } else {
+        /* "0 TOKENS PATH" or "-ERRNO REASON" per recipe */
+        for (char *line = strtok(r->results, "\n"); line; line = strtok(NULL, "\n")) {
+            int st = atoi(line);
+            char *rest = strchr(line, ' ');
+            if (st == 0 && rest && (rest = strchr(rest + 1, ' ')))
+                printf("%s/%s\n", mount, rest + 1);
+            else
+                fprintf(stderr, "kvfsctl blend: %s\n", line);
+        }
+        ret = r->status ? 1 : 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(r);
+    return ret;
 }
 
 int cmd_blend(int argc, char **argv)
@@ -34,7 +94,9 @@ int cmd_blend(int argc, char **argv)
         {"suffix", required_argument, 0, 's'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"name", required_argument, 0, 'n'}, {"local", no_argument, 0, 'L'},
         {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
-        {"select", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"select", required_argument, 0, 'e'}, {"batch", required_argument, 0, 'B'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *batch = NULL;
     const char *select = NULL;
     const char *mount = NULL, *suffix = NULL, *suffix_tokens = NULL, *name = NULL, *model = NULL, *out = NULL;
     const char *ratio = "0.15";
@@ -51,11 +113,19 @@ int cmd_blend(int argc, char **argv)
         case 'm': model = optarg; break;
         case 'o': out = optarg; break;
         case 'e': select = optarg; break;
+        case 'B': batch = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     int n = argc - optind;
+    if (batch) {
+        if (!mount || local || n) {
+            usage(stderr);
+            return 2;
+        }
+        return blend_batch(mount, batch);
+    }
     if (n < 1 || (!suffix && !suffix_tokens) || (local ? (!model || !out || !suffix) : !mount)) {
         usage(stderr);
         return 2;
@@ -155,6 +225,7 @@ int cmd_blend(int argc, char **argv)
             fprintf(stderr, "%.*s", (int)el, e);
             free(e);
         }
+        forget_auto(mount, name, name == auto_name);
         return 1;
     }
     snprintf(path, sizeof(path), "%s/blends/%s.kv", mount, name);
@@ -168,6 +239,7 @@ int cmd_blend(int argc, char **argv)
         tool_read_file(ep, &t, &tl);
         fprintf(stderr, "kvfsctl blend: %s: %s%s%.*s", path, strerror(e), tl ? ": " : "\n", (int)tl, t ? (char *)t : "");
         free(t);
+        forget_auto(mount, name, name == auto_name);
         return 1;
     }
     close(fd);

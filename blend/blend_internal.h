@@ -1,0 +1,29 @@
+/* blend_internal.h - pieces of blend.c shared with batch.c (blend/ only). */
+#ifndef KVFS_BLEND_INTERNAL_H
+#define KVFS_BLEND_INTERNAL_H
+
+#include "blend.h"
+
+struct kvfs_loader;
+
+/* Every chunk of the loader is the model's, with keys after RoPE. */
+int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen);
+/* Chunk rows recomputed at sparse layer j of n_sparse. */
+int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows);
+/* The k rows of the highest d_dev[0..n) (forced first), ascending, into
+ * device d_out and host out. */
+int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
+                     int32_t *d_out, int32_t *out);
+/* Wait for `layer`, put the loader's chunks map[0..n_map) (map NULL: all,
+ * in order) into cache rows row0.. and re-position the keys of rows
+ * [row0, n_rows) by d_delta (rows before row0 are left as they are). */
+int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
+                     struct kvfs_kv_cache *c, int layer, const int32_t *d_delta, int n_rows, char *err, size_t errlen);
+/* Query selection's first pass (every layer put in place on the way, the
+ * chunks from row row0 as in blend_take_layer): the attention the suffix
+ * rows pay each row, into d_mass[0..n_rows+n_suffix). */
+int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
+                     struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
+                     const int32_t *d_delta, float *d_mass, char *err, size_t errlen);
+
+#endif

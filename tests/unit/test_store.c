@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -65,6 +66,285 @@ static void *worker_main(void *arg)
             wk->errors++;
     }
     return NULL;
+}
+
+/* ---- blend results (store.h, "Blend results") ---- */
+
+/* a malloc'ed copy of a synthetic image (put_result takes ownership) */
+static uint8_t *result_img(uint32_t tokens, uint32_t seed, size_t *len)
+{
+    struct kvfs_writer w;
+    if (synth_chunk(&w, 4, tokens, seed, KVFS_DTYPE_F16) != 0)
+        return NULL;
+    uint8_t *img = malloc(w.size);
+    if (img)
+        memcpy(img, w.buf, w.size);
+    *len = w.size;
+    kvfs_writer_free(&w);
+    return img;
+}
+
+/* ref holds exactly the image of synth(tokens, seed) */
+static int ref_is(struct kvfs_chunk_ref *ref, uint32_t tokens, uint32_t seed)
+{
+    struct kvfs_writer w;
+    if (!ref || synth_chunk(&w, 4, tokens, seed, KVFS_DTYPE_F16) != 0)
+        return 0;
+    uint8_t tail[64];
+    int ok = kvfs_chunk_size(ref) == w.size && !memcmp(kvfs_chunk_data(ref), w.buf, w.size) &&
+             kvfs_chunk_pread(ref, tail, sizeof(tail), w.size - 32) == 32 && !memcmp(tail, w.buf + w.size - 32, 32);
+    kvfs_writer_free(&w);
+    return ok;
+}
+
+/* get_result(key) gives exactly synth(tokens, seed) */
+static int result_is(struct kvfs_store *s, const char *key, uint32_t tokens, uint32_t seed)
+{
+    struct kvfs_chunk_ref *ref = NULL;
+    if (kvfs_store_get_result(s, key, &ref) != 0)
+        return 0;
+    int ok = ref_is(ref, tokens, seed);
+    kvfs_chunk_release(ref);
+    return ok;
+}
+
+static int put_result(struct kvfs_store *s, const char *key, uint32_t tokens, uint32_t seed, int *kept,
+                      struct kvfs_chunk_ref **ref)
+{
+    size_t len = 0;
+    uint8_t *img = result_img(tokens, seed, &len);
+    char err[256] = "";
+    if (!img)
+        return -ENOMEM;
+    int rc = kvfs_store_put_result(s, key, img, len, ref, kept, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "put_result %.8s: %d %s\n", key, rc, err);
+    return rc;
+}
+
+static int count_cb(const struct kvfs_chunk_info *info, void *ctx)
+{
+    (void)info;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* files in DIR/results (-1 if it cannot be read) */
+static int result_files(const char *d)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "exit $(ls -A %s/results | wc -l)", d);
+    int st = system(cmd);
+    return st < 0 ? -1 : WEXITSTATUS(st);
+}
+
+static struct kvfs_store *open_results_store(const char *d, uint64_t ram, uint64_t result_cap)
+{
+    struct kvfs_store_opts o = {.dir = d, .ram_bytes = ram, .result_capacity = result_cap};
+    struct kvfs_store *s = NULL;
+    char err[256];
+    if (kvfs_store_open(&o, &s, err, sizeof(err)) != 0)
+        fprintf(stderr, "open %s: %s\n", d, err);
+    return s;
+}
+
+static void test_results(void)
+{
+    char d[256], cmd[600], k1[65], k2[65], k3[65], k4[65], k5[65], unknown[65];
+    snprintf(d, sizeof(d), "/tmp/kvfs-test-results.%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", d);
+    system(cmd);
+    snprintf(k1, sizeof(k1), "%064x", 0x1a1);
+    snprintf(k2, sizeof(k2), "%064x", 0x2b2);
+    snprintf(k3, sizeof(k3), "%064x", 0x3c3);
+    snprintf(k4, sizeof(k4), "%064x", 0x4d4);
+    snprintf(k5, sizeof(k5), "%064x", 0x5e5);
+    snprintf(unknown, sizeof(unknown), "%064x", 0xbad);
+    int kept = -1, pinned = -1, in_ram = -1;
+    struct kvfs_chunk_ref *ref = NULL;
+
+    /* round trip, with a RAM tier and without one (read back from disk) */
+    for (int ram = 0; ram <= 1; ram++) {
+        struct kvfs_store *s = open_results_store(d, ram ? 4 << 20 : 0, 0);
+        CHECK(s != NULL);
+        if (!s)
+            return;
+        CHECK_EQ(put_result(s, k1, 100, 501, &kept, &ref), 0);
+        CHECK_EQ(kept, 1);
+        CHECK(ref_is(ref, 100, 501)); /* the put's own handle */
+        kvfs_chunk_release(ref);
+        ref = NULL;
+        CHECK_EQ(kvfs_store_has_result(s, k1, &pinned, &in_ram), 1);
+        CHECK_EQ(pinned, 0);
+        CHECK_EQ(in_ram, ram);
+        CHECK(result_is(s, k1, 100, 501));
+        CHECK(result_is(s, k1, 100, 501)); /* twice: from RAM, or from disk again */
+        CHECK_EQ(result_files(d), 1);
+        /* a put without a handle, and the same key again (kept, a no-op) */
+        CHECK_EQ(put_result(s, k2, 60, 502, &kept, NULL), 0);
+        CHECK_EQ(kept, 1);
+        CHECK_EQ(put_result(s, k2, 60, 502, &kept, NULL), 0);
+        CHECK_EQ(kept, 1);
+        CHECK(result_is(s, k2, 60, 502));
+        CHECK_EQ(result_files(d), 2);
+        /* unknown key, bad key, bad image */
+        ref = (struct kvfs_chunk_ref *)1;
+        CHECK_EQ(kvfs_store_get_result(s, unknown, &ref), -ENOENT);
+        CHECK_EQ(kvfs_store_has_result(s, unknown, NULL, NULL), 0);
+        CHECK_EQ(kvfs_store_pin_result(s, unknown, 1), -ENOENT);
+        CHECK_EQ(kvfs_store_remove_result(s, unknown), -ENOENT);
+        CHECK_EQ(kvfs_store_get_result(s, "not-a-key", &ref), -EINVAL);
+        size_t len;
+        char err[256] = "";
+        uint8_t *img = result_img(10, 503, &len);
+        CHECK_EQ(kvfs_store_put_result(s, "ABC", img, len, &ref, &kept, err, sizeof(err)), -EINVAL);
+        CHECK_EQ(kept, 0);
+        img = result_img(10, 503, &len);
+        img[len - 1] ^= 0x40; /* checksum mismatch */
+        CHECK(kvfs_store_put_result(s, k3, img, len, &ref, &kept, err, sizeof(err)) < 0);
+        CHECK(strstr(err, "invalid result") != NULL);
+        CHECK_EQ(kvfs_store_has_result(s, k3, NULL, NULL), 0);
+        ref = NULL;
+        /* results are not chunks: neither listed nor counted */
+        char h[65];
+        CHECK_EQ(put_synth(s, 40, 504, h), 0);
+        CHECK_EQ(kvfs_store_count(s), 1);
+        int n = 0;
+        CHECK_EQ(kvfs_store_list(s, count_cb, &n), 0);
+        CHECK_EQ(n, 1);
+        struct kvfs_chunk_info ci;
+        CHECK_EQ(kvfs_store_stat(s, k1, &ci), -ENOENT);
+        /* remove: gone from every tier and from disk; a held handle keeps its bytes */
+        CHECK_EQ(kvfs_store_get_result(s, k1, &ref), 0);
+        CHECK_EQ(kvfs_store_remove_result(s, k1), 0);
+        CHECK_EQ(kvfs_store_has_result(s, k1, NULL, &in_ram), 0);
+        CHECK_EQ(in_ram, 0);
+        CHECK_EQ(kvfs_store_get_result(s, k1, &(struct kvfs_chunk_ref *){NULL}), -ENOENT);
+        CHECK(ref_is(ref, 100, 501));
+        kvfs_chunk_release(ref);
+        ref = NULL;
+        CHECK_EQ(kvfs_store_remove_result(s, k1), -ENOENT);
+        CHECK_EQ(result_files(d), 1);
+        /* reopened: no results (recipes live with a mount), DIR/results emptied */
+        kvfs_store_close(s);
+        CHECK_EQ(result_files(d), 1);
+        s = open_results_store(d, ram ? 4 << 20 : 0, 0);
+        CHECK(s != NULL);
+        if (!s)
+            return;
+        CHECK_EQ(result_files(d), 0);
+        CHECK_EQ(kvfs_store_has_result(s, k2, NULL, NULL), 0);
+        CHECK_EQ(kvfs_store_get_result(s, k2, &ref), -ENOENT);
+        CHECK_EQ(kvfs_store_count(s), 1); /* the chunk stays */
+        kvfs_store_close(s);
+        system(cmd);
+    }
+
+    /* LRU within result_capacity: room for two results of this size */
+    struct kvfs_store *s = open_results_store(d, 0, 0);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    CHECK_EQ(put_result(s, k1, 100, 601, &kept, NULL), 0);
+    char p[600];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/results/%s.kvo", d, k1);
+    CHECK_EQ(stat(p, &st), 0);
+    uint64_t one = (uint64_t)st.st_size;
+    kvfs_store_close(s);
+    for (int ram = 0; ram <= 1; ram++) {
+        system(cmd);
+        s = open_results_store(d, ram ? 4 << 20 : 0, one * 2 + one / 2);
+        CHECK(s != NULL);
+        if (!s)
+            return;
+        CHECK_EQ(put_result(s, k1, 100, 601, &kept, NULL), 0);
+        CHECK_EQ(kept, 1);
+        usleep(2000);
+        CHECK_EQ(put_result(s, k2, 100, 602, &kept, NULL), 0);
+        CHECK_EQ(kept, 1);
+        usleep(2000);
+        CHECK(result_is(s, k1, 100, 601)); /* k1 is now the more recently used */
+        usleep(2000);
+        CHECK_EQ(put_result(s, k3, 100, 603, &kept, NULL), 0); /* evicts k2 */
+        CHECK_EQ(kept, 1);
+        CHECK_EQ(kvfs_store_has_result(s, k2, NULL, &in_ram), 0);
+        CHECK_EQ(in_ram, 0);
+        CHECK_EQ(kvfs_store_get_result(s, k2, &ref), -ENOENT);
+        CHECK(result_is(s, k1, 100, 601));
+        CHECK(result_is(s, k3, 100, 603));
+        CHECK_EQ(result_files(d), 2);
+        usleep(2000);
+        CHECK_EQ(put_result(s, k2, 100, 602, &kept, NULL), 0); /* back: evicts k1 (k3 was read last) */
+        CHECK_EQ(kept, 1);
+        CHECK_EQ(kvfs_store_has_result(s, k1, NULL, NULL), 0);
+        CHECK(result_is(s, k2, 100, 602));
+        CHECK(result_is(s, k3, 100, 603));
+        char *json = NULL;
+        CHECK_EQ(kvfs_store_stats_json(s, &json), 0);
+        const char *res = json ? strstr(json, "\"results\"") : NULL;
+        CHECK(res != NULL);
+        CHECK(res && strstr(res, "\"count\": 2,") != NULL);
+        CHECK(res && strstr(res, "\"evictions\": 2,") != NULL);
+        CHECK(json && strstr(json, "\"evictions\": 0,") != NULL); /* no chunk was evicted */
+        free(json);
+
+        /* pinned results stay; a put that cannot fit is served, not kept */
+        CHECK_EQ(kvfs_store_pin_result(s, k2, 1), 0);
+        CHECK_EQ(kvfs_store_pin_result(s, k3, 1), 0);
+        CHECK_EQ(kvfs_store_has_result(s, k2, &pinned, NULL), 1);
+        CHECK_EQ(pinned, 1);
+        usleep(2000);
+        ref = NULL;
+        CHECK_EQ(put_result(s, k4, 100, 604, &kept, &ref), 0);
+        CHECK_EQ(kept, 0);
+        CHECK(ref_is(ref, 100, 604)); /* usable although not kept */
+        CHECK_EQ(kvfs_store_has_result(s, k4, NULL, &in_ram), 0);
+        CHECK_EQ(in_ram, 0);
+        CHECK_EQ(kvfs_store_get_result(s, k4, &(struct kvfs_chunk_ref *){NULL}), -ENOENT);
+        CHECK(ref_is(ref, 100, 604)); /* still, after the failed lookup */
+        kvfs_chunk_release(ref);
+        ref = NULL;
+        CHECK_EQ(put_result(s, k5, 100, 605, &kept, NULL), 0); /* without a handle: freed, no leak */
+        CHECK_EQ(kept, 0);
+        CHECK(result_is(s, k2, 100, 602));
+        CHECK(result_is(s, k3, 100, 603));
+        CHECK_EQ(result_files(d), 2);
+        /* larger than result_capacity: served, not kept */
+        CHECK_EQ(kvfs_store_pin_result(s, k3, 0), 0);
+        CHECK_EQ(put_result(s, k5, 400, 606, &kept, &ref), 0);
+        CHECK_EQ(kept, 0);
+        CHECK(ref_is(ref, 400, 606));
+        kvfs_chunk_release(ref);
+        ref = NULL;
+        CHECK(result_is(s, k3, 100, 603)); /* nothing was evicted for it */
+        json = NULL;
+        CHECK_EQ(kvfs_store_stats_json(s, &json), 0);
+        res = json ? strstr(json, "\"results\"") : NULL;
+        CHECK(res && strstr(res, "\"not_kept\": 3") != NULL);
+        CHECK(res && strstr(res, "\"pinned\": 1,") != NULL);
+        free(json);
+        /* unpinned, k3 is evicted for the next one; pinned k2 stays */
+        usleep(2000);
+        CHECK_EQ(put_result(s, k4, 100, 604, &kept, NULL), 0);
+        CHECK_EQ(kept, 1);
+        CHECK_EQ(kvfs_store_has_result(s, k3, NULL, NULL), 0);
+        CHECK(result_is(s, k2, 100, 602));
+        CHECK(result_is(s, k4, 100, 604));
+        /* pinned results go away by remove_result, and at close */
+        CHECK_EQ(kvfs_store_remove_result(s, k2), 0);
+        CHECK_EQ(kvfs_store_has_result(s, k2, NULL, NULL), 0);
+        CHECK_EQ(result_files(d), 1);
+        kvfs_store_close(s);
+        s = open_results_store(d, ram ? 4 << 20 : 0, one * 2 + one / 2);
+        CHECK(s != NULL);
+        if (!s)
+            return;
+        CHECK_EQ(result_files(d), 0);
+        CHECK_EQ(kvfs_store_has_result(s, k4, NULL, NULL), 0);
+        kvfs_store_close(s);
+    }
+    system(cmd);
 }
 
 static void report(void *ctx, const char *line) { (void)ctx; fprintf(stderr, "fsck: %s\n", line); }
@@ -256,6 +536,8 @@ int main(void)
         system(cmd);
         memcpy(dir, saved, sizeof(saved));
     }
+
+    test_results();
 
     uint64_t v;
     CHECK_EQ(kvfs_parse_size("64M", &v), 0);

@@ -15,7 +15,6 @@
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
-#define on_k_layer(o) ((o)->deviation_on_k)
 
 static double now_s(void)
 {
@@ -118,51 +117,6 @@ int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8
     int rc = BE(m)->topk(CTX(m), d_dev, d_forced, n, k, d_out);
     if (!rc && k > 0)
         rc = BE(m)->download(CTX(m), out, d_out, sizeof(int32_t) * (size_t)k);
-    return rc;
-}
-
-/* Attention the suffix (query) rows pay to each chunk row at one layer,
- * summed over suffix rows and heads: how much each row can move the answer. */
-static int query_attention(const struct kvfs_model *m, const float *d_q_suffix, const float *d_k, int n_rows, int n_ctx,
-                           float *att)
-{
-    const struct kvfs_hparams *hp = &m->hp;
-    int n_suffix = n_ctx - n_rows, d = hp->head_dim, kv_dim = hp->n_kv_head * d, group = hp->n_head / hp->n_kv_head;
-    size_t qn = (size_t)n_suffix * hp->n_head * d, kn = (size_t)n_ctx * kv_dim;
-    float *q = malloc(sizeof(float) * qn), *k = malloc(sizeof(float) * kn), *sc = malloc(sizeof(float) * (size_t)n_ctx);
-    int rc = -ENOMEM;
-    if (!q || !k || !sc)
-        goto out;
-    if ((rc = BE(m)->download(CTX(m), q, d_q_suffix, sizeof(float) * qn)) ||
-        (rc = BE(m)->download(CTX(m), k, d_k, sizeof(float) * kn)))
-        goto out;
-    memset(att, 0, sizeof(float) * (size_t)n_rows);
-    float scale = 1.0f / sqrtf((float)d);
-    for (int s = 0; s < n_suffix; s++) {
-        int n_see = n_rows + s + 1;
-        for (int h = 0; h < hp->n_head; h++) {
-            const float *qh = q + ((size_t)s * hp->n_head + h) * d;
-            float mx = -INFINITY;
-            double sum = 0;
-            for (int r = 0; r < n_see; r++) {
-                const float *kr = k + (size_t)r * kv_dim + (size_t)(h / group) * d;
-                float dot = 0;
-                for (int i = 0; i < d; i++)
-                    dot += qh[i] * kr[i];
-                sc[r] = dot * scale;
-                mx = fmaxf(mx, sc[r]);
-            }
-            for (int r = 0; r < n_see; r++)
-                sum += exp((double)(sc[r] - mx));
-            for (int r = 0; r < n_rows; r++)
-                att[r] += (float)(exp((double)(sc[r] - mx)) / sum);
-        }
-    }
-    rc = 0;
-out:
-    free(q);
-    free(k);
-    free(sc);
     return rc;
 }
 
@@ -319,353 +273,381 @@ int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char 
     return 0;
 }
 
+/* One streamed blend's state, shared by its phases (kvfs_blend_stream). */
+struct blend_run {
+    const struct kvfs_model *m;
+    struct kvfs_loader *ld;
+    struct kvfs_blend_opts o;   /* auto: o.ratio is set at the check layer */
+    struct kvfs_kv_cache *c;
+    int n_rows, n_suffix, n_ctx, check_layer;
+    int32_t *tokens, *delta;    /* host [n_ctx] */
+    uint8_t *forced;            /* host [n_ctx + 1]: attention sinks */
+    int32_t *idx, *sel_pos, *keep; /* host [n_ctx]: rows being recomputed, their positions */
+    int32_t *d_delta, *d_top, *d_idx, *d_local;
+    float *d_dev, *d_old;
+    uint8_t *d_forced;
+    struct kvfs_work w, ws;     /* every row; the rows being recomputed */
+    int n_sel, n_run, first_layer, n_sparse, by_query, n_selected_total;
+};
+
+static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
+{
+    if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
+    if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "ratio %g is outside [0, 1]", (double)o->ratio);
+    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 ||
+        (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL &&
+         o->select != KVFS_BLEND_SELECT_QUERY))
+        return kvfs_errf(err, errlen, -EINVAL, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)",
+                         o->select, (double)o->taper, o->sink_rows, o->check_layer);
+    return 0;
+}
+
+/* The prompt's tokens and positions: each chunk's rows move from their
+ * cached positions to their place in the prompt. */
+static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, size_t errlen)
+{
+    int n_chunks = kvfs_loader_count(b->ld);
+    for (int i = 0, r = 0; i < n_chunks; i++) {
+        const struct kvfs_header *h = kvfs_loader_header(b->ld, i);
+        for (uint32_t t = 0; t < h->n_tokens; t++, r++) {
+            b->tokens[r] = (int32_t)kvfs_header_token(h, t);
+            b->delta[r] = r - (int32_t)(h->pos0 + t);
+            b->c->host_pos[r] = r;
+            /* a later chunk's first rows were attention sinks when it was
+             * prefilled alone: their cached K/V are the most out of place */
+            if (i > 0 && (int)t < b->o.sink_rows)
+                b->forced[r] = 1;
+            if (b->tokens[r] < 0 || b->tokens[r] >= b->m->hp.n_vocab)
+                return kvfs_errf(err, errlen, -EINVAL, "chunk %d: token %d out of range", i + 1, b->tokens[r]);
+        }
+    }
+    for (int r = b->n_rows; r < b->n_ctx; r++) {
+        b->tokens[r] = suffix[r - b->n_rows];
+        b->delta[r] = 0;
+        b->c->host_pos[r] = r;
+        if (b->tokens[r] < 0 || b->tokens[r] >= b->m->hp.n_vocab)
+            return kvfs_errf(err, errlen, -EINVAL, "suffix token %d out of range", b->tokens[r]);
+    }
+    b->c->n = b->n_ctx;
+    return 0;
+}
+
+/* Buffers, the loader started, every row's embedding. */
+static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t errlen)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    size_t n = (size_t)b->n_ctx;
+    b->tokens = malloc(sizeof(int32_t) * n);
+    b->delta = malloc(sizeof(int32_t) * n);
+    b->forced = calloc(n + 1, 1);
+    b->idx = malloc(sizeof(int32_t) * n);
+    b->sel_pos = malloc(sizeof(int32_t) * n);
+    b->keep = malloc(sizeof(int32_t) * n);
+    if (!b->tokens || !b->delta || !b->forced || !b->idx || !b->sel_pos || !b->keep)
+        return -ENOMEM;
+    int rc = kvfs_kv_cache_init(m, b->n_ctx, b->c);
+    if (rc || (rc = layout_prompt(b, suffix, err, errlen)))
+        return rc;
+    const struct kvfs_hparams *hp = &m->hp;
+    b->check_layer = hp->n_layer > b->o.check_layer ? b->o.check_layer : hp->n_layer - 1;
+    int blending = b->o.ratio > 0.0f && hp->n_layer >= 2 && b->check_layer >= 1;
+    /* ratio=auto hides loading behind recompute, which the query selection
+     * cannot (it needs every layer before choosing): auto selects at the
+     * check layer instead */
+    if (b->o.auto_ratio && b->o.select == KVFS_BLEND_SELECT_QUERY)
+        b->o.select = KVFS_BLEND_SELECT_FIXED;
+    if (!blending)
+        b->o.select = -1; /* plain reuse */
+    b->by_query = b->o.select == KVFS_BLEND_SELECT_QUERY && b->o.ratio < 1.0f;
+    b->n_sparse = hp->n_layer - 1 - b->check_layer;
+    /* layers before the check layer are recomputed in full: never loaded */
+    if ((rc = kvfs_loader_start(b->ld, blending && !b->by_query ? b->check_layer : 0)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * n, (void **)&b->d_delta)) ||
+        (rc = be->upload(ctx, b->d_delta, b->delta, sizeof(int32_t) * n)) ||
+        (rc = be->upload(ctx, b->c->pos, b->c->host_pos, sizeof(int32_t) * n)) ||
+        (rc = kvfs_work_alloc(m, b->n_ctx, &b->w)) ||
+        (rc = be->upload(ctx, b->w.ids, b->tokens, sizeof(int32_t) * n)) ||
+        (rc = be->upload(ctx, b->w.pos, b->c->host_pos, sizeof(int32_t) * n)) ||
+        (rc = be->get_rows(ctx, m->tok_embd, b->w.ids, b->w.x, b->n_ctx, hp->n_embd)) ||
+        (rc = be->alloc(ctx, sizeof(float) * n + 4, (void **)&b->d_dev)) ||
+        (rc = be->alloc(ctx, n + 4, (void **)&b->d_forced)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * n + 4, (void **)&b->d_top)) ||
+        (b->n_rows && (rc = be->upload(ctx, b->d_forced, b->forced, (size_t)b->n_rows))))
+        return rc;
+    return 0;
+}
+
+/* select=query: the rows the query attends to most over the reused cache,
+ * recomputed from layer 0 (the first pass put every layer in place). */
+static int select_by_query(struct blend_run *b, char *err, size_t errlen)
+{
+    int rc = blend_query_mass(b->m, b->ld, NULL, 0, 0, b->c, &b->w, b->n_rows, b->n_suffix, b->d_delta, b->d_dev,
+                              err, errlen);
+    if (rc)
+        return rc;
+    b->n_sel = blend_rows_at(&b->o, 0, 1, b->n_rows);
+    b->first_layer = 0;
+    b->n_sparse = b->m->hp.n_layer;
+    return blend_device_top(b->m, b->d_dev, b->d_forced, b->n_rows, b->n_sel, b->d_top, b->idx);
+}
+
+/* select=fixed / gradual (CacheBlend): the layers before the check layer in
+ * full, then the rows whose fresh V at the check layer deviates most from
+ * the cached V (V measured better than K: BENCHMARKS.md).  The check layer
+ * keeps every fresh K/V: they are exact and already paid for. */
+static int select_at_check_layer(struct blend_run *b, char *err, size_t errlen)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    size_t bytes = sizeof(float) * (size_t)b->n_ctx * b->c->kv_dim;
+    int rc = 0, cl = b->check_layer;
+    double t_full0 = now_s();
+    for (int l = 0; l < cl && !rc; l++)
+        if (!(rc = kvfs_layer_qkv(m, l, &b->w, b->n_ctx)) && !(rc = be->copy(ctx, b->c->k[l], b->w.k, bytes)) &&
+            !(rc = be->copy(ctx, b->c->v[l], b->w.v, bytes)))
+            rc = kvfs_layer_finish(m, l, &b->w, b->n_ctx, b->c, b->n_ctx);
+    /* the controller needs the real compute time: wait for an asynchronous
+     * backend (GPU) to finish the layers just queued */
+    if (rc || (b->o.auto_ratio && (rc = be->synchronize(ctx))))
+        return rc;
+    double t_full = now_s() - t_full0;
+    if ((rc = blend_take_layer(m, b->ld, NULL, 0, 0, b->c, cl, b->d_delta, b->n_rows, err, errlen)))
+        return rc;
+    if (b->o.auto_ratio) {
+        struct kvfs_ratio_inputs ri = {0};
+        kvfs_loader_progress(b->ld, &ri.bytes_done, &ri.bytes_total, &ri.load_elapsed_s);
+        ri.sec_per_row_layer = t_full / ((double)cl * b->n_ctx);
+        ri.n_sparse = b->n_sparse;
+        ri.n_rows = b->n_rows;
+        ri.n_suffix = b->n_suffix;
+        ri.min_ratio = b->o.min_ratio;
+        b->o.ratio = kvfs_auto_ratio(&ri, NULL);
+    }
+    if ((rc = kvfs_layer_qkv(m, cl, &b->w, b->n_ctx)) ||
+        (b->n_rows && (rc = be->row_sqdiff(ctx, b->w.v, b->c->v[cl], b->d_dev, b->n_rows, b->c->kv_dim))))
+        return rc;
+    b->n_sel = b->n_sparse > 0 ? blend_rows_at(&b->o, 0, b->n_sparse, b->n_rows) : 0;
+    if (b->o.ratio >= 1.0f)
+        b->n_sel = b->n_rows;
+    b->first_layer = cl;
+    if ((rc = blend_device_top(m, b->d_dev, b->d_forced, b->n_rows, b->n_sel, b->d_top, b->idx)) ||
+        (rc = be->copy(ctx, b->c->k[cl], b->w.k, bytes)) || (rc = be->copy(ctx, b->c->v[cl], b->w.v, bytes)))
+        return rc;
+    return 0;
+}
+
+/* The selected rows plus the suffix, compacted into ws; at the check layer
+ * their queries are there already and the layer is finished for them. */
+static int gather_selected(struct blend_run *b)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    size_t n = (size_t)b->n_ctx;
+    b->n_run = b->n_sel + b->n_suffix;
+    for (int k = 0; k < b->n_suffix; k++)
+        b->idx[b->n_sel + k] = b->n_rows + k;
+    for (int k = 0; k < b->n_run; k++)
+        b->sel_pos[k] = b->c->host_pos[b->idx[k]];
+    int rc;
+    if ((rc = kvfs_work_alloc(m, b->n_run, &b->ws)) || (rc = be->alloc(ctx, sizeof(int32_t) * n, (void **)&b->d_idx)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * n, (void **)&b->d_local)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)b->n_run * b->c->kv_dim + 4, (void **)&b->d_old)) ||
+        (rc = be->upload(ctx, b->d_idx, b->idx, sizeof(int32_t) * (size_t)b->n_run)) ||
+        (rc = be->upload(ctx, b->ws.pos, b->sel_pos, sizeof(int32_t) * (size_t)b->n_run)) ||
+        (rc = be->gather_rows(ctx, b->w.x, b->d_idx, b->ws.x, b->n_run, m->hp.n_embd)))
+        return rc;
+    if (b->first_layer > 0 && b->first_layer == b->check_layer) {
+        if ((rc = be->gather_rows(ctx, b->w.q, b->d_idx, b->ws.q, b->n_run, m->hp.n_embd)) ||
+            (rc = kvfs_layer_finish(m, b->check_layer, &b->ws, b->n_run, b->c, b->n_ctx)))
+            return rc;
+        b->first_layer = b->check_layer + 1;
+    }
+    return 0;
+}
+
+/* ratio=auto, after the first sparse layer: how many rows the remaining
+ * load can still hide (controller.h, kvfs_auto_rows). */
+static int auto_cap(struct blend_run *b, int l, double *t_layer0, double *wait0, int *n_next)
+{
+    struct kvfs_loader_stats ls;
+    int rc = BE(b->m)->synchronize(CTX(b->m));
+    if (rc)
+        return rc;
+    kvfs_loader_get_stats(b->ld, &ls);
+    if (l == b->first_layer) {
+        *t_layer0 = now_s();
+        *wait0 = ls.wait_s;
+        return 0;
+    }
+    struct kvfs_rows_inputs ri = {0};
+    ri.sparse_layer_s = now_s() - *t_layer0 - (ls.wait_s - *wait0); /* compute only */
+    kvfs_loader_progress(b->ld, &ri.bytes_done, &ri.bytes_total, &ri.load_elapsed_s);
+    ri.layers_left = b->m->hp.n_layer - l;
+    ri.n_sel = b->n_sel;
+    ri.n_suffix = b->n_suffix;
+    ri.floor_rows = (int)ceilf(b->o.min_ratio * (float)b->n_rows - 1e-4f);
+    int cap = kvfs_auto_rows(&ri);
+    if (cap < *n_next)
+        *n_next = cap;
+    return 0;
+}
+
+/* Gradual filtering / auto, before layer l's K/V are overwritten: each
+ * current row's deviation (fresh V in ws against the cached V), which
+ * compact() then keeps the most deviating of. */
+static int narrow(struct blend_run *b, int l)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int rc, kv_dim = b->c->kv_dim;
+    if ((rc = be->gather_rows(ctx, b->c->v[l], b->d_idx, b->d_old, b->n_sel, kv_dim)) ||
+        (rc = be->row_sqdiff(ctx, b->ws.v, b->d_old, b->d_dev, b->n_sel, kv_dim)))
+        return rc;
+    return 0;
+}
+
+/* ...after the layer: the kept rows' state moves to the front of ws. */
+static int compact(struct blend_run *b, int n_next)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int rc = blend_device_top(m, b->d_dev, NULL, b->n_sel, n_next, b->d_top, b->keep); /* local positions in ws */
+    if (rc)
+        return rc;
+    for (int k = 0; k < b->n_suffix; k++)
+        b->keep[n_next + k] = b->n_sel + k;
+    int n_new = n_next + b->n_suffix;
+    for (int k = 0; k < n_new; k++) {
+        b->sel_pos[k] = b->sel_pos[b->keep[k]];
+        b->idx[k] = b->idx[b->keep[k]];
+    }
+    if ((rc = be->upload(ctx, b->d_local, b->keep, sizeof(int32_t) * (size_t)n_new)) ||
+        (rc = be->gather_rows(ctx, b->ws.x, b->d_local, b->w.x, n_new, m->hp.n_embd)) ||
+        (rc = be->copy(ctx, b->ws.x, b->w.x, sizeof(float) * (size_t)n_new * m->hp.n_embd)) ||
+        (rc = be->upload(ctx, b->d_idx, b->idx, sizeof(int32_t) * (size_t)n_new)) ||
+        (rc = be->upload(ctx, b->ws.pos, b->sel_pos, sizeof(int32_t) * (size_t)n_new)))
+        return rc;
+    b->n_sel = n_next;
+    b->n_run = n_new;
+    return 0;
+}
+
+/* The shared recompute loop: the selected rows through the remaining
+ * layers, their fresh K/V replacing the cached ones layer by layer. */
+static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int rc = 0, n_layer = m->hp.n_layer, kv_dim = b->c->kv_dim;
+    double t_layer0 = 0, wait0 = 0; /* ratio=auto: timing of the first sparse layer */
+    for (int l = b->first_layer; l < n_layer && !rc; l++) {
+        int sparse = b->first_layer > 0 && l + 1 < n_layer;
+        int n_next = sparse ? blend_rows_at(&b->o, l - b->check_layer, b->n_sparse, b->n_rows) : b->n_sel;
+        if (n_next > b->n_sel)
+            n_next = b->n_sel;
+        if (b->o.auto_ratio && sparse && l <= b->first_layer + 1 && (rc = auto_cap(b, l, &t_layer0, &wait0, &n_next)))
+            break;
+        b->n_selected_total += b->n_sel;
+        /* the query selection's first pass has put every layer in place */
+        if ((!b->by_query && (rc = blend_take_layer(m, b->ld, NULL, 0, 0, b->c, l, b->d_delta, b->n_rows, err, errlen))) ||
+            (rc = kvfs_layer_qkv(m, l, &b->ws, b->n_run)) ||
+            (n_next < b->n_sel && (rc = narrow(b, l))) ||
+            (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
+            (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
+            (rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx)))
+            break;
+        if (n_next < b->n_sel)
+            rc = compact(b, n_next);
+    }
+    return rc;
+}
+
+static void fill_stats(struct blend_run *b, double t0, struct kvfs_blend_stats *st)
+{
+    struct kvfs_loader_stats ls;
+    kvfs_loader_get_stats(b->ld, &ls);
+    st->n_ctx = b->n_ctx;
+    st->n_chunk_rows = b->n_rows;
+    st->ratio = b->o.ratio;
+    st->n_selected = b->n_sparse > 0 && (b->first_layer > 0 || b->by_query)
+                   ? (int)lround((double)b->n_selected_total / b->n_sparse) : 0;
+    st->seconds = now_s() - t0;
+    st->load_s = ls.load_s;
+    st->wait_s = ls.wait_s;
+    st->bytes_read = ls.bytes_read;
+    st->compute_s = st->seconds - ls.wait_s;
+}
+
+static void run_free(struct blend_run *b)
+{
+    const struct kvfs_backend_iface *be = BE(b->m);
+    void *ctx = CTX(b->m);
+    kvfs_work_free(b->m, &b->w);
+    kvfs_work_free(b->m, &b->ws);
+    void *dev[] = {b->d_delta, b->d_idx, b->d_local, b->d_dev, b->d_forced, b->d_top, b->d_old};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        if (dev[i])
+            be->free(ctx, dev[i]);
+    free(b->tokens);
+    free(b->delta);
+    free(b->forced);
+    free(b->idx);
+    free(b->sel_pos);
+    free(b->keep);
+}
+
 int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
                       const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
                       struct kvfs_blend_stats *st, char *err, size_t errlen)
 {
-    const struct kvfs_hparams *hp = &m->hp;
-    const struct kvfs_backend_iface *be = BE(m);
-    void *ctx = CTX(m);
     double t0 = now_s();
-    struct kvfs_blend_opts ob = *o; /* auto: ob.ratio is set at the check layer */
-    o = &ob;
-    if (ob.auto_ratio) {
-        if (!(ob.min_ratio > 0.0f && ob.min_ratio <= 1.0f))
-            return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)ob.min_ratio);
-        ob.ratio = ob.min_ratio;
-    }
-    float ratio = ob.ratio;
-    int rc, n_rows = 0, n_chunks = kvfs_loader_count(ld);
+    struct blend_run b = {.m = m, .ld = ld, .o = *o, .c = c, .n_suffix = n_suffix};
+    int rc, n_chunks = kvfs_loader_count(ld);
     memset(c, 0, sizeof(*c));
-    if (!(ratio >= 0.0f && ratio <= 1.0f)) {
-        snprintf(err, errlen, "ratio %g is outside [0, 1]", (double)ratio);
-        return -EINVAL;
-    }
-    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 ||
-        (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL &&
-         o->select != KVFS_BLEND_SELECT_QUERY)) {
-        snprintf(err, errlen, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)", o->select,
-                 (double)o->taper, o->sink_rows, o->check_layer);
-        return -EINVAL;
-    }
-    if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS || n_suffix < 1) {
-        snprintf(err, errlen, "a blend needs 1 to %d chunks and at least one suffix token", KVFS_BLEND_MAX_CHUNKS);
-        return -EINVAL;
-    }
+    if (b.o.auto_ratio)
+        b.o.ratio = b.o.min_ratio;
+    if ((rc = check_opts(&b.o, err, errlen)))
+        return rc;
+    if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS || n_suffix < 1)
+        return kvfs_errf(err, errlen, -EINVAL, "a blend needs 1 to %d chunks and at least one suffix token",
+                         KVFS_BLEND_MAX_CHUNKS);
     if ((rc = blend_check_chunks(m, ld, err, errlen)))
         return rc;
     for (int i = 0; i < n_chunks; i++)
-        n_rows += (int)kvfs_loader_header(ld, i)->n_tokens;
-    int n_ctx = n_rows + n_suffix;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_ctx), *idx = NULL, *sel_pos = NULL, *keep = NULL;
-    int32_t *delta = malloc(sizeof(int32_t) * (size_t)n_ctx), *d_delta = NULL, *d_idx = NULL, *d_local = NULL;
-    uint8_t *forced = calloc((size_t)n_ctx + 1, 1);
-    float *d_dev = NULL, *h_dev = NULL, *d_old = NULL;
-    uint8_t *d_forced = NULL;
-    int32_t *d_top = NULL;
-    struct kvfs_work w = {0}, ws = {0};
-    if (!tokens || !delta || !forced) {
-        rc = -ENOMEM;
+        b.n_rows += (int)kvfs_loader_header(ld, i)->n_tokens;
+    b.n_ctx = b.n_rows + n_suffix;
+    if ((rc = prepare(&b, suffix, err, errlen)))
+        goto fail;
+    /* 1. which rows: none (plain reuse: only the suffix, from layer 0), by
+     * the query, or at the check layer */
+    if (b.o.select < 0) {
+        b.n_sel = 0;
+        b.first_layer = 0;
+    } else if ((rc = b.by_query ? select_by_query(&b, err, errlen) : select_at_check_layer(&b, err, errlen))) {
         goto fail;
     }
-    if ((rc = kvfs_kv_cache_init(m, n_ctx, c)))
+    /* 2. those rows and the suffix through the remaining layers */
+    if ((rc = gather_selected(&b)) || (rc = recompute_layers(&b, err, errlen)) ||
+        (logits && (rc = kvfs_output_logits(m, &b.ws, b.n_run - 1, logits))) ||
+        (rc = BE(m)->synchronize(CTX(m))))
         goto fail;
-    /* 1. the prompt's tokens and positions; each chunk's rows move from their
-     * cached positions to their place in the prompt */
-    for (int i = 0, r = 0; i < n_chunks; i++) {
-        const struct kvfs_header *h = kvfs_loader_header(ld, i);
-        for (uint32_t t = 0; t < h->n_tokens; t++, r++) {
-            tokens[r] = (int32_t)kvfs_header_token(h, t);
-            delta[r] = r - (int32_t)(h->pos0 + t);
-            c->host_pos[r] = r;
-            /* a later chunk's first rows were attention sinks when it was
-             * prefilled alone: their cached K/V are the most out of place */
-            if (i > 0 && (int)t < o->sink_rows)
-                forced[r] = 1;
-            if (tokens[r] < 0 || tokens[r] >= hp->n_vocab) {
-                rc = kvfs_errf(err, errlen, -EINVAL, "chunk %d: token %d out of range", i + 1, tokens[r]);
-                goto fail;
-            }
-        }
-    }
-    for (int r = n_rows; r < n_ctx; r++) {
-        tokens[r] = suffix[r - n_rows];
-        delta[r] = 0;
-        c->host_pos[r] = r;
-        if (tokens[r] < 0 || tokens[r] >= hp->n_vocab) {
-            snprintf(err, errlen, "suffix token %d out of range", tokens[r]);
-            rc = -EINVAL;
-            goto fail;
-        }
-    }
-    c->n = n_ctx;
-    const int CHECK_LAYER = hp->n_layer > o->check_layer ? o->check_layer : hp->n_layer - 1;
-    int blending = ratio > 0.0f && hp->n_layer >= 2 && CHECK_LAYER >= 1;
-    /* ratio=auto hides loading behind recompute, which the query selection
-     * cannot (it needs every layer before choosing): auto selects at the
-     * check layer instead */
-    if (ob.auto_ratio && ob.select == KVFS_BLEND_SELECT_QUERY)
-        ob.select = KVFS_BLEND_SELECT_FIXED;
-    int by_query = blending && ob.select == KVFS_BLEND_SELECT_QUERY && ratio < 1.0f;
-    /* layers before the check layer are recomputed in full: never loaded */
-    if ((rc = kvfs_loader_start(ld, blending && !by_query ? CHECK_LAYER : 0)))
-        goto fail;
-    if ((rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_delta)) ||
-        (rc = be->upload(ctx, d_delta, delta, sizeof(int32_t) * (size_t)n_ctx)) ||
-        (rc = be->upload(ctx, c->pos, c->host_pos, sizeof(int32_t) * (size_t)n_ctx)))
-        goto fail;
-
-    /* embeddings of the whole prompt */
-    if ((rc = kvfs_work_alloc(m, n_ctx, &w)) ||
-        (rc = be->upload(ctx, w.ids, tokens, sizeof(int32_t) * (size_t)n_ctx)) ||
-        (rc = be->upload(ctx, w.pos, c->host_pos, sizeof(int32_t) * (size_t)n_ctx)) ||
-        (rc = be->get_rows(ctx, m->tok_embd, w.ids, w.x, n_ctx, hp->n_embd)))
-        goto fail;
-
-    /* 2. selection at the check layer */
-    int n_sel, first_layer, kv_dim = c->kv_dim, n_sparse = hp->n_layer - 1 - CHECK_LAYER;
-    idx = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    sel_pos = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    keep = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    h_dev = malloc(sizeof(float) * ((size_t)n_ctx + 1));
-    if (!idx || !sel_pos || !keep || !h_dev) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n_ctx + 4, (void **)&d_dev)) ||
-        (rc = be->alloc(ctx, (size_t)n_ctx + 4, (void **)&d_forced)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx + 4, (void **)&d_top)) ||
-        (n_rows && (rc = be->upload(ctx, d_forced, forced, (size_t)n_rows))))
-        goto fail;
-    if (!blending) {
-        /* plain reuse: only the suffix is computed, from layer 0 */
-        n_sel = 0;
-        first_layer = 0;
-    } else if (by_query) {
-        /* the rows the query attends to most, recomputed from layer 0 */
-        if ((rc = blend_query_mass(m, ld, NULL, 0, 0, c, &w, n_rows, n_suffix, d_delta, d_dev, err, errlen)))
-            goto fail;
-        n_sel = blend_rows_at(o, 0, 1, n_rows);
-        if ((rc = blend_device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
-            goto fail;
-        first_layer = 0;
-        n_sparse = hp->n_layer;
-    } else {
-        /* the layers before the check layer in full: every row's K/V is fresh */
-        double t_full0 = now_s();
-        for (int l = 0; l < CHECK_LAYER; l++)
-            if ((rc = kvfs_layer_qkv(m, l, &w, n_ctx)) ||
-                (rc = be->copy(ctx, c->k[l], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
-                (rc = be->copy(ctx, c->v[l], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
-                (rc = kvfs_layer_finish(m, l, &w, n_ctx, c, n_ctx)))
-                goto fail;
-        /* check layer: every row's fresh K/V; deviation of V from the cache
-         * (V measured better than K: see BENCHMARKS.md) */
-        /* the controller needs the real compute time: wait for an
-         * asynchronous backend (GPU) to finish the layers just queued */
-        if (ob.auto_ratio && (rc = be->synchronize(ctx)))
-            goto fail;
-        double t_full = now_s() - t_full0;
-        if ((rc = blend_take_layer(m, ld, NULL, 0, 0, c, CHECK_LAYER, d_delta, n_rows, err, errlen)))
-            goto fail;
-        if (ob.auto_ratio) {
-            struct kvfs_ratio_inputs ri = {0};
-            kvfs_loader_progress(ld, &ri.bytes_done, &ri.bytes_total, &ri.load_elapsed_s);
-            ri.sec_per_row_layer = t_full / ((double)CHECK_LAYER * n_ctx);
-            ri.n_sparse = n_sparse;
-            ri.n_rows = n_rows;
-            ri.n_suffix = n_suffix;
-            ri.min_ratio = ob.min_ratio;
-            ob.ratio = ratio = kvfs_auto_ratio(&ri, NULL);
-        }
-        if ((rc = kvfs_layer_qkv(m, CHECK_LAYER, &w, n_ctx)))
-            goto fail;
-        int on_k = o->deviation_on_k;
-        if (n_rows && (rc = be->row_sqdiff(ctx, on_k ? w.k : w.v, on_k ? c->k[CHECK_LAYER] : c->v[CHECK_LAYER],
-                                           d_dev, n_rows, kv_dim)))
-            goto fail;
-        if (ob.query_weighted && n_rows) {
-            /* weight each row's deviation by the attention the query pays it
-             * (on the host: an experiment, not the default) */
-            if ((rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_rows)))
-                goto fail;
-            float *att = malloc(sizeof(float) * (size_t)n_rows);
-            if (!att) {
-                rc = -ENOMEM;
-                goto fail;
-            }
-            if ((rc = query_attention(m, w.q + (size_t)n_rows * hp->n_embd, w.k, n_rows, n_ctx, att))) {
-                free(att);
-                goto fail;
-            }
-            for (int r = 0; r < n_rows; r++)
-                h_dev[r] *= att[r];
-            free(att);
-            if ((rc = be->upload(ctx, d_dev, h_dev, sizeof(float) * (size_t)n_rows)))
-                goto fail;
-        }
-        n_sel = n_sparse > 0 ? blend_rows_at(o, 0, n_sparse, n_rows) : 0;
-        if (ratio >= 1.0f)
-            n_sel = n_rows;
-        if ((rc = blend_device_top(m, d_dev, d_forced, n_rows, n_sel, d_top, idx)))
-            goto fail;
-        /* the check layer keeps every fresh K/V: they are exact and already paid for */
-        if ((rc = be->copy(ctx, c->k[CHECK_LAYER], w.k, sizeof(float) * (size_t)n_ctx * kv_dim)) ||
-            (rc = be->copy(ctx, c->v[CHECK_LAYER], w.v, sizeof(float) * (size_t)n_ctx * kv_dim)))
-            goto fail;
-        first_layer = CHECK_LAYER;
-    }
-    int n_run = n_sel + n_suffix;
-    for (int k = 0; k < n_suffix; k++)
-        idx[n_sel + k] = n_rows + k;
-    for (int k = 0; k < n_run; k++)
-        sel_pos[k] = c->host_pos[idx[k]];
-    /* compact work for the selected rows: x (and, at the check layer, q) */
-    if ((rc = kvfs_work_alloc(m, n_run, &ws)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_idx)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_ctx, (void **)&d_local)) ||
-        (rc = be->alloc(ctx, sizeof(float) * (size_t)n_run * kv_dim + 4, (void **)&d_old)) ||
-        (rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * (size_t)n_run)) ||
-        (rc = be->upload(ctx, ws.pos, sel_pos, sizeof(int32_t) * (size_t)n_run)) ||
-        (rc = be->gather_rows(ctx, w.x, d_idx, ws.x, n_run, hp->n_embd)))
-        goto fail;
-    if (first_layer == CHECK_LAYER) {
-        if ((rc = be->gather_rows(ctx, w.q, d_idx, ws.q, n_run, hp->n_embd)) ||
-            (rc = kvfs_layer_finish(m, CHECK_LAYER, &ws, n_run, c, n_ctx)))
-            goto fail;
-        first_layer = CHECK_LAYER + 1;
-    }
-    int n_selected_total = 0;
-    double t_layer0 = 0, wait0 = 0; /* ratio=auto: timing of the first sparse layer */
-    /* 3. the selected rows through the remaining layers */
-    for (int l = first_layer; l < hp->n_layer; l++) {
-        int j = l - (CHECK_LAYER + 1);
-        int n_next = (first_layer > 0 && l + 1 < hp->n_layer) ? blend_rows_at(o, j + 1, n_sparse, n_rows) : n_sel;
-        if (n_next > n_sel)
-            n_next = n_sel;
-        if (ob.auto_ratio && first_layer > 0 && l + 1 < hp->n_layer && (l == first_layer || l == first_layer + 1)) {
-            /* The controller decided at the check layer from the first
-             * moments of the stream.  After one sparse layer it knows what a
-             * sparse layer costs and how the stream really goes: keep only as
-             * many rows as the remaining load can hide (never below the
-             * floor; rows can only be dropped, by this layer's deviation). */
-            struct kvfs_loader_stats ls;
-            if ((rc = be->synchronize(ctx)))
-                goto fail;
-            kvfs_loader_get_stats(ld, &ls);
-            if (l == first_layer) {
-                t_layer0 = now_s();
-                wait0 = ls.wait_s;
-            } else {
-                double t_sparse = now_s() - t_layer0 - (ls.wait_s - wait0); /* compute only */
-                uint64_t done, total;
-                double elapsed;
-                kvfs_loader_progress(ld, &done, &total, &elapsed);
-                double bw = elapsed > 0 ? (double)done / elapsed : 0;
-                double load_left = done < total && bw > 0 ? (double)(total - done) / bw : 0;
-                int layers_left = hp->n_layer - l;
-                double per_row = t_sparse / (double)(n_sel + n_suffix);
-                long fit = per_row > 0 ? (long)(load_left / (per_row * layers_left)) - n_suffix : n_sel;
-                int floor_rows = (int)ceilf(ob.min_ratio * (float)n_rows - 1e-4f);
-                int cap = fit < floor_rows ? floor_rows : fit > n_sel ? n_sel : (int)fit;
-                if (cap < n_next)
-                    n_next = cap;
-            }
-        }
-        n_selected_total += n_sel;
-        /* the query selection's first pass has put every layer in place */
-        if (!by_query && (rc = blend_take_layer(m, ld, NULL, 0, 0, c, l, d_delta, n_rows, err, errlen)))
-            goto fail;
-        if ((rc = kvfs_layer_qkv(m, l, &ws, n_run)))
-            goto fail;
-        if (n_next < n_sel) {
-            /* gradual filtering: this layer's deviation of the rows still
-             * being recomputed decides which of them go on */
-            if ((rc = be->gather_rows(ctx, on_k_layer(o) ? c->k[l] : c->v[l], d_idx, d_old, n_sel, kv_dim)) ||
-                (rc = be->row_sqdiff(ctx, on_k_layer(o) ? ws.k : ws.v, d_old, d_dev, n_sel, kv_dim)) ||
-                (ob.query_weighted && (rc = be->download(ctx, h_dev, d_dev, sizeof(float) * (size_t)n_sel))))
-                goto fail;
-        }
-        if ((rc = be->scatter_rows(ctx, ws.k, d_idx, c->k[l], n_run, kv_dim)) ||
-            (rc = be->scatter_rows(ctx, ws.v, d_idx, c->v[l], n_run, kv_dim)) ||
-            (rc = kvfs_layer_finish(m, l, &ws, n_run, c, n_ctx)))
-            goto fail;
-        if (n_next < n_sel && ob.query_weighted && n_rows) {
-            float *att = malloc(sizeof(float) * (size_t)n_rows);
-            if (!att) {
-                rc = -ENOMEM;
-                goto fail;
-            }
-            if ((rc = query_attention(m, ws.q + (size_t)n_sel * hp->n_embd, c->k[l], n_rows, n_ctx, att))) {
-                free(att);
-                goto fail;
-            }
-            for (int k = 0; k < n_sel; k++)
-                h_dev[k] *= att[idx[k]];
-            free(att);
-            if ((rc = be->upload(ctx, d_dev, h_dev, sizeof(float) * (size_t)n_sel)))
-                goto fail;
-        }
-        if (n_next < n_sel) {
-            /* local positions (within ws) of the rows that go on */
-            if ((rc = blend_device_top(m, d_dev, NULL, n_sel, n_next, d_top, keep)))
-                goto fail;
-            for (int k = 0; k < n_suffix; k++)
-                keep[n_next + k] = n_sel + k;
-            int n_new = n_next + n_suffix;
-            for (int k = 0; k < n_new; k++) {
-                sel_pos[k] = sel_pos[keep[k]];
-                idx[k] = idx[keep[k]];
-            }
-            if ((rc = be->upload(ctx, d_local, keep, sizeof(int32_t) * (size_t)n_new)) ||
-                (rc = be->gather_rows(ctx, ws.x, d_local, w.x, n_new, hp->n_embd)) ||
-                (rc = be->copy(ctx, ws.x, w.x, sizeof(float) * (size_t)n_new * hp->n_embd)) ||
-                (rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * (size_t)n_new)) ||
-                (rc = be->upload(ctx, ws.pos, sel_pos, sizeof(int32_t) * (size_t)n_new)))
-                goto fail;
-            n_sel = n_next;
-            n_run = n_new;
-        }
-    }
-    if (logits && (rc = kvfs_output_logits(m, &ws, n_run - 1, logits)))
-        goto fail;
-    if ((rc = be->synchronize(ctx)))
-        goto fail;
-    if (st) {
-        st->n_ctx = n_ctx;
-        st->n_chunk_rows = n_rows;
-        st->ratio = ratio;
-        st->n_selected = n_sparse > 0 && (first_layer > 0 || by_query) ? (int)lround((double)n_selected_total / n_sparse) : 0;
-        st->seconds = now_s() - t0;
-        struct kvfs_loader_stats ls;
-        kvfs_loader_get_stats(ld, &ls);
-        st->load_s = ls.load_s;
-        st->wait_s = ls.wait_s;
-        st->bytes_read = ls.bytes_read;
-        st->compute_s = st->seconds - ls.wait_s;
-    }
-    *tokens_out = tokens;
-    tokens = NULL;
-    rc = 0;
-    goto out;
+    if (st)
+        fill_stats(&b, t0, st);
+    *tokens_out = b.tokens;
+    b.tokens = NULL;
+    run_free(&b);
+    return 0;
 fail:
     kvfs_kv_cache_free(m, c);
-out:
-    kvfs_work_free(m, &w);
-    kvfs_work_free(m, &ws);
-    if (d_delta) be->free(ctx, d_delta);
-    if (d_idx) be->free(ctx, d_idx);
-    if (d_local) be->free(ctx, d_local);
-    if (d_dev) be->free(ctx, d_dev);
-    if (d_forced) be->free(ctx, d_forced);
-    if (d_top) be->free(ctx, d_top);
-    if (d_old) be->free(ctx, d_old);
-    free(tokens);
-    free(delta);
-    free(forced);
-    free(idx);
-    free(sel_pos);
-    free(keep);
-    free(h_dev);
+    run_free(&b);
     return rc;
 }

@@ -68,9 +68,7 @@ struct kvfs_blend_opts {
     int select;         /* KVFS_BLEND_SELECT_* */
     float taper;        /* gradual: share goes from ratio*(1+taper) to ratio*(1-taper) */
     int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
-    int deviation_on_k; /* measure deviation on keys instead of values (experiments) */
     int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
-    int query_weighted; /* weight deviations by the suffix rows' attention to each row */
     int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
     float min_ratio;    /* auto: never below this (default 0.15) */
 };

@@ -23,3 +23,12 @@ float kvfs_auto_ratio(const struct kvfs_ratio_inputs *in, double *load_left_s)
         r = in->min_ratio;
     return r > 1.0f ? 1.0f : r;
 }
+
+int kvfs_auto_rows(const struct kvfs_rows_inputs *in)
+{
+    double bw = in->load_elapsed_s > 0 ? (double)in->bytes_done / in->load_elapsed_s : 0;
+    double load_left = in->bytes_done < in->bytes_total && bw > 0 ? (double)(in->bytes_total - in->bytes_done) / bw : 0;
+    double per_row = in->sparse_layer_s / (double)(in->n_sel + in->n_suffix);
+    long fit = per_row > 0 ? (long)(load_left / (per_row * in->layers_left)) - in->n_suffix : in->n_sel;
+    return fit < in->floor_rows ? in->floor_rows : fit > in->n_sel ? in->n_sel : (int)fit;
+}

@@ -31,4 +31,17 @@ struct kvfs_ratio_inputs {
  * predicted remaining load time. */
 float kvfs_auto_ratio(const struct kvfs_ratio_inputs *in, double *load_left_s);
 
+/* The re-decision after the first sparse layer, with that layer's real
+ * compute time: the rows (of n_sel, never more, never below floor_rows) that
+ * the remaining load still hides over the remaining layers. */
+struct kvfs_rows_inputs {
+    double sparse_layer_s;            /* compute time of one sparse layer (waits excluded) */
+    uint64_t bytes_done, bytes_total; /* loader progress */
+    double load_elapsed_s;
+    int layers_left;                  /* including this one */
+    int n_sel, n_suffix;              /* rows recomputed now, query rows */
+    int floor_rows;                   /* min_ratio's share of the chunk rows */
+};
+int kvfs_auto_rows(const struct kvfs_rows_inputs *in);
+
 #endif

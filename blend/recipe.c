@@ -117,14 +117,15 @@ int kvfs_recipe_parse(const char *text, size_t len, struct kvfs_recipe *r, char 
     r->select = KVFS_BLEND_SELECT_DEFAULT;
     if (memchr(text, '\0', len))
         return kvfs_errf(err, errlen, -EINVAL, "recipe contains NUL bytes");
-    char *copy = malloc(len + 1), *save = NULL;
+    char *copy = malloc(len + 1), *rest;
     int rc = 0, lineno = 0;
     if (!copy)
         return -ENOMEM;
     memcpy(copy, text, len);
     copy[len] = '\0';
+    rest = copy;
     /* lines are counted as the user sees them, blank ones included */
-    for (char *line = strtok_r(copy, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line; !rc && (line = strsep(&rest, "\n"));) {
         lineno++;
         while (isspace((unsigned char)*line))
             line++;

@@ -69,8 +69,7 @@ static void usage(FILE *f)
                "Selection: --select query|fixed|gradual or a comma list of them (default %s),\n"
                "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
                "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
-               "gradual: --deviation v|k, --query-weighted (deviation x the query's attention at\n"
-               "the check layer), --check-layer N (default 1).\n"
+               "gradual: --check-layer N (default 1).\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
@@ -113,12 +112,6 @@ static int opt_selects(void *dst, const char *arg)
     return 0;
 }
 
-static int opt_deviation(void *dst, const char *arg)
-{
-    *(int *)dst = !strcmp(arg, "k");
-    return 0;
-}
-
 /* TOOL_ARGS_OK, or the exit code (0 after --help, 2 on a usage error) */
 static int parse_args(struct eval_args *a, int argc, char **argv)
 {
@@ -131,8 +124,6 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("greedy", 0, INT, &a->greedy), TOOL_OPT("threads", 't', INT, &a->threads),
         TOOL_OPT("backend", 0, STR, &a->backend), TOOL_OPT_CALL("select", 0, opt_selects, a),
         TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
-        TOOL_OPT_CALL("deviation", 0, opt_deviation, &a->bo.deviation_on_k),
-        TOOL_OPT("query-weighted", 0, FLAG, &a->bo.query_weighted),
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};

@@ -141,6 +141,7 @@ int kvfs_recipe_parse(const char *text, size_t len, struct kvfs_recipe *r, char 
         rc = kvfs_errf(err, errlen, -EINVAL, "a recipe names at least one chunk hash");
     if (!rc && !r->suffix && !r->n_suffix_ids)
         rc = kvfs_errf(err, errlen, -EINVAL, "a recipe needs the query: suffix=TEXT or suffix_tokens=ID,...");
+    r->incomplete = rc == -EINVAL && (r->n == 0 || (!r->suffix && !r->n_suffix_ids));
     if (!rc && r->suffix && !*r->suffix && !r->n_suffix_ids)
         rc = kvfs_errf(err, errlen, -EINVAL, "the query (suffix=) is empty");
     if (rc)

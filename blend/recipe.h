@@ -27,6 +27,7 @@ struct kvfs_recipe {
     char *suffix;       /* unescaped text, or NULL */
     int32_t *suffix_ids;/* or token ids */
     int n_suffix_ids;
+    int incomplete;     /* after -EINVAL: every line was fine, only a chunk or the query is missing yet */
 };
 
 /* Parse recipe text (len bytes, NUL bytes refused).  On error -EINVAL /

@@ -26,6 +26,8 @@ struct blend_entry {
     char key[KVFS_HASH_HEX_LEN + 1]; /* the result's key, when valid */
     char err[512];
     uint64_t size;     /* of the last result served (0 before the first) */
+    int removed;       /* forgotten (rm) while open: gone with its last handle */
+    int opens;         /* NAME.kv handles and opens in progress */
     struct blend_entry *next;
 };
 
@@ -82,10 +84,11 @@ static int split_name(const char *name, char *base, size_t cap)
     return -EINVAL;
 }
 
+/* by name: forgotten entries are no longer there */
 static struct blend_entry *find(struct kvfs_blends *b, const char *base)
 {
     for (struct blend_entry *e = b->entries; e; e = e->next)
-        if (!strcmp(e->name, base))
+        if (!e->removed && !strcmp(e->name, base))
             return e;
     return NULL;
 }
@@ -142,7 +145,7 @@ int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, f
     char name[256];
     pthread_mutex_lock(&mnt->blends->lock);
     for (struct blend_entry *e = mnt->blends->entries; e && !rc; e = e->next)
-        for (int k = 0; k < 3 && !rc; k++) {
+        for (int k = 0; k < 3 && !rc && !e->removed; k++) {
             snprintf(name, sizeof(name), "%s%s", e->name, EXT[k]);
             rc = fn(ctx, name, INO_BLEND_BASE + e->id * 4 + (uint64_t)k);
         }
@@ -173,8 +176,8 @@ static struct blend_entry *entry_for(struct kvfs_blends *b, const char *base)
     return e;
 }
 
-int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, char *err,
-                      size_t errlen)
+int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, int partial_ok,
+                      char *err, size_t errlen)
 {
     char base[200], key[KVFS_HASH_HEX_LEN + 1] = "";
     if (split_name(name, base, sizeof(base)) != 0)
@@ -191,6 +194,10 @@ int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf,
     if (len && !rc) {
         kvfs_blend_service_key(mnt->svc, &r, key);
         kvfs_recipe_free(&r);
+    }
+    if (rc && partial_ok && r.incomplete) { /* more is still being written */
+        free(text);
+        return -EINPROGRESS;
     }
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = entry_for(mnt->blends, base);
@@ -211,6 +218,17 @@ int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf,
     return e ? rc : -ENOMEM;
 }
 
+static void drop_locked(struct kvfs_blends *b, struct blend_entry *e)
+{
+    for (struct blend_entry **pp = &b->entries; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    free(e->recipe);
+    free(e);
+}
+
 int blends_unlink(struct kvfs_mount *mnt, const char *name)
 {
     char base[200], key[KVFS_HASH_HEX_LEN + 1] = "";
@@ -218,26 +236,32 @@ int blends_unlink(struct kvfs_mount *mnt, const char *name)
         return -ENOENT;
     struct kvfs_blends *b = mnt->blends;
     pthread_mutex_lock(&b->lock);
-    struct blend_entry **pp = &b->entries, *e = NULL;
-    for (; *pp; pp = &(*pp)->next)
-        if (!strcmp((*pp)->name, base)) {
-            e = *pp;
-            *pp = e->next;
-            break;
-        }
-    if (e && e->valid)
-        memcpy(key, e->key, sizeof(key));
+    struct blend_entry *e = find(b, base);
+    if (e) {
+        if (e->valid)
+            memcpy(key, e->key, sizeof(key));
+        e->removed = 1;
+        if (e->opens == 0)
+            drop_locked(b, e);
+    }
     pthread_mutex_unlock(&b->lock);
     if (!e)
         return -ENOENT;
     /* forget the result too (an equal recipe elsewhere is blended again);
-     * open handles keep their bytes */
+     * open handles keep their bytes and their file's attributes */
     if (key[0])
         kvfs_store_remove_result(mnt->store, key);
     kvfs_log(KVFS_LOG_INFO, "forgot blends/%s", base);
-    free(e->recipe);
-    free(e);
     return 0;
+}
+
+void blends_release(struct kvfs_mount *mnt, fuse_ino_t ino)
+{
+    pthread_mutex_lock(&mnt->blends->lock);
+    struct blend_entry *e = find_ino(mnt->blends, ino);
+    if (e && --e->opens == 0 && e->removed)
+        drop_locked(mnt->blends, e);
+    pthread_mutex_unlock(&mnt->blends->lock);
 }
 
 static void set_err(struct kvfs_mount *mnt, fuse_ino_t ino, int rc, const char *why, uint64_t size)
@@ -257,31 +281,42 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref
 {
     char *text = NULL, name[200] = "", err[512] = "";
     int rc = 0, valid = 0;
+    char key[KVFS_HASH_HEX_LEN + 1] = "";
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = find_ino(mnt->blends, ino);
+    if (e && e->removed)
+        e = NULL;
     if (e) {
         valid = e->valid;
         snprintf(name, sizeof(name), "%s", e->name);
         text = strdup(e->recipe);
+        e->opens++; /* held (e stays) until blends_release */
     }
     pthread_mutex_unlock(&mnt->blends->lock);
     if (!e)
         return -ENOENT;
-    if (!text)
-        return -ENOMEM;
     struct kvfs_recipe r;
-    if (!valid) { /* empty or rejected: its .err says why */
+    if (!text || !valid) { /* empty or rejected: its .err says why */
         free(text);
-        return -EINVAL;
+        blends_release(mnt, ino);
+        return text ? -EINVAL : -ENOMEM;
     }
     if (!(rc = kvfs_recipe_parse(text, strlen(text), &r, err, sizeof(err)))) {
         rc = kvfs_blend_service_get(mnt->svc, &r, ref, err, sizeof(err));
+        kvfs_blend_service_key(mnt->svc, &r, key);
         kvfs_recipe_free(&r);
     }
     free(text);
     set_err(mnt, ino, rc, err, rc ? 0 : kvfs_chunk_size(*ref));
-    if (rc)
+    pthread_mutex_lock(&mnt->blends->lock);
+    int forgotten = e->removed; /* rm while it blended: forget what it stored */
+    pthread_mutex_unlock(&mnt->blends->lock);
+    if (forgotten && !rc)
+        kvfs_store_remove_result(mnt->store, key);
+    if (rc) {
         kvfs_log(KVFS_LOG_ERR, "blend %s failed: %s", name, err[0] ? err : strerror(-rc));
+        blends_release(mnt, ino);
+    }
     return rc;
 }
 
@@ -342,7 +377,7 @@ int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, str
         errs[i][0] = '\0';
         pthread_mutex_lock(&mnt->blends->lock);
         struct blend_entry *e = find_ino(mnt->blends, inos[i]);
-        if (e && (valid = e->valid))
+        if (e && !e->removed && (valid = e->valid))
             text = strdup(e->recipe);
         pthread_mutex_unlock(&mnt->blends->lock);
         rcs[i] = !e ? -ENOENT : !valid ? -EINVAL : !text ? -ENOMEM

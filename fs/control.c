@@ -23,7 +23,7 @@ static int name_recipe(struct kvfs_mount *m, const char *text, char base[32], fu
     EVP_Digest(text, strlen(text), d, &dl, EVP_sha256(), NULL);
     snprintf(base, 32, "ioctl-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
     snprintf(name, sizeof(name), "%s.recipe", base);
-    int rc = blends_set_recipe(m, name, text, strlen(text), err, errlen);
+    int rc = blends_set_recipe(m, name, text, strlen(text), 0, err, errlen);
     if (!rc && !*text)
         rc = kvfs_errf(err, errlen, -EINVAL, "the recipe is empty");
     if (!rc && !(*kv = blends_ino_of(m, base)))

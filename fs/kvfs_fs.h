@@ -62,6 +62,7 @@ struct pending {
     int pin_after;            /* user.kvfs.pinned set before commit: -1 none */
     int opens;                /* open handles */
     char hash[KVFS_HASH_HEX_LEN + 1]; /* after commit */
+    char err[256];            /* a recipe's last rejection: logged when the last handle goes */
     struct pending *next;
 };
 
@@ -100,12 +101,15 @@ int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st);
 int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
 int blends_check_new_name(const char *name);
 /* A recipe written (empty: not yet written, no error); rejected text is kept
- * and its reason goes to NAME.err */
-int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, char *err,
-                      size_t errlen);
+ * and its reason goes to NAME.err.  partial_ok: a recipe that only lacks a
+ * chunk or its query yet is left as it was (-EINPROGRESS) */
+int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, int partial_ok,
+                      char *err, size_t errlen);
 int blends_unlink(struct kvfs_mount *mnt, const char *name); /* NAME.recipe: forget it */
 /* NAME.kv opened: its result from the service (blended now if needed) */
 int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref **ref);
+/* A handle blends_open_kv gave is closed (a forgotten NAME goes with its last handle) */
+void blends_release(struct kvfs_mount *mnt, fuse_ino_t ino);
 /* Several NAME.kv at once (blended as a batch where they share leading
  * chunks): refs[i], rcs[i], errs[i] for each; the first error or 0 */
 int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, struct kvfs_chunk_ref **refs, int *rcs,

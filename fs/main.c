@@ -1,5 +1,6 @@
 /* main.c - the kvfs daemon: options, store, FUSE session. */
 #include <errno.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,11 @@ int main(int argc, char *argv[])
     memset(&m, 0, sizeof(m));
     m.opts.zstd_level = 1;
 
+    /* blends allocate and free tens of MB per request: with glibc's
+     * adaptive mmap threshold those buffers end up in arenas that never
+     * shrink, and RSS creeps with the number of requests; a fixed threshold
+     * returns them to the system (blend_serve.sh measures the RSS) */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
         return 2;
     if (fuse_parse_cmdline(&args, &cl) != 0) {

@@ -305,7 +305,7 @@ static const char *where(const struct pending *p)
 }
 
 /* Verify and store what was written; the chunk becomes visible only here. */
-static int pending_commit(struct kvfs_mount *m, struct pending *p)
+static int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
 {
     char err[512] = "", hash[KVFS_HASH_HEX_LEN + 1], expect[KVFS_HASH_HEX_LEN + 1];
     int rc = 0;
@@ -315,12 +315,20 @@ static int pending_commit(struct kvfs_mount *m, struct pending *p)
         return p->committed ? 0 : -EIO;
     }
     if (p->parent == INO_BLENDS) {
-        rc = blends_set_recipe(m, p->name, p->buf, p->len, err, sizeof(err));
+        rc = blends_set_recipe(m, p->name, p->buf, p->len, partial_ok, err, sizeof(err));
+        if (rc == -EINPROGRESS) { /* not the writer that opened it: more may come */
+            pthread_mutex_unlock(&p->lock);
+            return 0;
+        }
         p->dirty = 0;
         p->committed = rc == 0;
+        /* several processes may write one recipe through a shared descriptor
+         * (each close flushes): it is logged as rejected only if it still is
+         * when its last handle goes (fh_free) */
+        snprintf(p->err, sizeof(p->err), "%s [%s]", rc ? err : "", rc ? strerror(-rc) : "");
         pthread_mutex_unlock(&p->lock);
         if (rc)
-            kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s [%s]", p->name, err, strerror(-rc));
+            kvfs_log(KVFS_LOG_DEBUG, "blends/%s as written so far: %s [%s]", p->name, err, strerror(-rc));
         return rc;
     }
     const char *want = NULL;
@@ -357,6 +365,8 @@ enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
 struct fh {
     enum fh_kind kind;
     struct kvfs_chunk_ref *ref; /* FH_CHUNK: a chunk or a blend result */
+    fuse_ino_t blend_ino;       /* a blend result: its blends/NAME.kv */
+    pid_t opener;               /* the process that opened it */
     struct pending *p;          /* FH_PENDING */
     char *text;                 /* FH_STATS (any read-only text) */
     size_t text_len;
@@ -378,10 +388,15 @@ static void fh_free(struct kvfs_mount *m, struct fh *h)
     } else if (h->kind == FH_PENDING) {
         struct pending *p = h->p;
         pthread_mutex_lock(&m->lock);
-        if (--p->opens == 0)
+        if (--p->opens == 0) {
+            if (p->parent == INO_BLENDS && !p->committed && p->len)
+                kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s", p->name, p->err);
             pending_unlink_free(m, p); /* committed or rejected: the draft goes */
+        }
         pthread_mutex_unlock(&m->lock);
     }
+    if (h->blend_ino)
+        blends_release(m, h->blend_ino);
     free(h);
 }
 
@@ -401,7 +416,7 @@ static void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_in
     }
 }
 
-static int open_pending(struct kvfs_mount *m, fuse_ino_t parent, const char *name, int trunc,
+static int open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent, const char *name, int trunc,
                         struct fuse_file_info *fi, struct stat *st)
 {
     struct fh *h = calloc(1, sizeof(*h));
@@ -427,6 +442,7 @@ static int open_pending(struct kvfs_mount *m, fuse_ino_t parent, const char *nam
     h->kind = FH_PENDING;
     h->p = p;
     h->writable = 1;
+    h->opener = fuse_req_ctx(req)->pid;
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
     if (st)
@@ -467,7 +483,7 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
         fuse_reply_err(req, EPERM);
         return;
     }
-    if ((rc = check_new_name(parent, name)) || (rc = open_pending(m, parent, name, 1, fi, &st))) {
+    if ((rc = check_new_name(parent, name)) || (rc = open_pending(m, req, parent, name, 1, fi, &st))) {
         fuse_reply_err(req, -rc);
         return;
     }
@@ -531,7 +547,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             char name[256];
             free(h);
             if ((rc = blends_recipe_name(m, ino, name, sizeof(name))) ||
-                (rc = open_pending(m, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
+                (rc = open_pending(m, req, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
                 fuse_reply_err(req, -rc);
             else
                 fuse_reply_open(req, fi);
@@ -545,6 +561,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         if (kind == 1) {
             rc = blends_open_kv(m, ino, &h->ref);
             h->kind = FH_CHUNK;
+            h->blend_ino = rc ? 0 : ino;
         } else {
             rc = blends_text(m, ino, &h->text);
             h->kind = FH_STATS;
@@ -570,7 +587,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             /* rewriting a chunk: accepted only if the same content arrives */
             char name[KVFS_HASH_HEX_LEN + 4];
             snprintf(name, sizeof(name), "%s.kv", c.hash);
-            if ((rc = open_pending(m, INO_CHUNKS, name, 1, fi, NULL)))
+            if ((rc = open_pending(m, req, INO_CHUNKS, name, 1, fi, NULL)))
                 fuse_reply_err(req, -rc);
             else
                 fuse_reply_open(req, fi);
@@ -617,6 +634,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     h->kind = FH_PENDING;
     h->p = p;
     h->writable = (fi->flags & O_ACCMODE) != O_RDONLY;
+    h->opener = fuse_req_ctx(req)->pid;
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;
     reply_open(m, req, fi, h);
@@ -715,8 +733,12 @@ static void kvfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)ino;
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
     int rc = 0;
+    /* a recipe is often written by several processes through one
+     * descriptor ({ echo; cat; } > r.recipe): a close by a process other
+     * than the opener is not the end of it, so a recipe that only lacks a
+     * chunk or its query yet does not fail that close */
     if (h->kind == FH_PENDING && h->writable)
-        rc = pending_commit(kvfs_mount_of(req), h->p);
+        rc = pending_commit(kvfs_mount_of(req), h->p, fuse_req_ctx(req)->pid != h->opener);
     fuse_reply_err(req, -rc);
 }
 

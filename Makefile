@@ -101,6 +101,8 @@ $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
 $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include

@@ -4,20 +4,20 @@
 # (kvfsctl blend --batch), side by side on one mount; the results of the
 # first run are forgotten (rm NAME.recipe) before the second.  Prints both
 # wall times, the ratio, and whether the batch's answers (8 greedy tokens)
-# match the one-by-one blends'.  Usage: bench/batch.sh [ROUNDS]
+# match a full prefill's.  BATCH_MOUNT_OPTS adds mount options (a slow tier:
+# ram=0,sim_read_bw=100M).  Usage: bench/batch.sh [ROUNDS]
 cd "$(dirname "$0")/.." || exit 1
 export KVFS_ROOT=$PWD
 . tests/lib.sh
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || skip "model missing (make model)"
 ROUNDS=${1:-3}
-mount_kvfs b "model=$MODEL,ram=1G" || exit 1
+mount_kvfs b "model=$MODEL,${BATCH_MOUNT_OPTS:-ram=1G}" || exit 1
 M=$T/b.mnt
-docs=(/usr/share/common-licenses/*)
+cat /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0,GFDL-1.3,Artistic} > "$T/corpus.txt"
 h=()
-for i in $(seq 0 19); do  # 20 distinct passages of ~2000 bytes
-    f=${docs[$((i % ${#docs[@]}))]}
-    tail -c +$((1 + (i / ${#docs[@]}) * 2000)) "$f" | head -c 2000 > "$T/p$i.txt"
+for i in $(seq 0 19); do  # 20 distinct passages of 2000 bytes (~500 tokens)
+    tail -c +$((1 + i * 2000)) "$T/corpus.txt" | head -c 2000 > "$T/p$i.txt"
     h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/p$i.txt" 2>/dev/null | cut -d' ' -f1)
 done
 write_batch() { # the 8 recipes, separated by %%

@@ -198,10 +198,10 @@ out:
     return rc;
 }
 
-/* The shared prefix: a copy of the reused prefix rows of c, its rows with
- * the most summed attention recomputed once into cp. */
+/* The shared prefix: a copy of the reused prefix rows of c, with the rows
+ * any member chose there (want[r]) recomputed once into cp. */
 static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *c, const struct layout *Lp,
-                        const float *mass_p, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *cp, int *n_sel)
+                        const uint8_t *want, struct kvfs_kv_cache *cp, int *n_sel)
 {
     int32_t *idx = malloc(sizeof(int32_t) * ((size_t)Lp->n_rows + 1));
     int rc = idx ? kvfs_kv_cache_init(m, Lp->n_rows, cp) : -ENOMEM;
@@ -217,33 +217,33 @@ static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *
     for (int l = 0; l < m->hp.n_layer && !rc; l++)
         if (!(rc = BE(m)->copy(CTX(m), cp->k[l], c->k[l], bytes)))
             rc = BE(m)->copy(CTX(m), cp->v[l], c->v[l], bytes);
-    *n_sel = blend_rows_at(o, 0, 1, Lp->n_rows);
-    if (rc || (rc = top_rows(m, mass_p, Lp->forced, Lp->n_rows, *n_sel, 0, idx)) ||
-        (rc = recompute(m, cp, Lp, idx, *n_sel)))
+    *n_sel = 0;
+    for (int r = 0; r < Lp->n_rows; r++)
+        if (want[r])
+            idx[(*n_sel)++] = r;
+    if (rc || (rc = recompute(m, cp, Lp, idx, *n_sel)))
         kvfs_kv_cache_free(m, cp);
     free(idx);
     return rc;
 }
 
 /* One member over the blended prefix (already in c's first n_p rows): its
- * own chunks after the prefix reloaded, the rows of them its own query
- * attends to most (tail[0..n_rows - n_p)) and its query recomputed. */
+ * own chunks after the prefix reloaded, and its own chosen rows there
+ * (sel[0..n_sel), ascending, all >= n_p) and its query recomputed. */
 static int blend_member(const struct kvfs_model *m, struct kvfs_loader *ld, const struct layout *L, int n_shared,
-                        int n_p, const float *tail, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c,
-                        int32_t *d_delta, int *n_sel, char *err, size_t errlen)
+                        int n_p, const int32_t *sel, int n_sel, struct kvfs_kv_cache *c, int32_t *d_delta, char *err,
+                        size_t errlen)
 {
-    int n_tail = L->n_rows - n_p;
     int32_t *idx = malloc(sizeof(int32_t) * ((size_t)L->n_ctx + 1));
     int rc = idx ? cache_use(m, L, c, d_delta) : -ENOMEM;
     if (!rc)
         rc = take_all_layers(m, ld, L->map + n_shared, L->n_map - n_shared, n_p, L->n_rows, c, d_delta, err, errlen);
-    *n_sel = blend_rows_at(o, 0, 1, n_tail);
-    if (!rc)
-        rc = top_rows(m, tail, L->forced + n_p, n_tail, *n_sel, n_p, idx);
-    for (int s = 0; !rc && s < L->n_suffix; s++)
-        idx[*n_sel + s] = L->n_rows + s;
-    if (!rc)
-        rc = recompute(m, c, L, idx, *n_sel + L->n_suffix);
+    if (!rc) {
+        memcpy(idx, sel, sizeof(int32_t) * (size_t)n_sel);
+        for (int s = 0; s < L->n_suffix; s++)
+            idx[n_sel + s] = L->n_rows + s;
+        rc = recompute(m, c, L, idx, n_sel + L->n_suffix);
+    }
     if (!rc)
         rc = BE(m)->synchronize(CTX(m));
     free(idx);
@@ -270,11 +270,13 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     if (rc || (rc = kvfs_loader_start(ld, 0)))
         return rc;
     struct layout Lp, *L = calloc((size_t)n_mb, sizeof(*L));
-    float **tail = calloc((size_t)n_mb, sizeof(*tail)), *mass_p = NULL;
+    int32_t **sel = calloc((size_t)n_mb, sizeof(*sel));
+    int *n_sel = calloc((size_t)n_mb + 1, sizeof(int));
+    uint8_t *want = NULL;
     struct kvfs_kv_cache c = {0}, cp = {0};
     int32_t *d_delta = NULL;
     int n_built = 0, n_p, k_p = 0, have_cache = 0, cap = 0;
-    if (!L || !tail) {
+    if (!L || !sel || !n_sel) {
         rc = -ENOMEM;
         goto out;
     }
@@ -287,30 +289,35 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
             break;
         cap = L[n_built].n_ctx > cap ? L[n_built].n_ctx : cap;
     }
-    if (rc || !(mass_p = calloc((size_t)n_p + 1, sizeof(float))) ||
-        (rc = cache_prepare(m, cap, &c, &d_delta))) {
+    if (rc || !(want = calloc((size_t)n_p + 1, 1)) || (rc = cache_prepare(m, cap, &c, &d_delta))) {
         rc = rc ? rc : -ENOMEM;
         goto free_prefix;
     }
     have_cache = 1;
     /* 1. each member's query over the reused cache (the prefix rows loaded
-     * once, by the first); the prefix's votes add up */
+     * once, by the first) chooses its rows exactly as a blend of its own
+     * would; the prefix takes every member's choices there, each member
+     * keeps its choices after the prefix */
     for (int i = 0; i < n_mb && !rc; i++) {
         float *mass = malloc(sizeof(float) * ((size_t)L[i].n_rows + 1));
-        int from = i ? n_shared : 0;
-        if (!mass || (rc = member_mass(m, ld, &L[i], i ? n_p : 0, from, &c, d_delta, mass, err, errlen))) {
+        int k = blend_rows_at(o, 0, 1, L[i].n_rows);
+        if (!mass || !(sel[i] = malloc(sizeof(int32_t) * ((size_t)k + 1))) ||
+            (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, mass, err, errlen)) ||
+            (rc = top_rows(m, mass, L[i].forced, L[i].n_rows, k, 0, sel[i]))) {
             rc = rc ? rc : -ENOMEM;
             free(mass);
             break;
         }
-        for (int r = 0; r < n_p; r++)
-            mass_p[r] += mass[r];
-        memmove(mass, mass + n_p, sizeof(float) * (size_t)(L[i].n_rows - n_p));
-        tail[i] = mass;
+        free(mass);
+        for (int j = 0; j < k; j++)
+            if (sel[i][j] < n_p)
+                want[sel[i][j]] = 1;
+            else
+                sel[i][n_sel[i]++] = sel[i][j];
     }
     /* 2. the prefix once, into the shared cache's first rows */
     size_t prefix_bytes = sizeof(float) * (size_t)n_p * (size_t)c.kv_dim;
-    if (!rc && !(rc = blend_prefix(m, &c, &Lp, mass_p, o, &cp, &k_p))) {
+    if (!rc && !(rc = blend_prefix(m, &c, &Lp, want, &cp, &k_p))) {
         for (int l = 0; l < m->hp.n_layer && !rc; l++)
             if (!(rc = BE(m)->copy(CTX(m), c.k[l], cp.k[l], prefix_bytes)))
                 rc = BE(m)->copy(CTX(m), c.v[l], cp.v[l], prefix_bytes);
@@ -318,15 +325,14 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     }
     /* 3. each member over it */
     for (int i = 0; i < n_mb && !rc; i++) {
-        int k_t = 0;
-        if ((rc = blend_member(m, ld, &L[i], n_shared, n_p, tail[i], o, &c, d_delta, &k_t, err, errlen)))
+        if ((rc = blend_member(m, ld, &L[i], n_shared, n_p, sel[i], n_sel[i], &c, d_delta, err, errlen)))
             break;
         struct kvfs_blend_stats st = {0};
         struct kvfs_loader_stats ls;
         kvfs_loader_get_stats(ld, &ls);
         st.n_ctx = L[i].n_ctx;
         st.n_chunk_rows = L[i].n_rows;
-        st.n_selected = k_p + k_t;
+        st.n_selected = k_p + n_sel[i]; /* the prefix's union + its own */
         st.ratio = o->ratio;
         st.seconds = now_s() - t0; /* the batch so far: the work is shared */
         st.load_s = ls.load_s;
@@ -340,14 +346,15 @@ free_prefix:
         BE(m)->free(CTX(m), d_delta);
         kvfs_kv_cache_free(m, &c);
     }
-    free(mass_p);
+    free(want);
     layout_free(&Lp);
 out:
-    for (int i = 0; i < n_built; i++) {
+    for (int i = 0; i < n_built; i++)
         layout_free(&L[i]);
-        free(tail[i]);
-    }
+    for (int i = 0; sel && i < n_mb; i++)
+        free(sel[i]);
+    free(sel);
+    free(n_sel);
     free(L);
-    free(tail);
     return rc;
 }

@@ -953,6 +953,7 @@ static void c_destroy(void *vctx)
 
 static const struct kvfs_backend_iface cuda_iface = {
     /* .name = */ "cuda",
+    /* .thread_safe = */ 0, /* one stream and one cuBLAS handle: the service runs one blend at a time */
     /* .alloc = */ c_alloc,
     /* .free = */ c_free,
     /* .upload = */ c_upload,

@@ -104,16 +104,17 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
 
 /* Batched blends over one loader holding the union of their chunks
  * (select=query, a fixed ratio): the members' first n_shared chunks are the
- * same chunks at the same positions, so that prefix is blended once.  Each
- * member's query runs its first pass alone, as in kvfs_blend_stream; the
- * prefix's rows to recompute are the ratio share with the most attention
- * summed over every member's query, recomputed once (a prefix row only sees
- * the prefix, so its fresh K/V are the same for every member); then each
- * member recomputes the ratio share of its own remaining rows, chosen by
- * its own query, over the blended prefix.  Loading and re-positioning are
- * shared through the loader.  Each member's result goes to done() as soon
- * as it is ready (then freed here: one member's cache at a time); a
- * non-zero return from done() stops the batch with that error. */
+ * same chunks at the same positions.  Each member's query runs its first
+ * pass alone and picks its ratio share of rows exactly as
+ * kvfs_blend_stream would; the picks that fall in the shared prefix, of
+ * every member, are recomputed once (a prefix row only sees the prefix, so
+ * its fresh K/V are the same for every member), and each member then
+ * recomputes its own picks after the prefix and its query over that
+ * blended prefix.  A member's result therefore differs from its own blend
+ * only by the other members' prefix rows, recomputed too.  Loading and
+ * re-positioning the prefix happen once.  Each member's result goes to
+ * done() as soon as it is ready (one cache serves every member in turn);
+ * a non-zero return from done() stops the batch with that error. */
 struct kvfs_blend_member {
     const int *chunks;      /* loader indices in prompt order; the first n_shared equal in every member */
     int n_chunks;

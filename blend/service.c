@@ -38,7 +38,6 @@ struct kvfs_blend_service {
     pthread_cond_t changed;     /* a blend finished or a slot came free */
     struct inflight *inflight;
     int running, closing;
-    struct kvfs_remote *remote;
     uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared;
     int max_running, max_waiting, waiting;
     double load_s, wait_s, compute_s;
@@ -159,15 +158,6 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
     free(svc);
 }
 
-void kvfs_blend_service_set_remote(struct kvfs_blend_service *svc, struct kvfs_remote *r)
-{
-    pthread_mutex_lock(&svc->lock);
-    while (svc->running) /* not under a running blend's loader */
-        pthread_cond_wait(&svc->changed, &svc->lock);
-    svc->remote = r;
-    pthread_mutex_unlock(&svc->lock);
-}
-
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
                             char key[KVFS_HASH_HEX_LEN + 1])
 {
@@ -262,9 +252,7 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
     const char *hashes[KVFS_BLEND_MAX_CHUNKS];
     for (int i = 0; i < r->n; i++)
         hashes[i] = r->hashes[i];
-    pthread_mutex_lock(&svc->lock);
-    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, .remote = svc->remote};
-    pthread_mutex_unlock(&svc->lock);
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps}; /* chunks only RADOS has stream from it */
     struct kvfs_loader *ld = NULL;
     const struct loaded_model *lm = NULL;
     const int32_t *suffix = NULL;
@@ -496,9 +484,7 @@ static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int
             }
             maps[i][k] = u;
         }
-    pthread_mutex_lock(&svc->lock);
-    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, .remote = svc->remote};
-    pthread_mutex_unlock(&svc->lock);
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps}; /* chunks only RADOS has stream from it */
     if ((rc = kvfs_loader_open(svc->store, hashes, n_union, &lo, &ld, err, errlen)))
         goto out;
     struct kvfs_recipe all = {.n = n_union};

@@ -20,7 +20,6 @@
 #include "store.h"
 
 struct kvfs_blend_service;
-struct kvfs_remote;
 
 struct kvfs_blend_service_opts {
     const char *model_paths; /* GGUF files, ':'-separated (NULL: none; blends fail with -ENODEV) */
@@ -34,8 +33,6 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
                             struct kvfs_blend_service **out, char *err, size_t errlen);
 /* Waits for running blends. */
 void kvfs_blend_service_close(struct kvfs_blend_service *svc);
-/* Chunks only the remote tier has stream from it (NULL: none). */
-void kvfs_blend_service_set_remote(struct kvfs_blend_service *svc, struct kvfs_remote *r);
 
 /* The key a recipe's result is stored under. */
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,

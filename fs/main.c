@@ -313,7 +313,6 @@ int main(int argc, char *argv[])
             goto unmount;
         }
         kvfs_store_add_stats(m.store, kvfs_remote_stats, remote);
-        kvfs_blend_service_set_remote(m.svc, remote);
         kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m.opts.rados_pool,
                  kvfs_remote_state(remote), m.opts.rados_timeout > 0 ? m.opts.rados_timeout : 5);
     }
@@ -329,7 +328,6 @@ int main(int argc, char *argv[])
 unmount:
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
     fuse_session_unmount(se);
-    kvfs_blend_service_set_remote(m.svc, NULL);
     kvfs_remote_close(remote);
 remove_handlers:
     fuse_remove_signal_handlers(se);

@@ -723,6 +723,19 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
 
 /* ---- public ---- */
 
+/* The store's hooks for streaming a chunk only RADOS has (store.h, loader.h). */
+static int size_hook(void *ctx, const char *hash, uint64_t *size) { return kvfs_remote_size(ctx, hash, size); }
+static long read_range_hook(void *ctx, const char *hash, uint64_t off, void *buf, size_t len)
+{
+    return kvfs_remote_read_range(ctx, hash, off, buf, len);
+}
+static int aio_read_hook(void *ctx, const char *hash, uint64_t off, void *buf, size_t len,
+                         void (*done)(void *arg, long rc), void *arg)
+{
+    return kvfs_remote_aio_read(ctx, hash, off, buf, len, done, arg);
+}
+static void note_fetched_hook(void *ctx, const char *hash) { kvfs_remote_note_fetched(ctx, hash); }
+
 int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, struct kvfs_remote **out, char *err,
                      size_t errlen)
 {
@@ -794,7 +807,9 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     }
     r->worker_started = 1;
     enqueue_unshared(r);
-    struct kvfs_store_remote hooks = {fetch, on_stored, has_hook, list_hook, stat_hook, r};
+    struct kvfs_store_remote hooks = {.fetch = fetch, .stored = on_stored, .has = has_hook, .list = list_hook,
+                                      .stat = stat_hook, .size = size_hook, .read_range = read_range_hook,
+                                      .aio_read = aio_read_hook, .note_fetched = note_fetched_hook, .ctx = r};
     kvfs_store_set_remote(s, &hooks);
     *out = r;
     return 0;

@@ -737,6 +737,14 @@ void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote 
     pthread_mutex_unlock(&s->lock);
 }
 
+int kvfs_store_get_remote(struct kvfs_store *s, struct kvfs_store_remote *out)
+{
+    pthread_mutex_lock(&s->lock);
+    *out = s->remote;
+    pthread_mutex_unlock(&s->lock);
+    return out->fetch ? 0 : -ENOENT;
+}
+
 int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)
 {
     int rc = kvfs_store_stat(s, hash, out);

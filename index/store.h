@@ -128,9 +128,20 @@ struct kvfs_store_remote {
      * info with hash, model, arch, n_tokens, n_layer, logical_size */
     int (*list)(void *ctx, kvfs_store_list_cb cb, void *cbctx);
     int (*stat)(void *ctx, const char *hash, struct kvfs_chunk_info *out);
+    /* ranged reads for streaming a chunk only the remote tier has (the
+     * loader, loader.h): the object's size, a synchronous read, an
+     * asynchronous one whose done(arg, bytes or -errno) runs on another
+     * thread, and a note that the streamed chunk was then stored here */
+    int (*size)(void *ctx, const char *hash, uint64_t *size);
+    long (*read_range)(void *ctx, const char *hash, uint64_t off, void *buf, size_t len);
+    int (*aio_read)(void *ctx, const char *hash, uint64_t off, void *buf, size_t len, void (*done)(void *arg, long rc),
+                    void *arg);
+    void (*note_fetched)(void *ctx, const char *hash);
     void *ctx;
 };
 void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote *r);
+/* The remote tier's hooks (a copy), or -ENOENT when there is none. */
+int kvfs_store_get_remote(struct kvfs_store *s, struct kvfs_store_remote *out);
 /* Chunks only the remote tier has, from its listing (refreshed from the
  * fleet's per-model indexes; see remote.h): cb for each one not stored
  * here, with remote_only = 1.  Nothing is fetched. */

@@ -24,7 +24,7 @@ struct kvfs_loader_opts {
     int n_workers;         /* decompress/verify threads (default: cores - 1, 2 to 8) */
     uint64_t throttle_bps; /* simulate a slow tier: cap reads at this many bytes/s (0 = off) */
     uint32_t max_read;     /* split reads into pieces of at most this many bytes (0 = off; tests) */
-    struct kvfs_remote *remote; /* stream chunks only RADOS has (remote.h), or NULL */
+    int local_only;        /* do not stream chunks only the store's remote tier has */
 };
 
 struct kvfs_loader_stats {

@@ -17,7 +17,6 @@
 
 #include "object.h"
 #include "parallel.h"
-#include "remote.h"
 
 struct ld_chunk {
     struct kvfs_header h;
@@ -53,7 +52,8 @@ struct ld_read {
 struct kvfs_loader {
     int n, n_layer, first, started, stop;
     struct kvfs_store *store;
-    struct kvfs_remote *remote;
+    struct kvfs_store_remote rh; /* the store's remote tier (its read hooks), if any */
+    int remote;                  /* there is one */
     int remote_in_flight, remote_left, remote_failed;
     pthread_t rio;
     int rio_started;
@@ -464,7 +464,7 @@ int kvfs_loader_open_images(const void *const *images, const size_t *lens, int n
 static int open_remote(struct kvfs_loader *ld, struct ld_chunk *c, const char *hash, char *why, size_t whylen)
 {
     uint64_t size;
-    int rc = kvfs_remote_size(ld->remote, hash, &size);
+    int rc = ld->rh.size(ld->rh.ctx, hash, &size);
     if (rc)
         return rc == -ENOENT ? -ENOENT : kvfs_errf(why, whylen, rc, "remote tier: %s", strerror(-rc));
     if (size < KVFS_OBJ_FIXED || !(c->obj = malloc(size)))
@@ -472,7 +472,7 @@ static int open_remote(struct kvfs_loader *ld, struct ld_chunk *c, const char *h
                          (unsigned long long)size);
     c->obj_size = size;
     memcpy(c->hash, hash, KVFS_HASH_HEX_LEN + 1);
-    long got = kvfs_remote_read_range(ld->remote, hash, 0, c->obj, KVFS_OBJ_FIXED);
+    long got = ld->rh.read_range(ld->rh.ctx, hash, 0, c->obj, KVFS_OBJ_FIXED);
     if (got != KVFS_OBJ_FIXED)
         return kvfs_errf(why, whylen, got < 0 ? (int)got : -EBADMSG, "remote object: cannot read its prefix");
     uint32_t n_layer, hsize;
@@ -481,7 +481,7 @@ static int open_remote(struct kvfs_loader *ld, struct ld_chunk *c, const char *h
     uint64_t prefix = KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * n_layer + hsize;
     if (n_layer > 4096 || prefix > size)
         return kvfs_errf(why, whylen, -EBADMSG, "remote object %s: malformed prefix", hash);
-    got = kvfs_remote_read_range(ld->remote, hash, 0, c->obj, prefix);
+    got = ld->rh.read_range(ld->rh.ctx, hash, 0, c->obj, prefix);
     if (got < 0 || (uint64_t)got != prefix)
         return kvfs_errf(why, whylen, got < 0 ? (int)got : -EBADMSG, "remote object: short prefix");
     /* the object parser reads from a descriptor */
@@ -548,7 +548,7 @@ static void *remote_main(void *arg)
             if (!rc) {
                 *rr = (struct remote_read){ld, {c, l, ch->obj + f->offset, f->offset, f->stored_size, 0, -1}};
                 throttle(ld, submitted += f->stored_size);
-                rc = kvfs_remote_aio_read(ld->remote, ch->hash, f->offset, ch->obj + f->offset, f->stored_size,
+                rc = ld->rh.aio_read(ld->rh.ctx, ch->hash, f->offset, ch->obj + f->offset, f->stored_size,
                                           remote_done, rr);
             }
             if (rc) {
@@ -579,7 +579,7 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
     if (o)
         ld->o = *o;
     ld->store = s;
-    ld->remote = o ? o->remote : NULL;
+    ld->remote = (!o || !o->local_only) && kvfs_store_get_remote(s, &ld->rh) == 0 && ld->rh.aio_read;
     for (int i = 0; i < n && !rc; i++) {
         struct ld_chunk *c = &ld->ch[i];
         char why[200] = "";
@@ -773,7 +773,7 @@ void kvfs_loader_close(struct kvfs_loader *ld)
             if (!c->remote)
                 continue;
             if (kvfs_store_put_object(ld->store, c->obj, c->obj_size, c->hash, err, sizeof(err)) == 0) {
-                kvfs_remote_note_fetched(ld->remote, c->hash);
+                ld->rh.note_fetched(ld->rh.ctx, c->hash);
                 kvfs_log(KVFS_LOG_INFO, "loader: streamed chunk %s from the remote tier (%llu bytes), kept locally",
                          c->hash, (unsigned long long)c->obj_size);
             } else

@@ -63,6 +63,25 @@ check "KVFS_IOC_BLEND succeeds (status $st, $ntk tokens, $path)" test "$st" = 0 
 check "the ioctl's blend equals the recipe file's" cmp "$M/$path" "$M/blends/rag.kv"
 read -r st ntk rest < <(python3 "$KVFS_ROOT/tests/integration/ioctl_blend.py" "$M" "$(printf '%064d\nsuffix=x\n' 0)")
 check "KVFS_IOC_BLEND with an unknown chunk returns -ENOENT ($st) and a reason" sh -c "[ '$st' = -2 ] && echo '$rest' | grep -q 'not in this store'"
+# a batch: three recipes sharing their first two chunks, one with its own
+# question each, in one KVFS_IOC_BLEND_BATCH; then a batch with one bad recipe
+for q in 1 2 3; do
+    [ "$q" -gt 1 ] && echo '%%'
+    printf 'ratio=0.15\n%s\n%s\n' "${h[1]}" "${h[2]}"
+    [ "$q" -gt 1 ] && printf '%s\n' "${h[3]}"
+    printf 'suffix=\\nQuestion %d: which license is this?\\nAnswer:\n' "$q"
+done > "$T/batch.txt"
+"$KVFSCTL" blend -M "$M" --batch "$T/batch.txt" > "$T/batch.out" 2> "$T/batch.err"; brc=$?
+check "kvfsctl blend --batch: 3 recipes succeed (rc $brc: $(cat "$T/batch.err"))" test $brc -eq 0 -a "$(wc -l < "$T/batch.out")" -eq 3
+check "... each printed file verifies" sh -c "while read -r p; do '$KVFSCTL' info \"\$p\" > /dev/null || exit 1; done < '$T/batch.out'"
+check "... blended as one batch" grep -q '"batches": 1' "$M/.kvfs/stats"
+ntok1=$("$KVFSCTL" info --json "$(sed -n 1p "$T/batch.out")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["n_tokens"])')
+ntok2=$("$KVFSCTL" info --json "$(sed -n 2p "$T/batch.out")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["n_tokens"])')
+check "... each with its own chunks ($ntok1 < $ntok2 tokens)" test "$ntok1" -lt "$ntok2"
+{ sed -n '1,/^%%$/p' "$T/batch.txt"; printf '%064d\nsuffix=x\n' 0; } > "$T/batch2.txt"
+"$KVFSCTL" blend -M "$M" --batch "$T/batch2.txt" > "$T/batch2.out" 2> "$T/batch2.err"; brc=$?
+check "a batch with an unknown chunk fails (rc $brc) for that recipe only" \
+    sh -c "[ $brc -eq 1 ] && [ \$(wc -l < '$T/batch2.out') -eq 1 ] && grep -q 'not in this store' '$T/batch2.err'"
 # a chunk removed while a blend runs: the blend keeps its reference
 "$KVFSCTL" blend -M "$M" --name gone --suffix "$Q" ${h[1]} ${h[2]} ${h[3]} > "$T/gone.out" 2>&1 &
 bp=$!

@@ -11,6 +11,7 @@
 
 #include "blend.h"
 #include "check.h"
+#include "loader.h"
 #include "synth_model.h"
 
 static struct kvfs_model *m;
@@ -25,6 +26,42 @@ static int make_chunk(const int32_t *toks, int n, struct kvfs_writer *w)
         rc = kvfs_kv_cache_to_chunk(m, &c, 0, n, toks, KVFS_DTYPE_F16, w);
     kvfs_kv_cache_free(m, &c);
     return rc;
+}
+
+/* kvfs_blend_batch's member results, kept for comparison */
+struct batch_out {
+    int n;
+    float *k[4], *v[4]; /* layer 0 and the last layer's K/V, host copies */
+    int rows[4];
+};
+
+static int keep_member(void *ctx, int i, const struct kvfs_kv_cache *c, const int32_t *tokens,
+                       const struct kvfs_blend_stats *st)
+{
+    (void)tokens, (void)st;
+    struct batch_out *b = ctx;
+    size_t n = (size_t)c->n * c->kv_dim;
+    b->k[i] = malloc(sizeof(float) * n);
+    b->v[i] = malloc(sizeof(float) * n);
+    memcpy(b->k[i], c->k[c->n_layer - 1], sizeof(float) * n);
+    memcpy(b->v[i], c->v[c->n_layer - 1], sizeof(float) * n);
+    b->rows[i] = c->n;
+    b->n++;
+    return 0;
+}
+
+/* max |a - b| over the last layer's K and V of a member and a blend, in
+ * f16 ulps of the largest value (K/V are rounded to f16 as llama.cpp's
+ * cache is, so a different row grouping in a matmul can move a value by one
+ * ulp) */
+static float max_diff(const struct batch_out *b, int i, const struct kvfs_kv_cache *c)
+{
+    float d = 0, big = 0;
+    for (int j = 0; j < b->rows[i] * c->kv_dim; j++) {
+        d = fmaxf(d, fmaxf(fabsf(b->k[i][j] - c->k[c->n_layer - 1][j]), fabsf(b->v[i][j] - c->v[c->n_layer - 1][j])));
+        big = fmaxf(big, fmaxf(fabsf(c->k[c->n_layer - 1][j]), fabsf(c->v[c->n_layer - 1][j])));
+    }
+    return d / (big * (1.0f / 1024.0f));
 }
 
 static double kl(const float *p_logits, const float *q_logits, int n)
@@ -185,6 +222,63 @@ int main(void)
         fprintf(stderr, "attn_mass: max error %.3g, total %.4f (want %d)\n", err_max, total, NQ * NH);
         CHECK(err_max < 1e-5);
         CHECK(fabs(total - NQ * NH) < 1e-4);
+    }
+    /* batches: one member alone picks and recomputes exactly what its own
+     * blend does; with every row picked (0.999) each member is a full
+     * prefill; two members sharing chunk 0 recompute at least their own
+     * picks, so each is at least as close to its own blend's rows as plain
+     * reuse is */
+    {
+        const void *imgs[NC];
+        size_t lens[NC];
+        for (int i = 0; i < NC; i++)
+            imgs[i] = w[i].buf, lens[i] = w[i].size;
+        int map_a[3] = {0, 1, 2}, map_b[2] = {0, 2};
+        struct kvfs_blend_member mb[2] = {{map_a, 3, suffix, NS}, {map_b, 2, suffix, NS}};
+        struct kvfs_blend_chunk chb[2] = {ch[0], ch[2]};
+        for (int variant = 0; variant < 3; variant++) {
+            struct kvfs_loader *ld;
+            struct kvfs_blend_opts bo;
+            struct batch_out b = {0};
+            kvfs_blend_opts_init(&bo, variant == 1 ? 0.999f : 0.3f);
+            int n_mb = variant == 0 ? 1 : 2;
+            CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
+            CHECK_EQ(kvfs_blend_batch(m, ld, mb, n_mb, 1, &bo, keep_member, &b, err, sizeof(err)), 0);
+            kvfs_loader_close(ld);
+            CHECK_EQ(b.n, n_mb);
+            for (int i = 0; i < b.n; i++) {
+                CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &bo, &bc, &bt, out, &st, err,
+                                       sizeof(err)), 0);
+                float d = max_diff(&b, i, &bc);
+                fprintf(stderr, "batch variant %d member %d: max |dK|,|dV| vs its own blend %.3g f16 ulps\n", variant,
+                        i, d);
+                if (variant < 2)
+                    CHECK(d <= 4.0f);
+                kvfs_kv_cache_free(m, &bc), free(bt);
+                if (variant == 2) { /* more rows recomputed than its own blend: nearer a full prefill */
+                    struct kvfs_blend_opts ro;
+                    kvfs_blend_opts_init(&ro, 0.0f);
+                    CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &ro, &bc, &bt, out, &st, err,
+                                           sizeof(err)), 0);
+                    float dr = max_diff(&b, i, &bc);
+                    CHECK(dr > d);
+                    kvfs_kv_cache_free(m, &bc), free(bt);
+                }
+                free(b.k[i]), free(b.v[i]);
+            }
+        }
+        /* refusals: no shared prefix, members that do not share it */
+        struct kvfs_loader *ld;
+        struct kvfs_blend_opts bo;
+        struct batch_out b = {0};
+        int map_c[2] = {1, 2};
+        struct kvfs_blend_member bad_mb[2] = {{map_a, 3, suffix, NS}, {map_c, 2, suffix, NS}};
+        kvfs_blend_opts_init(&bo, 0.3f);
+        CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_blend_batch(m, ld, bad_mb, 2, 1, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
+        CHECK_EQ(kvfs_blend_batch(m, ld, mb, 2, 0, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
+        kvfs_loader_close(ld);
+        CHECK_EQ(b.n, 0);
     }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];

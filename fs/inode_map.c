@@ -123,3 +123,11 @@ int ino_map_get(struct ino_map *m, uint64_t ino, char hash[KVFS_HASH_HEX_LEN + 1
         }
     return -ENOENT;
 }
+
+int remember_chunk(struct kvfs_mount *m, const char *hash)
+{
+    pthread_mutex_lock(&m->lock);
+    int rc = ino_map_put(m->inos, kvfs_chunk_ino(hash), hash);
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}

@@ -47,9 +47,9 @@ struct kvfs_opts {
     int verbose;
 };
 
-/* A file being written through chunks/NAME or incoming/NAME; it becomes a
- * chunk at flush (close) once verified, and is never visible as a chunk
- * before. */
+/* A draft (fs/pending.c): a file being written through chunks/NAME,
+ * incoming/NAME or blends/NAME.recipe; it becomes a chunk (or a recipe) at
+ * flush (close) once verified, and is never visible as a chunk before. */
 struct pending {
     fuse_ino_t ino;
     fuse_ino_t parent;        /* INO_CHUNKS or INO_INCOMING */
@@ -89,6 +89,26 @@ void ino_map_free(struct ino_map *m);
 int ino_map_put(struct ino_map *m, uint64_t ino, const char *hash);
 int ino_map_get(struct ino_map *m, uint64_t ino, char hash[KVFS_HASH_HEX_LEN + 1]);
 uint64_t kvfs_chunk_ino(const char *hash);
+/* the chunk's inode into the mount's map (under the mount's lock) */
+int remember_chunk(struct kvfs_mount *m, const char *hash);
+
+/* drafts (fs/pending.c).  _by_ino and _by_name: the caller holds m->lock */
+struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino);
+struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const char *name);
+/* the draft under parent/name (a new one if none, or if the last one was
+ * committed and closed), held: one more open; NULL if out of memory */
+struct pending *pending_open(struct kvfs_mount *m, fuse_ino_t parent, const char *name);
+/* the draft of inode ino, held; NULL if none */
+struct pending *pending_hold(struct kvfs_mount *m, fuse_ino_t ino);
+/* one hold less: the last one frees the draft (and logs a rejected recipe) */
+void pending_put(struct kvfs_mount *m, struct pending *p);
+void pending_attr(struct pending *p, struct stat *st);
+int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size);
+/* size bytes at off (-EFBIG past max_ingest, logged) */
+int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size_t size, off_t off);
+/* Verify and store what was written; the chunk becomes visible only here.
+ * partial_ok: see blends_set_recipe */
+int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok);
 
 /* blends/ (fs/blends.c): names, inodes and replies over the mount's blend
  * service (blend/service.h) */

@@ -22,7 +22,6 @@
 #include "kvfs_fs.h"
 
 #define ENTRY_TIMEOUT 1.0
-#define INGEST_GROW (1u << 20)
 
 static const char STATS_NAME[] = "stats";
 
@@ -61,22 +60,6 @@ static void chunk_attr(const struct kvfs_chunk_info *c, struct stat *st)
     ns_to_ts(c->accessed_ns, &st->st_atim);
 }
 
-static void pending_attr(struct pending *p, struct stat *st)
-{
-    memset(st, 0, sizeof(*st));
-    st->st_ino = p->ino;
-    st->st_mode = S_IFREG | 0644;
-    st->st_nlink = 1;
-    st->st_uid = getuid();
-    st->st_gid = getgid();
-    pthread_mutex_lock(&p->lock);
-    st->st_size = (off_t)p->len;
-    pthread_mutex_unlock(&p->lock);
-    st->st_blksize = 1 << 20;
-    clock_gettime(CLOCK_REALTIME, &st->st_mtim);
-    st->st_atim = st->st_ctim = st->st_mtim;
-}
-
 static void stats_attr(struct kvfs_mount *m, struct stat *st)
 {
     memset(st, 0, sizeof(*st));
@@ -93,22 +76,6 @@ static void stats_attr(struct kvfs_mount *m, struct stat *st)
     st->st_atim = st->st_ctim = st->st_mtim;
 }
 
-static struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino)
-{
-    for (struct pending *p = m->pending; p; p = p->next)
-        if (p->ino == ino)
-            return p;
-    return NULL;
-}
-
-static struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
-{
-    for (struct pending *p = m->pending; p; p = p->next)
-        if (p->parent == parent && !strcmp(p->name, name))
-            return p;
-    return NULL;
-}
-
 /* Resolve a chunk inode to its metadata (-ENOENT if gone). */
 static int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_info *c)
 {
@@ -117,14 +84,6 @@ static int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_
     int rc = ino_map_get(m->inos, ino, hash);
     pthread_mutex_unlock(&m->lock);
     return rc ? rc : kvfs_store_stat_known(m->store, hash, c);
-}
-
-static int remember_chunk(struct kvfs_mount *m, const char *hash)
-{
-    pthread_mutex_lock(&m->lock);
-    int rc = ino_map_put(m->inos, kvfs_chunk_ino(hash), hash);
-    pthread_mutex_unlock(&m->lock);
-    return rc;
 }
 
 static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
@@ -243,121 +202,6 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
         fuse_reply_attr(req, &st, (ino & INO_CHUNK_BIT) ? ENTRY_TIMEOUT : 0);
 }
 
-/* ---- pending writes ---- */
-
-static int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
-{
-    int rc = 0;
-    pthread_mutex_lock(&p->lock);
-    if (size > m->max_ingest) {
-        rc = -EFBIG;
-    } else if (size > p->cap) {
-        uint8_t *nb = realloc(p->buf, size);
-        if (!nb)
-            rc = -ENOMEM;
-        else {
-            p->buf = nb;
-            p->cap = size;
-        }
-    }
-    if (!rc) {
-        if (size > p->len)
-            memset(p->buf + p->len, 0, size - p->len);
-        p->len = size;
-        p->dirty = 1;
-        p->committed = 0;
-    }
-    pthread_mutex_unlock(&p->lock);
-    return rc;
-}
-
-static struct pending *pending_new(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
-{
-    struct pending *p = calloc(1, sizeof(*p));
-    if (!p)
-        return NULL;
-    pthread_mutex_init(&p->lock, NULL);
-    p->parent = parent;
-    snprintf(p->name, sizeof(p->name), "%s", name);
-    p->pin_after = -1;
-    p->dirty = 1; /* even an empty file is committed (and rejected) at close */
-    p->ino = INO_PENDING_BASE + m->next_pending++;
-    p->next = m->pending;
-    m->pending = p;
-    return p;
-}
-
-static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
-{
-    for (struct pending **pp = &m->pending; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            break;
-        }
-    pthread_mutex_destroy(&p->lock);
-    free(p->buf);
-    free(p);
-}
-
-static const char *where(const struct pending *p)
-{
-    return p->parent == INO_CHUNKS ? "chunks" : p->parent == INO_BLENDS ? "blends" : "incoming";
-}
-
-/* Verify and store what was written; the chunk becomes visible only here. */
-static int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
-{
-    char err[512] = "", hash[KVFS_HASH_HEX_LEN + 1], expect[KVFS_HASH_HEX_LEN + 1];
-    int rc = 0;
-    pthread_mutex_lock(&p->lock);
-    if (!p->dirty) {
-        pthread_mutex_unlock(&p->lock);
-        return p->committed ? 0 : -EIO;
-    }
-    if (p->parent == INO_BLENDS) {
-        rc = blends_set_recipe(m, p->name, p->buf, p->len, partial_ok, err, sizeof(err));
-        if (rc == -EINPROGRESS) { /* not the writer that opened it: more may come */
-            pthread_mutex_unlock(&p->lock);
-            return 0;
-        }
-        p->dirty = 0;
-        p->committed = rc == 0;
-        /* several processes may write one recipe through a shared descriptor
-         * (each close flushes): it is logged as rejected only if it still is
-         * when its last handle goes (fh_free) */
-        snprintf(p->err, sizeof(p->err), "%s [%s]", rc ? err : "", rc ? strerror(-rc) : "");
-        pthread_mutex_unlock(&p->lock);
-        if (rc)
-            kvfs_log(KVFS_LOG_DEBUG, "blends/%s as written so far: %s [%s]", p->name, err, strerror(-rc));
-        return rc;
-    }
-    const char *want = NULL;
-    if (p->parent == INO_CHUNKS) {
-        kvfs_parse_chunk_name(p->name, expect);
-        want = expect;
-    }
-    rc = kvfs_store_put(m->store, p->buf, p->len, want, hash, err, sizeof(err));
-    p->dirty = 0;
-    p->committed = rc == 0;
-    if (rc == 0) {
-        memcpy(p->hash, hash, sizeof(hash));
-        free(p->buf); /* the store has it now */
-        p->buf = NULL;
-        p->cap = 0;
-        int pin = p->pin_after;
-        pthread_mutex_unlock(&p->lock);
-        remember_chunk(m, hash);
-        if (pin >= 0)
-            kvfs_store_set_pinned(m->store, hash, pin);
-        kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);
-        return 0;
-    }
-    pthread_mutex_unlock(&p->lock);
-    kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, p->len, err,
-             strerror(-rc));
-    return rc;
-}
-
 /* ---- open / create / read / write ---- */
 
 enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
@@ -386,14 +230,7 @@ static void fh_free(struct kvfs_mount *m, struct fh *h)
     } else if (h->kind == FH_STATS) {
         free(h->text);
     } else if (h->kind == FH_PENDING) {
-        struct pending *p = h->p;
-        pthread_mutex_lock(&m->lock);
-        if (--p->opens == 0) {
-            if (p->parent == INO_BLENDS && !p->committed && p->len)
-                kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s", p->name, p->err);
-            pending_unlink_free(m, p); /* committed or rejected: the draft goes */
-        }
-        pthread_mutex_unlock(&m->lock);
+        pending_put(m, h->p);
     }
     if (h->blend_ino)
         blends_release(m, h->blend_ino);
@@ -422,17 +259,7 @@ static int open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent,
     struct fh *h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
-    pthread_mutex_lock(&m->lock);
-    struct pending *p = pending_by_name(m, parent, name);
-    if (p && p->committed && p->opens == 0) {
-        pending_unlink_free(m, p);
-        p = NULL;
-    }
-    if (!p)
-        p = pending_new(m, parent, name);
-    if (p)
-        p->opens++;
-    pthread_mutex_unlock(&m->lock);
+    struct pending *p = pending_open(m, parent, name);
     if (!p) {
         free(h);
         return -ENOMEM;
@@ -609,11 +436,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_open(m, req, fi, h);
         return;
     }
-    pthread_mutex_lock(&m->lock);
-    struct pending *p = pending_by_ino(m, ino);
-    if (p)
-        p->opens++;
-    pthread_mutex_unlock(&m->lock);
+    struct pending *p = pending_hold(m, ino);
     if (!p) {
         /* a draft that was committed and released since the kernel looked it
          * up: ESTALE makes the kernel look the name up again and retry */
@@ -623,9 +446,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     struct fh *h = calloc(1, sizeof(*h));
     if (!h) {
-        pthread_mutex_lock(&m->lock);
-        p->opens--;
-        pthread_mutex_unlock(&m->lock);
+        pending_put(m, p);
         fuse_reply_err(req, ENOMEM);
         return;
     }
@@ -696,36 +517,11 @@ static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
         fuse_reply_err(req, EINVAL);
         return;
     }
-    uint64_t end = (uint64_t)off + size;
-    if (end > m->max_ingest) {
-        kvfs_log(KVFS_LOG_ERR, "refused %s/%s: larger than max_ingest (%" PRIu64 " bytes)", where(p),
-                 p->name, m->max_ingest);
-        fuse_reply_err(req, EFBIG);
-        return;
-    }
-    pthread_mutex_lock(&p->lock);
-    if (end > p->cap) {
-        size_t cap = p->cap ? p->cap : INGEST_GROW;
-        while (cap < end)
-            cap *= 2;
-        uint8_t *nb = realloc(p->buf, cap);
-        if (!nb) {
-            pthread_mutex_unlock(&p->lock);
-            fuse_reply_err(req, ENOMEM);
-            return;
-        }
-        p->buf = nb;
-        p->cap = cap;
-    }
-    if ((uint64_t)off > p->len)
-        memset(p->buf + p->len, 0, (size_t)off - p->len);
-    memcpy(p->buf + off, buf, size);
-    if (end > p->len)
-        p->len = end;
-    p->dirty = 1;
-    p->committed = 0;
-    pthread_mutex_unlock(&p->lock);
-    fuse_reply_write(req, size);
+    int rc = pending_write(m, p, buf, size, off);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_write(req, size);
 }
 
 static void kvfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -769,11 +565,7 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
     if (IS_BLEND_INO(ino)) {
         rc = (to_set & FUSE_SET_ATTR_SIZE) ? -EPERM : blends_getattr(m, ino, &st);
     } else if (!(ino & INO_CHUNK_BIT) && ino > INO_CONTROL) {
-        pthread_mutex_lock(&m->lock);
-        struct pending *p = pending_by_ino(m, ino);
-        if (p)
-            p->opens++; /* keep it alive while we work on it */
-        pthread_mutex_unlock(&m->lock);
+        struct pending *p = pending_hold(m, ino); /* keep it alive while we work on it */
         if (!p) {
             fuse_reply_err(req, ENOENT);
             return;
@@ -784,10 +576,7 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
          * cp -a sets them; a chunk's metadata comes from its content */
         if (!rc)
             pending_attr(p, &st);
-        pthread_mutex_lock(&m->lock);
-        if (--p->opens == 0)
-            pending_unlink_free(m, p);
-        pthread_mutex_unlock(&m->lock);
+        pending_put(m, p);
     } else if (to_set & FUSE_SET_ATTR_SIZE) {
         rc = -EPERM; /* chunks are immutable */
     } else {

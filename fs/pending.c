@@ -1,0 +1,230 @@
+/* pending.c - drafts: files being written through chunks/NAME,
+ * incoming/NAME or blends/NAME.recipe.  A draft lives in the mount's pending
+ * list while it has open handles; its bytes grow in memory as writes come,
+ * and each flush (close) commits it: a chunk is verified and stored (only
+ * then visible in chunks/), a recipe goes to the blends service.  The list
+ * is protected by the mount's lock, a draft's bytes by its own. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvfs_fs.h"
+
+#define INGEST_GROW (1u << 20)
+
+struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino)
+{
+    for (struct pending *p = m->pending; p; p = p->next)
+        if (p->ino == ino)
+            return p;
+    return NULL;
+}
+
+struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
+{
+    for (struct pending *p = m->pending; p; p = p->next)
+        if (p->parent == parent && !strcmp(p->name, name))
+            return p;
+    return NULL;
+}
+
+void pending_attr(struct pending *p, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = p->ino;
+    st->st_mode = S_IFREG | 0644;
+    st->st_nlink = 1;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    pthread_mutex_lock(&p->lock);
+    st->st_size = (off_t)p->len;
+    pthread_mutex_unlock(&p->lock);
+    st->st_blksize = 1 << 20;
+    clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+    st->st_atim = st->st_ctim = st->st_mtim;
+}
+
+static struct pending *pending_new(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
+{
+    struct pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->parent = parent;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->pin_after = -1;
+    p->dirty = 1; /* even an empty file is committed (and rejected) at close */
+    p->ino = INO_PENDING_BASE + m->next_pending++;
+    p->next = m->pending;
+    m->pending = p;
+    return p;
+}
+
+static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
+{
+    for (struct pending **pp = &m->pending; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    pthread_mutex_destroy(&p->lock);
+    free(p->buf);
+    free(p);
+}
+
+struct pending *pending_open(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
+{
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_name(m, parent, name);
+    if (p && p->committed && p->opens == 0) {
+        pending_unlink_free(m, p);
+        p = NULL;
+    }
+    if (!p)
+        p = pending_new(m, parent, name);
+    if (p)
+        p->opens++;
+    pthread_mutex_unlock(&m->lock);
+    return p;
+}
+
+struct pending *pending_hold(struct kvfs_mount *m, fuse_ino_t ino)
+{
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_ino(m, ino);
+    if (p)
+        p->opens++;
+    pthread_mutex_unlock(&m->lock);
+    return p;
+}
+
+void pending_put(struct kvfs_mount *m, struct pending *p)
+{
+    pthread_mutex_lock(&m->lock);
+    if (--p->opens == 0) {
+        if (p->parent == INO_BLENDS && !p->committed && p->len)
+            kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s", p->name, p->err);
+        pending_unlink_free(m, p); /* committed or rejected: the draft goes */
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
+{
+    int rc = 0;
+    pthread_mutex_lock(&p->lock);
+    if (size > m->max_ingest) {
+        rc = -EFBIG;
+    } else if (size > p->cap) {
+        uint8_t *nb = realloc(p->buf, size);
+        if (!nb)
+            rc = -ENOMEM;
+        else {
+            p->buf = nb;
+            p->cap = size;
+        }
+    }
+    if (!rc) {
+        if (size > p->len)
+            memset(p->buf + p->len, 0, size - p->len);
+        p->len = size;
+        p->dirty = 1;
+        p->committed = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static const char *where(const struct pending *p)
+{
+    return p->parent == INO_CHUNKS ? "chunks" : p->parent == INO_BLENDS ? "blends" : "incoming";
+}
+
+int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size_t size, off_t off)
+{
+    uint64_t end = (uint64_t)off + size;
+    if (end > m->max_ingest) {
+        kvfs_log(KVFS_LOG_ERR, "refused %s/%s: larger than max_ingest (%" PRIu64 " bytes)", where(p),
+                 p->name, m->max_ingest);
+        return -EFBIG;
+    }
+    pthread_mutex_lock(&p->lock);
+    if (end > p->cap) {
+        size_t cap = p->cap ? p->cap : INGEST_GROW;
+        while (cap < end)
+            cap *= 2;
+        uint8_t *nb = realloc(p->buf, cap);
+        if (!nb) {
+            pthread_mutex_unlock(&p->lock);
+            return -ENOMEM;
+        }
+        p->buf = nb;
+        p->cap = cap;
+    }
+    if ((uint64_t)off > p->len)
+        memset(p->buf + p->len, 0, (size_t)off - p->len);
+    memcpy(p->buf + off, buf, size);
+    if (end > p->len)
+        p->len = end;
+    p->dirty = 1;
+    p->committed = 0;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
+{
+    char err[512] = "", hash[KVFS_HASH_HEX_LEN + 1], expect[KVFS_HASH_HEX_LEN + 1];
+    int rc = 0;
+    pthread_mutex_lock(&p->lock);
+    if (!p->dirty) {
+        pthread_mutex_unlock(&p->lock);
+        return p->committed ? 0 : -EIO;
+    }
+    if (p->parent == INO_BLENDS) {
+        rc = blends_set_recipe(m, p->name, p->buf, p->len, partial_ok, err, sizeof(err));
+        if (rc == -EINPROGRESS) { /* not the writer that opened it: more may come */
+            pthread_mutex_unlock(&p->lock);
+            return 0;
+        }
+        p->dirty = 0;
+        p->committed = rc == 0;
+        /* several processes may write one recipe through a shared descriptor
+         * (each close flushes): it is logged as rejected only if it still is
+         * when its last handle goes (pending_put) */
+        snprintf(p->err, sizeof(p->err), "%s [%s]", rc ? err : "", rc ? strerror(-rc) : "");
+        pthread_mutex_unlock(&p->lock);
+        if (rc)
+            kvfs_log(KVFS_LOG_DEBUG, "blends/%s as written so far: %s [%s]", p->name, err, strerror(-rc));
+        return rc;
+    }
+    const char *want = NULL;
+    if (p->parent == INO_CHUNKS) {
+        kvfs_parse_chunk_name(p->name, expect);
+        want = expect;
+    }
+    rc = kvfs_store_put(m->store, p->buf, p->len, want, hash, err, sizeof(err));
+    p->dirty = 0;
+    p->committed = rc == 0;
+    if (rc == 0) {
+        memcpy(p->hash, hash, sizeof(hash));
+        free(p->buf); /* the store has it now */
+        p->buf = NULL;
+        p->cap = 0;
+        int pin = p->pin_after;
+        pthread_mutex_unlock(&p->lock);
+        remember_chunk(m, hash);
+        if (pin >= 0)
+            kvfs_store_set_pinned(m->store, hash, pin);
+        kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);
+        return 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, p->len, err,
+             strerror(-rc));
+    return rc;
+}

@@ -6,6 +6,7 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "store.h"
@@ -79,6 +80,25 @@ struct kvfs_mount {
     struct kvfs_blends *blends;     /* the blends/ names (fs/blends.c) */
 };
 
+/* An open file's handle (fs/handle.c), in fi->fh. */
+enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
+
+struct fh {
+    enum fh_kind kind;
+    struct kvfs_chunk_ref *ref; /* FH_CHUNK: a chunk or a blend result */
+    fuse_ino_t blend_ino;       /* a blend result: its blends/NAME.kv */
+    pid_t opener;               /* the process that opened it */
+    struct pending *p;          /* FH_PENDING */
+    char *text;                 /* FH_STATS (any read-only text) */
+    size_t text_len;
+    int writable;               /* FH_PENDING opened for writing: commits at flush */
+    /* replies in flight, minus one once released: the handle is freed by
+     * whichever of release and the last read ends second.  A reader may
+     * close as soon as the kernel has its bytes, and the release (another
+     * thread) must not free what libfuse's writev is still returning from */
+    atomic_int holds;
+};
+
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
 extern const struct fuse_lowlevel_ops kvfs_ll_ops;
 
@@ -109,6 +129,15 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
 /* Verify and store what was written; the chunk becomes visible only here.
  * partial_ok: see blends_set_recipe */
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok);
+
+/* file handles (fs/handle.c) */
+struct fh *fh_new(enum fh_kind kind); /* NULL if out of memory; free() until reply_open */
+/* fi->fh = h and the open's reply (an abandoned open releases h) */
+void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h);
+/* one read's reply from what h holds; h stays alive until it is sent */
+void reply_read(struct kvfs_mount *m, struct fh *h, fuse_req_t req, size_t size, off_t off);
+/* release (and the end of a read): the second of them frees h and what it owns */
+void fh_unhold(struct kvfs_mount *m, struct fh *h);
 
 /* blends/ (fs/blends.c): names, inodes and replies over the mount's blend
  * service (blend/service.h) */

@@ -8,7 +8,6 @@
  * input can make the daemon abort.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -204,77 +203,34 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 
 /* ---- open / create / read / write ---- */
 
-enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
-
-struct fh {
-    enum fh_kind kind;
-    struct kvfs_chunk_ref *ref; /* FH_CHUNK: a chunk or a blend result */
-    fuse_ino_t blend_ino;       /* a blend result: its blends/NAME.kv */
-    pid_t opener;               /* the process that opened it */
-    struct pending *p;          /* FH_PENDING */
-    char *text;                 /* FH_STATS (any read-only text) */
-    size_t text_len;
-    int writable;               /* FH_PENDING opened for writing: commits at flush */
-    /* replies in flight, minus one once released: the handle is freed by
-     * whichever of release and the last read ends second.  A reader may
-     * close as soon as the kernel has its bytes, and the release (another
-     * thread) must not free what libfuse's writev is still returning from */
-    atomic_int holds;
-};
-
-/* What a handle owns goes when it is released and no reply uses it. */
-static void fh_free(struct kvfs_mount *m, struct fh *h)
+/* A handle on draft p, which the caller holds: the handle keeps that hold
+ * (and gives it back if it cannot be made). */
+static int open_draft(struct kvfs_mount *m, fuse_req_t req, struct pending *p, int trunc, int writable,
+                      struct fuse_file_info *fi)
 {
-    if (h->kind == FH_CHUNK) {
-        kvfs_chunk_release(h->ref);
-    } else if (h->kind == FH_STATS) {
-        free(h->text);
-    } else if (h->kind == FH_PENDING) {
-        pending_put(m, h->p);
+    struct fh *h = fh_new(FH_PENDING);
+    if (!h) {
+        pending_put(m, p);
+        return -ENOMEM;
     }
-    if (h->blend_ino)
-        blends_release(m, h->blend_ino);
-    free(h);
-}
-
-static void fh_unhold(struct kvfs_mount *m, struct fh *h)
-{
-    if (atomic_fetch_sub(&h->holds, 1) == 0)
-        fh_free(m, h);
-}
-
-/* An open whose caller is gone (interrupted, killed) gets -ENOENT from the
- * reply: the kernel will never release that handle, so we do. */
-static void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
-{
-    if (fuse_reply_open(req, fi) == -ENOENT) {
-        kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
-        fh_unhold(m, h);
-    }
+    if (trunc)
+        pending_truncate(m, p, 0);
+    h->p = p;
+    h->writable = writable;
+    h->opener = fuse_req_ctx(req)->pid;
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
+    return 0;
 }
 
 static int open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent, const char *name, int trunc,
                         struct fuse_file_info *fi, struct stat *st)
 {
-    struct fh *h = calloc(1, sizeof(*h));
-    if (!h)
-        return -ENOMEM;
     struct pending *p = pending_open(m, parent, name);
-    if (!p) {
-        free(h);
-        return -ENOMEM;
-    }
-    if (trunc)
-        pending_truncate(m, p, 0);
-    h->kind = FH_PENDING;
-    h->p = p;
-    h->writable = 1;
-    h->opener = fuse_req_ctx(req)->pid;
-    fi->fh = (uint64_t)(uintptr_t)h;
-    fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
-    if (st)
+    int rc = p ? open_draft(m, req, p, trunc, 1, fi) : -ENOMEM;
+    if (!rc && st)
         pending_attr(p, st);
-    return 0;
+    return rc;
 }
 
 static int check_new_name(fuse_ino_t parent, const char *name)
@@ -337,42 +293,32 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             fuse_reply_err(req, EACCES);
             return;
         }
-        struct fh *h = calloc(1, sizeof(*h));
-        if (!h || (rc = kvfs_store_stats_json(m->store, &h->text))) {
+        struct fh *h = fh_new(FH_STATS);
+        if (!h || kvfs_store_stats_json(m->store, &h->text)) {
             free(h);
             fuse_reply_err(req, ENOMEM);
             return;
         }
-        h->kind = FH_STATS;
         h->text_len = strlen(h->text);
-        fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
         reply_open(m, req, fi, h);
         return;
     }
     if (ino == INO_CONTROL) { /* only for the ioctl: reads are empty */
-        struct fh *h = calloc(1, sizeof(*h));
+        struct fh *h = fh_new(FH_STATS);
         if (!h) {
             fuse_reply_err(req, ENOMEM);
             return;
         }
-        h->kind = FH_STATS;
         h->text = strdup("");
-        fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
         reply_open(m, req, fi, h);
         return;
     }
     if (IS_BLEND_INO(ino)) {
         int kind = (int)((ino - INO_BLEND_BASE) % 4);
-        struct fh *h = calloc(1, sizeof(*h));
-        if (!h) {
-            fuse_reply_err(req, ENOMEM);
-            return;
-        }
         if (acc != O_RDONLY && kind == 0) { /* rewrite a recipe: a new draft under its name */
             char name[256];
-            free(h);
             if ((rc = blends_recipe_name(m, ino, name, sizeof(name))) ||
                 (rc = open_pending(m, req, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
                 fuse_reply_err(req, -rc);
@@ -381,17 +327,19 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             return;
         }
         if (acc != O_RDONLY) {
-            free(h);
             fuse_reply_err(req, EACCES);
+            return;
+        }
+        struct fh *h = fh_new(kind == 1 ? FH_CHUNK : FH_STATS);
+        if (!h) {
+            fuse_reply_err(req, ENOMEM);
             return;
         }
         if (kind == 1) {
             rc = blends_open_kv(m, ino, &h->ref);
-            h->kind = FH_CHUNK;
             h->blend_ino = rc ? 0 : ino;
         } else {
             rc = blends_text(m, ino, &h->text);
-            h->kind = FH_STATS;
             h->text_len = h->text ? strlen(h->text) : 0;
         }
         if (rc) {
@@ -399,7 +347,6 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             fuse_reply_err(req, -rc);
             return;
         }
-        fi->fh = (uint64_t)(uintptr_t)h;
         fi->direct_io = 1;
         reply_open(m, req, fi, h);
         return;
@@ -420,7 +367,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 fuse_reply_open(req, fi);
             return;
         }
-        struct fh *h = calloc(1, sizeof(*h));
+        struct fh *h = fh_new(FH_CHUNK);
         if (!h) {
             fuse_reply_err(req, ENOMEM);
             return;
@@ -430,8 +377,6 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             fuse_reply_err(req, -rc);
             return;
         }
-        h->kind = FH_CHUNK;
-        fi->fh = (uint64_t)(uintptr_t)h;
         fi->keep_cache = 1; /* a chunk's bytes never change under its name */
         reply_open(m, req, fi, h);
         return;
@@ -444,48 +389,10 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                             : ino >= INO_PENDING_BASE && ino < INO_BLEND_BASE ? ESTALE : ENOENT);
         return;
     }
-    struct fh *h = calloc(1, sizeof(*h));
-    if (!h) {
-        pending_put(m, p);
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    if (fi->flags & O_TRUNC)
-        pending_truncate(m, p, 0);
-    h->kind = FH_PENDING;
-    h->p = p;
-    h->writable = (fi->flags & O_ACCMODE) != O_RDONLY;
-    h->opener = fuse_req_ctx(req)->pid;
-    fi->fh = (uint64_t)(uintptr_t)h;
-    fi->direct_io = 1;
-    reply_open(m, req, fi, h);
-}
-
-/* One read's reply, from whatever the handle holds. */
-static void reply_read(struct fh *h, fuse_req_t req, size_t size, off_t off)
-{
-    if (h->kind == FH_STATS) {
-        size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
-        size_t n = h->text_len - o < size ? h->text_len - o : size;
-        fuse_reply_buf(req, h->text + o, n);
-        return;
-    }
-    if (h->kind == FH_CHUNK) {
-        uint64_t total = kvfs_chunk_size(h->ref);
-        const uint8_t *data = kvfs_chunk_data(h->ref);
-        size_t n = 0;
-        if ((uint64_t)off < total)
-            n = (uint64_t)off + size > total ? (size_t)(total - (uint64_t)off) : size;
-        fuse_reply_buf(req, n ? (const char *)data + off : NULL, n); /* no extra copy */
-        return;
-    }
-    struct pending *p = h->p;
-    pthread_mutex_lock(&p->lock);
-    size_t n = 0;
-    if (p->buf && (size_t)off < p->len)
-        n = p->len - (size_t)off < size ? p->len - (size_t)off : size;
-    fuse_reply_buf(req, n ? (const char *)p->buf + off : NULL, n);
-    pthread_mutex_unlock(&p->lock);
+    if ((rc = open_draft(m, req, p, (fi->flags & O_TRUNC) != 0, acc != O_RDONLY, fi)))
+        fuse_reply_err(req, -rc);
+    else
+        reply_open(m, req, fi, (struct fh *)(uintptr_t)fi->fh);
 }
 
 static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -497,9 +404,7 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
         fuse_reply_err(req, EINVAL);
         return;
     }
-    atomic_fetch_add(&h->holds, 1);
-    reply_read(h, req, size, off);
-    fh_unhold(m, h);
+    reply_read(m, h, req, size, off);
 }
 
 static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,

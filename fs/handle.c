@@ -1,0 +1,84 @@
+/* handle.c - open file handles (fi->fh): what an open gave (a chunk or a
+ * blend result, a draft, a read-only text) and their lifetime.  A handle is
+ * created by fh_new(), given to the kernel by reply_open(), read through
+ * reply_read(), and freed, with what it owns, by whichever of its release and
+ * its last in-flight read ends second (the holds count). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "kvfs_fs.h"
+
+struct fh *fh_new(enum fh_kind kind)
+{
+    struct fh *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->kind = kind;
+    atomic_init(&h->holds, 0);
+    return h;
+}
+
+/* What a handle owns goes when it is released and no reply uses it. */
+static void fh_free(struct kvfs_mount *m, struct fh *h)
+{
+    if (h->kind == FH_CHUNK) {
+        kvfs_chunk_release(h->ref);
+    } else if (h->kind == FH_STATS) {
+        free(h->text);
+    } else if (h->kind == FH_PENDING) {
+        pending_put(m, h->p); /* the draft's last handle: it goes (a rejected recipe is logged) */
+    }
+    if (h->blend_ino)
+        blends_release(m, h->blend_ino);
+    free(h);
+}
+
+void fh_unhold(struct kvfs_mount *m, struct fh *h)
+{
+    if (atomic_fetch_sub(&h->holds, 1) == 0)
+        fh_free(m, h);
+}
+
+/* An open whose caller is gone (interrupted, killed) gets -ENOENT from the
+ * reply: the kernel will never release that handle, so we do. */
+void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+{
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (fuse_reply_open(req, fi) == -ENOENT) {
+        kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
+        fh_unhold(m, h);
+    }
+}
+
+static void reply_bytes(struct fh *h, fuse_req_t req, size_t size, off_t off)
+{
+    if (h->kind == FH_STATS) {
+        size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
+        size_t n = h->text_len - o < size ? h->text_len - o : size;
+        fuse_reply_buf(req, h->text + o, n);
+        return;
+    }
+    if (h->kind == FH_CHUNK) {
+        uint64_t total = kvfs_chunk_size(h->ref);
+        const uint8_t *data = kvfs_chunk_data(h->ref);
+        size_t n = 0;
+        if ((uint64_t)off < total)
+            n = (uint64_t)off + size > total ? (size_t)(total - (uint64_t)off) : size;
+        fuse_reply_buf(req, n ? (const char *)data + off : NULL, n); /* no extra copy */
+        return;
+    }
+    struct pending *p = h->p;
+    pthread_mutex_lock(&p->lock);
+    size_t n = 0;
+    if (p->buf && (size_t)off < p->len)
+        n = p->len - (size_t)off < size ? p->len - (size_t)off : size;
+    fuse_reply_buf(req, n ? (const char *)p->buf + off : NULL, n);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void reply_read(struct kvfs_mount *m, struct fh *h, fuse_req_t req, size_t size, off_t off)
+{
+    atomic_fetch_add(&h->holds, 1);
+    reply_bytes(h, req, size, off);
+    fh_unhold(m, h);
+}

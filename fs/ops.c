@@ -121,7 +121,7 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
     return p ? 0 : -ENOENT;
 }
 
-static void reply_entry(fuse_req_t req, const struct stat *st, double attr_timeout)
+static int reply_entry(fuse_req_t req, const struct stat *st, double attr_timeout)
 {
     struct fuse_entry_param e;
     memset(&e, 0, sizeof(e));
@@ -129,7 +129,7 @@ static void reply_entry(fuse_req_t req, const struct stat *st, double attr_timeo
     e.attr = *st;
     e.attr_timeout = attr_timeout;
     e.entry_timeout = attr_timeout;
-    fuse_reply_entry(req, &e);
+    return fuse_reply_entry(req, &e);
 }
 
 /* ---- lookup / getattr ---- */
@@ -178,9 +178,10 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
          * or else asked of the remote tier by name (fetched now) */
         if (kvfs_parse_chunk_name(name, hash) == 0 &&
             (kvfs_store_stat_known(m->store, hash, &c) == 0 || kvfs_store_lookup(m->store, hash, &c) == 0) &&
-            remember_chunk(m, hash) == 0) {
+            remember_chunk(m, hash, 1) == 0) { /* counted before the kernel can forget it */
             chunk_attr(&c, &st);
-            reply_entry(req, &st, ENTRY_TIMEOUT);
+            if (reply_entry(req, &st, ENTRY_TIMEOUT) == -ENOENT) /* the caller is gone: no lookup */
+                forget_chunks(m, &(struct fuse_forget_data){.ino = st.st_ino, .nlookup = 1}, 1);
             return;
         }
     }
@@ -188,6 +189,21 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct fuse_entry_param e;
     memset(&e, 0, sizeof(e));
     fuse_reply_entry(req, &e);
+}
+
+/* The kernel dropped nlookup lookups of an inode: a chunk's entry in the
+ * inode map goes with its last one.  Other inodes are fixed or live in
+ * their own lists (drafts, blends), so their forget has nothing to do. */
+static void kvfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    forget_chunks(kvfs_mount_of(req), &(struct fuse_forget_data){.ino = ino, .nlookup = nlookup}, 1);
+    fuse_reply_none(req);
+}
+
+static void kvfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+    forget_chunks(kvfs_mount_of(req), forgets, count);
+    fuse_reply_none(req);
 }
 
 static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -713,9 +729,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             need = fuse_add_direntry_plus(req, buf + used, size - used, nm, &e, (off_t)(i + 1));
             if (need > size - used)
                 break;
-            /* the kernel now holds a lookup on this inode */
+            /* the kernel will hold a lookup on this inode (counted before
+             * the reply: its forget may come as soon as it has it) */
             if (!is_dot && (st.st_ino & INO_CHUNK_BIT))
-                remember_chunk(m, d->hashes[i - nfixed]);
+                remember_chunk(m, d->hashes[i - nfixed], 1);
         } else {
             need = fuse_add_direntry(req, buf + used, size - used, nm, &st, (off_t)(i + 1));
             if (need > size - used)
@@ -914,6 +931,8 @@ static void kvfs_statfs(fuse_req_t req, fuse_ino_t ino)
 
 const struct fuse_lowlevel_ops kvfs_ll_ops = {
     .lookup = kvfs_lookup,
+    .forget = kvfs_forget,
+    .forget_multi = kvfs_forget_multi,
     .getattr = kvfs_getattr,
     .setattr = kvfs_setattr,
     .mknod = kvfs_mknod,

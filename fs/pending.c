@@ -217,7 +217,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         p->cap = 0;
         int pin = p->pin_after;
         pthread_mutex_unlock(&p->lock);
-        remember_chunk(m, hash);
+        remember_chunk(m, hash, 0); /* not a kernel lookup: the kernel knows the draft's inode */
         if (pin >= 0)
             kvfs_store_set_pinned(m->store, hash, pin);
         kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);

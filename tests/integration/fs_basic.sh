@@ -47,12 +47,37 @@ check "rm of a missing chunk fails" sh -c "! rm '$M/chunks/$h4.kv' 2>/dev/null"
 check "store again after rm" cp "$T/four.kv" "$M/incoming/x"
 check "copy to the same name with the same content is fine" cp "$T/one.kv" "$M/chunks/$h1.kv"
 unmount_kvfs a || fail "unmount"
-mount_kvfs a || exit 1
+mount_kvfs a verbose || exit 1  # verbose: the log says how many chunk inodes the daemon knows
 check "after remount: five chunks" test "$(ls "$M/chunks" | wc -l)" -eq 5
 check "after remount: cmp 64 MiB" cmp "$T/three.kv" "$M/chunks/$h3.kv"
 check "after remount: cmp bf16" cmp "$T/four.kv" "$M/chunks/$h4.kv"
 check "after remount: pinned kept" test "$(getfattr --absolute-names --only-values -n user.kvfs.pinned "$M/chunks/$h1.kv")" = 1
 check "du shows stored blocks" test "$(du -k "$M/chunks/$h2.kv" | cut -f1)" -gt 0
+# The kernel forgets inodes it drops (.forget): the daemon's inode map shrinks,
+# and every chunk is still looked up and read afterwards.
+mkdir -p "$T/many"
+for i in $(seq 200); do echo "$i $(synth "$T/many/$i.kv" --layers 1 --tokens 2 --seed $((100 + i)))"; done >"$T/many.list"
+check "cp 200 small chunks via incoming/" cp "$T"/many/*.kv "$M/incoming/"
+n=$(ls "$M/chunks" | wc -l)
+check "ls -l lists them ($n chunks)" test "$(ls -l "$M/chunks" | grep -c '\.kv$')" -eq "$n" -a "$n" -ge 200
+exec 3<"$M/chunks/$h1.kv" # an inode the kernel keeps: never forgotten
+if echo 2 2>/dev/null >/proc/sys/vm/drop_caches; then
+    for _ in $(seq 100); do # forgets come as the kernel evicts: wait for them
+        least=$(grep -o "chunk inodes, [0-9]* known" "$T/a.log" | tr -dc '0-9\n' | sort -n | head -1)
+        [ "${least:-999}" -lt 10 ] && break
+        sleep 0.05
+    done
+    check "after drop_caches the inode map shrank (to ${least:-?} of $n)" test "${least:-999}" -lt 10
+else
+    echo "not root: no drop_caches, the forgets are not forced"
+fi
+check "a chunk held open across the forgets still reads" cmp "$T/one.kv" /dev/fd/3
+exec 3<&-
+bad=0
+while read -r i h; do cmp -s "$T/many/$i.kv" "$M/chunks/$h.kv" || bad=$((bad + 1)); done <"$T/many.list"
+check "after the forgets all 200 are looked up and read again ($bad differ)" test "$bad" -eq 0
+check "ls -l after the forgets lists them all" test "$(ls -l "$M/chunks" | grep -c '\.kv$')" -eq "$n"
+check "xattrs after the forgets" test "$(getfattr --absolute-names --only-values -n user.kvfs.tokens "$M/chunks/$h2.kv")" = 512
 unmount_kvfs a
 check "fsck of the store is clean" "$KVFSCTL" fsck "$T/a.store"
 finish

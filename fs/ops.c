@@ -1,11 +1,17 @@
-/* ops.c - FUSE low-level operations for the kvfs namespace:
+/* ops.c - the FUSE low-level operations of the kvfs namespace, and their
+ * table (kvfs_ll_ops):
  *
- *   /chunks/<hash>.kv    one file per chunk (read, unlink, xattrs; create to ingest)
- *   /incoming/<any>      drop box: a file written here is stored under its own hash
- *   /.kvfs/stats         read-only JSON
+ *   /chunks/<hash>.kv      one file per chunk (read, unlink, xattrs; create to ingest)
+ *   /incoming/<any>        drop box: a file written here is stored under its own hash
+ *   /blends/NAME.recipe    a blend: NAME.kv its result, NAME.err why it failed (fs/blends.c)
+ *   /.kvfs/stats           read-only JSON
+ *   /.kvfs/control         the ioctl endpoint (fs/control.c)
  *
- * Every reply is an errno from the storage core or a namespace rule; no
- * input can make the daemon abort.
+ * The ops map names and inodes to their pieces: drafts being written
+ * (fs/pending.c), open file handles (fs/handle.c), chunk inodes the kernel
+ * knows (fs/inode_map.c), blends/ (fs/blends.c).  Every reply is an errno
+ * from the storage core or a namespace rule; no input can make the daemon
+ * abort.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,7 +138,7 @@ static int reply_entry(fuse_req_t req, const struct stat *st, double attr_timeou
     return fuse_reply_entry(req, &e);
 }
 
-/* ---- lookup / getattr ---- */
+/* ---- lookup / forget / getattr ---- */
 
 static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {

@@ -175,16 +175,176 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
         pthread_detach(t);
 }
 
+/* The options turned into values (kvfs(8) has their meaning). */
+struct settings {
+    uint64_t capacity, ram, max_ingest, blend_cache, sim_read_bps;
+    float min_ratio;
+};
+
+/* 0, or 2 (a usage error) after saying what is wrong. */
+static int check_options(struct kvfs_mount *m, struct settings *st)
+{
+    if (size_opt("capacity", m->opts.capacity, 0, &st->capacity) ||
+        size_opt("blend_cache", m->opts.blend_cache, 1ull << 30, &st->blend_cache) ||
+        size_opt("ram", m->opts.ram, 256ull << 20, &st->ram) ||
+        size_opt("max_ingest", m->opts.max_ingest, 4ull << 30, &st->max_ingest))
+        return 2;
+    if (m->opts.zstd_level < 0 || m->opts.zstd_level > 19) {
+        fprintf(stderr, "kvfs: zstd level %d out of range 0..19\n", m->opts.zstd_level);
+        return 2;
+    }
+    m->max_ingest = st->max_ingest;
+    st->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
+    if (m->opts.min_ratio) {
+        char *end;
+        st->min_ratio = strtof(m->opts.min_ratio, &end);
+        if (end == m->opts.min_ratio || *end || !(st->min_ratio > 0.0f && st->min_ratio <= 1.0f)) {
+            fprintf(stderr, "kvfs: min_ratio=%s: expected a number in (0, 1]\n", m->opts.min_ratio);
+            return 2;
+        }
+    }
+    if (m->opts.sim_read_bw && kvfs_parse_size(m->opts.sim_read_bw, &st->sim_read_bps)) {
+        fprintf(stderr, "kvfs: sim_read_bw=%s: expected a size like 50M\n", m->opts.sim_read_bw);
+        return 2;
+    }
+    if (m->opts.backend && strcmp(m->opts.backend, "auto") && strcmp(m->opts.backend, "cpu") &&
+        strcmp(m->opts.backend, "cuda")) {
+        fprintf(stderr, "kvfs: backend=%s: expected auto, cpu or cuda\n", m->opts.backend);
+        return 2;
+    }
+    if (m->opts.blend_jobs < 0 || m->opts.blend_jobs > 64) {
+        fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m->opts.blend_jobs);
+        return 2;
+    }
+    if (!m->opts.store_dir && !(m->opts.store_dir = default_store())) {
+        fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The store, the blend service (models) and the namespace's tables. */
+static int open_mount(struct kvfs_mount *m, const struct settings *st)
+{
+    struct kvfs_store_opts so = {.dir = m->opts.store_dir, .capacity = st->capacity, .ram_bytes = st->ram,
+                                 .zstd_level = m->opts.zstd_level, .result_capacity = st->blend_cache};
+    struct kvfs_blend_service_opts bso = {.model_paths = m->opts.model, .backend = m->opts.backend,
+                                          .min_ratio = st->min_ratio, .sim_read_bps = st->sim_read_bps,
+                                          .jobs = m->opts.blend_jobs};
+    char err[512] = "";
+    int rc = kvfs_store_open(&so, &m->store, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "kvfs: cannot open store %s: %s\n", m->opts.store_dir, err[0] ? err : strerror(-rc));
+        return rc;
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    if ((rc = kvfs_blend_service_open(m->store, &bso, &m->svc, err, sizeof(err)))) {
+        fprintf(stderr, "kvfs: %s\n", err[0] ? err : strerror(-rc));
+        return rc;
+    }
+    if ((rc = blends_init(m)))
+        return rc;
+    m->mount_time = time(NULL);
+    return (m->inos = ino_map_new()) ? 0 : -ENOMEM;
+}
+
+static void close_mount(struct kvfs_mount *m)
+{
+    while (m->pending) {
+        struct pending *p = m->pending;
+        m->pending = p->next;
+        free(p->buf);
+        free(p);
+    }
+    ino_map_free(m->inos);
+    blends_free(m);
+    kvfs_blend_service_close(m->svc);
+    kvfs_store_close(m->store);
+}
+
+/* After daemonizing (the tier runs a worker thread); NULL without rados=. */
+static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
+{
+    struct kvfs_remote_opts ro = {.pool = m->opts.rados_pool, .ceph_conf = m->opts.ceph_conf,
+                                  .rados_id = m->opts.rados_id, .timeout_s = m->opts.rados_timeout,
+                                  .list_refresh_s = m->opts.remote_list};
+    char err[512] = "";
+    *out = NULL;
+    if (!m->opts.rados_pool)
+        return 0;
+    int rc = kvfs_remote_open(m->store, &ro, out, err, sizeof(err));
+    if (rc) {
+        kvfs_log(KVFS_LOG_ERR, "remote tier: %s", err);
+        return rc;
+    }
+    kvfs_store_add_stats(m->store, kvfs_remote_stats, *out);
+    kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m->opts.rados_pool,
+             kvfs_remote_state(*out), m->opts.rados_timeout > 0 ? m->opts.rados_timeout : 5);
+    return 0;
+}
+
+/* Mount, serve until unmounted, unmount: the loop's result (0 = clean). */
+static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse_cmdline_opts *cl)
+{
+    struct fuse_lowlevel_ops ops = kvfs_ll_ops;
+    struct kvfs_remote *remote = NULL;
+    int ret = 1;
+    ops.init = kvfs_init;
+    struct fuse_session *se = fuse_session_new(args, &ops, sizeof(ops), m);
+    if (!se)
+        return 1;
+    if (fuse_set_signal_handlers(se) != 0)
+        goto destroy_session;
+    if (fuse_session_mount(se, cl->mountpoint) != 0) {
+        fprintf(stderr, "kvfs: cannot mount on %s\n", cl->mountpoint);
+        goto remove_handlers;
+    }
+    mountpoint_for_tuning = cl->singlethread ? NULL : realpath(cl->mountpoint, NULL);
+    kvfs_log(KVFS_LOG_INFO, "mounted %s on %s (%llu chunks, capacity %s, ram %s, zstd %d)", m->opts.store_dir,
+             cl->mountpoint, (unsigned long long)kvfs_store_count(m->store),
+             m->opts.capacity ? m->opts.capacity : "unlimited", m->opts.ram ? m->opts.ram : "256M",
+             m->opts.zstd_level);
+    if (!cl->foreground)
+        log_to_daemon_log(m->opts.store_dir);
+    fuse_daemonize(cl->foreground);
+    if (open_remote(m, &remote) == 0) {
+        if (cl->singlethread) {
+            ret = fuse_session_loop(se);
+        } else {
+            struct fuse_loop_config *lc = fuse_loop_cfg_create();
+            fuse_loop_cfg_set_max_threads(lc, 16);
+            fuse_loop_cfg_set_idle_threads(lc, 8);
+            ret = fuse_session_loop_mt(se, lc);
+            fuse_loop_cfg_destroy(lc);
+        }
+    }
+    kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl->mountpoint);
+    fuse_session_unmount(se);
+    kvfs_remote_close(remote);
+remove_handlers:
+    fuse_remove_signal_handlers(se);
+destroy_session:
+    fuse_session_destroy(se);
+    return ret;
+}
+
+static void free_opts(struct kvfs_opts *o)
+{
+    char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio,
+                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id};
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        free(strs[i]);
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    struct fuse_cmdline_opts cl;
+    struct fuse_cmdline_opts cl = {0};
     struct kvfs_mount m;
-    struct fuse_session *se = NULL;
+    struct settings st = {0};
     int ret = 1;
     memset(&m, 0, sizeof(m));
     m.opts.zstd_level = 1;
-
     /* blends allocate and free tens of MB per request: with glibc's
      * adaptive mmap threshold those buffers end up in arenas that never
      * shrink, and RSS creeps with the number of requests; a fixed threshold
@@ -194,171 +354,25 @@ int main(int argc, char *argv[])
         return 2;
     if (fuse_parse_cmdline(&args, &cl) != 0) {
         fprintf(stderr, "kvfs: bad arguments (try --help)\n");
-        return 2;
-    }
-    if (cl.show_help) {
+        ret = 2;
+    } else if (cl.show_help) {
         usage(argv[0]);
         ret = 0;
-        goto free_args;
-    }
-    if (cl.show_version) {
+    } else if (cl.show_version) {
         printf("kvfs %s (libfuse %s)\n", KVFS_VERSION_STRING, fuse_pkgversion());
         ret = 0;
-        goto free_args;
-    }
-    if (!cl.mountpoint) {
+    } else if (!cl.mountpoint) {
         fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] MOUNTPOINT)\n");
         ret = 2;
-        goto free_args;
+    } else if (!(ret = check_options(&m, &st))) {
+        kvfs_set_log(log_line);
+        kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
+        ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
+        close_mount(&m);
     }
-    uint64_t capacity, ram, max_ingest, blend_cache;
-    if (size_opt("capacity", m.opts.capacity, 0, &capacity) ||
-        size_opt("blend_cache", m.opts.blend_cache, 1ull << 30, &blend_cache) ||
-        size_opt("ram", m.opts.ram, 256ull << 20, &ram) ||
-        size_opt("max_ingest", m.opts.max_ingest, 4ull << 30, &max_ingest)) {
-        ret = 2;
-        goto free_args;
-    }
-    if (m.opts.zstd_level < 0 || m.opts.zstd_level > 19) {
-        fprintf(stderr, "kvfs: zstd level %d out of range 0..19\n", m.opts.zstd_level);
-        ret = 2;
-        goto free_args;
-    }
-    m.max_ingest = max_ingest;
-    float min_ratio = KVFS_BLEND_DEFAULT_RATIO;
-    uint64_t sim_read_bps = 0;
-    if (m.opts.min_ratio) {
-        char *end;
-        min_ratio = strtof(m.opts.min_ratio, &end);
-        if (end == m.opts.min_ratio || *end || !(min_ratio > 0.0f && min_ratio <= 1.0f)) {
-            fprintf(stderr, "kvfs: min_ratio=%s: expected a number in (0, 1]\n", m.opts.min_ratio);
-            ret = 2;
-            goto free_args;
-        }
-    }
-    if (m.opts.sim_read_bw && kvfs_parse_size(m.opts.sim_read_bw, &sim_read_bps)) {
-        fprintf(stderr, "kvfs: sim_read_bw=%s: expected a size like 50M\n", m.opts.sim_read_bw);
-        ret = 2;
-        goto free_args;
-    }
-    if (m.opts.backend && strcmp(m.opts.backend, "auto") && strcmp(m.opts.backend, "cpu") &&
-        strcmp(m.opts.backend, "cuda")) {
-        fprintf(stderr, "kvfs: backend=%s: expected auto, cpu or cuda\n", m.opts.backend);
-        ret = 2;
-        goto free_args;
-    }
-    if (!m.opts.store_dir && !(m.opts.store_dir = default_store())) {
-        fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
-        ret = 2;
-        goto free_args;
-    }
-    kvfs_set_log(log_line);
-    kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
-
-    struct kvfs_store_opts so = {.dir = m.opts.store_dir, .capacity = capacity, .ram_bytes = ram,
-                                 .zstd_level = m.opts.zstd_level, .result_capacity = blend_cache};
-    char err[512] = "";
-    int rc = kvfs_store_open(&so, &m.store, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "kvfs: cannot open store %s: %s\n", m.opts.store_dir, err[0] ? err : strerror(-rc));
-        goto free_args;
-    }
-    pthread_mutex_init(&m.lock, NULL);
-    if (m.opts.blend_jobs < 0 || m.opts.blend_jobs > 64) {
-        fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m.opts.blend_jobs);
-        goto close_store;
-    }
-    struct kvfs_blend_service_opts bso = {.model_paths = m.opts.model, .backend = m.opts.backend,
-                                          .min_ratio = min_ratio, .sim_read_bps = sim_read_bps,
-                                          .jobs = m.opts.blend_jobs};
-    if ((rc = kvfs_blend_service_open(m.store, &bso, &m.svc, err, sizeof(err)))) {
-        fprintf(stderr, "kvfs: %s\n", err[0] ? err : strerror(-rc));
-        goto close_store;
-    }
-    if (blends_init(&m) != 0)
-        goto close_store;
-    m.inos = ino_map_new();
-    m.mount_time = time(NULL);
-    if (!m.inos)
-        goto close_store;
-
-    struct fuse_lowlevel_ops ops = kvfs_ll_ops;
-    ops.init = kvfs_init;
-    se = fuse_session_new(&args, &ops, sizeof(ops), &m);
-    if (!se)
-        goto close_store;
-    if (fuse_set_signal_handlers(se) != 0)
-        goto destroy_session;
-    if (fuse_session_mount(se, cl.mountpoint) != 0) {
-        fprintf(stderr, "kvfs: cannot mount on %s\n", cl.mountpoint);
-        goto remove_handlers;
-    }
-    mountpoint_for_tuning = cl.singlethread ? NULL : realpath(cl.mountpoint, NULL);
-    kvfs_log(KVFS_LOG_INFO, "mounted %s on %s (%llu chunks, capacity %s, ram %s, zstd %d)", m.opts.store_dir,
-             cl.mountpoint, (unsigned long long)kvfs_store_count(m.store),
-             m.opts.capacity ? m.opts.capacity : "unlimited", m.opts.ram ? m.opts.ram : "256M",
-             m.opts.zstd_level);
-    if (!cl.foreground)
-        log_to_daemon_log(m.opts.store_dir);
-    fuse_daemonize(cl.foreground);
-    /* after daemonizing: the remote tier runs a worker thread */
-    struct kvfs_remote *remote = NULL;
-    if (m.opts.rados_pool) {
-        struct kvfs_remote_opts ro = {.pool = m.opts.rados_pool, .ceph_conf = m.opts.ceph_conf,
-                                      .rados_id = m.opts.rados_id, .timeout_s = m.opts.rados_timeout,
-                                      .list_refresh_s = m.opts.remote_list};
-        if ((rc = kvfs_remote_open(m.store, &ro, &remote, err, sizeof(err))) != 0) {
-            kvfs_log(KVFS_LOG_ERR, "remote tier: %s", err);
-            ret = 1;
-            goto unmount;
-        }
-        kvfs_store_add_stats(m.store, kvfs_remote_stats, remote);
-        kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m.opts.rados_pool,
-                 kvfs_remote_state(remote), m.opts.rados_timeout > 0 ? m.opts.rados_timeout : 5);
-    }
-    if (cl.singlethread) {
-        ret = fuse_session_loop(se);
-    } else {
-        struct fuse_loop_config *lc = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_max_threads(lc, 16);
-        fuse_loop_cfg_set_idle_threads(lc, 8);
-        ret = fuse_session_loop_mt(se, lc);
-        fuse_loop_cfg_destroy(lc);
-    }
-unmount:
-    kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl.mountpoint);
-    fuse_session_unmount(se);
-    kvfs_remote_close(remote);
-remove_handlers:
-    fuse_remove_signal_handlers(se);
-destroy_session:
-    fuse_session_destroy(se);
-close_store:
-    while (m.pending) {
-        struct pending *p = m.pending;
-        m.pending = p->next;
-        free(p->buf);
-        free(p);
-    }
-    ino_map_free(m.inos);
-    blends_free(&m);
-    kvfs_blend_service_close(m.svc);
-    kvfs_store_close(m.store);
-free_args:
     free(cl.mountpoint);
     free(mountpoint_for_tuning);
     fuse_opt_free_args(&args);
-    free(m.opts.store_dir);
-    free(m.opts.capacity);
-    free(m.opts.ram);
-    free(m.opts.max_ingest);
-    free(m.opts.model);
-    free(m.opts.backend);
-    free(m.opts.min_ratio);
-    free(m.opts.sim_read_bw);
-    free(m.opts.blend_cache);
-    free(m.opts.rados_pool);
-    free(m.opts.ceph_conf);
-    free(m.opts.rados_id);
-    return ret ? 1 : 0;
+    free_opts(&m.opts);
+    return ret; /* 0, 1 (failed) or 2 (usage) */
 }

@@ -3,7 +3,6 @@
  * --local from chunk files. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +24,13 @@ static void usage(FILE *f)
                "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
                "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
                "--local blends chunk files in this process and writes the result to FILE.\n"
-               "  --ratio R   share of chunk tokens recomputed (default 0.15); with -M also\n"
+               "  --ratio R   share of chunk tokens recomputed (default %g); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
                "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
                "  --batch FILE  up to 32 recipes (kvfs(8) recipe text, separated by lines %%%%) in\n"
                "              one KVFS_IOC_BLEND_BATCH call; recipes that share leading chunks are\n"
-               "              blended together; prints one blended file path (or error) per recipe\n");
+               "              blended together; prints one blended file path (or error) per recipe\n",
+            (double)KVFS_BLEND_DEFAULT_RATIO);
 }
 
 /* A failed blend under a name we made up leaves nothing behind (rm of the
@@ -87,162 +87,153 @@ static int blend_batch(const char *mount, const char *file)
     return ret;
 }
 
-int cmd_blend(int argc, char **argv)
+struct blend_args {
+    const char *mount, *suffix, *suffix_tokens, *name, *model, *out, *select, *batch, *ratio;
+    int local;
+};
+
+/* --local: the chunk files blended in this process, written to a.out */
+static int blend_local(const struct blend_args *a, int n, char **files)
 {
-    static const struct option opts[] = {
-        {"mount", required_argument, 0, 'M'}, {"ratio", required_argument, 0, 'r'},
-        {"suffix", required_argument, 0, 's'}, {"suffix-tokens", required_argument, 0, 'S'},
-        {"name", required_argument, 0, 'n'}, {"local", no_argument, 0, 'L'},
-        {"model", required_argument, 0, 'm'}, {"output", required_argument, 0, 'o'},
-        {"select", required_argument, 0, 'e'}, {"batch", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *batch = NULL;
-    const char *select = NULL;
-    const char *mount = NULL, *suffix = NULL, *suffix_tokens = NULL, *name = NULL, *model = NULL, *out = NULL;
-    const char *ratio = "0.15";
-    int local = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "M:m:o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'M': mount = optarg; break;
-        case 'r': ratio = optarg; break;
-        case 's': suffix = optarg; break;
-        case 'S': suffix_tokens = optarg; break;
-        case 'n': name = optarg; break;
-        case 'L': local = 1; break;
-        case 'm': model = optarg; break;
-        case 'o': out = optarg; break;
-        case 'e': select = optarg; break;
-        case 'B': batch = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    if (tool_load_model(a->model, "cpu", 0, &m, &tok))
+        return 1;
+    int ret = 1, rc;
+    uint8_t *imgs[KVFS_BLEND_MAX_CHUNKS] = {0};
+    struct kvfs_blend_chunk ch[KVFS_BLEND_MAX_CHUNKS];
+    int32_t *sids = NULL, *tokens = NULL;
+    size_t ns = 0, lens[KVFS_BLEND_MAX_CHUNKS];
+    char err[512] = "";
+    for (int i = 0; i < n && i < KVFS_BLEND_MAX_CHUNKS; i++) {
+        if ((rc = tool_read_file(files[i], &imgs[i], &lens[i]))) {
+            fprintf(stderr, "kvfsctl blend: %s: %s\n", files[i], strerror(-rc));
+            goto out;
         }
+        ch[i] = (struct kvfs_blend_chunk){imgs[i], lens[i]};
     }
-    int n = argc - optind;
-    if (batch) {
-        if (!mount || local || n) {
-            usage(stderr);
-            return 2;
-        }
-        return blend_batch(mount, batch);
+    if ((rc = kvfs_tokenize(tok, a->suffix, strlen(a->suffix), 0, 0, &sids, &ns)) || !ns) {
+        fprintf(stderr, "kvfsctl blend: cannot tokenize the suffix\n");
+        goto out;
     }
-    if (n < 1 || (!suffix && !suffix_tokens) || (local ? (!model || !out || !suffix) : !mount)) {
-        usage(stderr);
-        return 2;
+    struct kvfs_kv_cache cache;
+    struct kvfs_writer w;
+    struct kvfs_blend_opts bo;
+    kvfs_blend_opts_init(&bo, a->ratio ? strtof(a->ratio, NULL) : KVFS_BLEND_DEFAULT_RATIO);
+    if (a->select)
+        bo.select = kvfs_blend_select_parse(a->select);
+    if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, NULL, err, sizeof(err)))) {
+        fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
+        goto out;
     }
-    char *rend;
-    float rv = strtof(ratio, &rend);
-    if (strcmp(ratio, "auto") ? (rend == ratio || *rend || !(rv >= 0 && rv <= 1)) : local) {
-        fprintf(stderr, "kvfsctl blend: --ratio takes a number in [0, 1]%s\n",
-                local ? "" : " or auto (the daemon's loading controller picks it)");
-        return 2;
+    rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
+    kvfs_kv_cache_free(m, &cache);
+    if (!rc) {
+        rc = tool_write_file(a->out, w.buf, w.size);
+        kvfs_writer_free(&w);
     }
-    if (select && kvfs_blend_select_parse(select) < 0) {
-        fprintf(stderr, "kvfsctl blend: --select takes query, fixed or gradual\n");
-        return 2;
-    }
-    if (local) {
-        struct kvfs_model *m;
-        struct kvfs_tokenizer *tok;
-        if (tool_load_model(model, "cpu", 0, &m, &tok))
-            return 1;
-        int ret = 1, rc;
-        uint8_t *imgs[64] = {0};
-        struct kvfs_blend_chunk ch[64];
-        int32_t *sids = NULL, *tokens = NULL;
-        size_t ns = 0, lens[64];
-        char err[512] = "";
-        for (int i = 0; i < n && i < 64; i++) {
-            if ((rc = tool_read_file(argv[optind + i], &imgs[i], &lens[i]))) {
-                fprintf(stderr, "kvfsctl blend: %s: %s\n", argv[optind + i], strerror(-rc));
-                goto local_out;
-            }
-            ch[i] = (struct kvfs_blend_chunk){imgs[i], lens[i]};
-        }
-        if ((rc = kvfs_tokenize(tok, suffix, strlen(suffix), 0, 0, &sids, &ns)) || !ns) {
-            fprintf(stderr, "kvfsctl blend: cannot tokenize the suffix\n");
-            goto local_out;
-        }
-        struct kvfs_kv_cache cache;
-        struct kvfs_writer w;
-        struct kvfs_blend_opts bo;
-        kvfs_blend_opts_init(&bo, strtof(ratio, NULL));
-        if (select)
-            bo.select = kvfs_blend_select_parse(select);
-        if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, NULL, err, sizeof(err)))) {
-            fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
-            goto local_out;
-        }
-        rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
-        kvfs_kv_cache_free(m, &cache);
-        if (!rc) {
-            rc = tool_write_file(out, w.buf, w.size);
-            kvfs_writer_free(&w);
-        }
-        if (rc)
-            fprintf(stderr, "kvfsctl blend: cannot write %s: %s\n", out, strerror(-rc));
-        else
-            ret = 0;
-    local_out:
-        for (int i = 0; i < n && i < 64; i++)
-            free(imgs[i]);
-        free(sids);
-        free(tokens);
-        kvfs_tokenizer_free(tok);
-        kvfs_model_free(m);
-        return ret;
-    }
-    char auto_name[32], path[4096];
+    if (rc)
+        fprintf(stderr, "kvfsctl blend: cannot write %s: %s\n", a->out, strerror(-rc));
+    else
+        ret = 0;
+out:
+    for (int i = 0; i < n && i < KVFS_BLEND_MAX_CHUNKS; i++)
+        free(imgs[i]);
+    free(sids);
+    free(tokens);
+    kvfs_tokenizer_free(tok);
+    kvfs_model_free(m);
+    return ret;
+}
+
+/* NAME.err, after "what failed" */
+static void print_err(const char *mount, const char *name, const char *what)
+{
+    char ep[4096];
+    uint8_t *t = NULL;
+    size_t tl = 0;
+    snprintf(ep, sizeof(ep), "%s/blends/%s.err", mount, name);
+    tool_read_file(ep, &t, &tl);
+    fprintf(stderr, "kvfsctl blend: %s%s%.*s", what, tl ? ": " : "\n", (int)tl, t ? (char *)t : "");
+    free(t);
+}
+
+/* -M: the recipe written to MOUNT/blends/NAME.recipe, NAME.kv opened */
+static int blend_mount(const struct blend_args *a, int n, char **hashes)
+{
+    char auto_name[32], path[4096], what[4200];
+    const char *name = a->name;
     if (!name) {
         snprintf(auto_name, sizeof(auto_name), "blend-%d", (int)getpid());
         name = auto_name;
     }
-    snprintf(path, sizeof(path), "%s/blends/%s.recipe", mount, name);
+    snprintf(path, sizeof(path), "%s/blends/%s.recipe", a->mount, name);
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "kvfsctl blend: %s: %s\n", path, strerror(errno));
         return 1;
     }
-    fprintf(f, "ratio=%s\n", ratio);
-    if (select)
-        fprintf(f, "select=%s\n", select);
+    if (a->ratio)
+        fprintf(f, "ratio=%s\n", a->ratio);
+    if (a->select)
+        fprintf(f, "select=%s\n", a->select);
     for (int i = 0; i < n; i++)
-        fprintf(f, "%s\n", argv[optind + i]);
-    if (suffix) {
+        fprintf(f, "%s\n", hashes[i]);
+    if (a->suffix) {
         fputs("suffix=", f);
-        for (const char *p = suffix; *p; p++)
+        for (const char *p = a->suffix; *p; p++)
             fputs(*p == '\n' ? "\\n" : *p == '\\' ? "\\\\" : (char[]){*p, 0}, f);
         fputc('\n', f);
     } else {
-        fprintf(f, "suffix_tokens=%s\n", suffix_tokens);
+        fprintf(f, "suffix_tokens=%s\n", a->suffix_tokens);
     }
     if (fclose(f) != 0) {
-        fprintf(stderr, "kvfsctl blend: recipe refused: %s\n", strerror(errno));
-        snprintf(path, sizeof(path), "%s/blends/%s.err", mount, name);
-        uint8_t *e;
-        size_t el;
-        if (tool_read_file(path, &e, &el) == 0) {
-            fprintf(stderr, "%.*s", (int)el, e);
-            free(e);
-        }
-        forget_auto(mount, name, name == auto_name);
+        snprintf(what, sizeof(what), "recipe refused: %s", strerror(errno));
+        print_err(a->mount, name, what);
+        forget_auto(a->mount, name, name == auto_name);
         return 1;
     }
-    snprintf(path, sizeof(path), "%s/blends/%s.kv", mount, name);
+    snprintf(path, sizeof(path), "%s/blends/%s.kv", a->mount, name);
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        int e = errno;
-        char ep[4096];
-        snprintf(ep, sizeof(ep), "%s/blends/%s.err", mount, name);
-        uint8_t *t = NULL;
-        size_t tl = 0;
-        tool_read_file(ep, &t, &tl);
-        fprintf(stderr, "kvfsctl blend: %s: %s%s%.*s", path, strerror(e), tl ? ": " : "\n", (int)tl, t ? (char *)t : "");
-        free(t);
-        forget_auto(mount, name, name == auto_name);
+        snprintf(what, sizeof(what), "%s: %s", path, strerror(errno));
+        print_err(a->mount, name, what);
+        forget_auto(a->mount, name, name == auto_name);
         return 1;
     }
     close(fd);
     printf("%s\n", path);
     return 0;
+}
+
+int cmd_blend(int argc, char **argv)
+{
+    struct blend_args a = {0}; /* no --ratio: the recipe's default, KVFS_BLEND_DEFAULT_RATIO */
+    const struct tool_opt opts[] = {
+        TOOL_OPT("mount", 'M', STR, &a.mount), TOOL_OPT("ratio", 0, STR, &a.ratio),
+        TOOL_OPT("suffix", 0, STR, &a.suffix), TOOL_OPT("suffix-tokens", 0, STR, &a.suffix_tokens),
+        TOOL_OPT("name", 0, STR, &a.name), TOOL_OPT("local", 0, FLAG, &a.local),
+        TOOL_OPT("model", 'm', STR, &a.model), TOOL_OPT("output", 'o', STR, &a.out),
+        TOOL_OPT("select", 0, STR, &a.select), TOOL_OPT("batch", 0, STR, &a.batch), {0}};
+    const struct tool_cmd cmd = {usage, opts, 0, -1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    int n = argc - optind;
+    if (a.batch)
+        return !a.mount || a.local || n ? tool_usage_error(&cmd) : blend_batch(a.mount, a.batch);
+    if (n < 1 || (!a.suffix && !a.suffix_tokens) || (a.local ? (!a.model || !a.out || !a.suffix) : !a.mount))
+        return tool_usage_error(&cmd);
+    char *rend;
+    float rv = a.ratio ? strtof(a.ratio, &rend) : 0;
+    if (a.ratio && (strcmp(a.ratio, "auto") ? (rend == a.ratio || *rend || !(rv >= 0 && rv <= 1)) : a.local)) {
+        fprintf(stderr, "kvfsctl blend: --ratio takes a number in [0, 1]%s\n",
+                a.local ? "" : " or auto (the daemon's loading controller picks it)");
+        return 2;
+    }
+    if (a.select && kvfs_blend_select_parse(a.select) < 0) {
+        fprintf(stderr, "kvfsctl blend: --select takes query, fixed or gradual\n");
+        return 2;
+    }
+    return a.local ? blend_local(&a, n, argv + optind) : blend_mount(&a, n, argv + optind);
 }

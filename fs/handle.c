@@ -41,13 +41,25 @@ void fh_unhold(struct kvfs_mount *m, struct fh *h)
 
 /* An open whose caller is gone (interrupted, killed) gets -ENOENT from the
  * reply: the kernel will never release that handle, so we do. */
-void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+static void unless_abandoned(struct kvfs_mount *m, int reply_rc, struct fh *h)
 {
-    fi->fh = (uint64_t)(uintptr_t)h;
-    if (fuse_reply_open(req, fi) == -ENOENT) {
+    if (reply_rc == -ENOENT) {
         kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
         fh_unhold(m, h);
     }
+}
+
+void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+{
+    fi->fh = (uint64_t)(uintptr_t)h;
+    unless_abandoned(m, fuse_reply_open(req, fi), h);
+}
+
+void reply_create(struct kvfs_mount *m, fuse_req_t req, const struct fuse_entry_param *e,
+                  struct fuse_file_info *fi, struct fh *h)
+{
+    fi->fh = (uint64_t)(uintptr_t)h;
+    unless_abandoned(m, fuse_reply_create(req, e, fi), h);
 }
 
 static void reply_bytes(struct fh *h, fuse_req_t req, size_t size, off_t off)

@@ -141,6 +141,8 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok);
 struct fh *fh_new(enum fh_kind kind); /* NULL if out of memory; free() until reply_open */
 /* fi->fh = h and the open's reply (an abandoned open releases h) */
 void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h);
+void reply_create(struct kvfs_mount *m, fuse_req_t req, const struct fuse_entry_param *e,
+                  struct fuse_file_info *fi, struct fh *h);
 /* one read's reply from what h holds; h stays alive until it is sent */
 void reply_read(struct kvfs_mount *m, struct fh *h, fuse_req_t req, size_t size, off_t off);
 /* release (and the end of a read): the second of them frees h and what it owns */

@@ -226,33 +226,41 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 /* ---- open / create / read / write ---- */
 
 /* A handle on draft p, which the caller holds: the handle keeps that hold
- * (and gives it back if it cannot be made). */
-static int open_draft(struct kvfs_mount *m, fuse_req_t req, struct pending *p, int trunc, int writable,
-                      struct fuse_file_info *fi)
+ * (and gives it back if it cannot be made: NULL, out of memory). */
+static struct fh *open_draft(struct kvfs_mount *m, fuse_req_t req, struct pending *p, int trunc, int writable,
+                             struct fuse_file_info *fi)
 {
     struct fh *h = fh_new(FH_PENDING);
     if (!h) {
         pending_put(m, p);
-        return -ENOMEM;
+        return NULL;
     }
     if (trunc)
         pending_truncate(m, p, 0);
     h->p = p;
     h->writable = writable;
     h->opener = fuse_req_ctx(req)->pid;
-    fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
-    return 0;
+    return h;
 }
 
-static int open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent, const char *name, int trunc,
-                        struct fuse_file_info *fi, struct stat *st)
+/* A handle for writing parent/name (a new draft unless one is open). */
+static struct fh *open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent, const char *name,
+                               int trunc, struct fuse_file_info *fi, struct stat *st)
 {
     struct pending *p = pending_open(m, parent, name);
-    int rc = p ? open_draft(m, req, p, trunc, 1, fi) : -ENOMEM;
-    if (!rc && st)
+    struct fh *h = p ? open_draft(m, req, p, trunc, 1, fi) : NULL;
+    if (h && st)
         pending_attr(p, st);
-    return rc;
+    return h;
+}
+
+static void reply_open_draft(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+{
+    if (h)
+        reply_open(m, req, fi, h);
+    else
+        fuse_reply_err(req, ENOMEM);
 }
 
 static int check_new_name(fuse_ino_t parent, const char *name)
@@ -288,15 +296,16 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
         fuse_reply_err(req, EPERM);
         return;
     }
-    if ((rc = check_new_name(parent, name)) || (rc = open_pending(m, req, parent, name, 1, fi, &st))) {
-        fuse_reply_err(req, -rc);
+    struct fh *h = NULL;
+    if ((rc = check_new_name(parent, name)) || !(h = open_pending(m, req, parent, name, 1, fi, &st))) {
+        fuse_reply_err(req, rc ? -rc : ENOMEM);
         return;
     }
     struct fuse_entry_param e;
     memset(&e, 0, sizeof(e));
     e.ino = st.st_ino;
     e.attr = st;
-    fuse_reply_create(req, &e, fi);
+    reply_create(m, req, &e, fi, h);
 }
 
 static void kvfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
@@ -341,11 +350,11 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         int kind = (int)((ino - INO_BLEND_BASE) % 4);
         if (acc != O_RDONLY && kind == 0) { /* rewrite a recipe: a new draft under its name */
             char name[256];
-            if ((rc = blends_recipe_name(m, ino, name, sizeof(name))) ||
-                (rc = open_pending(m, req, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL)))
+            if ((rc = blends_recipe_name(m, ino, name, sizeof(name))))
                 fuse_reply_err(req, -rc);
             else
-                fuse_reply_open(req, fi);
+                reply_open_draft(m, req, fi,
+                                 open_pending(m, req, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL));
             return;
         }
         if (acc != O_RDONLY) {
@@ -383,10 +392,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             /* rewriting a chunk: accepted only if the same content arrives */
             char name[KVFS_HASH_HEX_LEN + 4];
             snprintf(name, sizeof(name), "%s.kv", c.hash);
-            if ((rc = open_pending(m, req, INO_CHUNKS, name, 1, fi, NULL)))
-                fuse_reply_err(req, -rc);
-            else
-                fuse_reply_open(req, fi);
+            reply_open_draft(m, req, fi, open_pending(m, req, INO_CHUNKS, name, 1, fi, NULL));
             return;
         }
         struct fh *h = fh_new(FH_CHUNK);
@@ -411,10 +417,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                             : ino >= INO_PENDING_BASE && ino < INO_BLEND_BASE ? ESTALE : ENOENT);
         return;
     }
-    if ((rc = open_draft(m, req, p, (fi->flags & O_TRUNC) != 0, acc != O_RDONLY, fi)))
-        fuse_reply_err(req, -rc);
-    else
-        reply_open(m, req, fi, (struct fh *)(uintptr_t)fi->fh);
+    reply_open_draft(m, req, fi, open_draft(m, req, p, (fi->flags & O_TRUNC) != 0, acc != O_RDONLY, fi));
 }
 
 static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)

@@ -11,13 +11,6 @@
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* A prompt made of loader chunks map[0..n_map) then n_suffix query tokens. */
 struct layout {
     const int *map;
@@ -254,7 +247,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
                      int n_mb, int n_shared, const struct kvfs_blend_opts *o, kvfs_blend_done_fn done, void *ctx,
                      char *err, size_t errlen)
 {
-    double t0 = now_s();
+    double t0 = blend_now_s();
     if (n_mb < 1 || n_shared < 1 || o->select != KVFS_BLEND_SELECT_QUERY || o->auto_ratio || !(o->ratio > 0.0f) ||
         !(o->ratio < 1.0f) || o->sink_rows < 0)
         return kvfs_errf(err, errlen, -EINVAL, "a batch shares a prefix of >= 1 chunk with select=query and a ratio "
@@ -334,7 +327,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         st.n_chunk_rows = L[i].n_rows;
         st.n_selected = k_p + n_sel[i]; /* the prefix's union + its own */
         st.ratio = o->ratio;
-        st.seconds = now_s() - t0; /* the batch so far: the work is shared */
+        st.seconds = blend_now_s() - t0; /* the batch so far: the work is shared */
         st.load_s = ls.load_s;
         st.wait_s = ls.wait_s;
         st.bytes_read = ls.bytes_read;

@@ -16,7 +16,7 @@
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
 
-static double now_s(void)
+double blend_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -406,7 +406,7 @@ static int select_at_check_layer(struct blend_run *b, char *err, size_t errlen)
     void *ctx = CTX(m);
     size_t bytes = sizeof(float) * (size_t)b->n_ctx * b->c->kv_dim;
     int rc = 0, cl = b->check_layer;
-    double t_full0 = now_s();
+    double t_full0 = blend_now_s();
     for (int l = 0; l < cl && !rc; l++)
         if (!(rc = kvfs_layer_qkv(m, l, &b->w, b->n_ctx)) && !(rc = be->copy(ctx, b->c->k[l], b->w.k, bytes)) &&
             !(rc = be->copy(ctx, b->c->v[l], b->w.v, bytes)))
@@ -415,7 +415,7 @@ static int select_at_check_layer(struct blend_run *b, char *err, size_t errlen)
      * backend (GPU) to finish the layers just queued */
     if (rc || (b->o.auto_ratio && (rc = be->synchronize(ctx))))
         return rc;
-    double t_full = now_s() - t_full0;
+    double t_full = blend_now_s() - t_full0;
     if ((rc = blend_take_layer(m, b->ld, NULL, 0, 0, b->c, cl, b->d_delta, b->n_rows, err, errlen)))
         return rc;
     if (b->o.auto_ratio) {
@@ -481,12 +481,12 @@ static int auto_cap(struct blend_run *b, int l, double *t_layer0, double *wait0,
         return rc;
     kvfs_loader_get_stats(b->ld, &ls);
     if (l == b->first_layer) {
-        *t_layer0 = now_s();
+        *t_layer0 = blend_now_s();
         *wait0 = ls.wait_s;
         return 0;
     }
     struct kvfs_rows_inputs ri = {0};
-    ri.sparse_layer_s = now_s() - *t_layer0 - (ls.wait_s - *wait0); /* compute only */
+    ri.sparse_layer_s = blend_now_s() - *t_layer0 - (ls.wait_s - *wait0); /* compute only */
     kvfs_loader_progress(b->ld, &ri.bytes_done, &ri.bytes_total, &ri.load_elapsed_s);
     ri.layers_left = b->m->hp.n_layer - l;
     ri.n_sel = b->n_sel;
@@ -580,7 +580,7 @@ static void fill_stats(struct blend_run *b, double t0, struct kvfs_blend_stats *
     st->ratio = b->o.ratio;
     st->n_selected = b->n_sparse > 0 && (b->first_layer > 0 || b->by_query)
                    ? (int)lround((double)b->n_selected_total / b->n_sparse) : 0;
-    st->seconds = now_s() - t0;
+    st->seconds = blend_now_s() - t0;
     st->load_s = ls.load_s;
     st->wait_s = ls.wait_s;
     st->bytes_read = ls.bytes_read;
@@ -609,7 +609,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
                       const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
                       struct kvfs_blend_stats *st, char *err, size_t errlen)
 {
-    double t0 = now_s();
+    double t0 = blend_now_s();
     struct blend_run b = {.m = m, .ld = ld, .o = *o, .c = c, .n_suffix = n_suffix};
     int rc, n_chunks = kvfs_loader_count(ld);
     memset(c, 0, sizeof(*c));

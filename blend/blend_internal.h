@@ -6,6 +6,8 @@
 
 struct kvfs_loader;
 
+/* Monotonic seconds, for blend statistics. */
+double blend_now_s(void);
 /* Every chunk of the loader is the model's, with keys after RoPE. */
 int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen);
 /* Chunk rows recomputed at sparse layer j of n_sparse. */

@@ -323,9 +323,8 @@ static int join(struct kvfs_blend_service *svc, struct inflight *f, struct kvfs_
     return rc;
 }
 
-/* Blend under a job slot and publish the result to the waiters. */
-static int produce(struct kvfs_blend_service *svc, struct inflight *f, const struct kvfs_recipe *r,
-                   struct kvfs_chunk_ref **ref, char *err, size_t errlen)
+/* Wait for one of the jobs slots (lock held). */
+static void take_slot(struct kvfs_blend_service *svc)
 {
     svc->waiting++;
     if (svc->waiting > svc->max_waiting)
@@ -336,29 +335,51 @@ static int produce(struct kvfs_blend_service *svc, struct inflight *f, const str
     svc->running++;
     if (svc->running > svc->max_running)
         svc->max_running = svc->running;
-    pthread_mutex_unlock(&svc->lock);
+}
 
-    uint8_t *img = NULL;
-    size_t len = 0;
-    int kept = 0;
+static void give_slot(struct kvfs_blend_service *svc)
+{
+    svc->running--;
+    pthread_cond_broadcast(&svc->changed);
+}
+
+/* A blend's outcome (its image, or rc with err) kept in the store and
+ * handed to everyone waiting for f (lock not held).  Takes img. */
+static void publish(struct kvfs_blend_service *svc, struct inflight *f, int rc, uint8_t *img, size_t len, char *err,
+                    size_t errlen)
+{
     char why[512] = "";
-    int rc = run_blend(svc, r, &img, &len, err, errlen);
+    int kept = 0;
     if (!rc && (rc = kvfs_store_put_result(svc->store, f->key, img, len, &f->ref, &kept, why, sizeof(why))))
         kvfs_errf(err, errlen, rc, "cannot keep the blended cache: %s", why);
     if (!rc && !kept)
         kvfs_log(KVFS_LOG_WARN, "blend result %s served but not kept: %s", f->key, why);
-
     pthread_mutex_lock(&svc->lock);
-    svc->running--;
     f->done = 1;
     f->rc = rc;
-    snprintf(f->err, sizeof(f->err), "%s", rc ? (err && err[0] ? err : strerror(-rc)) : "");
+    snprintf(f->err, sizeof(f->err), "%s", rc ? (err[0] ? err : strerror(-rc)) : "");
     if (rc)
         svc->n_errors++;
     else
         svc->n_run++;
     svc->n_not_kept += !rc && !kept;
     pthread_cond_broadcast(&svc->changed);
+    pthread_mutex_unlock(&svc->lock);
+}
+
+/* Blend under a job slot and publish the result to the waiters (lock held
+ * on entry and on return). */
+static int produce(struct kvfs_blend_service *svc, struct inflight *f, const struct kvfs_recipe *r,
+                   struct kvfs_chunk_ref **ref, char *err, size_t errlen)
+{
+    uint8_t *img = NULL;
+    size_t len = 0;
+    take_slot(svc);
+    pthread_mutex_unlock(&svc->lock);
+    int rc = run_blend(svc, r, &img, &len, err, errlen);
+    publish(svc, f, rc, img, len, err, errlen);
+    pthread_mutex_lock(&svc->lock);
+    give_slot(svc);
     return join(svc, f, ref, err, errlen);
 }
 
@@ -402,29 +423,6 @@ struct batch_item {
     char err[512];
 };
 
-/* Publish an owned item's result (or error) to its waiters. */
-static void publish(struct kvfs_blend_service *svc, struct batch_item *it, int rc, uint8_t *img, size_t len)
-{
-    char why[512] = "";
-    int kept = 0;
-    if (!rc && (rc = kvfs_store_put_result(svc->store, it->f->key, img, len, &it->f->ref, &kept, why, sizeof(why))))
-        snprintf(it->err, sizeof(it->err), "cannot keep the blended cache: %s", why);
-    if (!rc && !kept)
-        kvfs_log(KVFS_LOG_WARN, "blend result %s served but not kept: %s", it->f->key, why);
-    pthread_mutex_lock(&svc->lock);
-    it->done = 1;
-    it->f->done = 1;
-    it->f->rc = rc;
-    snprintf(it->f->err, sizeof(it->f->err), "%s", rc ? (it->err[0] ? it->err : strerror(-rc)) : "");
-    if (rc)
-        svc->n_errors++;
-    else
-        svc->n_run++;
-    svc->n_not_kept += !rc && !kept;
-    pthread_cond_broadcast(&svc->changed);
-    pthread_mutex_unlock(&svc->lock);
-}
-
 struct batch_run {
     struct kvfs_blend_service *svc;
     const struct loaded_model *lm;
@@ -440,7 +438,8 @@ static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int
     size_t len = 0;
     record(br->svc, st);
     int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, &img, &len, it->err, sizeof(it->err));
-    publish(br->svc, it, rc, img, len);
+    it->done = 1;
+    publish(br->svc, it->f, rc, img, len, it->err, sizeof(it->err));
     return 0; /* one member's failure does not stop the others */
 }
 
@@ -540,7 +539,8 @@ static void run_owned(struct kvfs_blend_service *svc, struct batch_item *items, 
             for (int k = 0; k < g; k++) /* an error before any member finished: each gets it */
                 if (rc && rc != -EAGAIN && !group[k]->done) {
                     snprintf(group[k]->err, sizeof(group[k]->err), "%s", err);
-                    publish(svc, group[k], rc, NULL, 0);
+                    group[k]->done = 1;
+                    publish(svc, group[k]->f, rc, NULL, 0, group[k]->err, sizeof(group[k]->err));
                 }
         }
     }
@@ -550,7 +550,8 @@ static void run_owned(struct kvfs_blend_service *svc, struct batch_item *items, 
         uint8_t *img = NULL;
         size_t len = 0;
         int rc = run_blend(svc, items[i].r, &img, &len, items[i].err, sizeof(items[i].err));
-        publish(svc, &items[i], rc, img, len);
+        items[i].done = 1;
+        publish(svc, items[i].f, rc, img, len, items[i].err, sizeof(items[i].err));
     }
     free(group);
 }
@@ -600,18 +601,11 @@ int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kv
         if (items[i].f)
             items[i].f->waiters++;
     if (n_owned) { /* a batch takes one job slot */
-        svc->waiting++;
-        while (svc->running >= svc->jobs)
-            pthread_cond_wait(&svc->changed, &svc->lock);
-        svc->waiting--;
-        svc->running++;
-        if (svc->running > svc->max_running)
-            svc->max_running = svc->running;
+        take_slot(svc);
         pthread_mutex_unlock(&svc->lock);
         run_owned(svc, items, n);
         pthread_mutex_lock(&svc->lock);
-        svc->running--;
-        pthread_cond_broadcast(&svc->changed);
+        give_slot(svc);
     }
     for (int i = 0; i < n; i++) {
         if (!items[i].f)

@@ -63,7 +63,7 @@ struct pending {
     int pin_after;            /* user.kvfs.pinned set before commit: -1 none */
     int opens;                /* open handles */
     char hash[KVFS_HASH_HEX_LEN + 1]; /* after commit */
-    char err[256];            /* a recipe's last rejection: logged when the last handle goes */
+    char err[640];            /* a recipe's last rejection (reason [strerror]): logged when the last handle goes */
     struct pending *next;
 };
 

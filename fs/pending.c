@@ -185,8 +185,9 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         pthread_mutex_unlock(&p->lock);
         return p->committed ? 0 : -EIO;
     }
+    const uint8_t *data = p->buf ? p->buf : (const uint8_t *)""; /* an empty draft has no buffer */
     if (p->parent == INO_BLENDS) {
-        rc = blends_set_recipe(m, p->name, p->buf, p->len, partial_ok, err, sizeof(err));
+        rc = blends_set_recipe(m, p->name, data, p->len, partial_ok, err, sizeof(err));
         if (rc == -EINPROGRESS) { /* not the writer that opened it: more may come */
             pthread_mutex_unlock(&p->lock);
             return 0;
@@ -207,7 +208,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         kvfs_parse_chunk_name(p->name, expect);
         want = expect;
     }
-    rc = kvfs_store_put(m->store, p->buf, p->len, want, hash, err, sizeof(err));
+    rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
     p->dirty = 0;
     p->committed = rc == 0;
     if (rc == 0) {

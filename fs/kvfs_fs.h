@@ -53,7 +53,7 @@ struct kvfs_opts {
  * flush (close) once verified, and is never visible as a chunk before. */
 struct pending {
     fuse_ino_t ino;
-    fuse_ino_t parent;        /* INO_CHUNKS or INO_INCOMING */
+    fuse_ino_t parent;        /* INO_CHUNKS, INO_INCOMING or INO_BLENDS */
     char name[256];
     pthread_mutex_t lock;     /* protects buf/len/dirty */
     uint8_t *buf;

@@ -739,7 +739,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             if (need > size - used)
                 break;
             /* the kernel will hold a lookup on this inode (counted before
-             * the reply: its forget may come as soon as it has it) */
+             * the reply: its forget may come as soon as it has it; a reply
+             * that fails leaves counts no forget takes back, so those
+             * entries stay, like those put with no lookup) */
             if (!is_dot && (st.st_ino & INO_CHUNK_BIT))
                 remember_chunk(m, d->hashes[i - nfixed], 1);
         } else {

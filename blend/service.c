@@ -375,11 +375,13 @@ static int produce(struct kvfs_blend_service *svc, struct inflight *f, const str
     uint8_t *img = NULL;
     size_t len = 0;
     take_slot(svc);
+    f->waiters++; /* f stays until this producer has joined it too */
     pthread_mutex_unlock(&svc->lock);
     int rc = run_blend(svc, r, &img, &len, err, errlen);
     publish(svc, f, rc, img, len, err, errlen);
     pthread_mutex_lock(&svc->lock);
     give_slot(svc);
+    f->waiters--; /* join counts itself again */
     return join(svc, f, ref, err, errlen);
 }
 

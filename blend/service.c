@@ -38,6 +38,7 @@ struct kvfs_blend_service {
     pthread_cond_t changed;     /* a blend finished or a slot came free */
     struct inflight *inflight;
     int running, closing;
+    uint64_t next_ticket, now_serving; /* job slots in arrival order */
     uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared;
     int max_running, max_waiting, waiting;
     double load_s, wait_s, compute_s;
@@ -323,14 +324,19 @@ static int join(struct kvfs_blend_service *svc, struct inflight *f, struct kvfs_
     return rc;
 }
 
-/* Wait for one of the jobs slots (lock held). */
+/* Wait for one of the jobs slots, first come first served (lock held):
+ * a condition variable wakes waiters in no particular order, and under load
+ * an unlucky request could wait for many others (the TTFT tail). */
 static void take_slot(struct kvfs_blend_service *svc)
 {
+    uint64_t ticket = svc->next_ticket++;
     svc->waiting++;
     if (svc->waiting > svc->max_waiting)
         svc->max_waiting = svc->waiting;
-    while (svc->running >= svc->jobs)
+    while (ticket != svc->now_serving || svc->running >= svc->jobs)
         pthread_cond_wait(&svc->changed, &svc->lock);
+    svc->now_serving++;
+    pthread_cond_broadcast(&svc->changed); /* the next ticket may fit too */
     svc->waiting--;
     svc->running++;
     if (svc->running > svc->max_running)

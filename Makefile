@@ -157,7 +157,7 @@ test-gpu: need-deps
 	@BUILD=$(BUILD) tests/run.sh gpu
 
 bench: need-deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/batch_quality
 	@tools/fetch-model.sh
 	@tools/install-oracle.sh
 	@BUILD=$(BUILD) bench/run.sh

@@ -44,11 +44,11 @@ batched() {
     "$KVFSCTL" blend -M "$M" --batch "$T/batch.txt" > "$T/batch.out" || return 1
     awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.3f", b-a}'
 }
-echo "round one_by_one_s batch_s speedup"
+rows=()
 for k in $(seq "$ROUNDS"); do
-    forget; a=$(one_by_one) || { echo "one-by-one failed"; exit 1; }
-    forget; b=$(batched) || { echo "batch failed"; cat "$T/batch.out"; exit 1; }
-    echo "$k $a $b $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}')"
+    forget; a=$(one_by_one) || { echo "one-by-one failed" >&2; exit 1; }
+    forget; b=$(batched) || { echo "batch failed" >&2; cat "$T/batch.out" >&2; exit 1; }
+    rows+=("| $k | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}') |")
 done
 # answers (greedy 8 tokens) against ratio 1 (a full prefill, exactly) of
 # the same prompt: how often each way keeps the full prefill's answer
@@ -63,6 +63,16 @@ while read -r path; do
     [ -n "$ref" ] && [ "$g2" = "$ref" ] && batch_ok=$((batch_ok + 1))
     i=$((i + 1))
 done < "$T/batch.out"
-echo "greedy-8 answer equal to a full prefill's: one by one $one_ok of $i, batch $batch_ok of $i"
-grep -o '"batches": [0-9]*, "batch_shared_chunks": [0-9]*' "$M/.kvfs/stats"
-finish
+echo "#### \`bench/batch.sh $ROUNDS\` (${BATCH_MOUNT_OPTS:-ram=1G})"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores: 8 recipes sharing their first 4 of 6 passages (~500"
+echo "tokens each), a question each, ratio 0.15, through the mount: one by one (write NAME.recipe, read"
+echo "NAME.kv) and as one \`kvfsctl blend --batch\`, results forgotten in between (wall seconds):"
+echo
+echo "| round | one by one | batch | batch speedup |"
+echo "|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+echo "Greedy 8-token answer equal to a full prefill's (ratio 1 through the same mount): one by one"
+echo "$one_ok of $i, batch $batch_ok of $i."
+finish > /dev/null

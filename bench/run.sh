@@ -14,7 +14,8 @@ out=$(mktemp)
     echo "from that command on the machine and date stated in its section. Ratios are measured side by side in"
     echo "one run. Machines are noisy: figures are medians."
     echo
-    for part in bench/fs.sh bench/prefill.sh bench/blend.sh bench/pipeline.sh bench/remote.sh; do
+    for part in bench/fs.sh bench/prefill.sh bench/blend.sh bench/pipeline.sh bench/remote.sh bench/serve.sh \
+                bench/batching.sh; do
         [ -x "$part" ] || continue
         echo "running $part ..." >&2
         "$part"

@@ -28,24 +28,6 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double kl_div(const float *p, const float *q, int n)
-{
-    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, k = 0;
-    for (int i = 0; i < n; i++) {
-        mp = fmax(mp, p[i]);
-        mq = fmax(mq, q[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        sp += exp(p[i] - mp);
-        sq += exp(q[i] - mq);
-    }
-    for (int i = 0; i < n; i++) {
-        double lp = p[i] - mp - log(sp), lq = q[i] - mq - log(sq);
-        k += exp(lp) * (lp - lq);
-    }
-    return k > 0 ? k : 0;
-}
-
 static int read_file(const char *path, char **out, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -82,7 +64,7 @@ static int on_member(void *vctx, int i, const struct kvfs_kv_cache *c, const int
     cc->n = n - 1;
     int rc = kvfs_forward(b->m, cc, &tokens[n - 1], 1, n - 1, b->logits);
     if (!rc)
-        b->kl[i] = kl_div(b->ref[i], b->logits, b->m->hp.n_vocab);
+        b->kl[i] = kvfs_logits_kl(b->ref[i], b->logits, b->m->hp.n_vocab);
     return rc;
 }
 
@@ -178,7 +160,7 @@ int main(int argc, char **argv)
             }
             if (r)
                 t_solo += now_s() - t0;
-            (r ? kl_solo : kl_reuse)[i] = kl_div(ref[i], lg, V);
+            (r ? kl_solo : kl_reuse)[i] = kvfs_logits_kl(ref[i], lg, V);
             kvfs_kv_cache_free(m, &bc);
             free(bt);
         }

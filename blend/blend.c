@@ -68,6 +68,25 @@ out:
     return rc;
 }
 
+double kvfs_logits_kl(const float *p, const float *q, int n)
+{
+    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        mp = fmax(mp, p[i]);
+        mq = fmax(mq, q[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        sp += exp(p[i] - mp);
+        sq += exp(q[i] - mq);
+    }
+    double lsp = log(sp), lsq = log(sq);
+    for (int i = 0; i < n; i++) {
+        double lp = p[i] - mp - lsp, lq = q[i] - mq - lsq;
+        k += exp(lp) * (lp - lq);
+    }
+    return k > 0 ? k : 0;
+}
+
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
 {
     memset(o, 0, sizeof(*o));

@@ -77,6 +77,10 @@ const char *kvfs_blend_select_name(int select);
 /* "fixed", "gradual", "query" -> KVFS_BLEND_SELECT_*; -1 for anything else */
 int kvfs_blend_select_parse(const char *name);
 
+/* KL(p || q) of the next-token distributions of two logit vectors (n
+ * entries): how far a blend's (q) is from a full prefill's (p). >= 0. */
+double kvfs_logits_kl(const float *p_logits, const float *q_logits, int n);
+
 /* Re-rotation self-test: rotating by p then q must equal rotating by p + q,
  * and by -p must undo p, for the model's RoPE style.  -EPROTO if not. */
 int kvfs_blend_selftest(const struct kvfs_model *m);

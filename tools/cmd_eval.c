@@ -144,25 +144,6 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     return TOOL_ARGS_OK;
 }
 
-static double kl_div(const float *p, const float *q, int n)
-{
-    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, k = 0;
-    for (int i = 0; i < n; i++) {
-        mp = fmax(mp, p[i]);
-        mq = fmax(mq, q[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        sp += exp(p[i] - mp);
-        sq += exp(q[i] - mq);
-    }
-    double lsp = log(sp), lsq = log(sq);
-    for (int i = 0; i < n; i++) {
-        double lp = p[i] - mp - lsp, lq = q[i] - mq - lsq;
-        k += exp(lp) * (lp - lq);
-    }
-    return k > 0 ? k : 0;
-}
-
 /* Greedy continuation of n tokens from a cache whose next logits are given. */
 static int continue_greedy(const struct kvfs_model *m, struct kvfs_kv_cache *c, const float *logits0, int n,
                            int32_t *out)
@@ -184,7 +165,7 @@ static int continue_greedy(const struct kvfs_model *m, struct kvfs_kv_cache *c, 
 /* A method's result against full prefill's, from e->lg and e->gm. */
 static void add_result(struct eval *e, const char *name, double ttft)
 {
-    struct result r = {"", ttft, kl_div(e->ref, e->lg, e->V), tool_argmax(e->lg, e->V) == tool_argmax(e->ref, e->V), 0};
+    struct result r = {"", ttft, kvfs_logits_kl(e->ref, e->lg, e->V), tool_argmax(e->lg, e->V) == tool_argmax(e->ref, e->V), 0};
     snprintf(r.name, sizeof(r.name), "%s", name);
     for (int i = 0; i < e->a->greedy; i++)
         r.agree += e->gm[i] == e->gref[i];

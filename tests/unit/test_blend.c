@@ -64,24 +64,6 @@ static float max_diff(const struct batch_out *b, int i, const struct kvfs_kv_cac
     return d / (big * (1.0f / 1024.0f));
 }
 
-static double kl(const float *p_logits, const float *q_logits, int n)
-{
-    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, k = 0;
-    for (int i = 0; i < n; i++) {
-        mp = fmax(mp, p_logits[i]);
-        mq = fmax(mq, q_logits[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        sp += exp(p_logits[i] - mp);
-        sq += exp(q_logits[i] - mq);
-    }
-    for (int i = 0; i < n; i++) {
-        double lp = p_logits[i] - mp - log(sp), lq = q_logits[i] - mq - log(sq);
-        k += exp(lp) * (lp - lq);
-    }
-    return k;
-}
-
 int main(void)
 {
     char path[64], err[256];
@@ -114,7 +96,7 @@ int main(void)
     CHECK_EQ(st.n_ctx, NC * LEN + NS);
     CHECK_EQ(st.n_selected, NC * LEN);
     CHECK(!memcmp(bt, all, sizeof(all)));
-    double k1 = kl(full, out, V);
+    double k1 = kvfs_logits_kl(full, out, V);
     float dmax = 0;
     for (int i = 0; i < V; i++)
         dmax = fmaxf(dmax, fabsf(full[i] - out[i]));
@@ -140,7 +122,7 @@ int main(void)
     float ratios[] = {0.0f, 0.15f, 0.5f, 1.0f};
     for (int r = 0; r < 4; r++) {
         CHECK_EQ(kvfs_blend(m, ch, NC, suffix, NS, ratios[r], &bc, &bt, out, &st, err, sizeof(err)), 0);
-        double k = kl(full, out, V);
+        double k = kvfs_logits_kl(full, out, V);
         fprintf(stderr, "ratio %.2f: %d selected, KL %.4g\n", (double)ratios[r], st.n_selected, k);
         if (r == 0)
             kl0 = k;
@@ -159,7 +141,7 @@ int main(void)
                     : variant == 2 ? KVFS_BLEND_SELECT_QUERY
                                    : KVFS_BLEND_SELECT_GRADUAL;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
-        CHECK(kl(full, out, V) < 1e-9);
+        CHECK(kvfs_logits_kl(full, out, V) < 1e-9);
         kvfs_kv_cache_free(m, &bc), free(bt);
         if (variant == 2) {
             /* query selection with every row picked: its first pass and its
@@ -167,7 +149,7 @@ int main(void)
             bo.ratio = 0.999f;
             CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
             CHECK_EQ(st.n_selected, NC * LEN);
-            CHECK(kl(full, out, V) < 1e-9);
+            CHECK(kvfs_logits_kl(full, out, V) < 1e-9);
             float kq = 0;
             for (int l = 0; l < m->hp.n_layer; l++)
                 for (int i = 0; i < fc.kv_dim * fc.n; i++)
@@ -178,7 +160,7 @@ int main(void)
         }
         bo.ratio = 0.3f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
-        double k = kl(full, out, V);
+        double k = kvfs_logits_kl(full, out, V);
         fprintf(stderr, "variant %d ratio 0.30: mean %d selected, KL %.4g\n", variant, st.n_selected, k);
         CHECK(k < kl0);
         CHECK(abs(st.n_selected - (int)(0.3 * NC * LEN + 0.5)) <= 2);

@@ -185,7 +185,8 @@ int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf,
     char *text = malloc(len + 1);
     if (!text)
         return -ENOMEM;
-    memcpy(text, buf, len);
+    if (len) /* an empty draft may have no buffer at all */
+        memcpy(text, buf, len);
     text[len] = '\0';
     /* an empty file is a recipe not written yet (the shell's `>` creates
      * it, then writes): no error, nothing to blend */

@@ -289,6 +289,7 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref
         e = NULL;
     if (e) {
         valid = e->valid;
+        memcpy(key, e->key, sizeof(key));
         snprintf(name, sizeof(name), "%s", e->name);
         text = strdup(e->recipe);
         e->opens++; /* held (e stays) until blends_release */
@@ -304,7 +305,6 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref
     }
     if (!(rc = kvfs_recipe_parse(text, strlen(text), &r, err, sizeof(err)))) {
         rc = kvfs_blend_service_get(mnt->svc, &r, ref, err, sizeof(err));
-        kvfs_blend_service_key(mnt->svc, &r, key);
         kvfs_recipe_free(&r);
     }
     free(text);

@@ -247,10 +247,8 @@ int kvfs_store_get_result(struct kvfs_store *s, const char *key, struct kvfs_chu
         row->hits++;
     }
     if ((e = ram_lookup(s, key))) {
-        e->refs++;
-        e->stamp = ++s->ram_clock;
+        ram_hit_locked(s, e);
         s->result_hits++;
-        s->ram_hits++;
         pthread_mutex_unlock(&s->lock);
         ref->e = e;
         *out = ref;
@@ -277,17 +275,7 @@ int kvfs_store_get_result(struct kvfs_store *s, const char *key, struct kvfs_chu
         return rc == -ENOMEM ? rc : -ENOENT;
     }
     pthread_mutex_lock(&s->lock);
-    struct ram_entry *raced = ram_lookup(s, key);
-    if (raced) { /* another reader decoded it meanwhile: share theirs */
-        raced->refs++;
-        free(e->img);
-        free(e);
-        e = raced;
-    } else {
-        e->stamp = ++s->ram_clock;
-        if (result_get_locked(s, key))
-            ram_insert_locked(s, e);
-    }
+    e = ram_adopt_decoded_locked(s, e, result_get_locked(s, key) != NULL);
     s->result_hits++;
     pthread_mutex_unlock(&s->lock);
     ref->e = e;
@@ -298,9 +286,8 @@ int kvfs_store_get_result(struct kvfs_store *s, const char *key, struct kvfs_chu
 int kvfs_store_remove_result(struct kvfs_store *s, const char *key)
 {
     pthread_mutex_lock(&s->lock);
-    int found = result_get_locked(s, key) != NULL || ram_lookup(s, key) != NULL;
-    result_remove_locked(s, key);
-    ram_drop(s, key);
+    int found = result_get_locked(s, key) != NULL; /* only a kept result enters the RAM tier */
+    result_remove_locked(s, key);                  /* its RAM copy too */
     pthread_mutex_unlock(&s->lock);
     return found ? 0 : -ENOENT;
 }

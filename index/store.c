@@ -167,6 +167,28 @@ int ram_insert_locked(struct kvfs_store *s, struct ram_entry *e)
     return 1;
 }
 
+void ram_hit_locked(struct kvfs_store *s, struct ram_entry *e)
+{
+    e->refs++;
+    e->stamp = ++s->ram_clock;
+    s->ram_hits++;
+}
+
+struct ram_entry *ram_adopt_decoded_locked(struct kvfs_store *s, struct ram_entry *e, int keep)
+{
+    struct ram_entry *raced = ram_lookup(s, e->hash);
+    if (raced) { /* another reader decoded it meanwhile: share theirs */
+        raced->refs++;
+        free(e->img);
+        free(e);
+        return raced;
+    }
+    e->stamp = ++s->ram_clock;
+    if (keep)
+        ram_insert_locked(s, e);
+    return e;
+}
+
 /* ---- paths ---- */
 
 static void object_path(const struct kvfs_store *s, const char *hash, char *out, size_t len)
@@ -859,9 +881,7 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
     kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
     struct ram_entry *e = ram_lookup(s, hash);
     if (e) {
-        e->refs++;
-        e->stamp = ++s->ram_clock;
-        s->ram_hits++;
+        ram_hit_locked(s, e);
         pthread_mutex_unlock(&s->lock);
         ref->e = e;
         *out = ref;
@@ -880,21 +900,8 @@ static int store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_r
         return rc == -ENOENT || rc == -ENOMEM ? rc : -EIO;
     }
     pthread_mutex_lock(&s->lock);
-    struct ram_entry *raced = ram_lookup(s, hash);
-    if (raced) { /* another reader decoded it meanwhile: share theirs */
-        raced->refs++;
-        pthread_mutex_unlock(&s->lock);
-        free(e->img);
-        free(e);
-        ref->e = raced;
-        *out = ref;
-        return 0;
-    }
-    e->stamp = ++s->ram_clock;
-    if (row_get(s, e->hash))
-        ram_insert_locked(s, e);
+    ref->e = ram_adopt_decoded_locked(s, e, row_get(s, hash) != NULL);
     pthread_mutex_unlock(&s->lock);
-    ref->e = e;
     *out = ref;
     return 0;
 }
@@ -973,9 +980,7 @@ static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk
         if (!ref) {
             rc = -ENOMEM;
         } else {
-            e->refs++;
-            e->stamp = ++s->ram_clock;
-            s->ram_hits++;
+            ram_hit_locked(s, e);
             ref->s = s;
             ref->e = e;
             *ram_ref = ref;

@@ -60,6 +60,12 @@ int64_t store_now_ns(void);
 struct ram_entry *ram_lookup(struct kvfs_store *s, const char *hash);
 void ram_drop(struct kvfs_store *s, const char *hash);
 int ram_insert_locked(struct kvfs_store *s, struct ram_entry *e); /* 1 if cached */
+/* a RAM-tier hit: one more reference, most recently used */
+void ram_hit_locked(struct kvfs_store *s, struct ram_entry *e);
+/* a freshly decoded entry (refs 1, not cached): the entry to use, which is
+ * one another reader decoded meanwhile (e is then freed) or e, put in the
+ * RAM tier when keep */
+struct ram_entry *ram_adopt_decoded_locked(struct kvfs_store *s, struct ram_entry *e, int keep);
 /* evict least recently used chunks and results until need more bytes fit */
 int store_evict_for(struct kvfs_store *s, uint64_t need);
 int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,

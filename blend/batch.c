@@ -288,26 +288,54 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     }
     have_cache = 1;
     /* 1. each member's query over the reused cache (the prefix rows loaded
-     * once, by the first) chooses its rows exactly as a blend of its own
-     * would; the prefix takes every member's choices there, each member
-     * keeps its choices after the prefix */
+     * once, by the first) weighs every row it sees.  After the prefix each
+     * member keeps its own top rows, as a blend of its own would; in the
+     * prefix, which every member shares, the rows the members' queries
+     * weigh most together (each member's weights there summing to 1) are
+     * recomputed once for all, at the same ratio.  A causal prefix's fresh
+     * rows do not depend on what follows, so each member's suffix then
+     * attends to a prefix blended for all (kvfs(8), "Batches").  A batch
+     * of one picks exactly what its own blend would. */
+    float *pmass = calloc((size_t)n_p + 1, sizeof(float));
+    if (!pmass)
+        rc = -ENOMEM;
     for (int i = 0; i < n_mb && !rc; i++) {
         float *mass = malloc(sizeof(float) * ((size_t)L[i].n_rows + 1));
-        int k = blend_rows_at(o, 0, 1, L[i].n_rows);
+        int alone = n_mb == 1, from = alone ? 0 : n_p; /* alone: exactly its own blend's picks */
+        int k = blend_rows_at(o, 0, 1, L[i].n_rows - from);
         if (!mass || !(sel[i] = malloc(sizeof(int32_t) * ((size_t)k + 1))) ||
             (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, mass, err, errlen)) ||
-            (rc = top_rows(m, mass, L[i].forced, L[i].n_rows, k, 0, sel[i]))) {
+            (rc = top_rows(m, mass + from, L[i].forced + from, L[i].n_rows - from, k, from, sel[i]))) {
             rc = rc ? rc : -ENOMEM;
             free(mass);
             break;
         }
-        free(mass);
         for (int j = 0; j < k; j++)
             if (sel[i][j] < n_p)
                 want[sel[i][j]] = 1;
             else
                 sel[i][n_sel[i]++] = sel[i][j];
+        if (alone) {
+            free(mass);
+            continue;
+        }
+        double sum = 0.0;
+        for (int r = 0; r < n_p; r++)
+            sum += mass[r];
+        for (int r = 0; r < n_p && sum > 0.0; r++)
+            pmass[r] += (float)(mass[r] / sum);
+        free(mass);
     }
+    if (!rc && n_mb > 1) {
+        int k = blend_rows_at(o, 0, 1, n_p);
+        int32_t *pick = malloc(sizeof(int32_t) * ((size_t)k + 1));
+        if (!pick || (rc = top_rows(m, pmass, Lp.forced, n_p, k, 0, pick)))
+            rc = rc ? rc : -ENOMEM;
+        for (int j = 0; !rc && j < k; j++)
+            want[pick[j]] = 1;
+        free(pick);
+    }
+    free(pmass);
     /* 2. the prefix once, into the shared cache's first rows */
     size_t prefix_bytes = sizeof(float) * (size_t)n_p * (size_t)c.kv_dim;
     if (!rc && !(rc = blend_prefix(m, &c, &Lp, want, &cp, &k_p))) {

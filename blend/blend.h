@@ -109,13 +109,13 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
 /* Batched blends over one loader holding the union of their chunks
  * (select=query, a fixed ratio): the members' first n_shared chunks are the
  * same chunks at the same positions.  Each member's query runs its first
- * pass alone and picks its ratio share of rows exactly as
- * kvfs_blend_stream would; the picks that fall in the shared prefix, of
- * every member, are recomputed once (a prefix row only sees the prefix, so
- * its fresh K/V are the same for every member), and each member then
- * recomputes its own picks after the prefix and its query over that
- * blended prefix.  A member's result therefore differs from its own blend
- * only by the other members' prefix rows, recomputed too.  Loading and
+ * pass alone and weighs every row.  In the shared prefix the rows all
+ * queries weigh most together (each member's weights there summing to 1),
+ * the ratio of them, are recomputed once (a prefix row only sees the
+ * prefix, so its fresh K/V are the same for every member); each member
+ * then recomputes the ratio of its own rows after the prefix its query
+ * weighs most, and its query, over that blended prefix.  A batch of one is
+ * exactly kvfs_blend_stream's query selection.  Loading and
  * re-positioning the prefix happen once.  Each member's result goes to
  * done() as soon as it is ready (one cache serves every member in turn);
  * a non-zero return from done() stops the batch with that error. */

@@ -207,9 +207,9 @@ int main(void)
     }
     /* batches: one member alone picks and recomputes exactly what its own
      * blend does; with every row picked (0.999) each member is a full
-     * prefill; two members sharing chunk 0 recompute at least their own
-     * picks, so each is at least as close to its own blend's rows as plain
-     * reuse is */
+     * prefill; two members sharing chunk 0 recompute as many rows as their
+     * own blends, the shared chunk's chosen by both queries, so each is
+     * nearer its own blend's rows than plain reuse is */
     {
         const void *imgs[NC];
         size_t lens[NC];
@@ -237,7 +237,7 @@ int main(void)
                 if (variant < 2)
                     CHECK(d <= 4.0f);
                 kvfs_kv_cache_free(m, &bc), free(bt);
-                if (variant == 2) { /* more rows recomputed than its own blend: nearer a full prefill */
+                if (variant == 2) { /* as many rows recomputed as its own blend: nearer it than reuse */
                     struct kvfs_blend_opts ro;
                     kvfs_blend_opts_init(&ro, 0.0f);
                     CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &ro, &bc, &bt, out, &st, err,

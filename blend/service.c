@@ -159,6 +159,16 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
     free(svc);
 }
 
+int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct kvfs_fingerprint *fp,
+                             uint32_t *n_vocab)
+{
+    if (!svc || i < 0 || i >= svc->n_models)
+        return -ENODEV;
+    *fp = svc->models[i].m->fp;
+    *n_vocab = (uint32_t)svc->models[i].m->hp.n_vocab;
+    return 0;
+}
+
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
                             char key[KVFS_HASH_HEX_LEN + 1])
 {

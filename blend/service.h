@@ -34,6 +34,11 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
 /* Waits for running blends. */
 void kvfs_blend_service_close(struct kvfs_blend_service *svc);
 
+/* The i-th loaded model (in model= order): its chunks' fingerprint and its
+ * vocabulary size.  -ENODEV past the last one. */
+int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct kvfs_fingerprint *fp,
+                             uint32_t *n_vocab);
+
 /* The key a recipe's result is stored under. */
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
                             char key[KVFS_HASH_HEX_LEN + 1]);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvfs_fs.h"
+#include "llama_state.h"
 #include "service.h"
 
 struct blend_entry {
@@ -26,6 +27,7 @@ struct blend_entry {
     char key[KVFS_HASH_HEX_LEN + 1]; /* the result's key, when valid */
     char err[512];
     uint64_t size;     /* of the last result served (0 before the first) */
+    uint64_t llama_size; /* its llama.cpp view's (llama/NAME.llama) */
     int removed;       /* forgotten (rm) while open: gone with its last handle */
     int opens;         /* NAME.kv handles and opens in progress */
     struct blend_entry *next;
@@ -95,7 +97,7 @@ static struct blend_entry *find(struct kvfs_blends *b, const char *base)
 
 static struct blend_entry *find_ino(struct kvfs_blends *b, fuse_ino_t ino)
 {
-    uint64_t id = (ino - INO_BLEND_BASE) / 4;
+    uint64_t id = BLEND_ID(ino);
     for (struct blend_entry *e = b->entries; e; e = e->next)
         if (e->id == id)
             return e;
@@ -105,12 +107,13 @@ static struct blend_entry *find_ino(struct kvfs_blends *b, fuse_ino_t ino)
 static void fill_attr(const struct blend_entry *e, int kind, struct stat *st)
 {
     memset(st, 0, sizeof(*st));
-    st->st_ino = INO_BLEND_BASE + e->id * 4 + (uint64_t)kind;
+    st->st_ino = BLEND_INO(e->id, kind);
     st->st_mode = S_IFREG | (kind == 0 ? 0644 : 0444);
     st->st_nlink = 1;
     st->st_uid = getuid();
     st->st_gid = getgid();
-    st->st_size = kind == 0 ? (off_t)strlen(e->recipe) : kind == 2 ? (off_t)strlen(e->err) : (off_t)e->size;
+    st->st_size = kind == BLEND_RECIPE ? (off_t)strlen(e->recipe) : kind == BLEND_ERR ? (off_t)strlen(e->err)
+                : kind == BLEND_KV ? (off_t)e->size : (off_t)e->llama_size;
     clock_gettime(CLOCK_REALTIME, &st->st_mtim);
     st->st_atim = st->st_ctim = st->st_mtim;
 }
@@ -134,7 +137,7 @@ int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st)
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = find_ino(mnt->blends, ino);
     if (e)
-        fill_attr(e, (int)((ino - INO_BLEND_BASE) % 4), st);
+        fill_attr(e, BLEND_KIND(ino), st);
     pthread_mutex_unlock(&mnt->blends->lock);
     return e ? 0 : -ENOENT;
 }
@@ -147,7 +150,31 @@ int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, f
     for (struct blend_entry *e = mnt->blends->entries; e && !rc; e = e->next)
         for (int k = 0; k < 3 && !rc && !e->removed; k++) {
             snprintf(name, sizeof(name), "%s%s", e->name, EXT[k]);
-            rc = fn(ctx, name, INO_BLEND_BASE + e->id * 4 + (uint64_t)k);
+            rc = fn(ctx, name, BLEND_INO(e->id, k));
+        }
+    pthread_mutex_unlock(&mnt->blends->lock);
+    return rc;
+}
+
+int blends_lookup_kind(struct kvfs_mount *mnt, const char *base, int kind, struct stat *st)
+{
+    pthread_mutex_lock(&mnt->blends->lock);
+    struct blend_entry *e = find(mnt->blends, base);
+    if (e)
+        fill_attr(e, kind, st);
+    pthread_mutex_unlock(&mnt->blends->lock);
+    return e ? 0 : -ENOENT;
+}
+
+int blends_list_llama(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)
+{
+    int rc = 0;
+    char name[256];
+    pthread_mutex_lock(&mnt->blends->lock);
+    for (struct blend_entry *e = mnt->blends->entries; e && !rc; e = e->next)
+        if (!e->removed && e->valid) {
+            snprintf(name, sizeof(name), "%s.llama", e->name);
+            rc = fn(ctx, name, BLEND_INO(e->id, BLEND_LLAMA));
         }
     pthread_mutex_unlock(&mnt->blends->lock);
     return rc;
@@ -265,8 +292,19 @@ void blends_release(struct kvfs_mount *mnt, fuse_ino_t ino)
     pthread_mutex_unlock(&mnt->blends->lock);
 }
 
-static void set_err(struct kvfs_mount *mnt, fuse_ino_t ino, int rc, const char *why, uint64_t size)
+/* The outcome of serving NAME: its error, or its result's sizes. */
+static void set_err(struct kvfs_mount *mnt, fuse_ino_t ino, int rc, const char *why, struct kvfs_chunk_ref *ref)
 {
+    uint64_t size = 0, llama_size = 0;
+    struct kvfs_header h;
+    struct kvfs_llama_view v;
+    if (!rc) {
+        size = kvfs_chunk_size(ref);
+        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) && !kvfs_llama_view_init(&v, &h, 0)) {
+            llama_size = v.size;
+            kvfs_llama_view_free(&v);
+        }
+    }
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = find_ino(mnt->blends, ino);
     if (e && rc)
@@ -274,6 +312,7 @@ static void set_err(struct kvfs_mount *mnt, fuse_ino_t ino, int rc, const char *
     else if (e) {
         e->err[0] = '\0';
         e->size = size;
+        e->llama_size = llama_size;
     }
     pthread_mutex_unlock(&mnt->blends->lock);
 }
@@ -308,7 +347,7 @@ int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref
         kvfs_recipe_free(&r);
     }
     free(text);
-    set_err(mnt, ino, rc, err, rc ? 0 : kvfs_chunk_size(*ref));
+    set_err(mnt, ino, rc, err, rc ? NULL : *ref);
     pthread_mutex_lock(&mnt->blends->lock);
     int forgotten = e->removed; /* rm while it blended: forget what it stored */
     pthread_mutex_unlock(&mnt->blends->lock);
@@ -325,7 +364,7 @@ fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base)
 {
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = find(mnt->blends, base);
-    fuse_ino_t ino = e ? INO_BLEND_BASE + e->id * 4 + 1 : 0;
+    fuse_ino_t ino = e ? BLEND_INO(e->id, BLEND_KV) : 0;
     pthread_mutex_unlock(&mnt->blends->lock);
     return ino;
 }
@@ -342,7 +381,7 @@ int blends_recipe_name(struct kvfs_mount *mnt, fuse_ino_t ino, char *out, size_t
 
 int blends_text(struct kvfs_mount *mnt, fuse_ino_t ino, char **text)
 {
-    int kind = (int)((ino - INO_BLEND_BASE) % 4);
+    int kind = BLEND_KIND(ino);
     pthread_mutex_lock(&mnt->blends->lock);
     struct blend_entry *e = find_ino(mnt->blends, ino);
     *text = e ? strdup(kind == 0 ? e->recipe : e->err) : NULL;
@@ -400,7 +439,7 @@ int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, str
         refs[i] = mrefs ? mrefs[k] : NULL;
         if (merrs)
             memcpy(errs[i], merrs[k], 512);
-        set_err(mnt, inos[i], rcs[i], errs[i], rcs[i] ? 0 : kvfs_chunk_size(refs[i]));
+        set_err(mnt, inos[i], rcs[i], errs[i], rcs[i] ? NULL : refs[i]);
         kvfs_recipe_free(&r[k]);
     }
     for (int i = 0; i < n; i++)

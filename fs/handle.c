@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kvfs_fs.h"
+#include "llama_state.h"
 
 struct fh *fh_new(enum fh_kind kind)
 {
@@ -22,7 +23,11 @@ struct fh *fh_new(enum fh_kind kind)
 static void fh_free(struct kvfs_mount *m, struct fh *h)
 {
     if (h->kind == FH_CHUNK) {
-        kvfs_chunk_release(h->ref);
+        if (h->view)
+            kvfs_llama_view_free(h->view);
+        free(h->view);
+        if (h->ref)
+            kvfs_chunk_release(h->ref);
     } else if (h->kind == FH_STATS) {
         free(h->text);
     } else if (h->kind == FH_PENDING) {
@@ -68,6 +73,17 @@ static void reply_bytes(struct fh *h, fuse_req_t req, size_t size, off_t off)
         size_t o = (size_t)off < h->text_len ? (size_t)off : h->text_len;
         size_t n = h->text_len - o < size ? h->text_len - o : size;
         fuse_reply_buf(req, h->text + o, n);
+        return;
+    }
+    if (h->kind == FH_CHUNK && h->view) { /* a llama.cpp state, made as it is read */
+        char *buf = size ? malloc(size) : NULL;
+        if (size && !buf) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        size_t n = kvfs_llama_view_read(h->view, kvfs_chunk_data(h->ref), (uint64_t)off, buf, size);
+        fuse_reply_buf(req, buf, n);
+        free(buf);
         return;
     }
     if (h->kind == FH_CHUNK) {

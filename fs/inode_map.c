@@ -30,7 +30,7 @@ uint64_t kvfs_chunk_ino(const char *hash)
     uint64_t v = 0;
     if (kvfs_hex_to_hash(hash, d) == 0)
         memcpy(&v, d, 8);
-    return INO_CHUNK_BIT | (v >> 1);
+    return INO_CHUNK_BIT | (v >> 3);
 }
 
 int kvfs_parse_chunk_name(const char *name, char hash[KVFS_HASH_HEX_LEN + 1])

@@ -20,13 +20,23 @@ enum {
     INO_STATS = 5, /* /.kvfs/stats */
     INO_BLENDS = 6, /* /blends */
     INO_CONTROL = 7, /* /.kvfs/control: the ioctl endpoint */
+    INO_LLAMA = 8,   /* /llama: llama.cpp's view (fs/llama.c) */
     INO_PENDING_BASE = 1u << 20, /* files being written: INO_PENDING_BASE + n */
 };
-/* blends/ files: INO_BLEND_BASE + 4 * id + kind (0 recipe, 1 kv, 2 err) */
+/* blends/ files: INO_BLEND_BASE + 8 * id + kind: 0 NAME.recipe, 1 NAME.kv,
+ * 2 NAME.err, and in llama/ 3 NAME.llama, 4 NAME.vt.llama */
 #define INO_BLEND_BASE (1ull << 40)
+enum { BLEND_RECIPE, BLEND_KV, BLEND_ERR, BLEND_LLAMA, BLEND_LLAMA_VT };
+#define BLEND_INO(id, kind) (INO_BLEND_BASE + (uint64_t)(id) * 8 + (uint64_t)(kind))
+#define BLEND_KIND(ino) ((int)(((ino) - INO_BLEND_BASE) % 8))
+#define BLEND_ID(ino) (((ino) - INO_BLEND_BASE) / 8)
 #define IS_BLEND_INO(ino) ((ino) >= INO_BLEND_BASE && !((ino) & INO_CHUNK_BIT))
-/* Chunk inodes: top bit set, the rest from the hash (stable across mounts). */
+/* Chunk inodes: top bit set, the rest from the hash (stable across mounts);
+ * the next two bits mark the chunk's views in llama/: <hash>.llama and
+ * <hash>.vt.llama (V transposed) */
 #define INO_CHUNK_BIT (1ull << 63)
+#define INO_LLAMA_BIT (1ull << 62)
+#define INO_VT_BIT (1ull << 61)
 
 struct kvfs_opts {
     char *store_dir;
@@ -86,6 +96,7 @@ enum fh_kind { FH_CHUNK = 1, FH_PENDING = 2, FH_STATS = 3 };
 struct fh {
     enum fh_kind kind;
     struct kvfs_chunk_ref *ref; /* FH_CHUNK: a chunk or a blend result */
+    struct kvfs_llama_view *view; /* FH_CHUNK read as a llama.cpp state (llama/) */
     fuse_ino_t blend_ino;       /* a blend result: its blends/NAME.kv */
     pid_t opener;               /* the process that opened it */
     struct pending *p;          /* FH_PENDING */
@@ -158,6 +169,10 @@ int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st);
 /* fn(ctx, name, ino) for each file; stops at (and returns) a non-zero value */
 int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
 int blends_check_new_name(const char *name);
+/* llama/NAME.llama (kind BLEND_LLAMA) and NAME.vt.llama (BLEND_LLAMA_VT) of blend base */
+int blends_lookup_kind(struct kvfs_mount *mnt, const char *base, int kind, struct stat *st);
+/* fn(ctx, "NAME.llama", ino) for each blend with a valid recipe */
+int blends_list_llama(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
 /* A recipe written (empty: not yet written, no error); rejected text is kept
  * and its reason goes to NAME.err.  partial_ok: a recipe that only lacks a
  * chunk or its query yet is left as it was (-EINPROGRESS) */
@@ -179,6 +194,22 @@ fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base); /* NAME.kv i
 int blends_result_key(struct kvfs_mount *mnt, fuse_ino_t ino, char key[KVFS_HASH_HEX_LEN + 1]);
 void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
                         unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/* llama/ (fs/llama.c): llama.cpp's sequence-state view of chunks and blends,
+ * and a drop box for states llama.cpp saved */
+struct kvfs_llama_view;
+uint64_t llama_chunk_ino(const char *hash, int vt);
+/* llama/NAME: a chunk's view (its inode counted as a kernel lookup) or a blend's */
+int llama_lookup(struct kvfs_mount *m, const char *name, struct stat *st);
+int llama_chunk_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st);
+int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st);
+/* h->ref and h->view for a view's inode (a blend's is blended if needed) */
+int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h);
+/* the blends' views (the chunks' come from the store's listing) */
+int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
+/* a state written to llama/ stored as a chunk of the mount's first model */
+int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+                 size_t errlen);
 
 /* Names in chunks/: "<64 lowercase hex>.kv"; fills hash. */
 int kvfs_parse_chunk_name(const char *name, char hash[KVFS_HASH_HEX_LEN + 1]);

@@ -94,7 +94,7 @@ static int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_
 static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
 {
     switch (ino) {
-    case INO_ROOT: case INO_CHUNKS: case INO_INCOMING: case INO_META: case INO_BLENDS:
+    case INO_ROOT: case INO_CHUNKS: case INO_INCOMING: case INO_META: case INO_BLENDS: case INO_LLAMA:
         dir_attr(m, ino, st);
         return 0;
     case INO_STATS:
@@ -110,6 +110,8 @@ static int attr_of(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
         st->st_atime = st->st_mtime = st->st_ctime = m->mount_time;
         return 0;
     }
+    if (ino & INO_LLAMA_BIT)
+        return llama_chunk_getattr(m, ino, st);
     if (ino & INO_CHUNK_BIT) {
         struct kvfs_chunk_info c;
         int rc = chunk_of_ino(m, ino, &c);
@@ -150,6 +152,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         else if (!strcmp(name, "incoming")) child = INO_INCOMING;
         else if (!strcmp(name, ".kvfs")) child = INO_META;
         else if (!strcmp(name, "blends")) child = INO_BLENDS;
+        else if (!strcmp(name, "llama")) child = INO_LLAMA;
     } else if (parent == INO_META && !strcmp(name, STATS_NAME)) {
         child = INO_STATS;
     } else if (parent == INO_META && !strcmp(name, "control")) {
@@ -160,7 +163,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         reply_entry(req, &st, child == INO_STATS ? 0 : 3600);
         return;
     }
-    if (parent == INO_CHUNKS || parent == INO_INCOMING || parent == INO_BLENDS) {
+    if (parent == INO_CHUNKS || parent == INO_INCOMING || parent == INO_BLENDS || parent == INO_LLAMA) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_name(m, parent, name);
         if (p && !p->committed)
@@ -175,6 +178,12 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     }
     if (parent == INO_BLENDS && blends_lookup(m, name, &st) == 0) {
         reply_entry(req, &st, 0);
+        return;
+    }
+    if (parent == INO_LLAMA && llama_lookup(m, name, &st) == 0) {
+        int chunk = (st.st_ino & INO_CHUNK_BIT) != 0;
+        if (reply_entry(req, &st, chunk ? ENTRY_TIMEOUT : 0) == -ENOENT && chunk) /* the caller is gone */
+            forget_chunks(m, &(struct fuse_forget_data){.ino = st.st_ino, .nlookup = 1}, 1);
         return;
     }
     if (parent == INO_CHUNKS) {
@@ -274,7 +283,7 @@ static int check_new_name(fuse_ino_t parent, const char *name)
         }
         return 0;
     }
-    if (parent == INO_INCOMING)
+    if (parent == INO_INCOMING || parent == INO_LLAMA)
         return strlen(name) < 256 ? 0 : -ENAMETOOLONG;
     if (parent == INO_BLENDS) {
         if (blends_check_new_name(name) != 0) {
@@ -346,8 +355,26 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_open(m, req, fi, h);
         return;
     }
+    if ((IS_BLEND_INO(ino) && BLEND_KIND(ino) >= BLEND_LLAMA) || (ino & INO_LLAMA_BIT)) {
+        struct fh *h = acc == O_RDONLY ? fh_new(FH_CHUNK) : NULL;
+        if (!h) {
+            fuse_reply_err(req, acc == O_RDONLY ? ENOMEM : EACCES);
+            return;
+        }
+        if ((rc = llama_open(m, ino, h))) {
+            fh_unhold(m, h); /* what it got so far goes with it */
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        if (IS_BLEND_INO(ino))
+            fi->direct_io = 1; /* a recipe rewritten: new bytes */
+        else
+            fi->keep_cache = 1;
+        reply_open(m, req, fi, h);
+        return;
+    }
     if (IS_BLEND_INO(ino)) {
-        int kind = (int)((ino - INO_BLEND_BASE) % 4);
+        int kind = BLEND_KIND(ino);
         if (acc != O_RDONLY && kind == 0) { /* rewrite a recipe: a new draft under its name */
             char name[256];
             if ((rc = blends_recipe_name(m, ino, name, sizeof(name))))
@@ -531,6 +558,13 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
                                        : -blends_unlink(m, name));
         return;
     }
+    if (parent == INO_LLAMA) { /* views go with their chunk or recipe */
+        struct stat st = {0};
+        fuse_reply_err(req, llama_lookup(m, name, &st) ? ENOENT : EPERM);
+        if ((st.st_ino & INO_CHUNK_BIT) && st.st_ino)
+            forget_chunks(m, &(struct fuse_forget_data){.ino = st.st_ino, .nlookup = 1}, 1);
+        return;
+    }
     if (parent != INO_CHUNKS) {
         fuse_reply_err(req, parent == INO_INCOMING ? ENOENT : EPERM);
         return;
@@ -634,13 +668,16 @@ static int named_entries(struct kvfs_mount *m, fuse_ino_t ino, struct dir_snapsh
         return rc;
     if (ino == INO_ROOT) {
         if ((rc = add_named(d, "chunks", INO_CHUNKS)) || (rc = add_named(d, "incoming", INO_INCOMING)) ||
-            (rc = add_named(d, ".kvfs", INO_META)) || (rc = add_named(d, "blends", INO_BLENDS)))
+            (rc = add_named(d, ".kvfs", INO_META)) || (rc = add_named(d, "blends", INO_BLENDS)) ||
+            (rc = add_named(d, "llama", INO_LLAMA)))
             return rc;
     } else if (ino == INO_META) {
         if ((rc = add_named(d, STATS_NAME, INO_STATS)) || (rc = add_named(d, "control", INO_CONTROL)))
             return rc;
-    } else if (ino == INO_INCOMING || ino == INO_BLENDS) {
+    } else if (ino == INO_INCOMING || ino == INO_BLENDS || ino == INO_LLAMA) {
         if (ino == INO_BLENDS && (rc = blends_list(m, add_named, d)))
+            return rc;
+        if (ino == INO_LLAMA && (rc = llama_list(m, add_named, d)))
             return rc;
         pthread_mutex_lock(&m->lock);
         for (struct pending *p = m->pending; p && !rc; p = p->next)
@@ -661,7 +698,8 @@ static void snapshot_free(struct dir_snapshot *d)
 static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct kvfs_mount *m = kvfs_mount_of(req);
-    if (ino != INO_ROOT && ino != INO_CHUNKS && ino != INO_INCOMING && ino != INO_META && ino != INO_BLENDS) {
+    if (ino != INO_ROOT && ino != INO_CHUNKS && ino != INO_INCOMING && ino != INO_META && ino != INO_BLENDS &&
+        ino != INO_LLAMA) {
         fuse_reply_err(req, ENOTDIR);
         return;
     }
@@ -671,7 +709,7 @@ static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
         return;
     }
     if (named_entries(m, ino, d) != 0 ||
-        (ino == INO_CHUNKS &&
+        ((ino == INO_CHUNKS || ino == INO_LLAMA) &&
          (kvfs_store_list(m->store, snap_cb, d) != 0 || kvfs_store_list_remote_only(m->store, snap_cb, d) != 0))) {
         snapshot_free(d);
         fuse_reply_err(req, ENOMEM);
@@ -691,7 +729,7 @@ static void kvfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi, int plus)
 {
-    (void)ino;
+    int llama = ino == INO_LLAMA; /* chunks as <hash>.llama views */
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct dir_snapshot *d = (struct dir_snapshot *)(uintptr_t)fi->fh;
     char *buf = malloc(size);
@@ -702,7 +740,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     size_t used = 0, nfixed = d->n_named, total = nfixed + d->n;
     for (size_t i = (size_t)off; i < total; i++) {
         struct stat st;
-        char name[KVFS_HASH_HEX_LEN + 4];
+        char name[KVFS_HASH_HEX_LEN + 16];
         const char *nm;
         memset(&st, 0, sizeof(st));
         if (i < nfixed) {
@@ -711,15 +749,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 continue; /* a draft that finished meanwhile, a blend forgotten */
         } else {
             const char *hash = d->hashes[i - nfixed];
-            snprintf(name, sizeof(name), "%s.kv", hash);
+            snprintf(name, sizeof(name), llama ? "%s.llama" : "%s.kv", hash);
             nm = name;
-            st.st_ino = kvfs_chunk_ino(hash);
-            st.st_mode = S_IFREG | 0644;
+            st.st_ino = llama ? llama_chunk_ino(hash, 0) : kvfs_chunk_ino(hash);
+            st.st_mode = S_IFREG | (llama ? 0444 : 0644);
             if (plus) {
                 struct kvfs_chunk_info c;
-                if (kvfs_store_stat_known(m->store, hash, &c) != 0)
+                if (llama ? llama_attr_of_hash(m, hash, &st) != 0 : kvfs_store_stat_known(m->store, hash, &c) != 0)
                     continue; /* removed since opendir */
-                chunk_attr(&c, &st);
+                if (!llama)
+                    chunk_attr(&c, &st);
             }
         }
         size_t need;
@@ -742,8 +781,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
              * the reply: its forget may come as soon as it has it; a reply
              * that fails leaves counts no forget takes back, so those
              * entries stay, like those put with no lookup) */
-            if (!is_dot && (st.st_ino & INO_CHUNK_BIT))
-                remember_chunk(m, d->hashes[i - nfixed], 1);
+            if (!is_dot && (st.st_ino & INO_CHUNK_BIT)) {
+                pthread_mutex_lock(&m->lock);
+                ino_map_put(m->inos, st.st_ino, d->hashes[i - nfixed], 1);
+                pthread_mutex_unlock(&m->lock);
+            }
         } else {
             need = fuse_add_direntry(req, buf + used, size - used, nm, &st, (off_t)(i + 1));
             if (need > size - used)
@@ -789,7 +831,7 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
 }
 
 /* blends/NAME.kv: user.kvfs.pinned and user.kvfs.tier of its result */
-#define IS_BLEND_KV(ino) (IS_BLEND_INO(ino) && (ino - INO_BLEND_BASE) % 4 == 1)
+#define IS_BLEND_KV(ino) (IS_BLEND_INO(ino) && BLEND_KIND(ino) == BLEND_KV)
 static const char *const blend_xattr_names[] = {"user.kvfs.pinned", "user.kvfs.tier"};
 
 static int blend_xattr_value(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *out, size_t len)

@@ -141,7 +141,8 @@ int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
 
 static const char *where(const struct pending *p)
 {
-    return p->parent == INO_CHUNKS ? "chunks" : p->parent == INO_BLENDS ? "blends" : "incoming";
+    return p->parent == INO_CHUNKS ? "chunks" : p->parent == INO_BLENDS ? "blends"
+         : p->parent == INO_LLAMA ? "llama" : "incoming";
 }
 
 int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size_t size, off_t off)
@@ -208,7 +209,10 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         kvfs_parse_chunk_name(p->name, expect);
         want = expect;
     }
-    rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
+    if (p->parent == INO_LLAMA) /* a llama.cpp state: converted, then stored like any chunk */
+        rc = llama_ingest(m, data, p->len, hash, err, sizeof(err));
+    else
+        rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
     p->dirty = 0;
     p->committed = rc == 0;
     if (rc == 0) {

@@ -1,0 +1,195 @@
+/* llama.c - the llama/ directory: llama.cpp's sequence-state view of every
+ * chunk and blend, and a drop box for the states llama.cpp saves.
+ *
+ *   llama/<hash>.llama      chunk <hash> as a state file (V rows: engines
+ *                           with flash attention, llama-server's default)
+ *   llama/<hash>.vt.llama   the same with V transposed (no flash attention,
+ *                           llama-cpp-python's default); not listed
+ *   llama/NAME.llama        blend NAME's result (blended on open), and
+ *   llama/NAME.vt.llama
+ *   llama/ANYTHING-ELSE     written (llama-server --slot-save-path MOUNT/llama
+ *                           and /slots/N?action=save): stored at close as a
+ *                           chunk of the mount's first model, then gone
+ *
+ * One directory serves both ways because llama-server reads and writes its
+ * slot files in one directory, by plain names.  The conversion is
+ * index/llama_state.c's. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvfs_fs.h"
+#include "llama_state.h"
+#include "log.h"
+#include "service.h"
+
+static const char SUFFIX[] = ".llama", VT_SUFFIX[] = ".vt.llama";
+
+/* NAME.llama / NAME.vt.llama -> base and vt; -ENOENT for other names */
+static int split(const char *name, char *base, size_t cap, int *vt)
+{
+    size_t n = strlen(name), s = strlen(SUFFIX), v = strlen(VT_SUFFIX);
+    *vt = n > v && !strcmp(name + n - v, VT_SUFFIX);
+    size_t el = *vt ? v : s;
+    if (n <= el || n - el >= cap || strcmp(name + n - s, SUFFIX))
+        return -ENOENT;
+    memcpy(base, name, n - el);
+    base[n - el] = '\0';
+    return 0;
+}
+
+uint64_t llama_chunk_ino(const char *hash, int vt)
+{
+    return kvfs_chunk_ino(hash) | INO_LLAMA_BIT | (vt ? INO_VT_BIT : 0);
+}
+
+/* The state size of chunk c: from a loaded model of its fingerprint (its
+ * shapes), else from the chunk's own header. */
+static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint64_t *size)
+{
+    struct kvfs_fingerprint fp;
+    uint32_t n_vocab;
+    char id[17];
+    for (int i = 0; kvfs_blend_service_model(m->svc, i, &fp, &n_vocab) == 0; i++) {
+        kvfs_fingerprint_id(&fp, id);
+        if (!strcmp(id, c->model) && fp.n_layer == c->n_layer) {
+            *size = kvfs_llama_state_size(c->n_tokens, fp.n_layer, (uint64_t)fp.n_kv_head * fp.head_dim);
+            return 0;
+        }
+    }
+    struct kvfs_chunk_ref *ref;
+    struct kvfs_header h;
+    struct kvfs_llama_view v;
+    int rc = kvfs_store_get(m->store, c->hash, &ref);
+    if (rc)
+        return rc;
+    if (!(rc = kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0)) &&
+        !(rc = kvfs_llama_view_init(&v, &h, 0))) {
+        *size = v.size;
+        kvfs_llama_view_free(&v);
+    }
+    kvfs_chunk_release(ref);
+    return rc;
+}
+
+static int chunk_view_attr(struct kvfs_mount *m, const struct kvfs_chunk_info *c, int vt, struct stat *st)
+{
+    uint64_t size;
+    int rc = view_size(m, c, &size);
+    if (rc)
+        return rc;
+    memset(st, 0, sizeof(*st));
+    st->st_ino = llama_chunk_ino(c->hash, vt);
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_size = (off_t)size;
+    st->st_blksize = 1 << 20;
+    st->st_mtim.tv_sec = (time_t)(c->created_ns / 1000000000);
+    st->st_mtim.tv_nsec = (long)(c->created_ns % 1000000000);
+    st->st_ctim = st->st_mtim;
+    st->st_atim.tv_sec = (time_t)(c->accessed_ns / 1000000000);
+    st->st_atim.tv_nsec = (long)(c->accessed_ns % 1000000000);
+    return 0;
+}
+
+int llama_lookup(struct kvfs_mount *m, const char *name, struct stat *st)
+{
+    char base[256], hash[KVFS_HASH_HEX_LEN + 1], kvname[KVFS_HASH_HEX_LEN + 4];
+    int vt;
+    struct kvfs_chunk_info c;
+    if (split(name, base, sizeof(base), &vt))
+        return -ENOENT;
+    snprintf(kvname, sizeof(kvname), "%.64s.kv", base);
+    if (strlen(base) == KVFS_HASH_HEX_LEN && kvfs_parse_chunk_name(kvname, hash) == 0 &&
+        (kvfs_store_stat_known(m->store, hash, &c) == 0 || kvfs_store_lookup(m->store, hash, &c) == 0)) {
+        int rc = chunk_view_attr(m, &c, vt, st);
+        if (!rc) { /* counted before the kernel can forget it */
+            pthread_mutex_lock(&m->lock);
+            rc = ino_map_put(m->inos, st->st_ino, hash, 1);
+            pthread_mutex_unlock(&m->lock);
+        }
+        return rc;
+    }
+    return blends_lookup_kind(m, base, vt ? BLEND_LLAMA_VT : BLEND_LLAMA, st);
+}
+
+int llama_chunk_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    pthread_mutex_lock(&m->lock);
+    int rc = ino_map_get(m->inos, ino, hash);
+    pthread_mutex_unlock(&m->lock);
+    if (!rc)
+        rc = kvfs_store_stat_known(m->store, hash, &c);
+    return rc ? rc : chunk_view_attr(m, &c, (ino & INO_VT_BIT) != 0, st);
+}
+
+int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st)
+{
+    struct kvfs_chunk_info c;
+    int rc = kvfs_store_stat_known(m->store, hash, &c);
+    return rc ? rc : chunk_view_attr(m, &c, 0, st);
+}
+
+/* The view over h->ref (a chunk or a blend result) into h. */
+static int view_of_ref(struct fh *h, int vt)
+{
+    struct kvfs_header hdr;
+    int rc = kvfs_header_parse(kvfs_chunk_data(h->ref), kvfs_chunk_size(h->ref), &hdr, NULL, 0);
+    if (rc)
+        return rc;
+    if (!(h->view = calloc(1, sizeof(*h->view))))
+        return -ENOMEM;
+    if ((rc = kvfs_llama_view_init(h->view, &hdr, vt))) {
+        free(h->view);
+        h->view = NULL;
+    }
+    return rc;
+}
+
+int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h)
+{
+    int rc, vt;
+    if (IS_BLEND_INO(ino)) {
+        vt = BLEND_KIND(ino) == BLEND_LLAMA_VT;
+        if ((rc = blends_open_kv(m, ino, &h->ref)))
+            return rc;
+        h->blend_ino = ino;
+    } else {
+        char hash[KVFS_HASH_HEX_LEN + 1];
+        vt = (ino & INO_VT_BIT) != 0;
+        pthread_mutex_lock(&m->lock);
+        rc = ino_map_get(m->inos, ino, hash);
+        pthread_mutex_unlock(&m->lock);
+        if (rc || (rc = kvfs_store_get(m->store, hash, &h->ref)))
+            return rc;
+    }
+    return view_of_ref(h, vt); /* on error the handle's release frees the ref */
+}
+
+int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)
+{
+    return blends_list_llama(m, fn, ctx);
+}
+
+int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+                 size_t errlen)
+{
+    struct kvfs_fingerprint fp;
+    struct kvfs_writer w;
+    uint32_t n_vocab;
+    if (kvfs_blend_service_model(m->svc, 0, &fp, &n_vocab))
+        return kvfs_errf(err, errlen, -ENODEV, "a llama.cpp state names no model and this mount has none "
+                         "(-o model=PATH; or kvfsctl import -m MODEL)");
+    int rc = kvfs_llama_state_to_chunk(buf, len, &fp, n_vocab, &w, err, errlen);
+    if (rc)
+        return rc;
+    rc = kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
+    kvfs_writer_free(&w);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* llama_state.h - llama.cpp's sequence-state file (llama_state_seq_save_file,
+ * llama-server's /slots?action=save|restore) to and from kvfs v1 objects.
+ *
+ * The layout, version 3 as llama-cpp-python 0.3.36's llama.cpp writes it
+ * (kvfs(5), "llama.cpp sequence state"), all little-endian:
+ *
+ *   u32 magic 'ggsq', u32 version 3, u32 n_token, i32 token[n_token]
+ *   u32 n_stream; per stream: u32 cell_count, and when it is not 0:
+ *     per cell: i32 pos, u32 n_seq_id (1), i32 seq_id
+ *     u32 v_trans, u32 n_layer
+ *     per layer: i32 k_type, u64 k_row_bytes, K rows [cell][kv_head][head_dim]
+ *     per layer, V rows (v_trans 0): i32 v_type, u64 v_row_bytes, rows
+ *     or V transposed (v_trans 1): i32 v_type, u32 elem_bytes, u32 n_embd_v,
+ *       then for each of the n_embd_v dims the cells' values
+ *
+ * K and V in a v1 object are the same rows ([token][kv_head][head_dim], keys
+ * after RoPE), so a view is the object's layers with a few headers between.
+ * No FUSE here, no allocation but the view's prelude. */
+#ifndef KVFS_LLAMA_STATE_H
+#define KVFS_LLAMA_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvformat.h"
+
+#define KVFS_LLAMA_SEQ_MAGIC 0x67677371u     /* 'ggsq': llama_state_seq_save_file */
+#define KVFS_LLAMA_SESSION_MAGIC 0x6767736eu /* 'ggsn': llama_state_save_file (whole context) */
+#define KVFS_LLAMA_SEQ_VERSION 3u            /* llama-cpp-python 0.3.36 */
+
+/* ggml type ids of the cache types a state may hold */
+enum { KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_BF16 = 30 };
+
+/* A v1 object read as a sequence state with f16 K/V (the engines' default
+ * cache type), positions pos0.., sequence 0, one stream. */
+struct kvfs_llama_view {
+    struct kvfs_header h;   /* of the object; its pointers point into the object */
+    int v_trans;            /* V transposed: engines without flash attention */
+    uint32_t kv_dim;        /* n_kv_head * head_dim */
+    uint64_t size;          /* of the state file */
+    uint64_t data0;         /* offset of layer 0's K header */
+    uint8_t *prelude;       /* bytes [0, data0): generated */
+};
+
+/* The view of the object whose parsed header is h (whose token and layer
+ * table pointers stay valid while the view is used).  -EINVAL for a shape
+ * llama.cpp cannot hold, -ENOMEM. */
+int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans);
+void kvfs_llama_view_free(struct kvfs_llama_view *v);
+/* The size of a view of n_tokens rows of kv_dim (either V layout) */
+uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim);
+/* len bytes of the state file at off (clipped to its size) from the whole
+ * object image obj; returns the bytes written */
+size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj, uint64_t off, void *dst, size_t len);
+
+/* A sequence-state file buf[0..len) as a chunk of the model fp: K/V in the
+ * state's cache type (f32, f16 or bf16), positions and tokens as saved.
+ * On success w holds the finished object (kvfs_writer_free it).  Errors,
+ * each with a reason in err that names both sides of a mismatch: -EPROTO (not
+ * a sequence state, or a version other than KVFS_LLAMA_SEQ_VERSION), -EINVAL
+ * (truncated, trailing bytes, layer count, row size or cache type that does
+ * not fit the model, cells at positions that are not consecutive, several
+ * sequences, token ids >= n_vocab), -ENOMEM. */
+int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fingerprint *fp, uint32_t n_vocab,
+                              struct kvfs_writer *w, char *err, size_t errlen);
+
+#endif

@@ -115,6 +115,39 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
 # their .d files) recompiles and relinks every test.
 .SECONDARY: $(TEST_SRC:%.c=$(BUILD)/%.o) $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 
+# libkvfs, the engines' library (lib/kvfs.h, libkvfs(3)): lib/ and the format
+# code of index/ it needs, -fPIC with hidden visibility so that only the
+# libkvfs_* API is exported.  libkvfs.a is one object with everything else
+# made local, so it links beside libkvfs_core.a (kvfsctl does) without clashes.
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+LIBKVFS_OBJ  := $(patsubst %.c,$(BUILD)/libkvfs-pic/%.o,lib/libkvfs.c index/kvformat.c index/log.c)
+LIBKVFS_DEPS := $(shell pkg-config --libs libxxhash libcrypto 2>/dev/null)
+$(BUILD)/libkvfs-pic/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ilib -fPIC -fvisibility=hidden -c -o $@ $<
+$(BUILD)/libkvfs.a: $(LIBKVFS_OBJ)
+	$(LD) -r -o $(BUILD)/libkvfs-pic/libkvfs.o $^
+	objcopy --localize-hidden $(BUILD)/libkvfs-pic/libkvfs.o
+	rm -f $@; ar rcs $@ $(BUILD)/libkvfs-pic/libkvfs.o
+$(BUILD)/libkvfs.so: $(LIBKVFS_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvfs.so.1 -o $@ $^ $(LIBKVFS_DEPS)
+all: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so
+$(TOOL_OBJ) $(BUILD)/tests/unit/test_libkvfs.o: CFLAGS += -Ilib
+$(BUILD)/kvfsctl $(BUILD)/tests/test_libkvfs: $(BUILD)/libkvfs.a
+$(BUILD)/kvfsctl $(BUILD)/tests/test_libkvfs: LINK_LIBS := $(BUILD)/libkvfs.a $(LINK_LIBS)
+.PHONY: install-libkvfs
+install: install-libkvfs
+install-libkvfs: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man3
+	install -m 0644 lib/kvfs.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 0644 $(BUILD)/libkvfs.a $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(BUILD)/libkvfs.so $(DESTDIR)$(LIBDIR)/libkvfs.so.1
+	ln -sf libkvfs.so.1 $(DESTDIR)$(LIBDIR)/libkvfs.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    lib/libkvfs.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libkvfs.pc
+	install -m 0644 man/libkvfs.3 $(DESTDIR)$(MANDIR)/man3/
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<

@@ -16,6 +16,8 @@ KVFS_CMD(logits);
 KVFS_CMD(mkmodel);
 KVFS_CMD(blend);
 KVFS_CMD(eval);
+KVFS_CMD(import);
+KVFS_CMD(compare);
 #undef KVFS_CMD
 
 #endif

@@ -21,6 +21,8 @@ static const struct command commands[] = {
     {"mkmodel", cmd_mkmodel, "write a tiny synthetic GGUF model (for tests)"},
     {"blend", cmd_blend, "blend chunks through a mounted kvfs"},
     {"eval", cmd_eval, "compare blending against full prefill"},
+    {"compare", cmd_compare, "how far apart two KV caches of the same prompt are"},
+    {"import", cmd_import, "a llama.cpp sequence-state file as a chunk of a named model"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,89 @@
+/* kvfsctl import - a llama.cpp sequence-state file (llama_state_seq_save_file,
+ * llama-server's slot save) as a kvfs chunk of a named model. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "llama_state.h"
+#include "model_util.h"
+#include "tool_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvfsctl import -m MODEL [-o FILE | -M MOUNT] STATE_FILE\n"
+               "Convert a llama.cpp sequence-state file (llama_state_seq_save_file, llama-server's\n"
+               "POST /slots/N?action=save; format version %u) into a kvfs chunk of MODEL: the\n"
+               "state carries no model identity, so the model is named here, and its layer\n"
+               "count and KV head shape must match the state's.  Prints the chunk's hash (and\n"
+               "its path in the mount with -M).\n\n"
+               "  -m, --model PATH    GGUF model the state was computed with\n"
+               "  -o, --output FILE   write the chunk file here\n"
+               "  -M, --mount DIR     store it in a mounted kvfs (via DIR/incoming/)\n",
+            KVFS_LLAMA_SEQ_VERSION);
+}
+
+int cmd_import(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *mount = NULL;
+    const struct tool_opt opts[] = {TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("output", 'o', STR, &out),
+                                    TOOL_OPT("mount", 'M', STR, &mount), {0}};
+    const struct tool_cmd cmd = {usage, opts, 1, 1};
+    int rc = tool_parse_args(&cmd, argc, argv);
+    if (rc != TOOL_ARGS_OK)
+        return rc;
+    if (!model || (!out && !mount) || (out && mount))
+        return tool_usage_error(&cmd);
+    const char *in = argv[optind];
+    struct kvfs_model *m;
+    struct kvfs_tokenizer *tok;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[512] = "", hex[KVFS_HASH_HEX_LEN + 1], path[4096];
+    struct kvfs_writer w;
+    int ret = 1;
+    if ((rc = tool_read_file(in, &buf, &len))) {
+        fprintf(stderr, "kvfsctl import: cannot read %s: %s\n", in, strerror(-rc));
+        return 1;
+    }
+    if (tool_load_model(model, "cpu", 1, &m, &tok))
+        goto free_buf;
+    if ((rc = kvfs_llama_state_to_chunk(buf, len, &m->fp, (uint32_t)m->hp.n_vocab, &w, err, sizeof(err)))) {
+        fprintf(stderr, "kvfsctl import: %s against %s: %s [%s]\n", in, model, err, strerror(-rc));
+        goto free_model;
+    }
+    uint8_t digest[32];
+    kvfs_content_hash(&w.hdr, digest);
+    kvfs_hash_to_hex(digest, hex);
+    if (mount)
+        snprintf(path, sizeof(path), "%s/incoming/%s.kv", mount, hex);
+    else
+        snprintf(path, sizeof(path), "%s", out);
+    if (mount) { /* one plain write: kvfs verifies and stores it when it is closed */
+        FILE *f = fopen(path, "w");
+        rc = f ? 0 : -errno;
+        if (f && fwrite(w.buf, 1, w.size, f) != w.size)
+            rc = -EIO;
+        if (f && fclose(f) != 0 && !rc)
+            rc = -errno;
+    } else {
+        rc = tool_write_file(path, w.buf, w.size);
+    }
+    if (rc) {
+        fprintf(stderr, "kvfsctl import: cannot store the chunk at %s: %s\n", path, strerror(-rc));
+    } else {
+        if (mount)
+            printf("%s %s/chunks/%s.kv\n", hex, mount, hex);
+        else
+            printf("%s\n", hex);
+        ret = 0;
+    }
+    kvfs_writer_free(&w);
+free_model:
+    kvfs_tokenizer_free(tok);
+    kvfs_model_free(m);
+free_buf:
+    free(buf);
+    return ret;
+}

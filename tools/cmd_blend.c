@@ -6,12 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "blend.h"
 #include "commands.h"
-#include "kvfs_ioctl.h"
+#include "kvfs.h"
 #include "model_util.h"
 #include "tool_util.h"
 
@@ -44,47 +43,40 @@ static void forget_auto(const char *mount, const char *name, int is_auto)
     unlink(p);
 }
 
-/* --batch: one KVFS_IOC_BLEND_BATCH call with the file's recipes */
+/* --batch: one KVFS_IOC_BLEND_BATCH call with the file's recipes, through libkvfs */
 static int blend_batch(const char *mount, const char *file)
 {
     uint8_t *text = NULL;
     size_t len = 0;
-    char ctl[4096];
     int rc = tool_read_file(file, &text, &len);
     if (rc) {
         fprintf(stderr, "kvfsctl blend: %s: %s\n", file, strerror(-rc));
         return 1;
     }
-    struct kvfs_blend_batch_req *r = calloc(1, sizeof(*r));
-    if (!r || len >= sizeof(r->recipes)) {
-        fprintf(stderr, "kvfsctl blend: %s: %s\n", file, r ? "larger than a batch takes (12 KiB)" : strerror(ENOMEM));
-        free(text);
-        free(r);
+    char *recipes = realloc(text, len + 1);
+    struct libkvfs_blend_result *res = calloc(LIBKVFS_BATCH_MAX, sizeof(*res));
+    if (!recipes || !res || len > LIBKVFS_BATCH_BYTES) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", file,
+                recipes && res ? "larger than a batch takes (12 KiB)" : strerror(ENOMEM));
+        free(recipes ? recipes : (char *)text);
+        free(res);
         return 1;
     }
-    r->version = KVFS_IOCTL_VERSION;
-    memcpy(r->recipes, text, len);
-    free(text);
-    snprintf(ctl, sizeof(ctl), "%s/.kvfs/control", mount);
-    int fd = open(ctl, O_RDONLY), ret = 1;
-    if (fd < 0 || ioctl(fd, KVFS_IOC_BLEND_BATCH, r) != 0) {
-        fprintf(stderr, "kvfsctl blend: %s: %s\n", ctl, strerror(errno));
-    } else {
-        /* "0 TOKENS PATH" or "-ERRNO REASON" per recipe */
-        for (char *line = strtok(r->results, "\n"); line; line = strtok(NULL, "\n")) {
-            int st = atoi(line);
-            char *rest = strchr(line, ' ');
-            if (st == 0 && rest && (rest = strchr(rest + 1, ' ')))
-                printf("%s/%s\n", mount, rest + 1);
-            else
-                fprintf(stderr, "kvfsctl blend: %s\n", line);
-        }
-        ret = r->status ? 1 : 0;
+    recipes[len] = '\0';
+    char err[4200];
+    int n = 0;
+    rc = libkvfs_blend_batch(mount, recipes, res, LIBKVFS_BATCH_MAX, &n, err, sizeof(err));
+    if (rc && n == 0)
+        fprintf(stderr, "kvfsctl blend: %s\n", err);
+    for (int i = 0; i < n; i++) {
+        if (res[i].status == 0)
+            printf("%s\n", res[i].path);
+        else
+            fprintf(stderr, "kvfsctl blend: %d %s\n", res[i].status, res[i].error);
     }
-    if (fd >= 0)
-        close(fd);
-    free(r);
-    return ret;
+    free(recipes);
+    free(res);
+    return rc ? 1 : 0;
 }
 
 struct blend_args {

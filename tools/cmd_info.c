@@ -6,13 +6,9 @@
 #include <sys/xattr.h>
 
 #include "commands.h"
-#include "kvformat.h"
+#include "kvformat.h" /* kvfs_hash_to_hex */
+#include "kvfs.h"
 #include "tool_util.h"
-
-static const char *dtype_name(uint32_t d)
-{
-    return d == KVFS_DTYPE_F32 ? "f32" : d == KVFS_DTYPE_F16 ? "f16" : d == KVFS_DTYPE_BF16 ? "bf16" : "?";
-}
 
 static void usage(FILE *f)
 {
@@ -31,28 +27,19 @@ int cmd_info(int argc, char **argv)
     if (rc != TOOL_ARGS_OK)
         return rc;
     const char *path = argv[optind];
-    uint8_t *buf;
-    size_t len;
-    rc = tool_read_file(path, &buf, &len);
+    /* through libkvfs, as engines read chunks: mapped, every checksum verified */
+    struct libkvfs_file *f;
+    char why[300];
+    rc = strcmp(path, "-") ? libkvfs_open(path, 0, &f, why, sizeof(why))
+                           : libkvfs_open_fd(STDIN_FILENO, 0, &f, why, sizeof(why));
     if (rc) {
-        fprintf(stderr, "kvfsctl info: %s: %s\n", path, strerror(-rc));
+        fprintf(stderr, "kvfsctl info: %s: %s\n", path, why);
         return 1;
     }
-    struct kvfs_header h;
-    char why[256];
-    rc = kvfs_file_verify(buf, len, &h, why, sizeof(why));
-    if (rc) {
-        fprintf(stderr, "kvfsctl info: %s: invalid chunk: %s\n", path, why);
-        free(buf);
-        return 1;
-    }
-    uint8_t digest[32];
-    char hex[65], model[17], mid[65];
-    kvfs_content_hash(&h, digest);
-    kvfs_hash_to_hex(digest, hex);
-    kvfs_fingerprint_id(&h.fp, model);
-    kvfs_hash_to_hex(h.fp.model_id, mid);
-    const char *rope = h.fp.rope_type == KVFS_ROPE_NEOX ? "neox" : "norm";
+    const struct libkvfs_info *h = libkvfs_info(f);
+    char mid[65];
+    kvfs_hash_to_hex(h->model_id, mid);
+    const char *rope = h->rope_type == LIBKVFS_ROPE_NEOX ? "neox" : "norm";
     /* a file in a kvfs mount: which tiers hold it (ram, disk, remote) */
     char tier[64] = "";
     ssize_t tn = getxattr(path, "user.kvfs.tier", tier, sizeof(tier) - 1);
@@ -62,14 +49,14 @@ int cmd_info(int argc, char **argv)
                "\"model_id\": \"%s\", \"n_layer\": %u, \"n_head\": %u, \"n_kv_head\": %u, \"head_dim\": %u, "
                "\"n_embd\": %u, \"rope_type\": \"%s\", \"rope_theta\": %g, \"rope_dim\": %u, "
                "\"dtype\": \"%s\", \"keys_roped\": %s, \"blended\": %s, \"n_tokens\": %u, \"pos0\": %u",
-               hex, h.version, (unsigned long long)h.file_size, h.fp.arch, model, mid, h.fp.n_layer,
-               h.fp.n_head, h.fp.n_kv_head, h.fp.head_dim, h.fp.n_embd, rope, (double)h.fp.rope_theta,
-               h.fp.rope_dim, dtype_name(h.dtype), (h.flags & KVFS_FLAG_KEYS_ROPED) ? "true" : "false",
-               (h.flags & KVFS_FLAG_BLENDED) ? "true" : "false", h.n_tokens, h.pos0);
+               h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
+               h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
+               h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "true" : "false",
+               (h->flags & LIBKVFS_FLAG_BLENDED) ? "true" : "false", h->n_tokens, h->pos0);
         if (show_tokens) {
             printf(", \"tokens\": [");
-            for (uint32_t i = 0; i < h.n_tokens; i++)
-                printf("%s%u", i ? ", " : "", kvfs_header_token(&h, i));
+            for (uint32_t i = 0; i < h->n_tokens; i++)
+                printf("%s%u", i ? ", " : "", h->tokens[i]);
             printf("]");
         }
         if (tier[0])
@@ -80,21 +67,21 @@ int cmd_info(int argc, char **argv)
                "model:       %s (model_id %s)\nlayers:      %u\nheads:       %u (kv %u, head_dim %u, embd %u)\n"
                "rope:        %s, theta %g, dim %u\ndtype:       %s\nkeys roped:  %s%s\ntokens:      %u\n"
                "pos0:        %u\nlayer bytes: %llu (stride %llu, first at %u)\nchecksums:   ok\n",
-               hex, h.version, (unsigned long long)h.file_size, h.fp.arch, model, mid, h.fp.n_layer,
-               h.fp.n_head, h.fp.n_kv_head, h.fp.head_dim, h.fp.n_embd, rope, (double)h.fp.rope_theta,
-               h.fp.rope_dim, dtype_name(h.dtype), (h.flags & KVFS_FLAG_KEYS_ROPED) ? "yes" : "no",
-               (h.flags & KVFS_FLAG_BLENDED) ? "\nblended:     yes (composed from chunks; approximates a prefill)" : "",
-               h.n_tokens, h.pos0, (unsigned long long)kvfs_layer_bytes(&h),
-               (unsigned long long)kvfs_layer_stride(&h), h.header_size);
+               h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
+               h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
+               h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "yes" : "no",
+               (h->flags & LIBKVFS_FLAG_BLENDED) ? "\nblended:     yes (composed from chunks; approximates a prefill)" : "",
+               h->n_tokens, h->pos0, (unsigned long long)h->layer_bytes,
+               (unsigned long long)h->layer_stride, h->header_size);
         if (tier[0])
             printf("tier:        %s\n", tier);
         if (show_tokens) {
             printf("token ids:  ");
-            for (uint32_t i = 0; i < h.n_tokens; i++)
-                printf(" %u", kvfs_header_token(&h, i));
+            for (uint32_t i = 0; i < h->n_tokens; i++)
+                printf(" %u", h->tokens[i]);
             printf("\n");
         }
     }
-    free(buf);
+    libkvfs_close(f);
     return 0;
 }

@@ -85,7 +85,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/run
 endif
 endif
 
-.PHONY: all asan test test-gpu bench bench-gpu run model deps need-deps oracle clean install
+.PHONY: all asan test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -189,8 +189,19 @@ test-gpu: need-deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh gpu
 
+# llama.cpp's own server, built from the llama.cpp inside the pinned
+# llama-cpp-python sdist (tools/build-llama-server.sh): the real engine that
+# tests/engines and the llama-server benchmark drive.  kvfs does not need it.
+llama-server:
+	@BUILD=$(BUILD) tools/build-llama-server.sh
+
+test-engines: need-deps
+	@$(MAKE) --no-print-directory all llama-server
+	@tools/fetch-model.sh || true
+	@BUILD=$(BUILD) tests/run.sh engines
+
 bench: need-deps
-	@$(MAKE) --no-print-directory all $(BUILD)/batch_quality
+	@$(MAKE) --no-print-directory all $(BUILD)/batch_quality llama-server
 	@tools/fetch-model.sh
 	@tools/install-oracle.sh
 	@BUILD=$(BUILD) bench/run.sh

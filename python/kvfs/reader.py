@@ -1,0 +1,281 @@
+"""Chunk files, format version 1 (kvfs(5)), as numpy views over a read-only
+mapping: k(layer) and v(layer) copy nothing."""
+import errno
+import hashlib
+import math
+import mmap
+import os
+import stat
+import struct
+
+import numpy as np
+
+from . import _xxh3
+from .errors import FormatError, KvfsError
+
+MAGIC = b"KVFSCHNK"
+VERSION = 1
+ALIGN = 4096
+FIXED_HEADER_SIZE = 128
+MAX_LAYERS = 1024
+MAX_TOKENS = 1 << 24
+LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
+
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
+FLAG_KEYS_ROPED, FLAG_BLENDED = 0x1, 0x2
+ROPE_NORM, ROPE_NEOX = 0, 2
+
+# bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
+_NP_DTYPE = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2"), DTYPE_BF16: np.dtype("<u2")}
+_DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16"}
+
+# magic, version, header_size, file_size, dtype, flags, n_tokens, pos0, then
+# the fingerprint (n_layer, n_kv_head, head_dim, rope_type, rope_theta,
+# rope_dim, arch, model_id, n_head, n_embd), then header_checksum
+_FIXED = struct.Struct("<8sIIQIIIIIIIIfI16s32sIIQ")
+_FP = slice(40, 120)
+_CHECKSUM_AT = 120
+
+
+def _align(v):
+    return (v + ALIGN - 1) // ALIGN * ALIGN
+
+
+def header_size_for(n_tokens, n_layer):
+    return _align(FIXED_HEADER_SIZE + 4 * n_tokens + LAYER_ENTRY.size * n_layer)
+
+
+def bf16_to_f32(bits):
+    """float32 copy of a bf16 view (uint16 bit patterns)."""
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+
+
+class ChunkFile:
+    """An open chunk file.  Views returned by k(), v() and tokens stay valid
+    after close() for as long as they are referenced (they keep the mapping)."""
+
+    def __init__(self, buf, name):
+        self.name = name
+        self._buf = buf
+
+    # -- parsing ---------------------------------------------------------
+    def _bad(self, err, why):
+        return FormatError(err, "invalid chunk: " + why, self.name)
+
+    def _parse(self, verify):
+        buf, n = self._buf, len(self._buf)
+        if n < FIXED_HEADER_SIZE:
+            raise self._bad(errno.EINVAL, "truncated: %d bytes, a header needs at least %d" % (n, FIXED_HEADER_SIZE))
+        (magic, self.version, self.header_size, self.file_size, self.dtype, self.flags, self.n_tokens, self.pos0,
+         self.n_layer, self.n_kv_head, self.head_dim, self.rope_type, self.rope_theta, self.rope_dim, arch,
+         self.model_id, self.n_head, self.n_embd, self.header_checksum) = _FIXED.unpack_from(buf, 0)
+        if magic != MAGIC:
+            raise self._bad(errno.EPROTO, "wrong magic: not a kvfs chunk file")
+        if self.version != VERSION:
+            raise self._bad(errno.EPROTO, "unsupported format version %d (this reader reads %d)"
+                            % (self.version, VERSION))
+        if self.dtype not in _NP_DTYPE:
+            raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16)" % self.dtype)
+        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED):
+            raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
+        if not 0 < self.n_tokens <= MAX_TOKENS:
+            raise self._bad(errno.EINVAL, "bad token count %d" % self.n_tokens)
+        if not 0 < self.n_layer <= MAX_LAYERS:
+            raise self._bad(errno.EINVAL, "bad layer count %d" % self.n_layer)
+        if (not 0 < self.n_kv_head <= 4096 or not 0 < self.head_dim <= 4096 or self.n_head < self.n_kv_head
+                or self.n_head % self.n_kv_head):
+            raise self._bad(errno.EINVAL, "bad head shape: %d heads, %d kv heads, head_dim %d"
+                            % (self.n_head, self.n_kv_head, self.head_dim))
+        if self.rope_type not in (ROPE_NORM, ROPE_NEOX):
+            raise self._bad(errno.EINVAL, "unknown rope type %d" % self.rope_type)
+        if (self.rope_dim > self.head_dim or self.rope_dim % 2 or not self.rope_theta > 0
+                or not math.isfinite(self.rope_theta)):
+            raise self._bad(errno.EINVAL, "bad rope parameters (dim %d, theta %g)" % (self.rope_dim, self.rope_theta))
+        if arch[:1] == b"\0" or b"\0" not in arch:
+            raise self._bad(errno.EINVAL, "architecture name missing or not terminated")
+        self.arch = arch.split(b"\0", 1)[0].decode("ascii", "replace")
+        self.elem_size = _NP_DTYPE[self.dtype].itemsize
+        self.layer_bytes = 2 * self.n_tokens * self.n_kv_head * self.head_dim * self.elem_size
+        self.layer_stride = _align(self.layer_bytes)
+        expect = header_size_for(self.n_tokens, self.n_layer)
+        if self.header_size != expect:
+            raise self._bad(errno.EINVAL, "header size %d, expected %d for %d tokens, %d layers"
+                            % (self.header_size, expect, self.n_tokens, self.n_layer))
+        if self.file_size != expect + self.n_layer * self.layer_stride:
+            raise self._bad(errno.EINVAL, "file size field %d, expected %d from the shape"
+                            % (self.file_size, expect + self.n_layer * self.layer_stride))
+        if n < self.header_size:
+            raise self._bad(errno.EINVAL, "truncated: %d bytes, header alone is %d" % (n, self.header_size))
+        if verify:
+            head = bytes(buf[:self.header_size])
+            zeroed = head[:_CHECKSUM_AT] + bytes(8) + head[_CHECKSUM_AT + 8:]
+            if _xxh3.xxh3_64(zeroed) != self.header_checksum:
+                raise self._bad(errno.EBADMSG, "header checksum mismatch")
+        table_at = FIXED_HEADER_SIZE + 4 * self.n_tokens
+        self._checksums = []
+        for layer in range(self.n_layer):
+            off, size, checksum = LAYER_ENTRY.unpack_from(buf, table_at + layer * LAYER_ENTRY.size)
+            if off != self.header_size + layer * self.layer_stride or size != self.layer_bytes:
+                raise self._bad(errno.EINVAL, "layer table entry %d inconsistent" % layer)
+            self._checksums.append(checksum)
+        used = table_at + LAYER_ENTRY.size * self.n_layer
+        if np.frombuffer(buf, np.uint8, self.header_size - used, used).any():
+            raise self._bad(errno.EINVAL, "non-zero header padding")
+        if n != self.file_size:  # checked verified or not: views must not reach past the end
+            raise self._bad(errno.EINVAL, "%s: %d bytes, header says %d"
+                            % ("truncated" if n < self.file_size else "trailing data", n, self.file_size))
+        self._fingerprint = bytes(buf[_FP])
+        if verify:
+            for layer in range(self.n_layer):
+                self.verify_layer(layer)
+                pad = self._layer_at(layer) + self.layer_bytes
+                if np.frombuffer(buf, np.uint8, self.layer_stride - self.layer_bytes, pad).any():
+                    raise self._bad(errno.EINVAL, "layer %d: non-zero padding" % layer)
+
+    # -- header ----------------------------------------------------------
+    @property
+    def blended(self):
+        """Composed by blending: an approximation of a prefill."""
+        return bool(self.flags & FLAG_BLENDED)
+
+    @property
+    def keys_roped(self):
+        """Keys stored after RoPE at positions pos0, pos0+1, ..."""
+        return bool(self.flags & FLAG_KEYS_ROPED)
+
+    @property
+    def dtype_name(self):
+        return _DTYPE_NAME[self.dtype]
+
+    @property
+    def np_dtype(self):
+        """numpy dtype of the views (uint16 bit patterns for bf16)."""
+        return _NP_DTYPE[self.dtype]
+
+    @property
+    def tokens(self):
+        """Token ids, a uint32 view."""
+        return np.frombuffer(self._mapped(), "<u4", self.n_tokens, FIXED_HEADER_SIZE)
+
+    @property
+    def model(self):
+        """Fingerprint id: 16 hex, groups chunks by model (user.kvfs.model)."""
+        return hashlib.sha256(self._fingerprint).hexdigest()[:16]
+
+    @property
+    def fingerprint_id(self):
+        return self.model
+
+    @property
+    def hash(self):
+        """Content hash, 64 hex: the chunk's name under chunks/ (kvfs(5))."""
+        h = hashlib.sha256(b"kvfs-chunk-v1\0")
+        h.update(self._fingerprint)
+        h.update(struct.pack("<IIII", self.dtype, self.flags, self.pos0, self.n_tokens))
+        h.update(self._mapped()[FIXED_HEADER_SIZE:FIXED_HEADER_SIZE + 4 * self.n_tokens])
+        return h.hexdigest()
+
+    # -- layers ----------------------------------------------------------
+    def _mapped(self):
+        if self._buf is None:
+            raise ValueError("%s: closed" % self.name)
+        return self._buf
+
+    def _layer_at(self, layer):
+        if not 0 <= layer < self.n_layer:
+            raise IndexError("layer %d of %d" % (layer, self.n_layer))
+        return self.header_size + layer * self.layer_stride
+
+    def _view(self, layer, second):
+        count = self.n_tokens * self.n_kv_head * self.head_dim
+        off = self._layer_at(layer) + (count * self.elem_size if second else 0)
+        a = np.frombuffer(self._mapped(), self.np_dtype, count, off)
+        return a.reshape(self.n_tokens, self.n_kv_head, self.head_dim)
+
+    def k(self, layer):
+        """Keys of LAYER: a read-only view of shape (n_tokens, n_kv_head, head_dim)."""
+        return self._view(layer, False)
+
+    def v(self, layer):
+        """Values of LAYER, the same shape, right after the keys."""
+        return self._view(layer, True)
+
+    def verify_layer(self, layer):
+        """Check LAYER's XXH3-64 (for a file opened with verify=False)."""
+        off = self._layer_at(layer)
+        if _xxh3.xxh3_64 is None:
+            raise KvfsError(errno.ENOSYS, _xxh3.MISSING, self.name)
+        view = memoryview(self._mapped())[off:off + self.layer_bytes]
+        try:
+            ok = _xxh3.xxh3_64(view) == self._checksums[layer]
+        finally:
+            view.release()
+        if not ok:
+            raise self._bad(errno.EBADMSG, "layer %d checksum mismatch" % layer)
+
+    def close(self):
+        """Unmap, unless views still hold the mapping (then it goes with them)."""
+        buf, self._buf = self._buf, None
+        if isinstance(buf, mmap.mmap):
+            try:
+                buf.close()
+            except BufferError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<kvfs.ChunkFile %s: %d tokens from %d, %d layers, %d x %d %s%s>" % (
+            self.name, self.n_tokens, self.pos0, self.n_layer, self.n_kv_head, self.head_dim, self.dtype_name,
+            ", blended" if self.blended else "")
+
+
+def _load(fd):
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size == 0:
+            return b""
+        try:
+            # MAP_PRIVATE: kvfs serves blend results with direct_io, which
+            # the kernel maps only privately
+            return mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        except OSError as e:
+            if e.errno != errno.ENODEV:
+                raise
+    parts = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            return b"".join(parts)
+        parts.append(b)
+
+
+def open(path, verify=True):  # noqa: A001 (kvfs.open, like io.open)
+    """Open and check the chunk file at PATH (a path or a descriptor, which
+    stays the caller's).  verify=True checks the header's and every layer's
+    XXH3-64; verify=False only the structure and the size (then
+    verify_layer() checks a layer).  Raises FormatError (EINVAL, EPROTO,
+    EBADMSG) for a bad file, OSError for the system's errors, and KvfsError
+    (ENOSYS) when verify=True but no XXH3 implementation is found."""
+    name = path if isinstance(path, int) else os.fspath(path)
+    if verify and _xxh3.xxh3_64 is None:
+        raise KvfsError(errno.ENOSYS, _xxh3.MISSING, name)
+    if isinstance(path, int):
+        buf = _load(path)
+    else:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            buf = _load(fd)
+        finally:
+            os.close(fd)  # a mapping outlives its descriptor
+    f = ChunkFile(buf, name)
+    try:
+        f._parse(verify)
+    except BaseException:
+        f.close()
+        raise
+    return f

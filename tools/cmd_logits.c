@@ -26,35 +26,6 @@ static void usage(FILE *f)
                "  -t, --threads N       CPU threads (default: all cores)\n");
 }
 
-static int parse_ids(char *s, int32_t **ids, int *n)
-{
-    int cap = 256, k = 0;
-    int32_t *v = malloc(sizeof(int32_t) * cap);
-    char *tok, *save = NULL;
-    for (tok = strtok_r(s, ", \n\t\r", &save); tok && v; tok = strtok_r(NULL, ", \n\t\r", &save)) {
-        char *end;
-        long x = strtol(tok, &end, 10);
-        if (*end || x < 0 || x > INT32_MAX) {
-            free(v);
-            return -EINVAL;
-        }
-        if (k == cap) {
-            int32_t *nv = realloc(v, sizeof(int32_t) * (cap *= 2));
-            if (!nv) {
-                free(v);
-                return -ENOMEM;
-            }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-    }
-    if (!v)
-        return -ENOMEM;
-    *ids = v;
-    *n = k;
-    return k ? 0 : -EINVAL;
-}
-
 int cmd_logits(int argc, char **argv)
 {
     const char *model = NULL, *backend = "cpu", *tfile = NULL, *tlist = NULL;
@@ -85,11 +56,11 @@ int cmd_logits(int argc, char **argv)
             return 1;
         }
         s[len] = '\0';
-        rc = parse_ids(s, &ids, &n);
+        rc = tool_parse_ids(s, &ids, &n);
         free(s);
     } else {
         char *s = strdup(tlist);
-        rc = s ? parse_ids(s, &ids, &n) : -ENOMEM;
+        rc = s ? tool_parse_ids(s, &ids, &n) : -ENOMEM;
         free(s);
     }
     if (rc) {

@@ -19,6 +19,8 @@ static void usage(FILE *f)
                "  -m, --model PATH    GGUF model\n"
                "  -o, --output FILE   write the chunk file here\n"
                "  -M, --mount DIR     store it in a mounted kvfs (via DIR/incoming/)\n"
+               "  --ids ID,ID,...     the chunk's token ids instead of a text (a prompt cut at\n"
+               "                      token boundaries, as an engine holds it)\n"
                "  --pos0 N            position of the first token (default 0)\n"
                "  --bos               prepend BOS if the model asks for it\n"
                "  --dtype f16|f32|bf16  stored precision (default f16)\n"
@@ -28,12 +30,12 @@ static void usage(FILE *f)
 
 int cmd_prefill(int argc, char **argv)
 {
-    const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu";
+    const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu", *id_list = NULL;
     int pos0 = 0, bos = 0, threads = 0;
     uint32_t dtype = KVFS_DTYPE_F16;
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("output", 'o', STR, &out),
-        TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0),
+        TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0), TOOL_OPT("ids", 0, STR, &id_list),
         TOOL_OPT("bos", 0, FLAG, &bos), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype),
         TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 1};
@@ -52,8 +54,20 @@ int cmd_prefill(int argc, char **argv)
     int ret = 1;
     struct kvfs_kv_cache cache;
     struct kvfs_writer w;
-    if (tool_tokenize_file(tok, text, bos, &ids, &n))
+    if (id_list) {
+        char *s = strdup(id_list);
+        int ni = 0, bad = !s || tool_parse_ids(s, &ids, &ni);
+        free(s);
+        for (int i = 0; !bad && i < ni; i++)
+            bad = ids[i] >= m->hp.n_vocab;
+        n = (size_t)ni;
+        if (bad) {
+            fprintf(stderr, "kvfsctl prefill: --ids wants comma-separated token ids below %d\n", m->hp.n_vocab);
+            goto free_ids;
+        }
+    } else if (tool_tokenize_file(tok, text, bos, &ids, &n)) {
         goto free_model;
+    }
     if ((rc = kvfs_kv_cache_init(m, (int)n, &cache))) {
         fprintf(stderr, "kvfsctl prefill: out of memory for %zu tokens\n", n);
         goto free_ids;

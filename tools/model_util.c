@@ -63,3 +63,32 @@ int32_t tool_argmax(const float *x, int n)
             best = i;
     return best;
 }
+
+int tool_parse_ids(char *s, int32_t **ids, int *n)
+{
+    int cap = 256, k = 0;
+    int32_t *v = malloc(sizeof(int32_t) * cap);
+    char *tok, *save = NULL;
+    for (tok = strtok_r(s, ", \n\t\r", &save); tok && v; tok = strtok_r(NULL, ", \n\t\r", &save)) {
+        char *end;
+        long x = strtol(tok, &end, 10);
+        if (*end || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -EINVAL;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, sizeof(int32_t) * (cap *= 2));
+            if (!nv) {
+                free(v);
+                return -ENOMEM;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+    }
+    if (!v)
+        return -ENOMEM;
+    *ids = v;
+    *n = k;
+    return k ? 0 : -EINVAL;
+}

@@ -29,7 +29,7 @@ done
 SQ=$'\nQuestion: Which of these licenses was written by the Free Software Foundation?'
 "$KVFSCTL" blend -M "$A" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
 PORT=$((20000 + RANDOM % 20000))
-"$SERVER" -m "$MODEL" --slot-save-path "$A/llama/" -np 1 -c 4096 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
+"$SERVER" -m "$MODEL" --slot-save-path "$A/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
 PIDS+=($!); SRV=$!
 for _ in $(seq 300); do curl -sf "localhost:$PORT/health" > /dev/null && break; sleep 0.1; done
 post() { curl -s -X POST "localhost:$PORT$1" -H 'Content-Type: application/json' -d "$2"; }
@@ -63,7 +63,7 @@ D2=$("$KVFSCTL" tokenize -m "$MODEL" "$T/d2.txt" 2>/dev/null | tr ' ' ',')
 mount_kvfs b "model=$MODEL" || exit 1
 B=$T/b.mnt
 kill "$SRV"; wait "$SRV" 2>/dev/null
-"$SERVER" -m "$MODEL" --slot-save-path "$B/llama/" -np 1 -c 4096 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
+"$SERVER" -m "$MODEL" --slot-save-path "$B/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
 PIDS+=($!); SRV=$!
 for _ in $(seq 300); do curl -sf "localhost:$PORT/health" > /dev/null && break; sleep 0.1; done
 post /completion "{\"prompt\": [$D2], \"n_predict\": 0, \"cache_prompt\": true, \"id_slot\": 0}" > /dev/null

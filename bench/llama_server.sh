@@ -68,7 +68,7 @@ ma=$(med "${fa[@]}"); mb=$(med "${fb[@]}")
 echo "### llama-server: time to first token (\`bench/llama_server.sh $ROUNDS\`, run by \`make bench\`)"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores. llama-server built from the llama.cpp in llama-cpp-python"
-echo "0.3.36's sdist (\`make llama-server\`), SmolLM2-135M Q4_1, \`-np 1 -c 8192 -t $(nproc)\`. Prompt: 6 passages of"
+echo "0.3.36's sdist (\`make llama-server\`), SmolLM2-135M Q4_1, \`-np 1 -c 8192 --cache-ram 0 -t $(nproc)\`. Prompt: 6 passages of"
 echo "512 tokens + a question + \"Answer:\" (as token ids). (a) the server prefills it all; (b) it restores"
 echo "\`llama/qN.llama\` from a kvfs mount (\`ram=0\`: the six chunks read from the store's disk and blended at"
 echo "ratio 0.15 by the open), then gets the same prompt and computes only what the blend lacks. Wall seconds"

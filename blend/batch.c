@@ -118,7 +118,7 @@ static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const
     int rc = cache_use(m, L, c, d_delta);
     if (!rc && !(rc = kvfs_work_alloc(m, L->n_ctx, &w)) &&
         !(rc = BE(m)->upload(CTX(m), w.ids, L->tokens, sizeof(int32_t) * n)) &&
-        !(rc = BE(m)->get_rows(CTX(m), m->tok_embd, w.ids, w.x, L->n_ctx, m->hp.n_embd)) &&
+        !(rc = kvfs_embed(m, w.ids, w.x, L->n_ctx)) &&
         !(rc = BE(m)->alloc(CTX(m), sizeof(float) * n + 4, (void **)&d_mass)) &&
         !(rc = blend_query_mass(m, ld, L->map + map_from, L->n_map - map_from, row0, c, &w, L->n_rows, L->n_suffix,
                                 d_delta, d_mass, err, errlen)) &&
@@ -175,7 +175,7 @@ static int recompute(const struct kvfs_model *m, struct kvfs_kv_cache *c, const 
     if ((rc = kvfs_work_alloc(m, n_run, &ws)) || (rc = BE(m)->upload(CTX(m), ws.ids, ids, bytes)) ||
         (rc = BE(m)->upload(CTX(m), ws.pos, pos, bytes)) || (rc = BE(m)->alloc(CTX(m), bytes, (void **)&d_idx)) ||
         (rc = BE(m)->upload(CTX(m), d_idx, idx, bytes)) ||
-        (rc = BE(m)->get_rows(CTX(m), m->tok_embd, ws.ids, ws.x, n_run, hp->n_embd)))
+        (rc = kvfs_embed(m, ws.ids, ws.x, n_run)))
         goto out;
     for (int l = 0; l < hp->n_layer && !rc; l++)
         if (!(rc = kvfs_layer_qkv(m, l, &ws, n_run)) &&

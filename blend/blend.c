@@ -391,7 +391,7 @@ static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t
         (rc = kvfs_work_alloc(m, b->n_ctx, &b->w)) ||
         (rc = be->upload(ctx, b->w.ids, b->tokens, sizeof(int32_t) * n)) ||
         (rc = be->upload(ctx, b->w.pos, b->c->host_pos, sizeof(int32_t) * n)) ||
-        (rc = be->get_rows(ctx, m->tok_embd, b->w.ids, b->w.x, b->n_ctx, hp->n_embd)) ||
+        (rc = kvfs_embed(m, b->w.ids, b->w.x, b->n_ctx)) ||
         (rc = be->alloc(ctx, sizeof(float) * n + 4, (void **)&b->d_dev)) ||
         (rc = be->alloc(ctx, n + 4, (void **)&b->d_forced)) ||
         (rc = be->alloc(ctx, sizeof(int32_t) * n + 4, (void **)&b->d_top)) ||

@@ -44,6 +44,15 @@ struct kvfs_backend_iface {
     int (*weight_create)(void *ctx, const float *host, int out_dim, int in_dim,
                          struct kvfs_weight **out);
     void (*weight_free)(void *ctx, struct kvfs_weight *w);
+    /* Optional (NULL: the model dequantizes and calls weight_create): keep W
+     * in its GGUF encoding, out_dim rows of row_bytes of ggml type `type` at
+     * host memory `data`, which the caller keeps mapped while W lives; the
+     * matmul decodes it as it goes (memory: the file's size, not f32's). */
+    int (*weight_create_quant)(void *ctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
+                               int in_dim, struct kvfs_weight **out);
+    /* Optional, with weight_create_quant: out[i] = row ids[i] of W as f32,
+     * i < n (an embedding table kept as a weight; ids device int32) */
+    int (*weight_rows)(void *ctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n);
 
     /* y[n][out_dim] = x[n][in_dim] . W^T  (+ bias[out_dim] if bias != NULL) */
     int (*matmul)(void *ctx, const struct kvfs_weight *w, const float *bias,

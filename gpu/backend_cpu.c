@@ -13,7 +13,9 @@
 
 #include "backend.h"
 #include "blas.h"
+#include "gguf.h" /* ggml row sizes and dequantization */
 #include "kvformat.h"
+#include "parallel.h"
 
 struct cpu_ctx {
     const struct kvfs_blas *blas;
@@ -21,7 +23,10 @@ struct cpu_ctx {
 };
 
 struct kvfs_weight {
-    float *w; /* [out_dim][in_dim] */
+    float *w;          /* [out_dim][in_dim], or NULL when kept encoded: */
+    const uint8_t *q;  /* out_dim rows of row_bytes, ggml type `type` (the caller's mapping) */
+    uint32_t type;
+    size_t row_bytes;
     int out_dim, in_dim;
 };
 
@@ -58,7 +63,7 @@ static int cpu_sync(void *ctx)
 static int cpu_weight_create(void *vctx, const float *host, int out_dim, int in_dim, struct kvfs_weight **out)
 {
     (void)vctx;
-    struct kvfs_weight *w = malloc(sizeof(*w));
+    struct kvfs_weight *w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
     size_t n = (size_t)out_dim * in_dim;
@@ -73,6 +78,41 @@ static int cpu_weight_create(void *vctx, const float *host, int out_dim, int in_
     return 0;
 }
 
+static int cpu_weight_create_quant(void *vctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
+                                   int in_dim, struct kvfs_weight **out)
+{
+    (void)vctx;
+    float probe[32];
+    if (row_bytes == 0 || row_bytes != kvfs_ggml_row_size(type, (uint64_t)in_dim) ||
+        kvfs_ggml_dequantize(type, data, probe, in_dim < 32 ? (uint64_t)in_dim : 32) == -ENOTSUP)
+        return -ENOTSUP;
+    struct kvfs_weight *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->q = data;
+    w->type = type;
+    w->row_bytes = row_bytes;
+    w->out_dim = out_dim;
+    w->in_dim = in_dim;
+    *out = w;
+    return 0;
+}
+
+static int cpu_weight_rows(void *vctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n)
+{
+    (void)vctx;
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)i * w->in_dim;
+        if (ids[i] < 0 || ids[i] >= w->out_dim)
+            return -EINVAL;
+        int rc = w->w ? (memcpy(o, w->w + (size_t)ids[i] * w->in_dim, sizeof(float) * w->in_dim), 0)
+                      : kvfs_ggml_dequantize(w->type, w->q + (size_t)ids[i] * w->row_bytes, o, (uint64_t)w->in_dim);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
 {
     (void)ctx;
@@ -82,13 +122,184 @@ static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
     }
 }
 
+/* An encoded weight's matmul.  Many rows (prefill, a blend's recompute):
+ * rows of W decoded a tile at a time, by every core, into f32, each tile one
+ * sgemm, so the decoding is paid once per matmul whatever n is.  Few rows
+ * (decode): each core decodes its share of W's rows one at a time and dots
+ * it with every x row while it is in cache: W is read once, encoded. */
+#define QMM_GEMM_MIN_ROWS 8
+#define QMM_TILE_FLOATS (1u << 20) /* 4 MiB of decoded rows per tile */
+
+struct qmm_job {
+    const struct kvfs_weight *w;
+    const float *x;
+    float *y, *tile;
+    int n, r0, r1, rc;
+};
+
+static void *qmm_decode(void *arg) /* rows [r0, r1) into tile */
+{
+    struct qmm_job *j = arg;
+    const struct kvfs_weight *w = j->w;
+    for (int r = j->r0; r < j->r1 && !j->rc; r++)
+        j->rc = kvfs_ggml_dequantize(w->type, w->q + (size_t)r * w->row_bytes, j->tile + (size_t)r * w->in_dim,
+                                     (uint64_t)w->in_dim);
+    return NULL;
+}
+
+#ifdef __AVX2__
+static float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* Row `q` (Q4_0, Q4_1 or Q8_0) dotted with n <= QMM_GEMM_MIN_ROWS rows of x
+ * (stride in): each 32-weight block decoded once into four registers, as
+ * kvfs_ggml_dequantize decodes it (same values), then multiplied into
+ * every x row.  0 if the type has no kernel here. */
+static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in, int n, float *out)
+{
+    if (type != KVFS_GGML_Q4_0 && type != KVFS_GGML_Q4_1 && type != KVFS_GGML_Q8_0)
+        return 0;
+    __m256 acc[QMM_GEMM_MIN_ROWS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    for (int b = 0; b < in / 32; b++) {
+        __m256 wv[4];
+        uint16_t h;
+        memcpy(&h, q, 2);
+        __m256 vd = _mm256_set1_ps(kvfs_f16_to_f32(h));
+        if (type == KVFS_GGML_Q8_0) {
+            for (int g = 0; g < 4; g++)
+                wv[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 2 + 8 * g)))), vd);
+            q += 34;
+        } else {
+            int off = type == KVFS_GGML_Q4_1 ? 4 : 2;
+            __m256 vm;
+            if (type == KVFS_GGML_Q4_1) {
+                memcpy(&h, q + 2, 2);
+                vm = _mm256_set1_ps(kvfs_f16_to_f32(h));
+            } else {
+                vm = _mm256_mul_ps(vd, _mm256_set1_ps(-8.0f)); /* (q - 8) d = q d - 8 d */
+            }
+            __m128i raw = _mm_loadu_si128((const __m128i *)(q + off));
+            __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
+            __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int g = 0; g < 4; g++)
+                wv[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[g])), vd, vm);
+            q += type == KVFS_GGML_Q4_1 ? 20 : 18;
+        }
+        for (int i = 0; i < n; i++) {
+            const float *xb = x + (size_t)i * in + 32 * b;
+            for (int g = 0; g < 4; g++)
+                acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + 8 * g), acc[i]);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = hsum8(acc[i]);
+    return 1;
+}
+#endif
+
+static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
+{
+    struct qmm_job *j = arg;
+    const struct kvfs_weight *w = j->w;
+    int in = w->in_dim;
+    float *row = malloc(sizeof(float) * (size_t)in), dots[QMM_GEMM_MIN_ROWS];
+    if (!row) {
+        j->rc = -ENOMEM;
+        return NULL;
+    }
+    for (int r = j->r0; r < j->r1 && !j->rc; r++) {
+        const uint8_t *q = w->q + (size_t)r * w->row_bytes;
+#ifdef __AVX2__
+        if (dot_rows_avx2(w->type, q, j->x, in, j->n, dots)) {
+            for (int i = 0; i < j->n; i++)
+                j->y[(size_t)i * w->out_dim + r] = dots[i];
+            continue;
+        }
+#endif
+        if ((j->rc = kvfs_ggml_dequantize(w->type, q, row, (uint64_t)in)))
+            break;
+        for (int i = 0; i < j->n; i++) {
+            const float *xi = j->x + (size_t)i * in;
+            float lane[8] = {0};
+            int k = 0;
+            for (; k + 8 <= in; k += 8)
+                for (int l = 0; l < 8; l++)
+                    lane[l] += xi[k + l] * row[k + l];
+            float acc = 0.0f;
+            for (; k < in; k++)
+                acc += xi[k] * row[k];
+            for (int l = 0; l < 8; l++)
+                acc += lane[l];
+            j->y[(size_t)i * w->out_dim + r] = acc;
+        }
+    }
+    (void)dots;
+    free(row);
+    return NULL;
+}
+
+static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x, float *y, int n)
+{
+    struct qmm_job jobs[KVFS_PARALLEL_MAX];
+    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    if (n < QMM_GEMM_MIN_ROWS) {
+        int per = (w->out_dim + nt - 1) / nt;
+        for (int t = 0; t < nt; t++) {
+            int r0 = t * per, r1 = r0 + per > w->out_dim ? w->out_dim : r0 + per;
+            jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0};
+        }
+        kvfs_parallel_run(qmm_gemv, jobs, sizeof(jobs[0]), nt);
+        for (int t = 0; t < nt; t++)
+            if (jobs[t].rc)
+                return jobs[t].rc;
+        return 0;
+    }
+    int tile_rows = (int)(QMM_TILE_FLOATS / (unsigned)w->in_dim);
+    tile_rows = tile_rows < 16 ? 16 : tile_rows > w->out_dim ? w->out_dim : tile_rows;
+    float *tile = malloc(sizeof(float) * (size_t)tile_rows * w->in_dim);
+    if (!tile)
+        return -ENOMEM;
+    int rc = 0;
+    for (int t0 = 0; t0 < w->out_dim && !rc; t0 += tile_rows) {
+        int rows = w->out_dim - t0 < tile_rows ? w->out_dim - t0 : tile_rows, per = (rows + nt - 1) / nt;
+        /* tile holds W's rows [t0, t0 + rows): offset so row r lands at r - t0 */
+        float *base = tile - (size_t)t0 * w->in_dim;
+        for (int t = 0; t < nt; t++) {
+            int r0 = t0 + t * per, r1 = r0 + per > t0 + rows ? t0 + rows : r0 + per;
+            jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0};
+        }
+        kvfs_parallel_run(qmm_decode, jobs, sizeof(jobs[0]), nt);
+        for (int t = 0; t < nt && !rc; t++)
+            rc = jobs[t].rc;
+        if (!rc)
+            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, w->in_dim, 1.0f, x, w->in_dim, tile,
+                             w->in_dim, 0.0f, y + t0, w->out_dim);
+    }
+    free(tile);
+    return rc;
+}
+
 static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
 {
     struct cpu_ctx *ctx = vctx;
     if (n <= 0)
         return 0;
-    ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->out_dim, w->in_dim, 1.0f, x, w->in_dim,
-                     w->w, w->in_dim, 0.0f, y, w->out_dim);
+    if (!w->w) {
+        int rc = qmm(ctx, w, x, y, n);
+        if (rc)
+            return rc;
+    } else {
+        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->out_dim, w->in_dim, 1.0f, x, w->in_dim,
+                         w->w, w->in_dim, 0.0f, y, w->out_dim);
+    }
     if (bias)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < w->out_dim; j++)
@@ -550,6 +761,8 @@ static const struct kvfs_backend_iface cpu_iface = {
     .copy = cpu_copy,
     .weight_create = cpu_weight_create,
     .weight_free = cpu_weight_free,
+    .weight_create_quant = cpu_weight_create_quant,
+    .weight_rows = cpu_weight_rows,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -92,6 +92,13 @@ int kvfs_linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const 
     return be->matmul(CTX(m), wt, bias, x, y, n);
 }
 
+int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n)
+{
+    if (m->tok_embd_w)
+        return BE(m)->weight_rows(CTX(m), m->tok_embd_w, ids, x, n);
+    return BE(m)->get_rows(CTX(m), m->tok_embd, ids, x, n, m->hp.n_embd);
+}
+
 int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -195,7 +202,7 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
     if ((rc = be->upload(CTX(m), w.ids, tokens, sizeof(int32_t) * (size_t)n)) ||
         (rc = be->upload(CTX(m), w.pos, pos, sizeof(int32_t) * (size_t)n)) ||
         (rc = be->upload(CTX(m), c->pos + at, pos, sizeof(int32_t) * (size_t)n)) ||
-        (rc = be->get_rows(CTX(m), m->tok_embd, w.ids, w.x, n, hp->n_embd)))
+        (rc = kvfs_embed(m, w.ids, w.x, n)))
         goto out;
     for (int l = 0; l < hp->n_layer; l++)
         if ((rc = layer_forward(m, l, &w, n, c, at)))

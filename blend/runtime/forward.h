@@ -65,6 +65,8 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
  * of layer l (exact positional mask), output projection, MLP; updates w->x. */
 int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
                       int n_ctx);
+/* x[i] = the embedding of token ids[i] (device int32), i < n. */
+int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n);
 /* Logits (host) of row `row` of w->x. */
 int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row, float *logits);
 

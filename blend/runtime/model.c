@@ -46,9 +46,24 @@ static int tensor_f32(const struct kvfs_gguf *g, const char *name, uint64_t cols
     return 0;
 }
 
+/* Weights stay in the GGUF's encoding (the mapping) where the backend can
+ * multiply by them so: a model then takes about its file's size in memory,
+ * not 4 bytes per weight.  KVFS_F32_WEIGHTS=1 decodes them all at load
+ * (benchmarks compare the two). */
+static int keep_encoded(const struct kvfs_model *m, const struct kvfs_gguf_tensor *t)
+{
+    const char *e = getenv("KVFS_F32_WEIGHTS");
+    return m->be.iface->weight_create_quant && t && t->type != KVFS_GGML_F32 && !(e && *e && strcmp(e, "0"));
+}
+
 static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int in_dim, struct kvfs_weight **w,
                        char *err, size_t errlen)
 {
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(m->gguf, name);
+    if (keep_encoded(m, t) && t->ne[0] == (uint64_t)in_dim && t->ne[1] * t->ne[2] * t->ne[3] == (uint64_t)out_dim &&
+        m->be.iface->weight_create_quant(m->be.ctx, t->type, t->data, kvfs_ggml_row_size(t->type, (uint64_t)in_dim),
+                                         out_dim, in_dim, w) == 0)
+        return 0; /* else (a type it cannot multiply by): decoded below, with tensor_f32's checks */
     float *f;
     int rc = tensor_f32(m->gguf, name, (uint64_t)in_dim, (uint64_t)out_dim, &f, err, errlen);
     if (rc)
@@ -164,6 +179,14 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     }
     const struct kvfs_backend_iface *be = m->be.iface;
     float *emb;
+    /* the embedding table kept encoded too, read a row per token (and the
+     * output projection when tied to it) */
+    if (keep_encoded(m, te) && be->weight_rows &&
+        load_weight(m, "token_embd.weight", hp->n_vocab, hp->n_embd, &m->tok_embd_w, err, errlen) == 0 &&
+        !kvfs_gguf_tensor(m->gguf, "output.weight"))
+        m->output = m->tok_embd_w;
+    if (m->tok_embd_w)
+        goto output;
     if ((rc = tensor_f32(m->gguf, "token_embd.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, &emb, err,
                          errlen)))
         goto fail;
@@ -176,6 +199,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     free(emb);
     if (rc)
         goto fail;
+output:
     if (!m->output && (rc = load_weight(m, "output.weight", hp->n_vocab, hp->n_embd, &m->output, err, errlen)))
         goto fail;
     if ((rc = load_vec(m, "output_norm.weight", hp->n_embd, 0, &m->output_norm, err, errlen)))
@@ -256,6 +280,8 @@ void kvfs_model_free(struct kvfs_model *m)
         }
         be->free(c, m->tok_embd);
         be->free(c, m->output_norm);
+        if (m->tok_embd_w != m->output)
+            be->weight_free(c, m->tok_embd_w);
         be->weight_free(c, m->output);
         kvfs_backend_free(&m->be);
     }

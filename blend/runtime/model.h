@@ -34,7 +34,8 @@ struct kvfs_model {
     struct kvfs_backend be;
     struct kvfs_fingerprint fp;  /* for chunk files */
     struct kvfs_gguf *gguf;      /* keeps the mapping (tokenizer metadata) */
-    float *tok_embd;             /* device [n_vocab][n_embd] */
+    float *tok_embd;             /* device [n_vocab][n_embd], or NULL when kept as: */
+    struct kvfs_weight *tok_embd_w; /* the table as an encoded weight (see kvfs_embed) */
     float *output_norm;          /* device [n_embd] */
     struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
     int output_act_q;

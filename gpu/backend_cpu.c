@@ -148,6 +148,17 @@ static void *qmm_decode(void *arg) /* rows [r0, r1) into tile */
 }
 
 #ifdef __AVX2__
+static inline float f16_scale(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return kvfs_f16_to_f32(h);
+#endif
+}
+
 static float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -170,9 +181,7 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
     const __m128i low4 = _mm_set1_epi8(0x0f);
     for (int b = 0; b < in / 32; b++) {
         __m256 wv[4];
-        uint16_t h;
-        memcpy(&h, q, 2);
-        __m256 vd = _mm256_set1_ps(kvfs_f16_to_f32(h));
+        __m256 vd = _mm256_set1_ps(f16_scale(q));
         if (type == KVFS_GGML_Q8_0) {
             for (int g = 0; g < 4; g++)
                 wv[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 2 + 8 * g)))), vd);
@@ -181,8 +190,7 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
             int off = type == KVFS_GGML_Q4_1 ? 4 : 2;
             __m256 vm;
             if (type == KVFS_GGML_Q4_1) {
-                memcpy(&h, q + 2, 2);
-                vm = _mm256_set1_ps(kvfs_f16_to_f32(h));
+                vm = _mm256_set1_ps(f16_scale(q + 2));
             } else {
                 vm = _mm256_mul_ps(vd, _mm256_set1_ps(-8.0f)); /* (q - 8) d = q d - 8 d */
             }

@@ -57,6 +57,11 @@ struct kvfs_backend_iface {
     /* y[n][out_dim] = x[n][in_dim] . W^T  (+ bias[out_dim] if bias != NULL) */
     int (*matmul)(void *ctx, const struct kvfs_weight *w, const float *bias,
                   const float *x, float *y, int n);
+    /* Optional: act_quant(x -> tmp, act_type) then matmul(tmp), in one op, so
+     * that the backend may multiply the 8-bit blocks by an encoded weight in
+     * integers, as ggml's vec_dot does (same products, summed exactly) */
+    int (*matmul_act)(void *ctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
+                      float *tmp, float *y, int n);
 
     /* y[n][dim] = x / rms(x) * g, rms over each row; y may equal x */
     int (*rmsnorm)(void *ctx, const float *x, const float *g, float *y, int n,

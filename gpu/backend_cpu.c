@@ -135,6 +135,7 @@ struct qmm_job {
     const float *x;
     float *y, *tile;
     int n, r0, r1, rc;
+    int act; /* x to be quantized to 8-bit blocks first (Q8_0/Q8_1), 0: as is */
 };
 
 static void *qmm_decode(void *arg) /* rows [r0, r1) into tile */
@@ -213,6 +214,108 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
 }
 #endif
 
+#ifdef __AVX2__
+/* x rows as ggml's 8-bit activation blocks, quantized exactly as
+ * cpu_act_quant does: per 32 values int8 q, the f16-rounded scale d and
+ * the sum of q (for Q4_1's offset) */
+struct q8x {
+    int8_t *q;
+    float *d;
+    int32_t *sum;
+};
+
+static int q8x_make(const float *x, int n, int in, struct q8x *o)
+{
+    size_t nb = (size_t)n * in / 32;
+    o->q = malloc((size_t)n * in);
+    o->d = malloc(sizeof(float) * nb);
+    o->sum = malloc(sizeof(int32_t) * nb);
+    if (!o->q || !o->d || !o->sum)
+        return -ENOMEM;
+    for (size_t b = 0; b < nb; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) {
+            float a = fabsf(xb[k]);
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            int v = (int)nearbyintf(xb[k] * id);
+            o->q[b * 32 + k] = (int8_t)v;
+            s += v;
+        }
+        o->d[b] = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
+        o->sum[b] = s;
+    }
+    return 0;
+}
+
+static void q8x_free(struct q8x *o)
+{
+    free(o->q), free(o->d), free(o->sum);
+}
+
+/* Row `q` of a Q4_0 / Q4_1 / Q8_0 weight dotted with n 8-bit x rows: per
+ * block the integer sum of products (maddubs), scaled by both blocks'
+ * scales, plus Q4_1's offset times the x block's sum.  0: no kernel. */
+static inline __attribute__((always_inline)) int dot_rows_q8_n(uint32_t type, const uint8_t *q, const struct q8x *x,
+                                                                int in, int n, float *out)
+{
+    if (type != KVFS_GGML_Q4_0 && type != KVFS_GGML_Q4_1 && type != KVFS_GGML_Q8_0)
+        return 0;
+    int nb = in / 32;
+    __m256 acc[QMM_GEMM_MIN_ROWS];
+    float off[QMM_GEMM_MIN_ROWS] = {0};
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        float dw = f16_scale(q), mw = 0.0f;
+        __m256i wq;
+        int sub8 = 0;
+        if (type == KVFS_GGML_Q8_0) {
+            wq = _mm256_loadu_si256((const __m256i *)(q + 2));
+            q += 34;
+        } else {
+            int o = type == KVFS_GGML_Q4_1 ? 4 : 2;
+            if (type == KVFS_GGML_Q4_1)
+                mw = f16_scale(q + 2);
+            else
+                sub8 = 1;
+            __m128i raw = _mm_loadu_si128((const __m128i *)(q + o));
+            wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+            q += type == KVFS_GGML_Q4_1 ? 20 : 18;
+        }
+        for (int i = 0; i < n; i++) {
+            size_t xb = (size_t)i * nb + b;
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32)), p16;
+            if (type == KVFS_GGML_Q8_0) /* signed x signed: |w| x (x with w's sign) */
+                p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+            else
+                p16 = _mm256_maddubs_epi16(wq, xq);
+            __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw * x->d[xb]), acc[i]);
+            if (sub8) /* (q - 8) . x = q . x - 8 sum(x) */
+                off[i] -= 8.0f * dw * x->d[xb] * (float)x->sum[xb];
+            else if (mw != 0.0f)
+                off[i] += mw * x->d[xb] * (float)x->sum[xb];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = hsum8(acc[i]) + off[i];
+    return 1;
+}
+
+/* one x row (decoding) has its own copy, its accumulator in a register */
+static int dot_rows_q8(uint32_t type, const uint8_t *q, const struct q8x *x, int in, int n, float *out)
+{
+    return n == 1 ? dot_rows_q8_n(type, q, x, in, 1, out) : dot_rows_q8_n(type, q, x, in, n, out);
+}
+#endif
+
 static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
 {
     struct qmm_job *j = arg;
@@ -223,10 +326,22 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
         j->rc = -ENOMEM;
         return NULL;
     }
+#ifdef __AVX2__
+    struct q8x xq = {0};
+    int int8 = j->act && !(in % 32) && (w->type == KVFS_GGML_Q4_0 || w->type == KVFS_GGML_Q4_1 ||
+                                          w->type == KVFS_GGML_Q8_0);
+    if (int8 && (j->rc = q8x_make(j->x, j->n, in, &xq)))
+        int8 = 0;
+#endif
     for (int r = j->r0; r < j->r1 && !j->rc; r++) {
         const uint8_t *q = w->q + (size_t)r * w->row_bytes;
 #ifdef __AVX2__
-        if (dot_rows_avx2(w->type, q, j->x, in, j->n, dots)) {
+        if (int8 && dot_rows_q8(w->type, q, &xq, in, j->n, dots)) {
+            for (int i = 0; i < j->n; i++)
+                j->y[(size_t)i * w->out_dim + r] = dots[i];
+            continue;
+        }
+        if (!j->act && dot_rows_avx2(w->type, q, j->x, in, j->n, dots)) {
             for (int i = 0; i < j->n; i++)
                 j->y[(size_t)i * w->out_dim + r] = dots[i];
             continue;
@@ -250,11 +365,14 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
         }
     }
     (void)dots;
+#ifdef __AVX2__
+    q8x_free(&xq);
+#endif
     free(row);
     return NULL;
 }
 
-static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x, float *y, int n)
+static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x, float *y, int n, int act)
 {
     struct qmm_job jobs[KVFS_PARALLEL_MAX];
     int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
@@ -262,7 +380,7 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
         int per = (w->out_dim + nt - 1) / nt;
         for (int t = 0; t < nt; t++) {
             int r0 = t * per, r1 = r0 + per > w->out_dim ? w->out_dim : r0 + per;
-            jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0};
+            jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0, act};
         }
         kvfs_parallel_run(qmm_gemv, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt; t++)
@@ -282,7 +400,7 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
         float *base = tile - (size_t)t0 * w->in_dim;
         for (int t = 0; t < nt; t++) {
             int r0 = t0 + t * per, r1 = r0 + per > t0 + rows ? t0 + rows : r0 + per;
-            jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0};
+            jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0, 0};
         }
         kvfs_parallel_run(qmm_decode, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt && !rc; t++)
@@ -295,13 +413,14 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
     return rc;
 }
 
-static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
+/* act: x still to be quantized to 8-bit blocks (the integer gemv does it) */
+static int matmul_impl(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y,
+                       int n, int act)
 {
-    struct cpu_ctx *ctx = vctx;
     if (n <= 0)
         return 0;
     if (!w->w) {
-        int rc = qmm(ctx, w, x, y, n);
+        int rc = qmm(ctx, w, x, y, n, act);
         if (rc)
             return rc;
     } else {
@@ -313,6 +432,30 @@ static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias
             for (int j = 0; j < w->out_dim; j++)
                 y[(size_t)i * w->out_dim + j] += bias[j];
     return 0;
+}
+
+static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
+{
+    return matmul_impl(vctx, w, bias, x, y, n, 0);
+}
+
+static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type);
+
+/* Few rows by a Q4_0, Q4_1 or Q8_0 weight with the activations ggml pairs
+ * with it (Q8_0, Q8_1, Q8_0): integer block products; anything else
+ * quantizes x into tmp and multiplies in float. */
+static int cpu_matmul_act(void *vctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
+                          float *tmp, float *y, int n)
+{
+#ifdef __AVX2__
+    int pair = (w->type == KVFS_GGML_Q4_0 && act_type == KVFS_GGML_Q8_0) ||
+               (w->type == KVFS_GGML_Q4_1 && act_type == 9 /* Q8_1 */) ||
+               (w->type == KVFS_GGML_Q8_0 && act_type == KVFS_GGML_Q8_0);
+    if (!w->w && pair && n < QMM_GEMM_MIN_ROWS && !(w->in_dim % 32))
+        return matmul_impl(vctx, w, bias, x, y, n, 1);
+#endif
+    int rc = cpu_act_quant(vctx, x, tmp, n, w->in_dim, act_type);
+    return rc ? rc : matmul_impl(vctx, w, bias, tmp, y, n, 0);
 }
 
 static int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int dim, float eps)
@@ -770,6 +913,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .weight_create = cpu_weight_create,
     .weight_free = cpu_weight_free,
     .weight_create_quant = cpu_weight_create_quant,
+    .matmul_act = cpu_matmul_act,
     .weight_rows = cpu_weight_rows,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,

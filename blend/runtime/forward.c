@@ -83,6 +83,8 @@ int kvfs_linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const 
                   const float *x, float *tmp, float *y, int n, int in_dim)
 {
     const struct kvfs_backend_iface *be = BE(m);
+    if (m->ggml_compat && act_q && be->matmul_act)
+        return be->matmul_act(CTX(m), wt, bias, act_q, x, tmp, y, n);
     if (m->ggml_compat && act_q) {
         int rc = be->act_quant(CTX(m), x, tmp, n, in_dim, act_q);
         if (rc)

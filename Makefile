@@ -197,12 +197,12 @@ llama-server:
 
 test-engines: need-deps
 	@$(MAKE) --no-print-directory all llama-server
-	@tools/fetch-model.sh || true
+	@tools/fetch-model.sh smollm2 || true
 	@BUILD=$(BUILD) tests/run.sh engines
 
 bench: need-deps
 	@$(MAKE) --no-print-directory all $(BUILD)/batch_quality llama-server
-	@tools/fetch-model.sh
+	@tools/fetch-model.sh smollm2
 	@tools/install-oracle.sh
 	@BUILD=$(BUILD) bench/run.sh
 
@@ -212,7 +212,7 @@ bench-gpu: need-deps
 
 run: need-deps
 	@$(MAKE) --no-print-directory all
-	@tools/fetch-model.sh
+	@tools/fetch-model.sh smollm2
 	@BUILD=$(BUILD) tools/run-demo.sh
 
 # `make install` (PREFIX=/usr/local, DESTDIR= for staging): the two programs

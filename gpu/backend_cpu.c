@@ -15,11 +15,13 @@
 #include "blas.h"
 #include "gguf.h" /* ggml row sizes and dequantization */
 #include "kvformat.h"
+#include "cpu_pool.h"
 #include "parallel.h"
 
 struct cpu_ctx {
     const struct kvfs_blas *blas;
     int n_threads;
+    struct cpu_pool *pool; /* workers for the encoded-weight matmuls */
 };
 
 struct kvfs_weight {
@@ -382,7 +384,7 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
             int r0 = t * per, r1 = r0 + per > w->out_dim ? w->out_dim : r0 + per;
             jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0, act};
         }
-        kvfs_parallel_run(qmm_gemv, jobs, sizeof(jobs[0]), nt);
+        cpu_pool_run(ctx->pool, qmm_gemv, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt; t++)
             if (jobs[t].rc)
                 return jobs[t].rc;
@@ -402,7 +404,7 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
             int r0 = t0 + t * per, r1 = r0 + per > t0 + rows ? t0 + rows : r0 + per;
             jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0, 0};
         }
-        kvfs_parallel_run(qmm_decode, jobs, sizeof(jobs[0]), nt);
+        cpu_pool_run(ctx->pool, qmm_decode, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt && !rc; t++)
             rc = jobs[t].rc;
         if (!rc)
@@ -898,7 +900,9 @@ static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, 
 
 static void cpu_destroy(void *vctx)
 {
-    free(vctx);
+    struct cpu_ctx *ctx = vctx;
+    cpu_pool_free(ctx->pool);
+    free(ctx);
 }
 
 static const struct kvfs_backend_iface cpu_iface = {
@@ -946,6 +950,7 @@ int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)
     ctx->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ctx->blas->set_num_threads)
         ctx->blas->set_num_threads(ctx->n_threads);
+    ctx->pool = cpu_pool_new(ctx->n_threads); /* NULL: the caller does all */
     out->iface = &cpu_iface;
     out->ctx = ctx;
     return 0;

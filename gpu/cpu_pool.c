@@ -1,0 +1,135 @@
+/* cpu_pool.c - the CPU backend's worker threads (cpu_pool.h).  Workers spin
+ * briefly for the next batch (the next matmul of a decode step comes within
+ * microseconds), then sleep on a condition variable. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "cpu_pool.h"
+
+#define MAX_WORKERS 15
+#define SPIN_ROUNDS 300 /* a few microseconds of polling before sleeping: on a busy machine
+                          * spinning only takes the core from the thread awaited */
+
+struct cpu_pool {
+    pthread_mutex_t submit;   /* held by the caller that owns the workers */
+    pthread_mutex_t m;
+    pthread_cond_t go, done;
+    pthread_t th[MAX_WORKERS];
+    int n_workers, stop;
+    atomic_ulong gen;         /* a new batch */
+    atomic_int pending;       /* workers' jobs of this batch not yet done */
+    void *(*fn)(void *);
+    char *jobs;
+    size_t job_size;
+    int n_jobs;
+};
+
+struct worker_arg {
+    struct cpu_pool *p;
+    int id; /* runs job id + 1 */
+};
+
+static void *worker(void *varg)
+{
+    struct worker_arg a = *(struct worker_arg *)varg;
+    free(varg);
+    struct cpu_pool *p = a.p;
+    unsigned long seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && spins++ < SPIN_ROUNDS)
+            __builtin_ia32_pause();
+        pthread_mutex_lock(&p->m);
+        while (atomic_load(&p->gen) == seen && !p->stop)
+            pthread_cond_wait(&p->go, &p->m);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->m);
+            return NULL;
+        }
+        seen = atomic_load(&p->gen);
+        void *(*fn)(void *) = p->fn;
+        char *job = a.id + 1 < p->n_jobs ? p->jobs + (size_t)(a.id + 1) * p->job_size : NULL;
+        pthread_mutex_unlock(&p->m);
+        if (job)
+            fn(job);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->m);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->m);
+        }
+    }
+}
+
+struct cpu_pool *cpu_pool_new(int n_threads)
+{
+    struct cpu_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->submit, NULL);
+    pthread_mutex_init(&p->m, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    int want = n_threads - 1 > MAX_WORKERS ? MAX_WORKERS : n_threads - 1;
+    for (int i = 0; i < want; i++) {
+        struct worker_arg *a = malloc(sizeof(*a));
+        if (!a)
+            break;
+        *a = (struct worker_arg){p, i};
+        if (pthread_create(&p->th[i], NULL, worker, a) != 0) {
+            free(a);
+            break;
+        }
+        p->n_workers++;
+    }
+    return p;
+}
+
+void cpu_pool_free(struct cpu_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->m);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->m);
+    for (int i = 0; i < p->n_workers; i++)
+        pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->m);
+    pthread_mutex_destroy(&p->submit);
+    free(p);
+}
+
+void cpu_pool_run(struct cpu_pool *p, void *(*fn)(void *), void *jobs, size_t job_size, int n)
+{
+    char *j = jobs;
+    if (!p || n <= 1 || p->n_workers == 0 || pthread_mutex_trylock(&p->submit) != 0) {
+        for (int i = 0; i < n; i++) /* alone, or the workers are busy with another caller */
+            fn(j + (size_t)i * job_size);
+        return;
+    }
+    int n_pool = n - 1 > p->n_workers ? p->n_workers : n - 1; /* jobs the workers take */
+    pthread_mutex_lock(&p->m);
+    p->fn = fn;
+    p->jobs = j;
+    p->job_size = job_size;
+    p->n_jobs = n_pool + 1;
+    atomic_store(&p->pending, p->n_workers); /* every worker answers each batch */
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->m);
+    fn(j);
+    for (int i = n_pool + 1; i < n; i++) /* more jobs than workers: the caller's too */
+        fn(j + (size_t)i * job_size);
+    int spins = 0;
+    while (atomic_load(&p->pending) > 0 && spins++ < SPIN_ROUNDS)
+        __builtin_ia32_pause();
+    pthread_mutex_lock(&p->m);
+    while (atomic_load(&p->pending) > 0)
+        pthread_cond_wait(&p->done, &p->m);
+    pthread_mutex_unlock(&p->m);
+    pthread_mutex_unlock(&p->submit);
+}

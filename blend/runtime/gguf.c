@@ -212,17 +212,32 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
     uint64_t data_size = g->map_size - pos;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         struct kvfs_gguf_tensor *t = &g->tensors[i];
-        uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-        uint64_t rows = n / (t->ne[0] ? t->ne[0] : 1);
-        uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]);
-        if (!row) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s has unsupported type %u or row length %llu", path, (int)t->name.len,
-                t->name.ptr, t->type, (unsigned long long)t->ne[0]);
+        int nl = (int)t->name.len;
+        const char *tn = kvfs_ggml_type_name(t->type);
+        uint32_t blk = kvfs_ggml_block_size(t->type);
+        if (!blk) { /* a valid ggml type we cannot decode is "not supported"; any other number, malformed */
+            rc = strcmp(tn, "unknown") ? -ENOTSUP : -EINVAL;
+            kvfs_errf(err, errlen, rc,
+                      "%s: tensor %.*s has ggml type %s (%u), which kvfs does not read (it reads F32, F16, BF16, "
+                      "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, nl, t->name.ptr, tn, t->type);
             goto fail;
         }
-        t->nbytes = row * rows;
+        uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]), rows = t->ne[1];
+        if (!row) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s (%s): row length %llu is not a multiple of its block of %u",
+                      path, nl, t->name.ptr, tn, (unsigned long long)t->ne[0], blk);
+            goto fail;
+        }
+        if (__builtin_mul_overflow(rows, t->ne[2], &rows) || __builtin_mul_overflow(rows, t->ne[3], &rows) ||
+            __builtin_mul_overflow(row, rows, &t->nbytes)) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s has an impossible shape", path, nl, t->name.ptr);
+            goto fail;
+        }
         if (t->offset > data_size || t->nbytes > data_size - t->offset) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s lies outside the file", path, (int)t->name.len, t->name.ptr);
+            kvfs_errf(err, errlen, -EINVAL,
+                      "%s: tensor %.*s (%s, %llu bytes at data offset %llu) lies outside the file (truncated? its "
+                      "data section holds %llu bytes)", path, nl, t->name.ptr, tn, (unsigned long long)t->nbytes,
+                      (unsigned long long)t->offset, (unsigned long long)data_size);
             goto fail;
         }
         t->data = g->data + t->offset;

@@ -46,6 +46,71 @@ static int rejects(const char *path, const uint8_t *buf, size_t n)
     return rc == -EINVAL && err[0] != '\0';
 }
 
+/* A file rejected with rc and a reason that names the tensor and `what`. */
+static int rejects_naming(const char *path, const uint8_t *buf, size_t n, int want_rc, const char *what)
+{
+    char err[512] = "";
+    struct kvfs_gguf *g = NULL;
+    if (write_bytes(path, buf, n) != 0) return 0;
+    int rc = kvfs_gguf_open(path, &g, err, sizeof(err));
+    if (rc == 0) { kvfs_gguf_close(g); return 0; }
+    if (rc != want_rc || !strstr(err, "tensor w.weight") || !strstr(err, what)) {
+        fprintf(stderr, "rc %d, err: %s\n", rc, err);
+        return 0;
+    }
+    return 1;
+}
+
+/* Tensor types: a 256-value F32 tensor retyped in place (its type field
+ * follows the name, n_dims and two dims) to a K-quant reads back with the
+ * K-quant's size; an unsupported or unknown type, a row that is not whole
+ * blocks and a truncated tensor are refused naming the tensor and type. */
+static void test_tensor_types(const char *path, const char *bad)
+{
+    static float vals[256];
+    struct kvfs_gguf_writer *w;
+    CHECK_EQ(kvfs_gguf_writer_new(&w), 0);
+    CHECK_EQ(kvfs_gguf_add_tensor_f32(w, "w.weight", 256, 1, vals), 0);
+    CHECK_EQ(kvfs_gguf_write_file(w, path), 0);
+    kvfs_gguf_writer_free(w);
+    size_t n;
+    uint8_t *buf = read_all(path, &n), *copy = malloc(n);
+    uint8_t *name = buf ? memmem(buf, n, "w.weight", 8) : NULL;
+    CHECK(name != NULL && copy != NULL);
+    if (!name || !copy) { free(buf); free(copy); return; }
+    size_t type_at = (size_t)(name - buf) + 8 + 4 + 2 * 8;
+    uint32_t t32;
+    memcpy(&t32, buf + type_at, 4);
+    CHECK_EQ(t32, KVFS_GGML_F32);
+
+#define RETYPE(type) (memcpy(copy, buf, n), t32 = (type), memcpy(copy + type_at, &t32, 4))
+    RETYPE(KVFS_GGML_Q6_K);
+    struct kvfs_gguf *g = NULL;
+    char err[512];
+    CHECK_EQ(write_bytes(bad, copy, n), 0);
+    CHECK_EQ(kvfs_gguf_open(bad, &g, err, sizeof(err)), 0);
+    size_t data_at = 0;
+    if (g) {
+        const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(g, "w.weight");
+        CHECK(t && t->type == KVFS_GGML_Q6_K && t->nbytes == 210);
+        data_at = t ? (size_t)(t->data - g->map) : 0;
+        kvfs_gguf_close(g);
+    }
+    /* the 210 bytes cut short */
+    CHECK(data_at > 0 && rejects_naming(bad, copy, data_at + 209, -EINVAL, "(Q6_K, 210 bytes"));
+    RETYPE(11); /* Q3_K: a ggml type kvfs does not decode */
+    CHECK(rejects_naming(bad, copy, n, -ENOTSUP, "Q3_K (11)"));
+    RETYPE(99); /* no ggml type */
+    CHECK(rejects_naming(bad, copy, n, -EINVAL, "unknown (99)"));
+    memcpy(copy + type_at - 16, &(uint64_t){288}, 8); /* ne0 288: not whole Q4_K super-blocks */
+    t32 = KVFS_GGML_Q4_K;
+    memcpy(copy + type_at, &t32, 4);
+    CHECK(rejects_naming(bad, copy, n, -EINVAL, "Q4_K"));
+#undef RETYPE
+    free(copy);
+    free(buf);
+}
+
 int main(void)
 {
     char path[128], bad[128];
@@ -148,6 +213,7 @@ int main(void)
 
     free(copy);
     free(buf);
+    test_tensor_types(path, bad);
     unlink(path);
     unlink(bad);
     CHECK_DONE();

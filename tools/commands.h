@@ -18,6 +18,7 @@ KVFS_CMD(blend);
 KVFS_CMD(eval);
 KVFS_CMD(import);
 KVFS_CMD(compare);
+KVFS_CMD(dequant);
 #undef KVFS_CMD
 
 #endif

@@ -23,6 +23,7 @@ static const struct command commands[] = {
     {"eval", cmd_eval, "compare blending against full prefill"},
     {"compare", cmd_compare, "how far apart two KV caches of the same prompt are"},
     {"import", cmd_import, "a llama.cpp sequence-state file as a chunk of a named model"},
+    {"dequant", cmd_dequant, "decode ggml blocks or round-trip activations to f32 (for tests)"},
 };
 
 static void usage(FILE *f)

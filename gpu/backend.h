@@ -44,24 +44,10 @@ struct kvfs_backend_iface {
     int (*weight_create)(void *ctx, const float *host, int out_dim, int in_dim,
                          struct kvfs_weight **out);
     void (*weight_free)(void *ctx, struct kvfs_weight *w);
-    /* Optional (NULL: the model dequantizes and calls weight_create): keep W
-     * in its GGUF encoding, out_dim rows of row_bytes of ggml type `type` at
-     * host memory `data`, which the caller keeps mapped while W lives; the
-     * matmul decodes it as it goes (memory: the file's size, not f32's). */
-    int (*weight_create_quant)(void *ctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
-                               int in_dim, struct kvfs_weight **out);
-    /* Optional, with weight_create_quant: out[i] = row ids[i] of W as f32,
-     * i < n (an embedding table kept as a weight; ids device int32) */
-    int (*weight_rows)(void *ctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n);
 
     /* y[n][out_dim] = x[n][in_dim] . W^T  (+ bias[out_dim] if bias != NULL) */
     int (*matmul)(void *ctx, const struct kvfs_weight *w, const float *bias,
                   const float *x, float *y, int n);
-    /* Optional: act_quant(x -> tmp, act_type) then matmul(tmp), in one op, so
-     * that the backend may multiply the 8-bit blocks by an encoded weight in
-     * integers, as ggml's vec_dot does (same products, summed exactly) */
-    int (*matmul_act)(void *ctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
-                      float *tmp, float *y, int n);
 
     /* y[n][dim] = x / rms(x) * g, rms over each row; y may equal x */
     int (*rmsnorm)(void *ctx, const float *x, const float *g, float *y, int n,
@@ -135,6 +121,23 @@ struct kvfs_backend_iface {
     int (*upload_kv)(void *ctx, float *dst, const void *host, size_t count, int type);
 
     void (*destroy)(void *ctx);
+
+    /* Optional ops (NULL where a backend lacks them), last so that the
+     * backends' initializers in field order stay valid. */
+    /* Optional (NULL: the model dequantizes and calls weight_create): keep W
+     * in its GGUF encoding, out_dim rows of row_bytes of ggml type `type` at
+     * host memory `data`, which the caller keeps mapped while W lives; the
+     * matmul decodes it as it goes (memory: the file's size, not f32's). */
+    int (*weight_create_quant)(void *ctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
+                               int in_dim, struct kvfs_weight **out);
+    /* Optional, with weight_create_quant: out[i] = row ids[i] of W as f32,
+     * i < n (an embedding table kept as a weight; ids device int32) */
+    int (*weight_rows)(void *ctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n);
+    /* Optional: act_quant(x -> tmp, act_type) then matmul(tmp), in one op, so
+     * that the backend may multiply the 8-bit blocks by an encoded weight in
+     * integers, as ggml's vec_dot does (same products, summed exactly) */
+    int (*matmul_act)(void *ctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
+                      float *tmp, float *y, int n);
 };
 
 struct kvfs_backend {

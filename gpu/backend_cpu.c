@@ -241,7 +241,7 @@ static int q8x_make(const float *x, int n, int in, struct q8x *o)
             float a = fabsf(xb[k]);
             amax = a > amax ? a : amax;
         }
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
             int v = (int)nearbyintf(xb[k] * id);

@@ -978,6 +978,9 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .topk = */ c_topk,
     /* .upload_kv = */ c_upload_kv,
     /* .destroy = */ c_destroy,
+    /* .weight_create_quant = */ NULL, /* weights in f32 on the device */
+    /* .weight_rows = */ NULL,
+    /* .matmul_act = */ NULL,
 };
 
 extern "C" int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)

@@ -14,6 +14,14 @@ texts = [
     ' <|im_start|> spaces around <|im_end|>  \n',
     '',
 ]
+if 'gemma' in os.path.basename(MODEL):  # Gemma's turns and its <bos>, <eos>, <pad>
+    texts = [
+        '<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n',
+        '<bos>two<eos><eos> adjacent, and <end_of_turn>trailing <pad>',
+        'partial <start_of_turn and end_of_turn> and <unknown_tag> are plain text',
+        ' <start_of_turn> spaces around <end_of_turn>  \n',
+        '',
+    ]
 fail = 0
 with tempfile.TemporaryDirectory() as td:
     f = os.path.join(td, 't.txt')

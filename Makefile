@@ -153,7 +153,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 # Sanitizer build: same tree, separate build dir (build-asan/); run the tests
 # against it with `make asan; BUILD=build-asan tests/run.sh`.

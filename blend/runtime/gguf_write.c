@@ -15,6 +15,8 @@ struct buf {
 
 static void put(struct buf *b, const void *d, size_t n)
 {
+    if (!n) /* an empty part (no metadata) may come as NULL: memcpy must not see it */
+        return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->n + n)

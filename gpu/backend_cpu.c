@@ -799,7 +799,10 @@ static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, flo
 static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type)
 {
     (void)ctx;
-    (void)type; /* Q8_0 and Q8_1 quantize the values the same way */
+    if (type == KVFS_GGML_Q8_K) /* the K-quants' partner: blocks of 256 */
+        return dim % 256 ? -EINVAL : kvfs_ggml_act_roundtrip(KVFS_GGML_Q8_K, x, y, (uint64_t)n * dim);
+    if (type != KVFS_GGML_Q8_0 && type != KVFS_GGML_Q8_1) /* these two quantize the values the same way */
+        return -ENOTSUP;
     if (dim % 32)
         return -EINVAL;
     for (size_t b = 0; b < (size_t)n * dim / 32; b++) {
@@ -810,10 +813,10 @@ static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, in
             float a = fabsf(xb[j]);
             amax = a > amax ? a : amax;
         }
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
         float dh = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
         for (int j = 0; j < 32; j++)
-            yb[j] = nearbyintf(xb[j] * id) * dh;
+            yb[j] = (float)(int)nearbyintf(xb[j] * id) * dh; /* via int, as ggml: 0, never -0 */
     }
     return 0;
 }

@@ -709,14 +709,15 @@ __global__ void k_act_quant(const float *x, float *y, size_t n_blocks)
     float v = x[b * 32 + lane], amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml (x86): not 1 / d */
     float dh = __half2float(__float2half_rn(d));
     y[b * 32 + lane] = rintf(v * id) * dh;
 }
 
 static int c_act_quant(void *vctx, const float *x, float *y, int n, int dim, int type)
 {
-    (void)type;
+    if (type != 8 && type != 9) /* Q8_0, Q8_1; Q8_K (K-quant weights' partner): not written for CUDA */
+        return -ENOTSUP;
     if (dim % 32)
         return -EINVAL;
     size_t nb = (size_t)n * dim / 32;

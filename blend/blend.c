@@ -278,6 +278,11 @@ out:
 
 int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen)
 {
+    /* re-positioning rotates every layer's keys by one RoPE base, and a
+     * sliding-window layer's reused K/V hold only their window: not written */
+    if (m->hp.n_swa > 0)
+        return kvfs_errf(err, errlen, -ENOTSUP, "blending is not supported for %s (sliding-window layers, two RoPE bases)",
+                         m->hp.arch);
     uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
     kvfs_fingerprint_encode(&m->fp, fb);
     for (int i = 0; i < kvfs_loader_count(ld); i++) {

@@ -73,13 +73,16 @@ struct kvfs_backend_iface {
     /* Attention with an exact causal mask by position:
      *   q[n_q][n_head][head_dim], q_pos[n_q]
      *   k, v[n_kv][n_kv_head][head_dim], kv_pos[n_kv]
-     *   query i attends to every kv row j with kv_pos[j] <= q_pos[i]
+     *   query i attends to every kv row j with kv_pos[j] <= q_pos[i] and,
+     *   when window > 0 (a sliding-window layer), q_pos[i] - kv_pos[j] < window
+     *   (llama.cpp's LLAMA_SWA_TYPE_STANDARD); a backend without windows
+     *   returns -ENOTSUP for window > 0
      *   (GQA: head h uses kv head h / (n_head / n_kv_head))
      *   out[n_q][n_head][head_dim] = softmax(scale * q.k^T) . v
      * Must not materialise more than O(n_q * n_kv) per head at once. */
     int (*attention)(void *ctx, const float *q, const int32_t *q_pos, int n_q,
                      const float *k, const float *v, const int32_t *kv_pos, int n_kv,
-                     int n_head, int n_kv_head, int head_dim, float scale, float *out);
+                     int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
 
     /* Attention mass: out[j] += sum over queries i and heads h of the
      * attention probability softmax_j(scale * q[i][h] . k[j][h/group]) with
@@ -138,6 +141,15 @@ struct kvfs_backend_iface {
      * integers, as ggml's vec_dot does (same products, summed exactly) */
     int (*matmul_act)(void *ctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
                       float *tmp, float *y, int n);
+
+    /* Optional (NULL: a model that needs them is refused at load).  Last in
+     * the table so that positional initializers need not list them. */
+    /* y[i] = x[i] * s for i < count; y may equal x */
+    int (*scale)(void *ctx, const float *x, float s, float *y, size_t count);
+    /* out[i] = gelu(gate[i]) * up[i], GELU's tanh form as ggml computes it
+     * (through its f16 table: gate rounded to f16, the result too; 0 below
+     * -10, the identity above 10); out may alias gate */
+    int (*geglu)(void *ctx, const float *gate, const float *up, float *out, size_t count);
 };
 
 struct kvfs_backend {

@@ -521,6 +521,39 @@ static int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out,
     return 0;
 }
 
+static int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count)
+{
+    (void)ctx;
+    for (size_t i = 0; i < count; i++)
+        y[i] = x[i] * s;
+    return 0;
+}
+
+/* ggml's GELU (tanh form) of every f16 value, rounded to f16: the table
+ * ggml-cpu evaluates GELU through (GGML_GELU_FP16), so the same products */
+static float gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_init(void)
+{
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        float x = kvfs_f16_to_f32((uint16_t)i);
+        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        gelu_table[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(g));
+    }
+}
+
+static int cpu_geglu(void *ctx, const float *gate, const float *up, float *out, size_t count)
+{
+    (void)ctx;
+    pthread_once(&gelu_once, gelu_table_init);
+    for (size_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g <= -10.0f ? 0.0f : g >= 10.0f ? g * up[i] : gelu_table[kvfs_f32_to_f16(g)] * up[i];
+    }
+    return 0;
+}
+
 static int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float *out, int n, int dim)
 {
     (void)ctx;
@@ -533,6 +566,7 @@ struct softmax_job {
     float *sc;
     const int32_t *q_pos, *kv_pos;
     int r0, r1, n_kv, ld, sorted;
+    int window; /* > 0: keys at q_pos - window or before are masked too */
 };
 
 /* e^x for x <= 0 (scores minus their row max), in a form the compiler turns
@@ -571,19 +605,34 @@ static int visible_end(const int32_t *kv_pos, int n_kv, int32_t qp)
     return lo;
 }
 
-/* Masked softmax of score rows [r0, r1): exact causal mask by position. */
+/* The last position a sliding window of `window` hides from a query at qp. */
+static int32_t window_hides(int32_t qp, int window)
+{
+    int64_t h = (int64_t)qp - window;
+    return h < INT32_MIN ? INT32_MIN : (int32_t)h;
+}
+
+/* Masked softmax of score rows [r0, r1): exact causal mask by position
+ * (and window).  With sorted positions a row's visible keys are [begin, end). */
 __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 {
     struct softmax_job *j = arg;
     for (int i = j->r0; i < j->r1; i++) {
-        float *row = j->sc + (size_t)(i - j->r0) * j->ld;
-        int n = j->n_kv, end = n;
-        if (j->sorted)
+        float *full = j->sc + (size_t)(i - j->r0) * j->ld;
+        int n = j->n_kv, begin = 0, end = n;
+        if (j->sorted) {
             end = visible_end(j->kv_pos, n, j->q_pos[i]);
-        else
+            if (j->window > 0)
+                begin = visible_end(j->kv_pos, end, window_hides(j->q_pos[i], j->window));
+        } else {
             for (int c = 0; c < n; c++)
-                if (j->kv_pos[c] > j->q_pos[i])
-                    row[c] = -INFINITY;
+                if (j->kv_pos[c] > j->q_pos[i] || (j->window > 0 && j->kv_pos[c] <= window_hides(j->q_pos[i], j->window)))
+                    full[c] = -INFINITY;
+        }
+        memset(full, 0, sizeof(float) * (size_t)begin);
+        float *row = full + begin;
+        n -= begin;
+        end -= begin;
         /* 16 lanes of partial max and sum: the compiler keeps them in one
          * vector register (a single running float would serialize) */
         float lane[16], mx = -INFINITY;
@@ -678,12 +727,12 @@ static int positions_sorted(const int32_t *kv_pos, int n_kv)
 
 static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                         float *out)
+                         int window, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0)
         return 0;
-    if (n_kv <= 0 || n_head % n_kv_head)
+    if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
     float *sc = scores_scratch((size_t)ATT_BLOCK * n_kv);
     if (!sc)
@@ -694,24 +743,32 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
         int i1 = i0 + ATT_BLOCK < n_q ? i0 + ATT_BLOCK : n_q, rows = i1 - i0;
         /* with positions in order, keys past the block's last query are all
-         * masked: skip them (halves causal prefill work) */
-        int nk = n_kv;
+         * masked: skip them (halves causal prefill work), and with a window
+         * the keys it hides from the block's first query */
+        int kb = 0, nk = n_kv;
         if (sorted) {
-            int32_t maxq = q_pos[i0];
-            for (int i = i0; i < i1; i++)
-                if (q_pos[i] > maxq)
-                    maxq = q_pos[i];
+            int32_t maxq = q_pos[i0], minq = q_pos[i0];
+            for (int i = i0; i < i1; i++) {
+                maxq = q_pos[i] > maxq ? q_pos[i] : maxq;
+                minq = q_pos[i] < minq ? q_pos[i] : minq;
+            }
             nk = visible_end(kv_pos, n_kv, maxq);
+            if (window > 0)
+                kb = visible_end(kv_pos, nk, window_hides(minq, window));
         }
-        if (nk == 0) { /* nothing visible: zero output */
+        if (nk == kb) { /* nothing visible: zero output */
             for (int i = i0; i < i1; i++)
                 memset(out + (size_t)i * qstride, 0, sizeof(float) * qstride);
             continue;
         }
+        /* from here on the keys are [kb, nk): nk of them from kb */
+        const float *kk = k + (size_t)kb * kstride, *vv = v + (size_t)kb * kstride;
+        const int32_t *kp = kv_pos + kb;
+        nk -= kb;
         for (int h = 0; h < n_head; h++) {
             int kh = h / group;
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, head_dim, scale,
-                             q + (size_t)i0 * qstride + h * head_dim, qstride, k + kh * head_dim, kstride, 0.0f, sc,
+                             q + (size_t)i0 * qstride + h * head_dim, qstride, kk + kh * head_dim, kstride, 0.0f, sc,
                              nk);
             pthread_t th[8];
             struct softmax_job jobs[8];
@@ -720,7 +777,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                 int r0 = i0 + t * per, r1 = r0 + per < i1 ? r0 + per : i1;
                 if (r0 >= r1)
                     break;
-                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kv_pos, r0, r1, nk, nk, sorted};
+                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kp, r0, r1, nk, nk, sorted, window};
                 if (t == nt - 1 || rows < 64 || pthread_create(&th[t], NULL, softmax_rows, &jobs[t]) != 0)
                     softmax_rows(&jobs[t]);
                 else
@@ -730,7 +787,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                 if (started & (1 << t))
                     pthread_join(th[t], NULL);
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f, sc, nk,
-                             v + kh * head_dim, kstride, 0.0f, out + (size_t)i0 * qstride + h * head_dim, qstride);
+                             vv + kh * head_dim, kstride, 0.0f, out + (size_t)i0 * qstride + h * head_dim, qstride);
         }
     }
     return 0;
@@ -756,7 +813,7 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_kv, head_dim, scale,
                              q + (size_t)i0 * qstride + h * head_dim, qstride, k + (h / group) * head_dim, kstride,
                              0.0f, sc, n_kv);
-            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted};
+            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted, 0};
             softmax_rows(&job);
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < n_kv; j++)
@@ -938,6 +995,8 @@ static const struct kvfs_backend_iface cpu_iface = {
     .upload_kv = cpu_upload_kv,
     .topk = cpu_topk,
     .destroy = cpu_destroy,
+    .scale = cpu_scale,
+    .geglu = cpu_geglu,
 };
 
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)

@@ -59,16 +59,16 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
 {
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
-           ff = sizeof(float) * (size_t)n * hp->n_ff;
+           ff = sizeof(float) * (size_t)n * hp->n_ff, qd = sizeof(float) * (size_t)n * hp->q_dim;
     memset(w, 0, sizeof(*w));
     int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->xn);
-    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->q);
+    if (!rc) rc = BE(m)->alloc(CTX(m), qd, (void **)&w->q);
     if (!rc) rc = BE(m)->alloc(CTX(m), kv, (void **)&w->k);
     if (!rc) rc = BE(m)->alloc(CTX(m), kv, (void **)&w->v);
-    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->att);
+    if (!rc) rc = BE(m)->alloc(CTX(m), qd, (void **)&w->att);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->o);
-    if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->aq);
+    if (!rc) rc = BE(m)->alloc(CTX(m), e > qd ? e : qd, (void **)&w->aq); /* inputs of q..o quantized */
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->gate);
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->up);
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->ids);
@@ -96,9 +96,11 @@ int kvfs_linear(const struct kvfs_model *m, const struct kvfs_weight *wt, const 
 
 int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n)
 {
-    if (m->tok_embd_w)
-        return BE(m)->weight_rows(CTX(m), m->tok_embd_w, ids, x, n);
-    return BE(m)->get_rows(CTX(m), m->tok_embd, ids, x, n, m->hp.n_embd);
+    int rc = m->tok_embd_w ? BE(m)->weight_rows(CTX(m), m->tok_embd_w, ids, x, n)
+                           : BE(m)->get_rows(CTX(m), m->tok_embd, ids, x, n, m->hp.n_embd);
+    if (!rc && m->hp.embd_scale != 0.0f)
+        rc = BE(m)->scale(CTX(m), x, m->hp.embd_scale, x, (size_t)n * m->hp.n_embd);
+    return rc;
 }
 
 int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
@@ -111,16 +113,23 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
         (rc = kvfs_linear(m, L->wk, L->bk, L->act_q[1], w->xn, w->aq, w->k, n, E)) ||
-        (rc = kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)) ||
-        (rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style)) ||
-        (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta,
-                       hp->rope_style)))
+        (rc = kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)))
+        return rc;
+    /* gemma3: each head normalized before RoPE */
+    if (L->attn_q_norm &&
+        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, hp->head_dim, hp->rms_eps)) ||
+         (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * hp->n_kv_head, hp->head_dim, hp->rms_eps))))
+        return rc;
+    if ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, L->rope_theta, hp->rope_style)) ||
+        (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
+                       hp->rope_style)) ||
+        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */
     if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * kv_dim)) ||
                            (rc = be->round_f16(ctx, w->v, (size_t)n * kv_dim)) ||
-                           (rc = be->round_f16(ctx, w->q, (size_t)n * E))))
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))
         return rc;
     return 0;
 }
@@ -135,18 +144,21 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
     int rc, E = hp->n_embd;
     size_t e = (size_t)n * E;
     if ((rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
-                            hp->head_dim, 1.0f / sqrtf((float)hp->head_dim), w->att)) ||
-        (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, E)) ||
+                            hp->head_dim, hp->scale_q ? 1.0f : hp->attn_scale, L->window, w->att)) ||
+        (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
+        (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
         (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)) ||
         (rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
-        (rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
+        (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
         return rc;
     /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
     if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff, L->act_q[6])))
         return rc;
-    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) || (rc = be->add(ctx, w->x, w->o, w->x, e)))
+    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
+        (L->ffn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->ffn_post_norm, w->o, n, E, hp->rms_eps))) ||
+        (rc = be->add(ctx, w->x, w->o, w->x, e)))
         return rc;
     return 0;
 }
@@ -175,6 +187,9 @@ int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row,
     if (!rc)
         rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
     be->free(CTX(m), dl);
+    if (!rc && hp->logit_softcap > 0.0f) /* as ggml: scale, tanh, scale */
+        for (int i = 0; i < hp->n_vocab; i++)
+            logits[i] = tanhf(logits[i] * (1.0f / hp->logit_softcap)) * hp->logit_softcap;
     return rc;
 }
 

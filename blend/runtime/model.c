@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,28 @@ static int load_vec(struct kvfs_model *m, const char *name, int n, int optional,
     return rc;
 }
 
+/* Whether layer l attends through the sliding window, as llama.cpp decides
+ * (load_swa_pattern): attention.sliding_window_pattern as one bool per
+ * layer, else as a number n (default n_default) making every layer local but
+ * each n-th (l % n == n - 1; gemma3: 5, 11, 17, ... are global). */
+static int swa_layer(const struct kvfs_gguf *g, const char *arch, int l, int n_default, int *out)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s.attention.sliding_window_pattern", arch);
+    const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, k);
+    if (kv && kv->type == KVFS_GGUF_ARRAY) {
+        if (kv->arr_type != KVFS_GGUF_BOOL || (uint64_t)l >= kv->arr_len)
+            return -EINVAL;
+        *out = kv->data[l] != 0;
+        return 0;
+    }
+    uint32_t n = (uint32_t)n_default;
+    if (kv && kvfs_gguf_get_u32(g, k, &n))
+        return -EINVAL;
+    *out = n == 0 || (uint32_t)l % n < n - 1;
+    return 0;
+}
+
 /* model_id: SHA-256 of the GGUF tensor data section (see kvfs(5)). */
 static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
 {
@@ -135,9 +158,10 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     }
     struct kvfs_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
-    int is_qwen2 = !strcmp(hp->arch, "qwen2");
-    if (strcmp(hp->arch, "llama") && !is_qwen2) {
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2)", path, hp->arch);
+    int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
+    if (strcmp(hp->arch, "llama") && !is_qwen2 && !is_gemma3) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, gemma3)", path,
+                       hp->arch);
         goto fail;
     }
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -151,11 +175,25 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp_u32(m->gguf, hp->arch, "attention.head_count_kv", &hp->n_kv_head, 0);
     hp->n_ctx_train = 4096;
     hp_u32(m->gguf, hp->arch, "context_length", &hp->n_ctx_train, 0);
-    if (hp->n_head <= 0 || hp->n_kv_head <= 0 || hp->n_embd % hp->n_head || hp->n_head % hp->n_kv_head) {
+    /* head size: attention.key_length where given (gemma3: 256 with n_embd
+     * 640 and 4 heads), else n_embd / n_head */
+    hp->head_dim = hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    snprintf(name, sizeof(name), "%s.attention.key_length", hp->arch);
+    int head_dim_given = kvfs_gguf_find(m->gguf, name) != NULL;
+    hp_u32(m->gguf, hp->arch, "attention.key_length", &hp->head_dim, 0);
+    int v_len = hp->head_dim;
+    hp_u32(m->gguf, hp->arch, "attention.value_length", &v_len, 0);
+    if (hp->n_head <= 0 || hp->n_kv_head <= 0 || hp->head_dim <= 0 || hp->n_head % hp->n_kv_head ||
+        (!head_dim_given && hp->n_embd % hp->n_head)) {
         rc = kvfs_errf(err, errlen, -EINVAL, "%s: inconsistent head counts", path);
         goto fail;
     }
-    hp->head_dim = hp->n_embd / hp->n_head;
+    if (v_len != hp->head_dim) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: value heads of %d, key heads of %d", path, v_len, hp->head_dim);
+        goto fail;
+    }
+    hp->q_dim = hp->n_head * hp->head_dim;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->rope_dim = hp->head_dim;
     hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
     hp->rope_theta = 10000.0f;
@@ -165,8 +203,27 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     snprintf(name, sizeof(name), "%s.attention.layer_norm_rms_epsilon", hp->arch);
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
-     * qwen2 uses the NeoX halves */
-    hp->rope_style = is_qwen2 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+     * qwen2 and gemma3 use the NeoX halves */
+    hp->rope_style = is_qwen2 || is_gemma3 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    hp->rope_theta_swa = hp->rope_theta;
+    if (is_gemma3) { /* the facts of llama.cpp's models/gemma3.cpp */
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->ffn_geglu = 1;
+        hp->scale_q = 1;
+        if (hp->n_layer == 62) /* 27B: query_pre_attn_scalar = n_embd / n_head */
+            hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+        snprintf(name, sizeof(name), "%s.final_logit_softcapping", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->logit_softcap);
+        hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
+        /* local layers: rope.freq_base_swa, else llama.cpp's default 10000 */
+        hp->rope_theta_swa = 10000.0f;
+        snprintf(name, sizeof(name), "%s.rope.freq_base_swa", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta_swa);
+        if (hp->n_swa < 0 || !(hp->logit_softcap >= 0.0f)) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "%s: bad sliding window or logit soft-capping", path);
+            goto fail;
+        }
+    }
     const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
     if (!te) {
         rc = kvfs_errf(err, errlen, -EINVAL, "%s: token_embd.weight missing", path);
@@ -179,6 +236,11 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
+    if ((hp->embd_scale != 0.0f && !be->scale) || (hp->ffn_geglu && !be->geglu)) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu)", path,
+                       be->name, hp->arch);
+        goto fail;
+    }
     float *emb;
     /* the embedding table kept encoded too, read a row per token (and the
      * output projection when tied to it) */
@@ -216,17 +278,30 @@ output:
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
         if ((rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen)) ||
             (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen)) ||
-            (rc = load_weight(m, T("attn_q.weight"), hp->n_embd, hp->n_embd, &L->wq, err, errlen)) ||
+            (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen)) ||
             (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen)) ||
             (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen)) ||
-            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, hp->n_embd, &L->wo, err, errlen)) ||
-            (rc = load_vec(m, T("attn_q.bias"), hp->n_embd, 1, &L->bq, err, errlen)) ||
+            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, hp->q_dim, &L->wo, err, errlen)) ||
+            (rc = load_vec(m, T("attn_q.bias"), hp->q_dim, 1, &L->bq, err, errlen)) ||
             (rc = load_vec(m, T("attn_k.bias"), kv_dim, 1, &L->bk, err, errlen)) ||
             (rc = load_vec(m, T("attn_v.bias"), kv_dim, 1, &L->bv, err, errlen)) ||
             (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen)) ||
             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen)) ||
             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
             goto fail;
+        if (is_gemma3 &&
+            ((rc = load_vec(m, T("attn_q_norm.weight"), hp->head_dim, 0, &L->attn_q_norm, err, errlen)) ||
+             (rc = load_vec(m, T("attn_k_norm.weight"), hp->head_dim, 0, &L->attn_k_norm, err, errlen)) ||
+             (rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
+             (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
+            goto fail;
+        int local = 0;
+        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, 6, &local))) {
+            kvfs_errf(err, errlen, rc, "%s: bad %s.attention.sliding_window_pattern", path, hp->arch);
+            goto fail;
+        }
+        L->window = local ? hp->n_swa : 0;
+        L->rope_theta = local ? hp->rope_theta_swa : hp->rope_theta;
         static const char *lin[7] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                                      "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
         for (int k = 0; k < 7; k++)
@@ -270,6 +345,10 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->free(c, L->bq);
                 be->free(c, L->bk);
                 be->free(c, L->bv);
+                be->free(c, L->attn_q_norm);
+                be->free(c, L->attn_k_norm);
+                be->free(c, L->attn_post_norm);
+                be->free(c, L->ffn_post_norm);
                 be->weight_free(c, L->wq);
                 be->weight_free(c, L->wk);
                 be->weight_free(c, L->wv);

@@ -1,6 +1,7 @@
 /* model.h - a transformer loaded from GGUF onto a compute backend.
- * Architectures: llama (Llama 2/3, SmolLM2, Mistral, Yi) and qwen2 (QKV
- * biases).  Weights are dequantized to f32 at load (then run by the
+ * Architectures: llama (Llama 2/3, SmolLM2, Mistral, Yi), qwen2 (QKV
+ * biases) and gemma3 (scaled embeddings, Q/K norms, post-attention and
+ * post-FFN norms, GeGLU, sliding-window layers with their own RoPE base).  Weights are dequantized to f32 at load (then run by the
  * backend's tuned matrix products). */
 #ifndef KVFS_MODEL_H
 #define KVFS_MODEL_H
@@ -17,6 +18,14 @@ struct kvfs_hparams {
     int n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab, n_ctx_train;
     float rms_eps, rope_theta;
     int rope_dim, rope_style; /* enum kvfs_rope_style */
+    int q_dim;                /* n_head * head_dim (gemma3: not n_embd) */
+    float attn_scale;         /* of Q.K: 1/sqrt(head_dim) unless the model says */
+    int scale_q;              /* applied to Q before attention (gemma), not to the scores */
+    float embd_scale;         /* token embeddings times this (gemma: sqrt(n_embd)); 0: none */
+    float logit_softcap;      /* final logits c * tanh(x / c); 0: none */
+    int n_swa;                /* sliding window of the local layers; 0: none */
+    float rope_theta_swa;     /* RoPE base of those layers */
+    int ffn_geglu;            /* FFN gate through GELU (gemma), not SiLU */
 };
 
 struct kvfs_layer_weights {
@@ -27,6 +36,12 @@ struct kvfs_layer_weights {
     /* activation quantization llama.cpp applies before each matmul (ggml
      * type of its vec_dot partner; 0 = none), in the order q k v o gate up down */
     int act_q[7];
+    /* gemma3, else NULL: RMSNorm of each Q/K head [head_dim] after the
+     * projection; of the attention and FFN outputs [n_embd] before their
+     * residual adds */
+    float *attn_q_norm, *attn_k_norm, *attn_post_norm, *ffn_post_norm;
+    int window;       /* sliding window of this layer's attention; 0: full causal */
+    float rope_theta; /* this layer's RoPE base */
 };
 
 struct kvfs_model {

@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/gemma3 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -36,7 +36,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     const char *a = o->arch;
     char k[128];
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
-    int vocab = 257, qwen = !strcmp(a, "qwen2"), kv = o->n_embd / o->n_head * o->n_kv_head;
+    int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3");
+    /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
+    int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
     rc = kvfs_gguf_add_str(w, "general.architecture", a);
     if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
@@ -48,6 +50,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 4);
+    if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window_pattern"), 3);
 #undef KEY
     /* byte-level vocabulary: token i < 256 is byte i in GPT-2's encoding */
     char (*texts)[8] = calloc((size_t)vocab, 8);
@@ -87,16 +93,20 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
 #define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
         rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (!rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, o->n_embd, 4.0f * sc * 8, 0, &s);
+        if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
-        if (!rc) rc = add_rand(w, T("attn_output.weight"), o->n_embd, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
         if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
+        if (gemma && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
+        if (gemma && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
+        if (gemma && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (gemma && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T
     }
     if (!rc)

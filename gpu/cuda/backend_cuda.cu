@@ -608,8 +608,10 @@ static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos
 
 static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       float *out)
+                       int window, float *out)
 {
+    if (window > 0) /* sliding-window layers (gemma3): not written for CUDA yet */
+        return -ENOTSUP;
     if (n_q <= 0)
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
@@ -982,6 +984,8 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .weight_create_quant = */ NULL, /* weights in f32 on the device */
     /* .weight_rows = */ NULL,
     /* .matmul_act = */ NULL,
+    /* .scale = */ NULL, /* gemma3's ops: not written for CUDA yet */
+    /* .geglu = */ NULL,
 };
 
 extern "C" int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)

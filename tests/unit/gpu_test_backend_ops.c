@@ -132,16 +132,16 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
           *dv = dev_of(&gpu, v, sizeof(float) * n * kv);
     int32_t *dkvp = dev_of(&gpu, kvp, sizeof(int32_t) * n), *dqp = dev_of(&gpu, qp, sizeof(int32_t) * n);
     float sc = 1.0f / sqrtf((float)hd);
-    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
-         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("attention", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
     int nsel = n / 7 + 1;
     for (int i = 0; i < nsel; i++)
         qp[i] = (i * 7919) % n;
     G->upload(gpu.ctx, dqp, qp, sizeof(int32_t) * nsel);
-    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
-         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
     report("attn sparse", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
     /* attention mass of the sparse queries over every key (query selection) */
@@ -160,8 +160,8 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     for (int i = 0; i < n; i++)
         kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
     G->upload(gpu.ctx, dkvp, kvp, sizeof(int32_t) * n);
-    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, oc),
-         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, dy));
+    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
     report("attn unsorted", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
     /* upload_kv: a KV cache's f16 / bf16 / f32 bytes into f32 device rows */

@@ -1,8 +1,9 @@
-/* test_forward.c - the runtime on tiny synthetic models (llama with GQA and
- * qwen2 with biases/NeoX RoPE): decode after prefill equals prefill of the
- * longer sequence; a cache written as a chunk and read back continues
- * identically; RoPE re-rotation by a delta composes; the tokenizer round
- * trips bytes. */
+/* test_forward.c - the runtime on tiny synthetic models (llama with GQA,
+ * qwen2 with biases/NeoX RoPE, gemma3 with wide heads and sliding-window
+ * layers): decode after prefill equals prefill of the longer sequence; a
+ * cache written as a chunk and read back continues identically; RoPE
+ * re-rotation by a delta composes; windowed attention equals its definition;
+ * the tokenizer round trips bytes. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blend.h"
 #include "check.h"
 #include "forward.h"
 #include "gguf.h"
@@ -60,7 +62,7 @@ static void check_pos0(struct kvfs_model *m, const int32_t *toks, int n)
             delta[i] = P;
         /* the CPU backend's device memory is host memory */
         CHECK_EQ(be->rope(m->be.ctx, ka, delta, n, m->hp.n_kv_head, m->hp.head_dim, m->hp.rope_dim,
-                          m->hp.rope_theta, m->hp.rope_style), 0);
+                          m->layers[l].rope_theta, m->hp.rope_style), 0);
         float sk, sv, dk = max_diff(ka, kb, n * kvd, &sk), dv = max_diff(va, vb, n * kvd, &sv);
         worst_k = fmaxf(worst_k, dk / (sk > 1 ? sk : 1));
         worst_v = fmaxf(worst_v, dv / (sv > 1 ? sv : 1));
@@ -83,9 +85,68 @@ static void check_pos0(struct kvfs_model *m, const int32_t *toks, int n)
     free(la); free(lb); free(ka); free(kb); free(va); free(vb); free(delta);
 }
 
+/* The backend's attention with a sliding window against its definition,
+ * computed here in double: positions in order (the skipping paths) and
+ * shuffled, several windows, GQA. */
+static void check_window_attention(const struct kvfs_backend *b)
+{
+    enum { NQ = 7, NKV = 40, H = 4, KH = 2, D = 16 };
+    static float q[NQ * H * D], k[NKV * KH * D], v[NKV * KH * D], out[NQ * H * D];
+    int32_t qp[NQ], kp[NKV];
+    uint64_t s = 99;
+    for (size_t i = 0; i < sizeof(q) / 4 + sizeof(k) / 4 * 2; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float r = (float)(s >> 40) / (float)(1 << 24) - 0.5f;
+        if (i < sizeof(q) / 4) q[i] = r;
+        else if (i < sizeof(q) / 4 + sizeof(k) / 4) k[i - sizeof(q) / 4] = r;
+        else v[i - sizeof(q) / 4 - sizeof(k) / 4] = r;
+    }
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        for (int j = 0; j < NKV; j++)
+            kp[j] = shuffled ? (j * 17) % NKV : j;
+        for (int i = 0; i < NQ; i++)
+            qp[i] = shuffled ? 39 - 5 * i : 30 + i;
+        const int windows[] = {0, 1, 4, 9, 100};
+        for (size_t wi = 0; wi < sizeof(windows) / sizeof(windows[0]); wi++) {
+            int win = windows[wi];
+            CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, out), 0);
+            double worst = 0;
+            for (int i = 0; i < NQ; i++)
+                for (int h = 0; h < H; h++) {
+                    double sc[NKV], mx = -1e300, sum = 0;
+                    int kh = h / (H / KH);
+                    for (int j = 0; j < NKV; j++) {
+                        int vis = kp[j] <= qp[i] && (win == 0 || qp[i] - kp[j] < win);
+                        double d = 0;
+                        for (int c = 0; c < D; c++)
+                            d += (double)q[(i * H + h) * D + c] * k[(j * KH + kh) * D + c];
+                        sc[j] = vis ? 0.3 * d : -1e300;
+                        mx = sc[j] > mx ? sc[j] : mx;
+                    }
+                    for (int j = 0; j < NKV; j++)
+                        sum += sc[j] > -1e299 ? exp(sc[j] - mx) : 0;
+                    for (int c = 0; c < D; c++) {
+                        double o = 0;
+                        for (int j = 0; j < NKV; j++)
+                            o += sc[j] > -1e299 ? exp(sc[j] - mx) / sum * v[(j * KH + kh) * D + c] : 0;
+                        double e = fabs(o - out[(i * H + h) * D + c]);
+                        worst = e > worst ? e : worst;
+                    }
+                }
+            if (worst > 1e-5)
+                fprintf(stderr, "window %d (%s positions): max error %.2e\n", win, shuffled ? "shuffled" : "sorted",
+                        worst);
+            CHECK(worst <= 1e-5);
+        }
+    }
+    CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, -1, out), -EINVAL);
+}
+
 static void check_model(const char *arch, const char *path)
 {
-    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, 10000.0f, 42};
+    int gemma = !strcmp(arch, "gemma3");
+    /* gemma3: a global base apart from the local layers' 10000 */
+    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *m;
     char err[256];
@@ -96,8 +157,18 @@ static void check_model(const char *arch, const char *path)
         return;
     }
     CHECK_EQ(m->hp.n_kv_head, 2);
-    CHECK_EQ(m->hp.rope_style, !strcmp(arch, "qwen2") ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM);
+    CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
     CHECK((m->layers[0].bq != NULL) == !strcmp(arch, "qwen2"));
+    CHECK((m->layers[0].attn_q_norm != NULL) == gemma);
+    if (gemma) { /* heads of 32 on n_embd 64; layers 0 and 1 local (window 4, base 10000), 2 global */
+        CHECK_EQ(m->hp.head_dim, 32);
+        CHECK_EQ(m->hp.q_dim, 128);
+        CHECK_EQ(m->layers[0].window, 4);
+        CHECK_EQ(m->layers[1].window, 4);
+        CHECK_EQ(m->layers[2].window, 0);
+        CHECK(m->layers[0].rope_theta == 10000.0f && m->layers[2].rope_theta == 1e6f);
+        CHECK(fabsf(m->hp.embd_scale - 8.0f) < 1e-6f);
+    }
     int V = m->hp.n_vocab;
     int32_t toks[20];
     for (int i = 0; i < 20; i++)
@@ -129,6 +200,13 @@ static void check_model(const char *arch, const char *path)
     d = max_diff(b, c, V, &scale);
     fprintf(stderr, "%s: continue from chunk vs in memory max |dlogit| %.2e\n", arch, d);
     CHECK(d == 0.0f); /* the cache holds f16-precision K/V: the file is exact */
+    if (gemma) { /* not blended yet: refused, with the reason */
+        struct kvfs_blend_chunk ch = {w.buf, w.size};
+        struct kvfs_kv_cache bc;
+        int32_t *bt = NULL;
+        CHECK_EQ(kvfs_blend(m, &ch, 1, &toks[14], 1, 0.15f, &bc, &bt, NULL, NULL, err, sizeof(err)), -ENOTSUP);
+        CHECK(strstr(err, "sliding-window") != NULL);
+    }
     kvfs_writer_free(&w);
     check_pos0(m, toks, 16);
     /* a full cache refuses more tokens */
@@ -183,6 +261,12 @@ int main(void)
     snprintf(path, sizeof(path), "/tmp/kvfs-test-model.%d.gguf", (int)getpid());
     check_model("llama", path);
     check_model("qwen2", path);
+    check_model("gemma3", path);
+    struct kvfs_backend cpu;
+    if (kvfs_backend_cpu_init(2, &cpu) == 0) {
+        check_window_attention(&cpu);
+        kvfs_backend_free(&cpu);
+    }
     /* malformed model files are rejected, not crashed on */
     FILE *f = fopen(path, "r+b");
     if (f) {

@@ -23,7 +23,19 @@ double blend_now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int rope_selftest(const struct kvfs_model *m, float theta);
+
+/* Re-positioning is exact at every RoPE base the model's layers use. */
 int kvfs_blend_selftest(const struct kvfs_model *m)
+{
+    int rc = rope_selftest(m, m->hp.rope_theta);
+    for (int l = 0; l < m->hp.n_layer && !rc; l++)
+        if (m->layers[l].rope_theta != m->hp.rope_theta)
+            rc = rope_selftest(m, m->layers[l].rope_theta);
+    return rc;
+}
+
+static int rope_selftest(const struct kvfs_model *m, float theta)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = BE(m);
@@ -44,11 +56,11 @@ int kvfs_blend_selftest(const struct kvfs_model *m)
     for (int k = 0; k < 3 && !rc; k++)
         rc = be->upload(CTX(m), dev[k], host[0], sizeof(float) * (size_t)d);
     /* dev0: rotate by 37 then 1000; dev1: by 1037; dev2: by 1037 then -1037 */
-    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[0], 1, 1, d, hp->rope_dim, hp->rope_theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[1], 1, 1, d, hp->rope_dim, hp->rope_theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[1], &dpos[2], 1, 1, d, hp->rope_dim, hp->rope_theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[2], 1, 1, d, hp->rope_dim, hp->rope_theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[3], 1, 1, d, hp->rope_dim, hp->rope_theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[0], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[1], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[1], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[3], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
     for (int k = 0; k < 3 && !rc; k++)
         rc = be->download(CTX(m), host[k], dev[k], sizeof(float) * (size_t)d);
     if (rc)
@@ -216,9 +228,10 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i]);
         row += (int)h->n_tokens;
     }
+    /* each layer's own base: gemma3's local layers rotate with another */
     if (!rc && n_rows > row0)
         rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * c->kv_dim, d_delta + row0, n_rows - row0,
-                         hp->n_kv_head, hp->head_dim, hp->rope_dim, hp->rope_theta, hp->rope_style);
+                         hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[layer].rope_theta, hp->rope_style);
     return rc;
 }
 
@@ -250,17 +263,23 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         (rc = be->upload(ctx, d_mass, zero, sizeof(float) * (size_t)n_ctx)) ||
         (rc = be->gather_rows(ctx, w->x, d_rows, wq.x, n_suffix, hp->n_embd)))
         goto out;
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->scale_q ? 1.0f : hp->attn_scale; /* as kvfs_layer_finish's attention */
     /* only the upper two thirds of the layers vote: the first third attends
      * mostly by position and locally (on 14 prompts, counting every layer
      * left 12% more KL: BENCHMARKS.md) */
-    int from = hp->n_layer / 3;
+    int from = hp->n_layer / 3, n_global = 0;
+    for (int l = from; l < hp->n_layer; l++)
+        n_global += m->layers[l].window == 0;
     for (int l = 0; l < hp->n_layer; l++) {
+        /* sliding-window layers do not vote (the suffix cannot see past
+         * its window there, so they would only rank the last rows) unless
+         * no voting layer is global */
+        int votes = l >= from && (m->layers[l].window == 0 || n_global == 0);
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
             (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
-            (l >= from && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
+            (votes && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
                                               hp->n_kv_head, hp->head_dim, scale, d_mass))))
             goto out;
         /* the last layer's output is not needed: only its attention */
@@ -278,11 +297,6 @@ out:
 
 int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen)
 {
-    /* re-positioning rotates every layer's keys by one RoPE base, and a
-     * sliding-window layer's reused K/V hold only their window: not written */
-    if (m->hp.n_swa > 0)
-        return kvfs_errf(err, errlen, -ENOTSUP, "blending is not supported for %s (sliding-window layers, two RoPE bases)",
-                         m->hp.arch);
     uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
     kvfs_fingerprint_encode(&m->fp, fb);
     for (int i = 0; i < kvfs_loader_count(ld); i++) {
@@ -487,7 +501,7 @@ static int gather_selected(struct blend_run *b)
         (rc = be->gather_rows(ctx, b->w.x, b->d_idx, b->ws.x, b->n_run, m->hp.n_embd)))
         return rc;
     if (b->first_layer > 0 && b->first_layer == b->check_layer) {
-        if ((rc = be->gather_rows(ctx, b->w.q, b->d_idx, b->ws.q, b->n_run, m->hp.n_embd)) ||
+        if ((rc = be->gather_rows(ctx, b->w.q, b->d_idx, b->ws.q, b->n_run, m->hp.q_dim)) ||
             (rc = kvfs_layer_finish(m, b->check_layer, &b->ws, b->n_run, b->c, b->n_ctx)))
             return rc;
         b->first_layer = b->check_layer + 1;

@@ -200,13 +200,6 @@ static void check_model(const char *arch, const char *path)
     d = max_diff(b, c, V, &scale);
     fprintf(stderr, "%s: continue from chunk vs in memory max |dlogit| %.2e\n", arch, d);
     CHECK(d == 0.0f); /* the cache holds f16-precision K/V: the file is exact */
-    if (gemma) { /* not blended yet: refused, with the reason */
-        struct kvfs_blend_chunk ch = {w.buf, w.size};
-        struct kvfs_kv_cache bc;
-        int32_t *bt = NULL;
-        CHECK_EQ(kvfs_blend(m, &ch, 1, &toks[14], 1, 0.15f, &bc, &bt, NULL, NULL, err, sizeof(err)), -ENOTSUP);
-        CHECK(strstr(err, "sliding-window") != NULL);
-    }
     kvfs_writer_free(&w);
     check_pos0(m, toks, 16);
     /* a full cache refuses more tokens */

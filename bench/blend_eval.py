@@ -4,6 +4,7 @@ from rag_set import N, K, SIZE, DISTINCT, LLAMA_CTX, prompt_files, open_llama, g
 from paths import KVFSCTL, MODEL
 RATIOS = os.environ.get('BLEND_RATIOS', '0.05,0.1,0.15,0.3,1')
 SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
+BOS = os.environ.get('BLEND_BOS', 'each')  # kvfsctl eval --bos: a no-op for SmolLM2 (no BOS)
 # full prefill's self-agreement: an independent, equally valid full prefill
 # (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
 try:
@@ -16,7 +17,8 @@ rows = {}
 self_rows = []
 with tempfile.TemporaryDirectory() as td:
     for p, files, q in prompt_files(td):
-        r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIOS, '--select', SELECT, '--query', q] + files,
+        r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIOS, '--select', SELECT, '--bos', BOS,
+                            '--query', q] + files,
                            capture_output=True, text=True, check=True)
         d = json.loads(r.stdout)
         for res in d['results']:
@@ -28,8 +30,10 @@ with tempfile.TemporaryDirectory() as td:
         print(f'prompt {p + 1}/{N}: {d["tokens"]} tokens', file=sys.stderr)
 full_ttft = statistics.median(x[0] for x in rows['full prefill'])
 reuse_kl = statistics.mean(x[1] for x in rows['full reuse'])
-print('### Blending quality and TTFT (`bench/blend.sh`, run by `make bench`)\n')
-print(f'{time.strftime("%Y-%m-%d")}, SmolLM2-135M-Instruct Q4_1, CPU backend, {os.cpu_count()} threads; {N} prompts of '
+MODEL_NAME = {'SmolLM2-135M-Instruct.Q4_1.gguf': 'SmolLM2-135M-Instruct Q4_1',
+              'gemma-3-270m-q4_k_m.gguf': 'Gemma 3 270M Q4_K_M'}.get(os.path.basename(MODEL), os.path.basename(MODEL))
+print(f'### Blending quality and TTFT, {MODEL_NAME} (`bench/blend.sh`, run by `make bench`)\n')
+print(f'{time.strftime("%Y-%m-%d")}, {MODEL_NAME}, CPU backend, {os.cpu_count()} threads; {N} prompts of '
       f'{K} chunks x {SIZE} bytes of real text (licenses, man pages, copyright files; median '
       f'{statistics.median(x[4] for x in rows["full prefill"])} tokens) plus a question; '
       + ('the passages of a prompt are distinct, as a retriever returns them (identical documents count once; a '

@@ -32,4 +32,5 @@ def prompt_files(td):
 
 
 def open_llama():
-    return llama_oracle.open_llama(LLAMA_CTX)
+    # last-token logits only: all of them would be 8.6 GB at Gemma 3's vocabulary
+    return llama_oracle.open_llama(LLAMA_CTX, logits_all=False)

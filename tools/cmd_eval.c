@@ -24,6 +24,7 @@ struct eval_args {
     int n_ratios;
     int selects[MAX_SELECTS], n_selects;
     int json, greedy, threads, no_prefix;
+    const char *bos; /* each, first or none */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -70,6 +71,10 @@ static void usage(FILE *f)
                "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
                "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
                "gradual: --check-layer N (default 1).\n"
+               "--bos each|first|none: where the prompt has BOS when the model asks for one\n"
+               "(Gemma; SmolLM2 does not): each chunk tokenized as the model's tokenizer\n"
+               "does by default (each, the default: what an engine stores), only the first,\n"
+               "or none.\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
@@ -115,7 +120,7 @@ static int opt_selects(void *dst, const char *arg)
 /* TOOL_ARGS_OK, or the exit code (0 after --help, 2 on a usage error) */
 static int parse_args(struct eval_args *a, int argc, char **argv)
 {
-    *a = (struct eval_args){.backend = "cpu", .greedy = 32, .n_selects = 1};
+    *a = (struct eval_args){.backend = "cpu", .greedy = 32, .n_selects = 1, .bos = "each"};
     kvfs_blend_opts_init(&a->bo, KVFS_BLEND_DEFAULT_RATIO);
     a->selects[0] = a->bo.select;
     const struct tool_opt opts[] = {
@@ -125,6 +130,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("backend", 0, STR, &a->backend), TOOL_OPT_CALL("select", 0, opt_selects, a),
         TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
+        TOOL_OPT("bos", 0, STR, &a->bos),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -134,6 +140,10 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     a->n_files = argc - optind;
     if (!a->model || !a->query || a->greedy < 1)
         return tool_usage_error(&cmd);
+    if (strcmp(a->bos, "each") && strcmp(a->bos, "first") && strcmp(a->bos, "none")) {
+        fprintf(stderr, "kvfsctl eval: --bos %s: want each, first or none\n", a->bos);
+        return 2;
+    }
     if (!a->n_ratios)
         a->ratios[a->n_ratios++] = KVFS_BLEND_DEFAULT_RATIO;
     for (int i = 0; i < a->n_ratios; i++)
@@ -178,7 +188,10 @@ static int prefill_chunks(struct eval *e)
     for (int i = 0; i < e->a->n_files; i++) {
         const char *path = e->a->files[i];
         struct kvfs_kv_cache cc;
-        int rc = tool_tokenize_file(e->tok, path, 0, &e->ids[i], &e->nids[i]);
+        /* BOS (when the model wants one) heads each chunk, the first or none:
+         * Gemma blends best from chunks with their own BOS (BENCHMARKS.md) */
+        int bos = !strcmp(e->a->bos, "each") || (i == 0 && !strcmp(e->a->bos, "first"));
+        int rc = tool_tokenize_file(e->tok, path, bos, &e->ids[i], &e->nids[i]);
         if (rc || (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
             return rc;
         rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);

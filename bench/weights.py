@@ -10,7 +10,9 @@ from paths import KVFSCTL, MODEL
 
 THREADS = os.cpu_count()
 RUNS = int(os.environ.get('RUNS', '3'))
-DECODE = 64
+DECODE = int(os.environ.get('WEIGHTS_DECODE', '64'))
+# WEIGHTS_F32=0 leaves out the f32 variant (an 8B model decoded to f32 is 32 GB)
+F32 = os.environ.get('WEIGHTS_F32', '1') != '0'
 LLAMA = r'''
 import json, os, resource, sys, time
 import llama_cpp
@@ -55,10 +57,11 @@ def llama(ids):
 text = ''.join(t for _, t in documents(40))
 ids = [int(t) for t in subprocess.run([KVFSCTL, 'tokenize', '-m', MODEL, '-'], input=text, capture_output=True,
                                       text=True, check=True).stdout.split()]
-runs = {'encoded': [], 'f32': [], 'llama.cpp': []}
+runs = {'encoded': [], 'f32': [], 'llama.cpp': []} if F32 else {'encoded': [], 'llama.cpp': []}
 for _ in range(RUNS):
     runs['encoded'].append(kvfs(False, ids))
-    runs['f32'].append(kvfs(True, ids))
+    if F32:
+        runs['f32'].append(kvfs(True, ids))
     runs['llama.cpp'].append(llama(ids))
 med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
 size_mb = os.path.getsize(MODEL) / 2**20
@@ -70,11 +73,17 @@ print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {THREADS} cores, {
       f'(process total: model, KV, scratch); decode: {DECODE} greedy tokens after an 8-token prompt.\n')
 print('| | RSS MiB | RSS / file | prefill 512 tok/s | prefill 2048 tok/s | decode tok/s |')
 print('|---|---|---|---|---|---|')
+def rate(x):
+    return f'{x:.0f}' if x >= 100 else f'{x:.1f}'
+
+
 for k, v in med.items():
-    print(f'| {k} | {v["rss_mb"]:.0f} | {v["rss_mb"] / size_mb:.2f}x | {v["prefill512"]:.0f} | {v["prefill2048"]:.0f} | '
-          f'{v["decode"]:.1f} |')
-e, f, l = med['encoded'], med['f32'], med['llama.cpp']
-print(f'\nEncoded against f32: prefill {e["prefill512"] / f["prefill512"]:.2f}x / {e["prefill2048"] / f["prefill2048"]:.2f}x, '
-      f'decode {e["decode"] / f["decode"]:.2f}x, RSS {e["rss_mb"] / f["rss_mb"]:.2f}x. Against llama.cpp: prefill '
+    print(f'| {k} | {v["rss_mb"]:.0f} | {v["rss_mb"] / size_mb:.2f}x | {rate(v["prefill512"])} | '
+          f'{rate(v["prefill2048"])} | {v["decode"]:.1f} |')
+e, l = med['encoded'], med['llama.cpp']
+f = med.get('f32')
+print('\n' + (f'Encoded against f32: prefill {e["prefill512"] / f["prefill512"]:.2f}x / {e["prefill2048"] / f["prefill2048"]:.2f}x, '
+              f'decode {e["decode"] / f["decode"]:.2f}x, RSS {e["rss_mb"] / f["rss_mb"]:.2f}x. ' if f else '') +
+      f'Encoded against llama.cpp: prefill '
       f'{e["prefill512"] / l["prefill512"]:.2f}x / {e["prefill2048"] / l["prefill2048"]:.2f}x, decode '
       f'{e["decode"] / l["decode"]:.2f}x, RSS {e["rss_mb"] / l["rss_mb"]:.2f}x.')

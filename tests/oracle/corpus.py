@@ -58,3 +58,59 @@ def rag_passages(n_prompts, k, size, distinct=True, max_overlap=0.3):
             grams.append(g)
         prompts.append(passages)
     return prompts
+
+
+def _package_descriptions():
+    """Debian package descriptions (dpkg's status file): 'name: synopsis. text'."""
+    out, name, desc = [], None, None
+    try:
+        lines = open('/var/lib/dpkg/status', encoding='utf-8').read().splitlines()
+    except OSError:
+        return out
+    for line in lines + ['']:
+        if line.startswith('Package: '):
+            name = line[9:]
+        elif line.startswith('Description: '):
+            desc = [line[13:].strip() + '.']
+        elif desc is not None and line.startswith(' '):
+            t = line.strip()
+            if t != '.' and not t.startswith(('-', '*')):
+                desc.append(t)
+        else:
+            if desc is not None and name:
+                out.append(f'{name}: ' + ' '.join(desc))
+            desc = None
+    return out
+
+
+def _license_clauses():
+    out = []
+    for p in sorted(glob.glob('/usr/share/common-licenses/*')):
+        try:
+            text = open(p, encoding='utf-8').read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        out += [' '.join(par.split()) for par in text.split('\n\n')]
+    return out
+
+
+def short_passages(n_prompts, lo=130, hi=480):
+    """3 to 8 short passages (lo..hi bytes: about 30-120 tokens) for each of
+    n_prompts prompts: package descriptions and license clauses, cut at a
+    sentence end, distinct, in a fixed pseudo-random order."""
+    import random
+    pool, seen = [], set()
+    for text in _package_descriptions() + _license_clauses():
+        if len(text) > hi:
+            cut = text.rfind('. ', lo, hi)
+            text = text[:cut + 1] if cut > 0 else ''
+        if lo <= len(text) <= hi and text not in seen:
+            seen.add(text)
+            pool.append(text)
+    random.Random(21).shuffle(pool)
+    prompts, j = [], 0
+    for p in range(n_prompts):
+        k = 3 + p % 6
+        prompts.append([pool[(j + i) % len(pool)] for i in range(k)])
+        j += k
+    return prompts

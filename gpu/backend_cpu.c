@@ -132,12 +132,33 @@ static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
 #define QMM_GEMM_MIN_ROWS 8
 #define QMM_TILE_FLOATS (1u << 20) /* 4 MiB of decoded rows per tile */
 
+/* x rows as ggml's 8-bit activation blocks, quantized exactly as
+ * cpu_act_quant does: per 32 values int8 q, the f16-rounded scale d and
+ * the sum of q (for the offsets of Q4_0, Q4_1, Q5_0, Q5_1) */
+struct q8x {
+    int8_t *q;
+    float *d;
+    int32_t *sum;
+};
+
+/* x rows as Q8_K blocks (ggml's block_q8_K, the K-quants' partner): 256
+ * int8 q, the scale d (a float), the sums of each 16 q (bsum, ggml's
+ * bsums) and of each 32 (psum, for Q4_K/Q5_K's mins); value j is d * q[j] */
+struct q8k {
+    _Alignas(32) int8_t q[256];
+    int16_t bsum[16];
+    int16_t psum[8];
+    float d;
+};
+
 struct qmm_job {
     const struct kvfs_weight *w;
     const float *x;
     float *y, *tile;
     int n, r0, r1, rc;
-    int act; /* x to be quantized to 8-bit blocks first (Q8_0/Q8_1), 0: as is */
+    int act; /* x to be quantized to 8-bit blocks first (Q8_0/Q8_1/Q8_K), 0: as is */
+    const struct q8x *xq; /* x's 8-bit blocks of 32, or NULL */
+    const struct q8k *xk; /* x's Q8_K blocks (K-quant weights), or NULL */
 };
 
 static void *qmm_decode(void *arg) /* rows [r0, r1) into tile */
@@ -217,14 +238,8 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
 #endif
 
 #ifdef __AVX2__
-/* x rows as ggml's 8-bit activation blocks, quantized exactly as
- * cpu_act_quant does: per 32 values int8 q, the f16-rounded scale d and
- * the sum of q (for Q4_1's offset) */
-struct q8x {
-    int8_t *q;
-    float *d;
-    int32_t *sum;
-};
+#define QMM_AI static inline __attribute__((always_inline))
+
 
 static int q8x_make(const float *x, int n, int in, struct q8x *o)
 {
@@ -257,64 +272,392 @@ static int q8x_make(const float *x, int n, int in, struct q8x *o)
 static void q8x_free(struct q8x *o)
 {
     free(o->q), free(o->d), free(o->sum);
+    *o = (struct q8x){0};
 }
 
-/* Row `q` of a Q4_0 / Q4_1 / Q8_0 weight dotted with n 8-bit x rows: per
- * block the integer sum of products (maddubs), scaled by both blocks'
- * scales, plus Q4_1's offset times the x block's sum.  0: no kernel. */
-static inline __attribute__((always_inline)) int dot_rows_q8_n(uint32_t type, const uint8_t *q, const struct q8x *x,
-                                                                int in, int n, float *out)
+/* x rows that cpu_act_quant(Q8_0 / Q8_1) already rounded (q * d, d an f16
+ * value): q, d and the sums found again, checked value for value (d * q ==
+ * x for every one).  1 done, 0 when x is not such a row, or -ENOMEM.  The
+ * largest |x| is 127 d: d is its f16 rounding of |x| / 127. */
+static int q8x_recover(const float *x, int n, int in, struct q8x *o)
 {
-    if (type != KVFS_GGML_Q4_0 && type != KVFS_GGML_Q4_1 && type != KVFS_GGML_Q8_0)
-        return 0;
+    size_t nb = (size_t)n * in / 32;
+    o->q = malloc((size_t)n * in);
+    o->d = malloc(sizeof(float) * nb);
+    o->sum = malloc(sizeof(int32_t) * nb);
+    if (!o->q || !o->d || !o->sum) {
+        q8x_free(o);
+        return -ENOMEM;
+    }
+    for (size_t b = 0; b < nb; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) {
+            float a = fabsf(xb[k]);
+            amax = a > amax ? a : amax;
+        }
+        float d = kvfs_f16_to_f32(kvfs_f32_to_f16(amax / 127.0f)), id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            int v = (int)nearbyintf(xb[k] * id);
+            if (v < -127 || v > 127 || (float)v * d != xb[k]) {
+                q8x_free(o);
+                return 0;
+            }
+            o->q[b * 32 + k] = (int8_t)v;
+            s += v;
+        }
+        o->d[b] = d;
+        o->sum[b] = s;
+    }
+    return 1;
+}
+
+/* A 32-weight block of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 row: its 32
+ * integers in element order (Q4_1, Q5_1: q, unsigned; the others: q - 8,
+ * q - 16, q, signed); *dw its scale, *cw what multiplies the x block's
+ * scaled sum (m for Q4_1 and Q5_1, else 0): w . x = dw dx (q . qx) +
+ * cw dx sum(qx).  The block's size is returned. */
+QMM_AI int q32_block(uint32_t type, const uint8_t *q, __m256i *wq, float *dw, float *cw)
+{
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    *dw = f16_scale(q);
+    if (type == KVFS_GGML_Q8_0) {
+        *wq = _mm256_loadu_si256((const __m256i *)(q + 2));
+        *cw = 0.0f;
+        return 34;
+    }
+    int has_min = type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1, five = type == KVFS_GGML_Q5_0 || type == KVFS_GGML_Q5_1;
+    const uint8_t *qs = q + 2 + 2 * has_min + 4 * five;
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    *wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+    if (five) { /* bit e of qh as bit 4 of byte e */
+        uint32_t qh;
+        memcpy(&qh, q + 2 + 2 * has_min, 4);
+        const __m256i sel = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+        __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel), bit);
+        h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(0x10));
+        *wq = _mm256_or_si256(*wq, h);
+    }
+    if (has_min) {
+        *cw = f16_scale(q + 2);
+    } else { /* q - 8 (q - 16) in the integers, as ggml: no float offset to cancel */
+        *wq = _mm256_sub_epi8(*wq, _mm256_set1_epi8(five ? 16 : 8));
+        *cw = 0.0f;
+    }
+    return five ? 22 + 2 * has_min : 18 + 2 * has_min;
+}
+
+/* the 32 products of a weight block and an x block, summed in pairs into
+ * eight int32 (signed w: |w| times x with w's sign) */
+QMM_AI __m256i q32_dot(uint32_t type, __m256i wq, const int8_t *xq)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)xq), p16;
+    if (type != KVFS_GGML_Q4_1 && type != KVFS_GGML_Q5_1)
+        p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(x, wq));
+    else
+        p16 = _mm256_maddubs_epi16(wq, x);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+static int q32_type(uint32_t type)
+{
+    return type == KVFS_GGML_Q4_0 || type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_0 || type == KVFS_GGML_Q5_1 ||
+           type == KVFS_GGML_Q8_0;
+}
+
+/* Row `q` of a 32-block weight dotted with n 8-bit x rows: per block the
+ * integer sum of products (maddubs), scaled by both blocks' scales, plus
+ * the offset times the x block's sum. */
+QMM_AI void dot_rows_q8_n(uint32_t type, const uint8_t *q, const struct q8x *x, int in, int n, float *out)
+{
     int nb = in / 32;
     __m256 acc[QMM_GEMM_MIN_ROWS];
     float off[QMM_GEMM_MIN_ROWS] = {0};
     for (int i = 0; i < n; i++)
         acc[i] = _mm256_setzero_ps();
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
-        float dw = f16_scale(q), mw = 0.0f;
         __m256i wq;
-        int sub8 = 0;
-        if (type == KVFS_GGML_Q8_0) {
-            wq = _mm256_loadu_si256((const __m256i *)(q + 2));
-            q += 34;
-        } else {
-            int o = type == KVFS_GGML_Q4_1 ? 4 : 2;
-            if (type == KVFS_GGML_Q4_1)
-                mw = f16_scale(q + 2);
-            else
-                sub8 = 1;
-            __m128i raw = _mm_loadu_si128((const __m128i *)(q + o));
-            wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
-            q += type == KVFS_GGML_Q4_1 ? 20 : 18;
-        }
+        float dw, cw;
+        q += q32_block(type, q, &wq, &dw, &cw);
         for (int i = 0; i < n; i++) {
             size_t xb = (size_t)i * nb + b;
-            __m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32)), p16;
-            if (type == KVFS_GGML_Q8_0) /* signed x signed: |w| x (x with w's sign) */
-                p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-            else
-                p16 = _mm256_maddubs_epi16(wq, xq);
-            __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            __m256 s = _mm256_cvtepi32_ps(q32_dot(type, wq, x->q + xb * 32));
             acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw * x->d[xb]), acc[i]);
-            if (sub8) /* (q - 8) . x = q . x - 8 sum(x) */
-                off[i] -= 8.0f * dw * x->d[xb] * (float)x->sum[xb];
-            else if (mw != 0.0f)
-                off[i] += mw * x->d[xb] * (float)x->sum[xb];
+            if (type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1)
+                off[i] += cw * x->d[xb] * (float)x->sum[xb];
         }
     }
     for (int i = 0; i < n; i++)
         out[i] = hsum8(acc[i]) + off[i];
-    return 1;
 }
 
-/* one x row (decoding) has its own copy, its accumulator in a register */
-static int dot_rows_q8(uint32_t type, const uint8_t *q, const struct q8x *x, int in, int n, float *out)
+/* each type its own copy (the block decoding specialized), and for one x
+ * row (decoding: its accumulator in a register).  Two blocks per step into
+ * two accumulators measured no faster (throughput-bound, not latency). */
+static void dot_rows_q8(uint32_t type, const uint8_t *q, const struct q8x *x, int in, int n, float *out)
 {
-    return n == 1 ? dot_rows_q8_n(type, q, x, in, 1, out) : dot_rows_q8_n(type, q, x, in, n, out);
+#define Q8_CASE(T)                                                                                                \
+    case T:                                                                                                       \
+        if (n == 1)                                                                                               \
+            dot_rows_q8_n(T, q, x, in, 1, out);                                                                   \
+        else                                                                                                      \
+            dot_rows_q8_n(T, q, x, in, n, out);                                                                   \
+        break;
+    switch (type) {
+    Q8_CASE(KVFS_GGML_Q4_0)
+    Q8_CASE(KVFS_GGML_Q4_1)
+    Q8_CASE(KVFS_GGML_Q5_0)
+    Q8_CASE(KVFS_GGML_Q5_1)
+    Q8_CASE(KVFS_GGML_Q8_0)
+    }
+#undef Q8_CASE
+}
+
+/* ggml's nearest_int (as quant.c's): round half to even via the float adder */
+static inline int q8k_nearest(float v)
+{
+    float t = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &t, sizeof(i));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+
+static void q8k_sums(struct q8k *b)
+{
+    for (int k = 0; k < 16; k++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++)
+            s += b->q[16 * k + l];
+        b->bsum[k] = (int16_t)s;
+    }
+    for (int k = 0; k < 8; k++)
+        b->psum[k] = (int16_t)(b->bsum[2 * k] + b->bsum[2 * k + 1]);
+}
+
+/* the first value of largest magnitude */
+static float q8k_max(const float *x)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 256; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+/* 256 values quantized as ggml's quantize_row_q8_K (quant.c's act_q8_k,
+ * which cpu_act_quant(Q8_K) runs): the same q and d */
+static void q8k_quant(const float *x, struct q8k *b)
+{
+    float max = q8k_max(x);
+    memset(b->q, 0, sizeof(b->q));
+    b->d = 0.0f;
+    if (max != 0.0f) {
+        float iscale = -127.0f / max;
+        b->d = 1 / iscale;
+        for (int j = 0; j < 256; j++) {
+            int v = q8k_nearest(iscale * x[j]);
+            b->q[j] = (int8_t)(v < 127 ? v : 127);
+        }
+    }
+    q8k_sums(b);
+}
+
+/* 256 values that cpu_act_quant(Q8_K) already rounded (d * q): q and d
+ * found again, checked value for value (d * q == x for every one).  0, or
+ * -1 when x is not such a block.  The largest |x| is d * -127 (or d * 127,
+ * then -d and -q: the same products); d is the float that gives it, tried
+ * from max / -127 a few ulps either way. */
+static int q8k_recover(const float *x, struct q8k *b)
+{
+    float max = q8k_max(x);
+    memset(b->q, 0, sizeof(b->q));
+    b->d = 0.0f;
+    if (max == 0.0f) {
+        q8k_sums(b);
+        return 0;
+    }
+    float d0 = max / -127.0f, c = d0;
+    for (int t = 0; t < 5; t++) { /* d0, +1, -1, +2, -2 ulps */
+        if (t)
+            c = nextafterf(t == 3 ? nextafterf(d0, INFINITY) : t == 4 ? nextafterf(d0, -INFINITY) : d0,
+                           t & 1 ? INFINITY : -INFINITY);
+        if (c * -127.0f != max)
+            continue;
+        float ic = 1.0f / c;
+        int j = 0;
+        for (; j < 256; j++) {
+            int v = q8k_nearest(x[j] * ic);
+            if (v < -128 || v > 127 || c * (float)v != x[j])
+                break;
+            b->q[j] = (int8_t)v;
+        }
+        if (j == 256) {
+            b->d = c;
+            q8k_sums(b);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* n rows of `in` values as Q8_K blocks (row i's at *o + i * in / 256):
+ * quantized (quant), or recovered from values already rounded; *o NULL
+ * when they are not (then the caller multiplies in float) */
+static int q8k_rows(const float *x, int n, int in, int quant, struct q8k **o)
+{
+    size_t nb = (size_t)n * in / 256;
+    struct q8k *b;
+    *o = NULL;
+    if (posix_memalign((void **)&b, 64, sizeof(*b) * nb))
+        return -ENOMEM;
+    for (size_t k = 0; k < nb; k++) {
+        if (quant) {
+            q8k_quant(x + k * 256, b + k);
+        } else if (q8k_recover(x + k * 256, b + k)) {
+            free(b);
+            return 0;
+        }
+    }
+    *o = b;
+    return 0;
+}
+
+static int qk_type(uint32_t type)
+{
+    return type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K || type == KVFS_GGML_Q6_K;
+}
+
+/* 16-bit lane lo of v's low 128 bits in all of its 8 lanes, lane hi of the
+ * high 128 bits in all of those */
+QMM_AI __m256i bcast16(__m256i v, int lo, int hi)
+{
+    return _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
+                                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo))));
+}
+
+static float hsum4(__m128 s)
+{
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* Row `q` of a Q4_K (five = 0) or Q5_K weight dotted with n Q8_K x rows,
+ * as ggml's vec_dot_q4_K_q8_K / q5_K_q8_K: per super-block
+ * d dx sum_s sc[s] (q_s . qx_s) - dmin dx sum_s m[s] sum(qx_s), the
+ * integer sums exact. */
+QMM_AI void dot_rows_q45k_n(const uint8_t *q, const struct q8k *x, int nb, int n, int five, float *out)
+{
+    __m256 acc[QMM_GEMM_MIN_ROWS];
+    __m128 accm[QMM_GEMM_MIN_ROWS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one8 = _mm256_set1_epi8(1);
+    for (int b = 0; b < nb; b++, q += five ? 176 : 144) {
+        float dw = f16_scale(q), mw = f16_scale(q + 2);
+        /* the eight 6-bit scales, then the eight mins (quant.c's scale_min_k4) */
+        uint32_t s[3];
+        memcpy(s, q + 4, 12);
+        __m128i sm = _mm_set_epi32((int)((s[2] >> 4 & 0x0f0f0f0f) | (s[1] >> 6 & 0x03030303) << 4),
+                                   (int)(s[1] & 0x3f3f3f3f),
+                                   (int)((s[2] & 0x0f0f0f0f) | (s[0] >> 6 & 0x03030303) << 4),
+                                   (int)(s[0] & 0x3f3f3f3f));
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        const uint8_t *qs = q + (five ? 48 : 16);
+        __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(q + 16)) : _mm256_setzero_si256();
+        __m256i isum[QMM_GEMM_MIN_ROWS];
+        for (int i = 0; i < n; i++)
+            isum[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) { /* 64 values: low nibbles sub-block 2j, high 2j + 1 */
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one8), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one8), 4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            __m256i slo = bcast16(sc16, 2 * j, 2 * j), shi = bcast16(sc16, 2 * j + 1, 2 * j + 1);
+            for (int i = 0; i < n; i++) {
+                const int8_t *xq = x[(size_t)i * nb + b].q + 64 * j;
+                __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xq)), slo);
+                __m256i phi =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xq + 32))), shi);
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(plo, phi));
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            const struct q8k *xb = &x[(size_t)i * nb + b];
+            __m128i mins = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)xb->psum));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+            accm[i] = _mm_fmadd_ps(_mm_set1_ps(mw * xb->d), _mm_cvtepi32_ps(mins), accm[i]);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = hsum8(acc[i]) - hsum4(accm[i]);
+}
+
+/* Row `q` of a Q6_K weight dotted with n Q8_K x rows, as ggml's
+ * vec_dot_q6_K_q8_K: per super-block d dx sum_k sc[k] ((q_k - 32) . qx_k)
+ * over its 16 sub-blocks of 16; q - 32 in the int8s (signed products as
+ * Q8_0's), so that each lane's sum is exact and centred */
+QMM_AI void dot_rows_q6k_n(const uint8_t *q, const struct q8k *x, int nb, int n, float *out)
+{
+    __m256 acc[QMM_GEMM_MIN_ROWS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+    for (int b = 0; b < nb; b++, q += 210) {
+        float dw = f16_scale(q + 208);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 192)));
+        __m256i isum[QMM_GEMM_MIN_ROWS];
+        for (int i = 0; i < n; i++)
+            isum[i] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { /* 128 values: ql[64h..], qh[32h..], scales 8h.. */
+            const uint8_t *ql = q + 64 * h, *qh = q + 128 + 32 * h;
+            __m256i sh = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+            __m256i la = _mm256_loadu_si256((const __m256i *)ql), lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i w[4] = {
+                _mm256_or_si256(_mm256_and_si256(la, low4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), hi2)),
+                _mm256_or_si256(_mm256_and_si256(lb, low4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4), _mm256_and_si256(hv, hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(hv, 2), hi2)),
+            };
+            for (int c = 0; c < 4; c++) { /* values 128h + 32c..: scales 8h + 2c, 8h + 2c + 1 */
+                __m256i s = bcast16(sh, 2 * c, 2 * c + 1);
+                __m256i ws = _mm256_sub_epi8(w[c], m32), wa = _mm256_sign_epi8(ws, ws);
+                for (int i = 0; i < n; i++) {
+                    __m256i xq = _mm256_load_si256((const __m256i *)(x[(size_t)i * nb + b].q + 128 * h + 32 * c));
+                    __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xq, ws));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, s));
+                }
+            }
+        }
+        for (int i = 0; i < n; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[(size_t)i * nb + b].d), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = hsum8(acc[i]);
+}
+
+/* one copy per type and for one x row (decoding: its accumulators in registers) */
+static void dot_rows_qk(uint32_t type, const uint8_t *q, const struct q8k *x, int nb, int n, float *out)
+{
+    if (type == KVFS_GGML_Q6_K)
+        n == 1 ? dot_rows_q6k_n(q, x, nb, 1, out) : dot_rows_q6k_n(q, x, nb, n, out);
+    else if (type == KVFS_GGML_Q5_K)
+        n == 1 ? dot_rows_q45k_n(q, x, nb, 1, 1, out) : dot_rows_q45k_n(q, x, nb, n, 1, out);
+    else
+        n == 1 ? dot_rows_q45k_n(q, x, nb, 1, 0, out) : dot_rows_q45k_n(q, x, nb, n, 0, out);
 }
 #endif
 
@@ -323,32 +666,27 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
     struct qmm_job *j = arg;
     const struct kvfs_weight *w = j->w;
     int in = w->in_dim;
-    float *row = malloc(sizeof(float) * (size_t)in), dots[QMM_GEMM_MIN_ROWS];
-    if (!row) {
-        j->rc = -ENOMEM;
-        return NULL;
-    }
-#ifdef __AVX2__
-    struct q8x xq = {0};
-    int int8 = j->act && !(in % 32) && (w->type == KVFS_GGML_Q4_0 || w->type == KVFS_GGML_Q4_1 ||
-                                          w->type == KVFS_GGML_Q8_0);
-    if (int8 && (j->rc = q8x_make(j->x, j->n, in, &xq)))
-        int8 = 0;
-#endif
+    float *row = NULL, dots[QMM_GEMM_MIN_ROWS];
     for (int r = j->r0; r < j->r1 && !j->rc; r++) {
         const uint8_t *q = w->q + (size_t)r * w->row_bytes;
 #ifdef __AVX2__
-        if (int8 && dot_rows_q8(w->type, q, &xq, in, j->n, dots)) {
-            for (int i = 0; i < j->n; i++)
-                j->y[(size_t)i * w->out_dim + r] = dots[i];
-            continue;
-        }
-        if (!j->act && dot_rows_avx2(w->type, q, j->x, in, j->n, dots)) {
+        int done = 1;
+        if (j->xk)
+            dot_rows_qk(w->type, q, j->xk, in / 256, j->n, dots);
+        else if (j->xq)
+            dot_rows_q8(w->type, q, j->xq, in, j->n, dots);
+        else
+            done = !j->act && dot_rows_avx2(w->type, q, j->x, in, j->n, dots);
+        if (done) {
             for (int i = 0; i < j->n; i++)
                 j->y[(size_t)i * w->out_dim + r] = dots[i];
             continue;
         }
 #endif
+        if (!row && !(row = malloc(sizeof(float) * (size_t)in))) {
+            j->rc = -ENOMEM;
+            break;
+        }
         if ((j->rc = kvfs_ggml_dequantize(w->type, q, row, (uint64_t)in)))
             break;
         for (int i = 0; i < j->n; i++) {
@@ -367,9 +705,6 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
         }
     }
     (void)dots;
-#ifdef __AVX2__
-    q8x_free(&xq);
-#endif
     free(row);
     return NULL;
 }
@@ -379,16 +714,32 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
     struct qmm_job jobs[KVFS_PARALLEL_MAX];
     int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
     if (n < QMM_GEMM_MIN_ROWS) {
+        /* x's 8-bit blocks made once, for every worker */
+        struct q8x xq = {0};
+        struct q8k *xk = NULL;
+        int rc = 0, has_xq = 0;
+#ifdef __AVX2__
+        if (qk_type(w->type) && !(w->in_dim % 256))
+            rc = q8k_rows(x, n, w->in_dim, act, &xk); /* act 0: x may be Q8_K-rounded already */
+        else if (act && q32_type(w->type) && !(w->in_dim % 32))
+            has_xq = !(rc = q8x_make(x, n, w->in_dim, &xq));
+        else if (q32_type(w->type) && !(w->in_dim % 32) && (rc = q8x_recover(x, n, w->in_dim, &xq)) > 0)
+            has_xq = 1, rc = 0; /* x already rounded to 8-bit blocks (a down projection) */
+#endif
         int per = (w->out_dim + nt - 1) / nt;
-        for (int t = 0; t < nt; t++) {
+        for (int t = 0; t < nt && !rc; t++) {
             int r0 = t * per, r1 = r0 + per > w->out_dim ? w->out_dim : r0 + per;
-            jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0, act};
+            jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0, act, has_xq ? &xq : NULL, xk};
         }
-        cpu_pool_run(ctx->pool, qmm_gemv, jobs, sizeof(jobs[0]), nt);
-        for (int t = 0; t < nt; t++)
-            if (jobs[t].rc)
-                return jobs[t].rc;
-        return 0;
+        if (!rc)
+            cpu_pool_run(ctx->pool, qmm_gemv, jobs, sizeof(jobs[0]), nt);
+        for (int t = 0; t < nt && !rc; t++)
+            rc = jobs[t].rc;
+#ifdef __AVX2__
+        q8x_free(&xq);
+#endif
+        free(xk);
+        return rc;
     }
     int tile_rows = (int)(QMM_TILE_FLOATS / (unsigned)w->in_dim);
     tile_rows = tile_rows < 16 ? 16 : tile_rows > w->out_dim ? w->out_dim : tile_rows;
@@ -402,7 +753,7 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
         float *base = tile - (size_t)t0 * w->in_dim;
         for (int t = 0; t < nt; t++) {
             int r0 = t0 + t * per, r1 = r0 + per > t0 + rows ? t0 + rows : r0 + per;
-            jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0, 0};
+            jobs[t] = (struct qmm_job){w, NULL, NULL, base, 0, r0 < r1 ? r0 : r1, r1, 0, 0, NULL, NULL};
         }
         cpu_pool_run(ctx->pool, qmm_decode, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt && !rc; t++)
@@ -443,16 +794,19 @@ static int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias
 
 static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type);
 
-/* Few rows by a Q4_0, Q4_1 or Q8_0 weight with the activations ggml pairs
- * with it (Q8_0, Q8_1, Q8_0): integer block products; anything else
- * quantizes x into tmp and multiplies in float. */
+/* Few rows by a Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weight
+ * with the activations ggml pairs with it (Q8_0, Q8_1, Q8_0, Q8_1, Q8_0,
+ * Q8_K): integer block products; anything else quantizes x into tmp and
+ * multiplies in float. */
 static int cpu_matmul_act(void *vctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
                           float *tmp, float *y, int n)
 {
 #ifdef __AVX2__
-    int pair = (w->type == KVFS_GGML_Q4_0 && act_type == KVFS_GGML_Q8_0) ||
-               (w->type == KVFS_GGML_Q4_1 && act_type == 9 /* Q8_1 */) ||
-               (w->type == KVFS_GGML_Q8_0 && act_type == KVFS_GGML_Q8_0);
+    int t = (int)w->type;
+    int pair = ((t == KVFS_GGML_Q4_0 || t == KVFS_GGML_Q5_0 || t == KVFS_GGML_Q8_0) && act_type == KVFS_GGML_Q8_0) ||
+               ((t == KVFS_GGML_Q4_1 || t == KVFS_GGML_Q5_1) && act_type == 9 /* Q8_1 */);
+    if (qk_type(w->type) && act_type == KVFS_GGML_Q8_K)
+        pair = !(w->in_dim % 256);
     if (!w->w && pair && n < QMM_GEMM_MIN_ROWS && !(w->in_dim % 32))
         return matmul_impl(vctx, w, bias, x, y, n, 1);
 #endif

@@ -1,0 +1,191 @@
+/* test_qmm.c - the CPU backend's encoded-weight matmul for few rows (the
+ * integer kernels of decoding) against its definition: every weight row
+ * decoded to f32 (kvfs_ggml_dequantize), dotted in double with x rounded as
+ * act_quant rounds it.  Random blocks of every type with a kernel (K-quants
+ * against Q8_K activations, the 32-blocks against Q8_0/Q8_1), n = 1..7 rows,
+ * through matmul_act (x quantized by the matmul) and through act_quant then
+ * matmul (x rounded first: the backend finds its 8-bit blocks again, the
+ * result bit for bit matmul_act's), and unrounded x through matmul
+ * (multiplied in float). */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "gguf.h"
+#include "kvformat.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static float unif(void) /* [-1, 1) */
+{
+    return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void put_f16(uint8_t *p, float v)
+{
+    uint16_t h = kvfs_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* random blocks: all bytes random, then the scales valid f16 (positive,
+ * magnitudes as quantizers make them) */
+static void fill_row(uint32_t type, uint8_t *row, size_t bytes)
+{
+    for (size_t k = 0; k < bytes; k++)
+        row[k] = (uint8_t)rnd();
+    uint32_t bs = kvfs_ggml_block_size(type);
+    size_t bb = kvfs_ggml_row_size(type, bs);
+    for (uint8_t *b = row; b < row + bytes; b += bb) {
+        float d = 0.001f + 0.01f * (unif() + 1.0f);
+        switch (type) {
+        case KVFS_GGML_Q4_K: case KVFS_GGML_Q5_K:
+            put_f16(b, d);
+            put_f16(b + 2, 0.5f * d * (unif() + 1.0f)); /* dmin */
+            break;
+        case KVFS_GGML_Q6_K: put_f16(b + 208, d); break;
+        case KVFS_GGML_Q4_1: case KVFS_GGML_Q5_1:
+            put_f16(b, d);
+            put_f16(b + 2, -8.0f * d * (unif() + 1.0f)); /* m */
+            break;
+        default: put_f16(b, d); break;
+        }
+    }
+}
+
+/* x: rows of mixed magnitudes, a zero block, a block with one outlier */
+static void fill_x(float *x, int n, int in)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < in; k++) {
+            float s = (k / 256 + i) % 3 == 0 ? 0.05f : (k / 256 + i) % 3 == 1 ? 1.0f : 20.0f;
+            x[(size_t)i * in + k] = s * unif();
+        }
+    memset(x + 256, 0, 256 * sizeof(float)); /* row 0, block 1 */
+    x[7] = -300.0f;                          /* row 0, block 0: its max is negative */
+    if (n > 1)
+        x[(size_t)in + 3] = 250.0f;
+}
+
+/* max over y of |y - ref| / sum_k |w_k x_k| (the size of the dot's terms) */
+static double rel_err(const float *y, const double *ref, const double *mag, int count)
+{
+    double e = 0.0;
+    for (int k = 0; k < count; k++) {
+        double r = fabs((double)y[k] - ref[k]) / (mag[k] > 0.0 ? mag[k] : 1.0);
+        e = r > e ? r : e;
+    }
+    return e;
+}
+
+static void ref_mm(const float *wf, const float *x, int n, int out, int in, double *ref, double *mag)
+{
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < out; r++) {
+            double s = 0.0, a = 0.0;
+            for (int k = 0; k < in; k++) {
+                double p = (double)wf[(size_t)r * in + k] * (double)x[(size_t)i * in + k];
+                s += p;
+                a += fabs(p);
+            }
+            ref[(size_t)i * out + r] = s;
+            mag[(size_t)i * out + r] = a;
+        }
+}
+
+static double worst_int, worst_float;
+
+static void check_type(struct kvfs_backend *be, uint32_t type, int act_type, int in)
+{
+    const struct kvfs_backend_iface *f = be->iface;
+    const int out = 37; /* rows not a multiple of the threads */
+    size_t rb = kvfs_ggml_row_size(type, (uint64_t)in);
+    uint8_t *wq = malloc(rb * out);
+    float *wf = malloc(sizeof(float) * (size_t)out * in), *x = malloc(sizeof(float) * 7 * (size_t)in);
+    float *xr = malloc(sizeof(float) * 7 * (size_t)in), *tmp = malloc(sizeof(float) * 7 * (size_t)in);
+    float *y = malloc(sizeof(float) * 7 * out), *y2 = malloc(sizeof(float) * 7 * out);
+    double *ref = malloc(sizeof(double) * 7 * out), *mag = malloc(sizeof(double) * 7 * out);
+    struct kvfs_weight *w = NULL;
+    CHECK(wq && wf && x && xr && tmp && y && y2 && ref && mag);
+    if (!(wq && wf && x && xr && tmp && y && y2 && ref && mag))
+        goto out;
+    for (int r = 0; r < out; r++)
+        fill_row(type, wq + (size_t)r * rb, rb);
+    CHECK_EQ(kvfs_ggml_dequantize_rows(type, wq, wf, (uint64_t)out, (uint64_t)in), 0);
+    CHECK_EQ(f->weight_create_quant(be->ctx, type, wq, rb, out, in, &w), 0);
+    if (!w)
+        goto out;
+    double e_act = 0.0, e_round = 0.0, e_float = 0.0;
+    for (int n = 1; n <= 7; n++) {
+        fill_x(x, n, in);
+        CHECK_EQ(f->act_quant(be->ctx, x, xr, n, in, act_type), 0);
+        ref_mm(wf, xr, n, out, in, ref, mag);
+        /* x quantized by the matmul */
+        memset(y, 0, sizeof(float) * 7 * out);
+        CHECK_EQ(f->matmul_act(be->ctx, w, NULL, act_type, x, tmp, y, n), 0);
+        double e = rel_err(y, ref, mag, n * out);
+        e_act = e > e_act ? e : e_act;
+        /* x rounded first, then the plain matmul (a down projection): the
+         * same 8-bit blocks found again, so the very same sums */
+        {
+            memcpy(y2, y, sizeof(float) * n * out);
+            memset(y, 0, sizeof(float) * 7 * out);
+            CHECK_EQ(f->matmul(be->ctx, w, NULL, xr, y, n), 0);
+            e = rel_err(y, ref, mag, n * out);
+            e_round = e > e_round ? e : e_round;
+            CHECK(!memcmp(y, y2, sizeof(float) * n * out));
+        }
+        /* x as it is: float */
+        ref_mm(wf, x, n, out, in, ref, mag);
+        memset(y, 0, sizeof(float) * 7 * out);
+        CHECK_EQ(f->matmul(be->ctx, w, NULL, x, y, n), 0);
+        e = rel_err(y, ref, mag, n * out);
+        e_float = e > e_float ? e : e_float;
+    }
+    printf("%-5s in %4d: max |y - ref| / sum |w x|: matmul_act %.3g, rounded x %.3g, float x %.3g\n",
+           kvfs_ggml_type_name(type), in, e_act, e_round, e_float);
+    /* f32 sums of exact (or f32) products: a few ulps of the terms' size */
+    CHECK(e_act < 1e-5);
+    CHECK(e_round < 1e-5);
+    CHECK(e_float < 1e-5);
+    double ei = e_act > e_round ? e_act : e_round;
+    worst_int = ei > worst_int ? ei : worst_int;
+    worst_float = e_float > worst_float ? e_float : worst_float;
+out:
+    if (w)
+        f->weight_free(be->ctx, w);
+    free(wq), free(wf), free(x), free(xr), free(tmp), free(y), free(y2), free(ref), free(mag);
+}
+
+int main(void)
+{
+    struct kvfs_backend be;
+    CHECK_EQ(kvfs_backend_cpu_init(2, &be), 0);
+    if (!be.iface->weight_create_quant || !be.iface->matmul_act) {
+        printf("SKIP: no encoded weights\n");
+        return 77;
+    }
+    static const uint32_t k_types[] = {KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
+    for (int t = 0; t < 3; t++) {
+        check_type(&be, k_types[t], KVFS_GGML_Q8_K, 256);
+        check_type(&be, k_types[t], KVFS_GGML_Q8_K, 2048);
+    }
+    static const uint32_t b_types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
+                                       KVFS_GGML_Q8_0};
+    for (int t = 0; t < 5; t++) {
+        int act = b_types[t] == KVFS_GGML_Q4_1 || b_types[t] == KVFS_GGML_Q5_1 ? KVFS_GGML_Q8_1 : KVFS_GGML_Q8_0;
+        check_type(&be, b_types[t], act, 512);
+        check_type(&be, b_types[t], act, 96); /* an odd count of blocks */
+    }
+    printf("worst: integer %.3g, float %.3g\n", worst_int, worst_float);
+    kvfs_backend_free(&be);
+    CHECK_DONE();
+}

@@ -95,6 +95,11 @@ struct kvfs_tokenizer {
     int32_t byte_tok[256]; /* SPM: <0xXX> tokens, -1 if absent */
     int32_t *special;    /* ids matched in text: control, user-defined */
     int n_special;
+    /* the same, longest first, grouped by first byte: group b of variant v
+     * (0: user-defined only, 1: control too) is by_byte[v][first[v][b] ..
+     * first[v][b + 1]) -- a vocabulary can hold 100k+ control tokens */
+    int32_t *by_byte[2];
+    int first[2][257];
     char byte_enc[256][4]; /* GPT-2 byte -> UTF-8 of its code point */
     int byte_dec[0x200];   /* code point -> byte, -1 if none */
 };
@@ -179,8 +184,47 @@ void kvfs_tokenizer_free(struct kvfs_tokenizer *t)
     free(t->tokens);
     free(t->types);
     free(t->special);
+    free(t->by_byte[0]);
+    free(t->by_byte[1]);
     free(t->scores);
     free(t);
+}
+
+/* longest special tokens first (ties in id order), so the partition
+ * prefers them; then grouped by first byte for each variant */
+static int by_len_desc(const void *a, const void *b, void *arg)
+{
+    const struct kvfs_tokenizer *t = arg;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint64_t lx = t->tokens[x].len, ly = t->tokens[y].len;
+    return lx != ly ? (lx < ly ? 1 : -1) : (x > y) - (x < y);
+}
+
+static int index_special(struct kvfs_tokenizer *t)
+{
+    qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t), by_len_desc, t);
+    for (int v = 0; v < 2; v++) {
+        int count[257] = {0};
+        t->by_byte[v] = malloc(sizeof(int32_t) * (size_t)(t->n_special + 1));
+        if (!t->by_byte[v])
+            return -ENOMEM;
+        for (int k = 0; k < t->n_special; k++) {
+            int32_t id = t->special[k];
+            if ((v == 0 && t->types[id] == TOKEN_TYPE_CONTROL) || !t->tokens[id].len)
+                continue;
+            count[(unsigned char)t->tokens[id].ptr[0] + 1]++;
+        }
+        for (int b = 0; b < 256; b++)
+            count[b + 1] += count[b];
+        memcpy(t->first[v], count, sizeof(count));
+        for (int k = 0; k < t->n_special; k++) { /* stable: keeps the length order */
+            int32_t id = t->special[k];
+            if ((v == 0 && t->types[id] == TOKEN_TYPE_CONTROL) || !t->tokens[id].len)
+                continue;
+            t->by_byte[v][count[(unsigned char)t->tokens[id].ptr[0]]++] = id;
+        }
+    }
+    return 0;
 }
 
 int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, char *err, size_t errlen)
@@ -238,13 +282,8 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
             goto fail;
         smap_put(&t->merges, ms.ptr, ms.len, (int32_t)i);
     }
-    /* longest special tokens first, so the partition prefers them */
-    for (int i = 1; i < t->n_special; i++)
-        for (int j = i; j > 0 && t->tokens[t->special[j]].len > t->tokens[t->special[j - 1]].len; j--) {
-            int32_t tmp = t->special[j];
-            t->special[j] = t->special[j - 1];
-            t->special[j - 1] = tmp;
-        }
+    if ((rc = index_special(t)))
+        goto fail;
     const char *res[4];
     int n = spm ? 0 : pre_regexes(pre_name, res);
     if (n < 0) {
@@ -531,11 +570,9 @@ int kvfs_tokenize(const struct kvfs_tokenizer *t, const char *text, size_t len, 
     }
     size_t start = 0, i = 0;
     while (i < len && !o.err) {
-        int matched = -1;
-        for (int k = 0; k < t->n_special; k++) {
-            int32_t id = t->special[k];
-            if (!parse_special && t->types[id] == TOKEN_TYPE_CONTROL)
-                continue;
+        int matched = -1, v = parse_special ? 1 : 0, b = (unsigned char)text[i];
+        for (int k = t->first[v][b]; k < t->first[v][b + 1]; k++) {
+            int32_t id = t->by_byte[v][k];
             const struct kvfs_gguf_str *s = &t->tokens[id];
             if (s->len && s->len <= len - i && !memcmp(text + i, s->ptr, s->len)) {
                 matched = id;

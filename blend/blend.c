@@ -137,6 +137,8 @@ int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_ro
     if (r > 1.0f)
         r = 1.0f;
     int n = (int)ceilf(r * (float)n_rows - 1e-4f);
+    if (o->ratio > 0.0f && n < o->min_rows)
+        n = o->min_rows;
     return n < 0 ? 0 : n > n_rows ? n_rows : n;
 }
 
@@ -326,6 +328,7 @@ struct blend_run {
     uint8_t *d_forced;
     struct kvfs_work w, ws;     /* every row; the rows being recomputed */
     int n_sel, n_run, first_layer, n_sparse, by_query, n_selected_total;
+    int n_forced, full_prefill;
 };
 
 static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
@@ -334,7 +337,8 @@ static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
     if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "ratio %g is outside [0, 1]", (double)o->ratio);
-    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 ||
+    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 || o->min_rows < 0 ||
+        o->full_below < 0 ||
         (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL &&
          o->select != KVFS_BLEND_SELECT_QUERY))
         return kvfs_errf(err, errlen, -EINVAL, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)",
@@ -355,8 +359,11 @@ static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, 
             b->c->host_pos[r] = r;
             /* a later chunk's first rows were attention sinks when it was
              * prefilled alone: their cached K/V are the most out of place */
-            if (i > 0 && (int)t < b->o.sink_rows)
+            if (i > 0 && (int)t < b->o.sink_rows) {
                 b->forced[r] = 1;
+                if (b->o.min_rows < ++b->n_forced)
+                    b->o.min_rows = b->n_forced; /* sinks come on top of nothing: they are the floor */
+            }
             if (b->tokens[r] < 0 || b->tokens[r] >= b->m->hp.n_vocab)
                 return kvfs_errf(err, errlen, -EINVAL, "chunk %d: token %d out of range", i + 1, b->tokens[r]);
         }
@@ -623,6 +630,7 @@ static void fill_stats(struct blend_run *b, double t0, struct kvfs_blend_stats *
     st->wait_s = ls.wait_s;
     st->bytes_read = ls.bytes_read;
     st->compute_s = st->seconds - ls.wait_s;
+    st->full_prefill = b->full_prefill;
 }
 
 static void run_free(struct blend_run *b)
@@ -663,6 +671,13 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     for (int i = 0; i < n_chunks; i++)
         b.n_rows += (int)kvfs_loader_header(ld, i)->n_tokens;
     b.n_ctx = b.n_rows + n_suffix;
+    /* the floor: a prompt this short costs about as much to prefill in
+     * full as to blend (kvfs(8), BENCHMARKS.md) */
+    if (b.o.full_below > 0 && b.n_ctx <= b.o.full_below && (b.o.ratio > 0.0f || b.o.auto_ratio)) {
+        b.o.ratio = 1.0f;
+        b.o.auto_ratio = 0;
+        b.full_prefill = 1;
+    }
     if ((rc = prepare(&b, suffix, err, errlen)))
         goto fail;
     /* 1. which rows: none (plain reuse: only the suffix, from layer 0), by

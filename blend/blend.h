@@ -49,6 +49,7 @@ struct kvfs_blend_stats {
     double wait_s;      /* time the blend waited for layers (not hidden by compute) */
     double compute_s;   /* seconds - wait_s */
     uint64_t bytes_read;/* from storage by the loader */
+    int full_prefill;   /* 1: short enough to be prefilled in full (opts.full_below) */
 };
 #define KVFS_BLEND_MAX_CHUNKS 64
 /* The recompute ratio when none is given, and ratio=auto's default floor:
@@ -71,6 +72,9 @@ struct kvfs_blend_opts {
     int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
     int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
     float min_ratio;    /* auto: never below this (default 0.15) */
+    int min_rows;       /* the floor: at least this many chunk rows (all, if fewer) recomputed when ratio > 0;
+                         * the forced sink rows raise it to their count */
+    int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
 };
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
 const char *kvfs_blend_select_name(int select);

@@ -71,6 +71,8 @@ static void usage(FILE *f)
                "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
                "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
                "gradual: --check-layer N (default 1).\n"
+               "The floor: --min-rows N (at least N chunk rows recomputed), --full-below N\n"
+               "(prompts of at most N tokens prefilled in full).\n"
                "--bos each|first|none: where the prompt has BOS when the model asks for one\n"
                "(Gemma; SmolLM2 does not): each chunk tokenized as the model's tokenizer\n"
                "does by default (each, the default: what an engine stores), only the first,\n"
@@ -130,7 +132,8 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("backend", 0, STR, &a->backend), TOOL_OPT_CALL("select", 0, opt_selects, a),
         TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
-        TOOL_OPT("bos", 0, STR, &a->bos),
+        TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
+        TOOL_OPT("full-below", 0, INT, &a->bo.full_below),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);

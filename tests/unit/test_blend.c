@@ -268,6 +268,37 @@ int main(void)
         CHECK(abs(st.n_selected - (int)(0.3 * NC * LEN + 0.5)) <= 2);
         kvfs_kv_cache_free(m, &bc), free(bt);
     }
+    /* the floor: a prompt no longer than full_below is prefilled in full
+     * (exactly, and said so); min_rows raises a small ratio's row count */
+    {
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, 0.15f);
+        bo.full_below = NC * LEN + NS;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        CHECK_EQ(st.full_prefill, 1);
+        CHECK(kvfs_logits_kl(full, out, V) < 1e-9);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        bo.full_below = NC * LEN + NS - 1; /* one token longer than the floor: blended */
+        bo.min_rows = 40;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        CHECK_EQ(st.full_prefill, 0);
+        CHECK_EQ(st.n_selected, 40);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        bo.min_rows = 0;
+        bo.sink_rows = 12; /* 2 later chunks x 12 forced rows: the floor is 24 > 0.15 x 72 */
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        CHECK_EQ(st.n_selected, 24);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        bo.ratio = 0.0f; /* plain reuse stays plain reuse */
+        bo.full_below = 1000;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        CHECK_EQ(st.full_prefill, 0);
+        CHECK_EQ(st.n_selected, 0);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        bo.ratio = 0.15f;
+        bo.min_rows = -1;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
+    }
     /* attn_mass (the query selection's ranking) against a direct computation:
      * 3 queries, 4 heads over 2 kv heads, 20 keys; positions unsorted */
     {

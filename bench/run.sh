@@ -15,7 +15,7 @@ out=$(mktemp)
     echo "one run. Machines are noisy: figures are medians."
     echo
     for part in bench/fs.sh bench/prefill.sh bench/blend.sh bench/pipeline.sh bench/remote.sh bench/serve.sh \
-                bench/llama_server.sh bench/weights.sh \
+                bench/llama_server.sh bench/weights.sh bench/scale.sh \
                 bench/batching.sh; do
         [ -x "$part" ] || continue
         echo "running $part ..." >&2

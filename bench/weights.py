@@ -43,8 +43,9 @@ def kvfs(env_f32, ids):
             out['rss_mb'] = int(r.stderr.strip().splitlines()[-1]) / 1024
     r = subprocess.run([KVFSCTL, 'generate', '-m', MODEL, '-p', 'The GNU General Public License is', '-n', str(DECODE),
                         '-t', str(THREADS)], capture_output=True, text=True, check=True, env=env)
-    m = re.search(r'(\d+) tokens in ([0-9.]+) s', r.stderr)
-    out['decode'] = int(m.group(1)) / float(m.group(2))
+    # decode steps only: the first token comes with the prompt's prefill (TTFT), as llama.cpp's timing below
+    m = re.search(r'TTFT ([0-9.]+) s, (\d+) tokens in ([0-9.]+) s', r.stderr)
+    out['decode'] = (int(m.group(2)) - 1) / (float(m.group(3)) - float(m.group(1)))
     return out
 
 

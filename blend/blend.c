@@ -110,6 +110,12 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
 }
 
+void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
+{
+    o->full_below = KVFS_BLEND_FULL_BELOW;
+    o->min_rows = KVFS_BLEND_MIN_ROWS;
+}
+
 const char *kvfs_blend_select_name(int select)
 {
     return select == KVFS_BLEND_SELECT_GRADUAL ? "gradual" : select == KVFS_BLEND_SELECT_QUERY ? "query" : "fixed";

@@ -77,6 +77,15 @@ struct kvfs_blend_opts {
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
 };
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
+/* The fidelity floor kvfs serves with (the mount's recipes, kvfsctl blend
+ * and eval; the library's opts_init leaves it off): prompts of at most
+ * KVFS_BLEND_FULL_BELOW tokens are prefilled in full (a blend saves little
+ * there and can be worse than plain reuse), and at least
+ * KVFS_BLEND_MIN_ROWS chunk rows are recomputed (BENCHMARKS.md, "Short
+ * chunks and the fidelity floor"). */
+#define KVFS_BLEND_FULL_BELOW 192
+#define KVFS_BLEND_MIN_ROWS 48
+void kvfs_blend_opts_floor(struct kvfs_blend_opts *o);
 const char *kvfs_blend_select_name(int select);
 /* "fixed", "gradual", "query" -> KVFS_BLEND_SELECT_*; -1 for anything else */
 int kvfs_blend_select_parse(const char *name);

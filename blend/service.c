@@ -39,7 +39,7 @@ struct kvfs_blend_service {
     struct inflight *inflight;
     int running, closing;
     uint64_t next_ticket, now_serving; /* job slots in arrival order */
-    uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared;
+    uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared, n_full_prefill;
     int max_running, max_waiting, waiting;
     double load_s, wait_s, compute_s;
     uint64_t bytes_read;
@@ -61,7 +61,7 @@ static void stats(void *ctx, FILE *f)
             ",\n  \"blends\": {\"models\": %d, \"run\": %llu, \"served_from_cache\": %llu, \"joined\": %llu, "
             "\"errors\": %llu, \"not_kept\": %llu, \"min_ratio\": %.3f,\n    \"jobs\": %d, \"running\": %d, "
             "\"waiting\": %d, \"max_running\": %d, \"max_waiting\": %d, \"batches\": %llu, \"batch_shared_chunks\": "
-            "%llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "%llu, \"full_prefills\": %llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
             "\"bytes_read\": %llu, \"load_hidden\": %.4f},\n    \"last\": {\"tokens\": %d, \"recomputed\": %d, "
             "\"ratio\": %.4f, \"seconds\": %.6f, \"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
             "\"bytes_read\": %llu, \"load_hidden\": %.4f}}",
@@ -69,7 +69,7 @@ static void stats(void *ctx, FILE *f)
             (unsigned long long)svc->n_joined, (unsigned long long)svc->n_errors,
             (unsigned long long)svc->n_not_kept, (double)svc->min_ratio, svc->jobs, svc->running, svc->waiting,
             svc->max_running, svc->max_waiting, (unsigned long long)svc->n_batches,
-            (unsigned long long)svc->n_batch_shared, svc->load_s, svc->compute_s, svc->wait_s,
+            (unsigned long long)svc->n_batch_shared, (unsigned long long)svc->n_full_prefill, svc->load_s, svc->compute_s, svc->wait_s,
             (unsigned long long)svc->bytes_read, hidden_share(svc->load_s, svc->wait_s), l->n_ctx, l->n_selected,
             (double)l->ratio, l->seconds, l->load_s, l->compute_s, l->wait_s, (unsigned long long)l->bytes_read,
             hidden_share(l->load_s, l->wait_s));
@@ -228,6 +228,7 @@ static void blend_opts_of(const struct kvfs_blend_service *svc, const struct kvf
                           struct kvfs_blend_opts *bo)
 {
     kvfs_blend_opts_init(bo, r->ratio);
+    kvfs_blend_opts_floor(bo);
     bo->auto_ratio = r->auto_ratio;
     bo->select = r->select;
     bo->min_ratio = svc->min_ratio;
@@ -240,6 +241,7 @@ static void record(struct kvfs_blend_service *svc, const struct kvfs_blend_stats
     svc->wait_s += st->wait_s;
     svc->compute_s += st->compute_s;
     svc->bytes_read += st->bytes_read;
+    svc->n_full_prefill += (uint64_t)st->full_prefill;
     svc->last = *st;
     pthread_mutex_unlock(&svc->lock);
 }
@@ -518,6 +520,17 @@ static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int
     }
     struct kvfs_blend_opts bo;
     blend_opts_of(svc, it[0]->r, &bo);
+    /* a member short enough for a full prefill (the floor) is blended on
+     * its own, as it would be outside a batch */
+    for (int i = 0; i < n; i++) {
+        int n_ctx = mb[i].n_suffix;
+        for (int k = 0; k < mb[i].n_chunks; k++)
+            n_ctx += (int)kvfs_loader_header(ld, maps[i][k])->n_tokens;
+        if (n_ctx <= bo.full_below) {
+            rc = -EAGAIN;
+            goto out;
+        }
+    }
     struct batch_run br = {svc, lm, it};
     rc = kvfs_blend_batch(lm->m, ld, mb, n, n_shared, &bo, batch_done, &br, err, errlen);
     if (!rc) {

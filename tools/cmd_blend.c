@@ -22,7 +22,8 @@ static void usage(FILE *f)
                "Compose chunks CacheBlend-style: the prompt is the chunks in order followed by the\n"
                "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
                "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
-               "--local blends chunk files in this process and writes the result to FILE.\n"
+               "--local blends chunk files in this process, as the mount would (the fidelity floor\n"
+               "included: kvfs(8)), and writes the result to FILE.\n"
                "  --ratio R   share of chunk tokens recomputed (default %g); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
                "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
@@ -112,6 +113,7 @@ static int blend_local(const struct blend_args *a, int n, char **files)
     struct kvfs_writer w;
     struct kvfs_blend_opts bo;
     kvfs_blend_opts_init(&bo, a->ratio ? strtof(a->ratio, NULL) : KVFS_BLEND_DEFAULT_RATIO);
+    kvfs_blend_opts_floor(&bo); /* as the mount blends */
     if (a->select)
         bo.select = kvfs_blend_select_parse(a->select);
     if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, NULL, err, sizeof(err)))) {

@@ -23,7 +23,7 @@ struct eval_args {
     float ratios[MAX_RATIOS];
     int n_ratios;
     int selects[MAX_SELECTS], n_selects;
-    int json, greedy, threads, no_prefix;
+    int json, greedy, threads, no_prefix, no_floor;
     const char *bos; /* each, first or none */
     struct kvfs_blend_opts bo;
     char **files;
@@ -71,8 +71,9 @@ static void usage(FILE *f)
                "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
                "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
                "gradual: --check-layer N (default 1).\n"
-               "The floor: --min-rows N (at least N chunk rows recomputed), --full-below N\n"
-               "(prompts of at most N tokens prefilled in full).\n"
+               "The fidelity floor, as kvfs serves (kvfs(8)): --min-rows N (at least N chunk rows\n"
+               "recomputed, default 48), --full-below N (prompts of at most N tokens prefilled in\n"
+               "full, default 192); --no-floor measures the bare algorithm.\n"
                "--bos each|first|none: where the prompt has BOS when the model asks for one\n"
                "(Gemma; SmolLM2 does not): each chunk tokenized as the model's tokenizer\n"
                "does by default (each, the default: what an engine stores), only the first,\n"
@@ -124,6 +125,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
 {
     *a = (struct eval_args){.backend = "cpu", .greedy = 32, .n_selects = 1, .bos = "each"};
     kvfs_blend_opts_init(&a->bo, KVFS_BLEND_DEFAULT_RATIO);
+    kvfs_blend_opts_floor(&a->bo); /* as kvfs serves; --no-floor: the bare algorithm */
     a->selects[0] = a->bo.select;
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &a->model), TOOL_OPT_CALL("ratio", 'r', opt_ratios, a),
@@ -133,7 +135,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
         TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
-        TOOL_OPT("full-below", 0, INT, &a->bo.full_below),
+        TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -143,6 +145,8 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     a->n_files = argc - optind;
     if (!a->model || !a->query || a->greedy < 1)
         return tool_usage_error(&cmd);
+    if (a->no_floor)
+        a->bo.min_rows = a->bo.full_below = 0;
     if (strcmp(a->bos, "each") && strcmp(a->bos, "first") && strcmp(a->bos, "none")) {
         fprintf(stderr, "kvfsctl eval: --bos %s: want each, first or none\n", a->bos);
         return 2;

@@ -38,11 +38,18 @@ r_fast=$(stat_of "$M" 's["blends"]["last"]["ratio"]')
 check "the controller stays at the floor on a fast tier ($r_fast)" \
     python3 -c "import sys; sys.exit(not abs(float('$r_fast') - 0.15) < 1e-6)"
 check "a fixed ratio is used as given" "$KVFSCTL" blend -M "$M" --name fixed --ratio 0.3 --suffix "$Q" ${h[1]} ${h[2]}
-printf '%s\n%s\nselect=gradual\nratio=0.3\nsuffix=Answer:\n' ${h[1]} ${h[2]} > "$T/gradual.recipe"
+printf '%s\n%s\n%s\nselect=gradual\nratio=0.3\nsuffix=Answer:\n' ${h[1]} ${h[2]} ${h[3]} > "$T/gradual.recipe"
 check "a recipe may ask for gradual filtering" sh -c "cp '$T/gradual.recipe' '$M/blends/gradual.recipe' && '$KVFSCTL' info '$M/blends/gradual.kv' > /dev/null"
 printf '%s\nselect=best\nsuffix=Answer:\n' ${h[1]} > "$T/badsel.recipe"
 check "an unknown select= is refused" sh -c "! cp '$T/badsel.recipe' '$M/blends/badsel.recipe' 2>/dev/null && grep -q 'select must be' '$M/blends/badsel.err'"
 check "... and reported" python3 -c "import sys; sys.exit(abs($(stat_of "$M" 's["blends"]["last"]["ratio"]') - 0.3) > 1e-6)"
+# the fidelity floor: a prompt of at most 192 tokens is prefilled in full
+# (one ~90-token chunk and a short query), and says so
+full0=$(stat_of "$M" 's["blends"]["full_prefills"]')
+printf '%s\nratio=0.15\nsuffix=Answer:\n' ${h[1]} > "$T/short.recipe"
+check "a short recipe blends" sh -c "cp '$T/short.recipe' '$M/blends/short.recipe' && '$KVFSCTL' info '$M/blends/short.kv' > /dev/null"
+check "... as a full prefill (full_prefills $full0 -> $(stat_of "$M" 's["blends"]["full_prefills"]'), ratio 1)" \
+    python3 -c "import sys; sys.exit(not ($(stat_of "$M" 's["blends"]["full_prefills"]') == $full0 + 1 and abs($(stat_of "$M" 's["blends"]["last"]["ratio"]') - 1) < 1e-6))"
 unmount_kvfs a
 
 # a checksum failure in layer 17 of chunk 2's object (the blend reads it mid-stream)

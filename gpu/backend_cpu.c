@@ -457,21 +457,11 @@ static float q8k_max(const float *x)
     return max;
 }
 
-/* 256 values quantized as ggml's quantize_row_q8_K (quant.c's act_q8_k,
- * which cpu_act_quant(Q8_K) runs): the same q and d */
+/* 256 values quantized as ggml's quantize_row_q8_K (what cpu_act_quant(Q8_K)
+ * rounds through): the same q and d */
 static void q8k_quant(const float *x, struct q8k *b)
 {
-    float max = q8k_max(x);
-    memset(b->q, 0, sizeof(b->q));
-    b->d = 0.0f;
-    if (max != 0.0f) {
-        float iscale = -127.0f / max;
-        b->d = 1 / iscale;
-        for (int j = 0; j < 256; j++) {
-            int v = q8k_nearest(iscale * x[j]);
-            b->q[j] = (int8_t)(v < 127 ? v : 127);
-        }
-    }
+    kvfs_ggml_quantize_q8_k(x, b->q, &b->d);
     q8k_sums(b);
 }
 

@@ -95,5 +95,9 @@ int kvfs_ggml_dequantize_rows(uint32_t type, const void *src, float *dst, uint64
  * Q8_K: 256) and decoded again, bit for bit as ggml on x86; y may equal x.
  * -ENOTSUP for another type, -EINVAL for n not a multiple of the block. */
 int kvfs_ggml_act_roundtrip(uint32_t type, const float *x, float *y, uint64_t n);
+/* 256 activations as ggml's quantize_row_q8_K: q and the block's scale d
+ * (x ~ d * q); what kvfs_ggml_act_roundtrip(Q8_K) rounds through, and what
+ * the CPU backend's integer K-quant kernels multiply */
+void kvfs_ggml_quantize_q8_k(const float *x, int8_t q[256], float *d);
 
 #endif

@@ -244,10 +244,9 @@ static void act_q8_32(const float *x, float *y)
         y[j] = (float)nearest_int(x[j] * id) * dh; /* an int first: no -0 */
 }
 
-/* Q8_K as ggml's quantize_row_q8_K_ref (x86's too), then dequantize_row_q8_K */
-static void act_q8_k(const float *x, float *y)
+void kvfs_ggml_quantize_q8_k(const float *x, int8_t q[256], float *d)
 {
-    float amax = 0.0f, max = 0.0f;
+    float amax = 0.0f, max = 0.0f; /* the first value of largest magnitude */
     for (int j = 0; j < 256; j++) {
         float a = fabsf(x[j]);
         if (a > amax) {
@@ -255,15 +254,26 @@ static void act_q8_k(const float *x, float *y)
             max = x[j];
         }
     }
-    if (amax == 0.0f) {
-        memset(y, 0, 256 * sizeof(float));
+    memset(q, 0, 256);
+    *d = 0.0f;
+    if (amax == 0.0f)
         return;
-    }
-    float iscale = -127.0f / max, d = 1 / iscale;
+    float iscale = -127.0f / max;
+    *d = 1 / iscale;
     for (int j = 0; j < 256; j++) {
         int v = nearest_int(iscale * x[j]);
-        y[j] = d * (float)(int8_t)(v < 127 ? v : 127);
+        q[j] = (int8_t)(v < 127 ? v : 127);
     }
+}
+
+/* Q8_K as ggml's quantize_row_q8_K_ref (x86's too), then dequantize_row_q8_K */
+static void act_q8_k(const float *x, float *y)
+{
+    int8_t q[256];
+    float d;
+    kvfs_ggml_quantize_q8_k(x, q, &d);
+    for (int j = 0; j < 256; j++)
+        y[j] = d * (float)q[j];
 }
 
 int kvfs_ggml_act_roundtrip(uint32_t type, const float *x, float *y, uint64_t n)

@@ -247,13 +247,26 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
 #define QMM_AI static inline __attribute__((always_inline))
 
 
-static int q8x_make(const float *x, int n, int in, struct q8x *o)
+static void q8x_free(struct q8x *o);
+
+/* room for n rows of `in` values as 8-bit blocks of 32 */
+static int q8x_alloc(int n, int in, struct q8x *o)
 {
     size_t nb = (size_t)n * in / 32;
     o->q = malloc((size_t)n * in);
     o->d = malloc(sizeof(float) * nb);
     o->sum = malloc(sizeof(int32_t) * nb);
-    if (!o->q || !o->d || !o->sum)
+    if (!o->q || !o->d || !o->sum) {
+        q8x_free(o);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int q8x_make(const float *x, int n, int in, struct q8x *o)
+{
+    size_t nb = (size_t)n * in / 32;
+    if (q8x_alloc(n, in, o))
         return -ENOMEM;
     for (size_t b = 0; b < nb; b++) {
         const float *xb = x + b * 32;
@@ -288,13 +301,8 @@ static void q8x_free(struct q8x *o)
 static int q8x_recover(const float *x, int n, int in, struct q8x *o)
 {
     size_t nb = (size_t)n * in / 32;
-    o->q = malloc((size_t)n * in);
-    o->d = malloc(sizeof(float) * nb);
-    o->sum = malloc(sizeof(int32_t) * nb);
-    if (!o->q || !o->d || !o->sum) {
-        q8x_free(o);
+    if (q8x_alloc(n, in, o))
         return -ENOMEM;
-    }
     for (size_t b = 0; b < nb; b++) {
         const float *xb = x + b * 32;
         float amax = 0.0f;

@@ -29,6 +29,22 @@ static int make_chunk(const int32_t *toks, int n, struct kvfs_writer *w)
     return rc;
 }
 
+/* The test prompt: NC chunks of LEN tokens ((i * a + j * b + c) % 256 for
+ * token j of chunk i), each prefilled alone into w[i] / ch[i], and all[] =
+ * the chunks then the NS suffix tokens */
+enum { NC = 3, LEN = 24, NS = 5 };
+static void make_prompt(int a, int b, int c, int32_t toks[NC][LEN], int32_t *all, const int32_t *suffix,
+                        struct kvfs_writer *w, struct kvfs_blend_chunk *ch)
+{
+    for (int i = 0; i < NC; i++) {
+        for (int j = 0; j < LEN; j++)
+            toks[i][j] = all[i * LEN + j] = (int32_t)((i * a + j * b + c) % 256);
+        CHECK_EQ(make_chunk(toks[i], LEN, &w[i]), 0);
+        ch[i] = (struct kvfs_blend_chunk){w[i].buf, w[i].size};
+    }
+    memcpy(all + NC * LEN, suffix, sizeof(int32_t) * NS);
+}
+
 /* kvfs_blend_batch's member results, kept for comparison */
 struct batch_out {
     int n;
@@ -82,18 +98,11 @@ static void check_sliding_window(void)
     unlink(path);
     CHECK(m->layers[0].window == 4 && m->layers[2].window == 0 && m->layers[3].window == 4);
     CHECK_EQ(kvfs_blend_selftest(m), 0);
-    enum { NC = 3, LEN = 24, NS = 5 };
     int V = m->hp.n_vocab;
     int32_t toks[NC][LEN], suffix[NS] = {65, 66, 67, 68, 69}, all[NC * LEN + NS];
     struct kvfs_writer w[NC];
     struct kvfs_blend_chunk ch[NC];
-    for (int i = 0; i < NC; i++) {
-        for (int j = 0; j < LEN; j++)
-            toks[i][j] = all[i * LEN + j] = (int32_t)((i * 53 + j * 29 + 3) % 256);
-        CHECK_EQ(make_chunk(toks[i], LEN, &w[i]), 0);
-        ch[i] = (struct kvfs_blend_chunk){w[i].buf, w[i].size};
-    }
-    memcpy(all + NC * LEN, suffix, sizeof(suffix));
+    make_prompt(53, 29, 3, toks, all, suffix, w, ch);
     float *full = malloc(sizeof(float) * V), *out = malloc(sizeof(float) * V);
     struct kvfs_kv_cache fc, bc;
     int32_t *bt;
@@ -176,17 +185,10 @@ int main(void)
     CHECK_EQ(kvfs_blend_selftest(m), 0);
     check_sliding_window();
     int V = m->hp.n_vocab;
-    enum { NC = 3, LEN = 24, NS = 5 };
     int32_t toks[NC][LEN], suffix[NS] = {65, 66, 67, 68, 69}, all[NC * LEN + NS];
     struct kvfs_writer w[NC];
     struct kvfs_blend_chunk ch[NC];
-    for (int i = 0; i < NC; i++) {
-        for (int j = 0; j < LEN; j++)
-            toks[i][j] = all[i * LEN + j] = (int32_t)((i * 71 + j * 13 + 7) % 256);
-        CHECK_EQ(make_chunk(toks[i], LEN, &w[i]), 0);
-        ch[i] = (struct kvfs_blend_chunk){w[i].buf, w[i].size};
-    }
-    memcpy(all + NC * LEN, suffix, sizeof(suffix));
+    make_prompt(71, 13, 7, toks, all, suffix, w, ch);
     float *full = malloc(sizeof(float) * V), *out = malloc(sizeof(float) * V);
     struct kvfs_kv_cache fc, bc;
     CHECK_EQ(kvfs_kv_cache_init(m, NC * LEN + NS, &fc), 0);

@@ -246,12 +246,14 @@ static void record(struct kvfs_blend_service *svc, const struct kvfs_blend_stats
     pthread_mutex_unlock(&svc->lock);
 }
 
-/* The blended cache as a v1 file image. */
-static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, uint8_t **img,
-                    size_t *len, char *err, size_t errlen)
+/* The blended cache as a v1 file image; full: every row was recomputed
+ * (the floor's full prefill), flagged FULL_PREFILL */
+static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, int full,
+                    uint8_t **img, size_t *len, char *err, size_t errlen)
 {
     struct kvfs_writer w;
-    int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
+    uint32_t flags = KVFS_FLAG_BLENDED | (full ? KVFS_FLAG_FULL_PREFILL : 0);
+    int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, KVFS_DTYPE_F16, flags, &w);
     if (rc)
         return kvfs_errf(err, errlen, rc, "cannot write the blended cache: %s", strerror(-rc));
     *img = w.buf;
@@ -283,13 +285,14 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
     if ((rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen)))
         goto out;
     record(svc, &st);
-    rc = to_image(lm->m, &c, tokens, img, len, err, errlen);
+    rc = to_image(lm->m, &c, tokens, st.full_prefill, img, len, err, errlen);
     kvfs_kv_cache_free(lm->m, &c);
     if (!rc)
         kvfs_log(KVFS_LOG_INFO,
-                 "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f%s) in %.3f s "
+                 "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f%s%s) in %.3f s "
                  "(loading %.3f s, waited %.3f s)",
                  r->n, n_suffix, st.n_ctx, st.n_selected, (double)st.ratio, r->auto_ratio ? " auto" : "",
+                 st.full_prefill ? ", short: prefilled in full" : "",
                  st.seconds, st.load_s, st.wait_s);
 out:
     free(tokens);
@@ -457,7 +460,7 @@ static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int
     uint8_t *img = NULL;
     size_t len = 0;
     record(br->svc, st);
-    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, &img, &len, it->err, sizeof(it->err));
+    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, st->full_prefill, &img, &len, it->err, sizeof(it->err));
     it->done = 1;
     publish(br->svc, it->f, rc, img, len, it->err, sizeof(it->err));
     return 0; /* one member's failure does not stop the others */

@@ -212,8 +212,10 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
 
     if (!kvfs_dtype_size(h->dtype))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
-    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED))
+    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
+    if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
         return kvfs_errf(errmsg, errlen, -EINVAL, "bad token count %u", h->n_tokens);
     if (h->fp.n_layer == 0 || h->fp.n_layer > KVFS_MAX_LAYERS)

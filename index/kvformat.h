@@ -43,6 +43,9 @@ enum kvfs_rope_type {
 
 #define KVFS_FLAG_KEYS_ROPED 0x1u /* keys stored after RoPE at positions pos0.. */
 #define KVFS_FLAG_BLENDED 0x2u    /* composed by blending: an approximation of a prefill */
+/* with BLENDED: the recipe was short enough to be prefilled in full, every
+ * row recomputed (kvfs(8), the fidelity floor): equal to a prefill */
+#define KVFS_FLAG_FULL_PREFILL 0x4u
 
 /* What determines the KV bytes besides the tokens.  Canonical encoding is the
  * header bytes 40..120 (see kvfs_fingerprint_encode). */

@@ -35,6 +35,7 @@ extern "C" {
 /* header flags */
 #define LIBKVFS_FLAG_KEYS_ROPED 0x1u /* keys stored after RoPE at positions pos0, pos0+1, ... */
 #define LIBKVFS_FLAG_BLENDED 0x2u    /* composed by blending: an approximation of a prefill */
+#define LIBKVFS_FLAG_FULL_PREFILL 0x4u /* with BLENDED: prefilled in full (a short recipe): exact */
 
 /* rope_type */
 #define LIBKVFS_ROPE_NORM 0u /* rotates pairs (x[2i], x[2i+1]) */

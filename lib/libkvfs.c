@@ -25,7 +25,8 @@
 _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_DTYPE_F16 &&
                    LIBKVFS_DTYPE_BF16 == KVFS_DTYPE_BF16,
                "public dtypes are the format's");
-_Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED,
+_Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
+                   LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL,
                "public flags are the format's");
 _Static_assert(LIBKVFS_ROPE_NORM == KVFS_ROPE_NORM && LIBKVFS_ROPE_NEOX == KVFS_ROPE_NEOX,
                "public rope types are the format's");

@@ -116,11 +116,13 @@ static int blend_local(const struct blend_args *a, int n, char **files)
     kvfs_blend_opts_floor(&bo); /* as the mount blends */
     if (a->select)
         bo.select = kvfs_blend_select_parse(a->select);
-    if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, NULL, err, sizeof(err)))) {
+    struct kvfs_blend_stats st;
+    if ((rc = kvfs_blend_ex(m, ch, n, sids, (int)ns, &bo, &cache, &tokens, NULL, &st, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
         goto out;
     }
-    rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16, KVFS_FLAG_BLENDED, &w);
+    rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16,
+                                      KVFS_FLAG_BLENDED | (st.full_prefill ? KVFS_FLAG_FULL_PREFILL : 0), &w);
     kvfs_kv_cache_free(m, &cache);
     if (!rc) {
         rc = tool_write_file(a->out, w.buf, w.size);

@@ -48,11 +48,13 @@ int cmd_info(int argc, char **argv)
         printf("{\"hash\": \"%s\", \"version\": %u, \"size\": %llu, \"arch\": \"%s\", \"model\": \"%s\", "
                "\"model_id\": \"%s\", \"n_layer\": %u, \"n_head\": %u, \"n_kv_head\": %u, \"head_dim\": %u, "
                "\"n_embd\": %u, \"rope_type\": \"%s\", \"rope_theta\": %g, \"rope_dim\": %u, "
-               "\"dtype\": \"%s\", \"keys_roped\": %s, \"blended\": %s, \"n_tokens\": %u, \"pos0\": %u",
+               "\"dtype\": \"%s\", \"keys_roped\": %s, \"blended\": %s, \"full_prefill\": %s, \"n_tokens\": %u, "
+               "\"pos0\": %u",
                h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
                h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
                h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "true" : "false",
-               (h->flags & LIBKVFS_FLAG_BLENDED) ? "true" : "false", h->n_tokens, h->pos0);
+               (h->flags & LIBKVFS_FLAG_BLENDED) ? "true" : "false",
+               (h->flags & LIBKVFS_FLAG_FULL_PREFILL) ? "true" : "false", h->n_tokens, h->pos0);
         if (show_tokens) {
             printf(", \"tokens\": [");
             for (uint32_t i = 0; i < h->n_tokens; i++)
@@ -70,7 +72,9 @@ int cmd_info(int argc, char **argv)
                h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
                h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
                h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "yes" : "no",
-               (h->flags & LIBKVFS_FLAG_BLENDED) ? "\nblended:     yes (composed from chunks; approximates a prefill)" : "",
+               !(h->flags & LIBKVFS_FLAG_BLENDED)       ? ""
+               : (h->flags & LIBKVFS_FLAG_FULL_PREFILL) ? "\nblended:     yes (a short recipe, prefilled in full: exact)"
+                                                        : "\nblended:     yes (composed from chunks; approximates a prefill)",
                h->n_tokens, h->pos0, (unsigned long long)h->layer_bytes,
                (unsigned long long)h->layer_stride, h->header_size);
         if (tier[0])

@@ -22,7 +22,7 @@ MAX_TOKENS = 1 << 24
 LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
-FLAG_KEYS_ROPED, FLAG_BLENDED = 0x1, 0x2
+FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL = 0x1, 0x2, 0x4
 ROPE_NORM, ROPE_NEOX = 0, 2
 
 # bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
@@ -76,8 +76,10 @@ class ChunkFile:
                             % (self.version, VERSION))
         if self.dtype not in _NP_DTYPE:
             raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16)" % self.dtype)
-        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED):
+        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
+        if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
+            raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
         if not 0 < self.n_tokens <= MAX_TOKENS:
             raise self._bad(errno.EINVAL, "bad token count %d" % self.n_tokens)
         if not 0 < self.n_layer <= MAX_LAYERS:
@@ -137,6 +139,11 @@ class ChunkFile:
     def blended(self):
         """Composed by blending: an approximation of a prefill."""
         return bool(self.flags & FLAG_BLENDED)
+
+    @property
+    def full_prefill(self):
+        """A blend result whose recipe was short enough to be prefilled in full: exact."""
+        return bool(self.flags & FLAG_FULL_PREFILL)
 
     @property
     def keys_roped(self):
@@ -231,7 +238,7 @@ class ChunkFile:
     def __repr__(self):
         return "<kvfs.ChunkFile %s: %d tokens from %d, %d layers, %d x %d %s%s>" % (
             self.name, self.n_tokens, self.pos0, self.n_layer, self.n_kv_head, self.head_dim, self.dtype_name,
-            ", blended" if self.blended else "")
+            ", blended (prefilled in full)" if self.full_prefill else ", blended" if self.blended else "")
 
 
 def _load(fd):

@@ -50,6 +50,10 @@ printf '%s\nratio=0.15\nsuffix=Answer:\n' ${h[1]} > "$T/short.recipe"
 check "a short recipe blends" sh -c "cp '$T/short.recipe' '$M/blends/short.recipe' && '$KVFSCTL' info '$M/blends/short.kv' > /dev/null"
 check "... as a full prefill (full_prefills $full0 -> $(stat_of "$M" 's["blends"]["full_prefills"]'), ratio 1)" \
     python3 -c "import sys; sys.exit(not ($(stat_of "$M" 's["blends"]["full_prefills"]') == $full0 + 1 and abs($(stat_of "$M" 's["blends"]["last"]["ratio"]') - 1) < 1e-6))"
+check "... and its header says so (flag FULL_PREFILL beside BLENDED)" \
+    sh -c "'$KVFSCTL' info --json '$M/blends/short.kv' | grep -q '\"blended\": true, \"full_prefill\": true'"
+check "a three-chunk blend's header does not" \
+    sh -c "'$KVFSCTL' info --json '$M/blends/fast.kv' | grep -q '\"blended\": true, \"full_prefill\": false'"
 unmount_kvfs a
 
 # a checksum failure in layer 17 of chunk 2's object (the blend reads it mid-stream)

@@ -44,10 +44,10 @@ def check(what, cond):
 f = kvfs.open(path)
 check("header fields equal kvfsctl info's",
       (f.hash, f.model, f.fingerprint_id, f.arch, f.n_tokens, f.pos0, f.n_layer, f.n_head, f.n_kv_head, f.head_dim,
-       f.n_embd, f.dtype_name, f.keys_roped, f.blended, f.rope_dim) ==
+       f.n_embd, f.dtype_name, f.keys_roped, f.blended, f.full_prefill, f.rope_dim) ==
       (info["hash"], info["model"], info["model"], info["arch"], info["n_tokens"], info["pos0"], info["n_layer"],
        info["n_head"], info["n_kv_head"], info["head_dim"], info["n_embd"], info["dtype"], info["keys_roped"],
-       info["blended"], info["rope_dim"]))
+       info["blended"], info["full_prefill"], info["rope_dim"]))
 check("model_id equals kvfsctl info's", f.model_id.hex() == info["model_id"])
 check("tokens equal kvfsctl info's", f.tokens.dtype == np.uint32 and f.tokens.tolist() == info["tokens"])
 # where the layers are, by kvfs(5) alone

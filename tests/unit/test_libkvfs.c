@@ -193,6 +193,19 @@ static void test_layout(void)
     }
     CHECK_EQ(bad, 0);
     libkvfs_close(f);
+    /* FULL_PREFILL: a blend result prefilled in full; never without BLENDED */
+    CHECK_EQ(known_chunk(&w, 0, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL), 0);
+    CHECK_EQ(write_file(path_of("full.kv"), w.buf, w.size), 0);
+    kvfs_writer_free(&w);
+    CHECK_EQ(libkvfs_open(path_of("full.kv"), 0, &f, NULL, 0), 0);
+    if (f) {
+        CHECK_EQ(libkvfs_info(f)->flags, LIBKVFS_FLAG_KEYS_ROPED | LIBKVFS_FLAG_BLENDED | LIBKVFS_FLAG_FULL_PREFILL);
+        libkvfs_close(f);
+    }
+    CHECK_EQ(known_chunk(&w, 0, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_FULL_PREFILL), 0);
+    CHECK_EQ(write_file(path_of("lone.kv"), w.buf, w.size), 0);
+    kvfs_writer_free(&w);
+    expect_open(path_of("lone.kv"), 0, -EINVAL, "FULL_PREFILL (0x4) without BLENDED");
 }
 
 static void test_bad_files(void)

@@ -1,7 +1,7 @@
 # kvfs - a FUSE filesystem that stores and composes LLM KV caches.
 # Plain Makefile: `make`, `make test`, `make asan`, `make run`, `make bench`.
 
-PKGS      := fuse3 sqlite3 libzstd liburing libxxhash libpcre2-8 libcrypto
+PKGS      := sqlite3 libzstd liburing libxxhash libpcre2-8 libcrypto
 CORE_PKGS := sqlite3 libzstd liburing libxxhash libcrypto
 MODEL_PKGS:= libpcre2-8
 
@@ -26,8 +26,23 @@ LDFLAGS   += $(SAN) -pthread
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CORE_LIBS  := $(shell pkg-config --libs $(CORE_PKGS) 2>/dev/null)
 MODEL_LIBS := $(shell pkg-config --libs $(MODEL_PKGS) 2>/dev/null)
-FUSE_LIBS  := $(shell pkg-config --libs fuse3 2>/dev/null)
 CFLAGS     += $(PKG_CFLAGS)
+# libfuse: the system's when it is >= 3.17.1 (FUSE passthrough), else 3.17
+# built from Debian trixie's fuse3 source into the build tree
+# (tools/build-libfuse.sh, static; nothing on the system changes).
+# FUSE=system uses the system's whatever its version: no passthrough.
+FUSE      ?= $(if $(shell pkg-config --atleast-version=3.17.1 fuse3 2>/dev/null && echo y),system,built)
+ifeq ($(FUSE),system)
+FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS   := $(shell pkg-config --libs fuse3 2>/dev/null)
+FUSE_LIB    :=
+else
+FUSE_PREFIX := $(BUILD)/third_party/fuse3/inst
+FUSE_LIB    := $(FUSE_PREFIX)/lib/libfuse3.a
+FUSE_CFLAGS := -I$(FUSE_PREFIX)/include/fuse3
+FUSE_LIBS   := $(FUSE_LIB) -ldl -lrt
+endif
+CFLAGS     += $(FUSE_CFLAGS)
 # BLAS: OpenBLAS is loaded at run time by gpu/blas.c (so it can pick the
 # kernel before the library initialises); cblas.h comes from here.
 CFLAGS     += -I/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -97,8 +112,13 @@ $(LIBMODEL): $(MODEL_OBJ)
 $(LIBCUDA): $(CUDA_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
 
-$(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL)
+$(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
+ifneq ($(FUSE_LIB),)
+$(FS_OBJ): $(FUSE_LIB) # its headers: built with it, rebuilt with it
+$(FUSE_LIB):
+	@BUILD=$(BUILD) tools/build-libfuse.sh
+endif
 $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
@@ -164,11 +184,12 @@ asan:
 # root).  The targets below call it only when a cheap check (the libraries'
 # pkg-config files, OpenBLAS's cblas.h, the commands the tests use, pip) finds
 # something missing, so `make test` on a ready machine never runs apt-get.
-DEP_CMDS  := cc pkg-config fusermount3 setfattr getfattr python3 unzip bc zstd sqlite3
+DEP_CMDS  := cc pkg-config fusermount3 setfattr getfattr python3 unzip bc zstd sqlite3 \
+             $(if $(FUSE_LIB),meson ninja dpkg-source apt-get)
 deps:
 	@tools/install-deps.sh
 need-deps:
-	@( pkg-config --exists $(PKGS) openblas && \
+	@( pkg-config --exists $(PKGS) fuse3 openblas && \
 	   test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && \
 	   for c in $(DEP_CMDS); do command -v $$c >/dev/null || exit 1; done && \
 	   python3 -m pip --version >/dev/null ) 2>/dev/null || tools/install-deps.sh

@@ -1,12 +1,13 @@
 #!/bin/sh
-# Install the build and test dependencies that are missing (Debian/Ubuntu).
+# Install the build and test dependencies that are missing (Debian/Ubuntu;
+# meson, ninja and dpkg-dev build libfuse 3.17 from source: tools/build-libfuse.sh).
 # The Ceph packages (remote tier: librados to build it, a mon and OSDs for its
 # tests) are optional: without them kvfs builds without rados= and the
 # remote-tier tests skip, saying so.
 set -e
 PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libzstd-dev zstd
 libsqlite3-dev sqlite3 libxxhash-dev libpcre2-dev libssl-dev libopenblas-dev
-libopenblas0-pthread attr python3 python3-pip unzip bc"
+libopenblas0-pthread attr python3 python3-pip unzip bc meson ninja-build dpkg-dev"
 CEPH_PKGS="librados-dev ceph-mon ceph-osd ceph-common"
 missing=""
 for p in $PKGS; do

@@ -6,6 +6,7 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -55,6 +56,7 @@ struct kvfs_opts {
     char *rados_id;
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
+    char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
     int verbose;
 };
 
@@ -77,8 +79,21 @@ struct pending {
     struct pending *next;
 };
 
+/* FUSE passthrough reads (fs/passthrough.c) */
+struct kvfs_passthrough {
+    int want;      /* -1 off, 0 auto, 1 on (an error in the log when unavailable) */
+    int active;    /* negotiated: chunk and blend opens are backed by their memfd */
+    char why[160]; /* when not active */
+    atomic_ullong opens, daemon_opens, errors;
+    /* the kernel allows one backing file per inode at a time: every open of
+     * an inode shares its registration (fs/passthrough.c) */
+    pthread_mutex_t lock;
+    struct pt_backing *backings;
+};
+
 struct kvfs_mount {
     struct kvfs_store *store;
+    struct kvfs_passthrough pt;
     struct kvfs_opts opts;
     uint64_t max_ingest;
     pthread_mutex_t lock;     /* protects the inode map and pending list */
@@ -103,6 +118,7 @@ struct fh {
     char *text;                 /* FH_STATS (any read-only text) */
     size_t text_len;
     int writable;               /* FH_PENDING opened for writing: commits at flush */
+    fuse_ino_t pt_ino;          /* FH_CHUNK read by the kernel (passthrough): its inode, else 0 */
     /* replies in flight, minus one once released: the handle is freed by
      * whichever of release and the last read ends second.  A reader may
      * close as soon as the kernel has its bytes, and the release (another
@@ -111,6 +127,15 @@ struct fh {
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
+
+/* passthrough reads (fs/passthrough.c) */
+int passthrough_parse(struct kvfs_mount *m, const char *opt); /* -EINVAL: not auto, on or off */
+void passthrough_init(struct kvfs_mount *m, struct fuse_conn_info *conn);
+/* an open chunk or blend result (h->ref) backed by its image's memfd when it can be */
+void passthrough_attach(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fh *h);
+void passthrough_detach(struct kvfs_mount *m, fuse_req_t req, struct fh *h);
+void passthrough_stats(void *ctx, FILE *f);
+void passthrough_free(struct kvfs_mount *m); /* at unmount: registrations the kernel dropped with it */
 extern const struct fuse_lowlevel_ops kvfs_ll_ops;
 
 /* inode map (fs/inode_map.c) */

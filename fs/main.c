@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <syslog.h>
@@ -27,7 +28,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_timeout=%d", rados_timeout),
-    OPT("remote_list=%d", remote_list),
+    OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -52,6 +53,8 @@ static void usage(const char *prog)
            "  rados_timeout=S    bound on every remote call, seconds (default 5)\n"
            "  remote_list=S      refresh the listing of the fleet's chunks every S seconds\n"
            "                     (default 30; -1: list only chunks this host has)\n"
+           "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
+           "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -162,7 +165,7 @@ static char *mountpoint_for_tuning;
 
 static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 {
-    (void)userdata;
+    passthrough_init(userdata, conn);
     conn->max_write = 1u << 20;
     conn->max_readahead = 4u << 20;
     if (conn->capable & FUSE_CAP_READDIRPLUS)
@@ -216,6 +219,10 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m->opts.blend_jobs);
         return 2;
     }
+    if (passthrough_parse(m, m->opts.passthrough)) {
+        fprintf(stderr, "kvfs: passthrough=%s: expected auto, on or off\n", m->opts.passthrough);
+        return 2;
+    }
     if (!m->opts.store_dir && !(m->opts.store_dir = default_store())) {
         fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
         return 2;
@@ -244,6 +251,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
     }
     if ((rc = blends_init(m)))
         return rc;
+    kvfs_store_add_stats(m->store, passthrough_stats, m);
     m->mount_time = time(NULL);
     return (m->inos = ino_map_new()) ? 0 : -ENOMEM;
 }
@@ -257,6 +265,7 @@ static void close_mount(struct kvfs_mount *m)
         free(p);
     }
     ino_map_free(m->inos);
+    passthrough_free(m);
     blends_free(m);
     kvfs_blend_service_close(m->svc);
     kvfs_store_close(m->store);
@@ -350,6 +359,13 @@ int main(int argc, char *argv[])
      * shrink, and RSS creeps with the number of requests; a fixed threshold
      * returns them to the system (blend_serve.sh measures the RSS) */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    /* passthrough holds one descriptor per decoded image (a memfd): as many
+     * as the hard limit allows (beyond it, images are read through us) */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
         return 2;
     if (fuse_parse_cmdline(&args, &cl) != 0) {

@@ -405,7 +405,9 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             fuse_reply_err(req, -rc);
             return;
         }
-        fi->direct_io = 1;
+        fi->direct_io = 1; /* a recipe rewritten: new bytes (passthrough: its own backing file) */
+        if (kind == 1)
+            passthrough_attach(m, req, ino, fi, h);
         reply_open(m, req, fi, h);
         return;
     }
@@ -433,6 +435,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
             return;
         }
         fi->keep_cache = 1; /* a chunk's bytes never change under its name */
+        passthrough_attach(m, req, ino, fi, h);
         reply_open(m, req, fi, h);
         return;
     }
@@ -506,6 +509,7 @@ static void kvfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
     (void)ino;
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    passthrough_detach(m, req, h);
     fh_unhold(m, h);
     fuse_reply_err(req, 0);
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "image.h"
 #include "index_db.h"
 #include "object.h"
 #include "store.h"
@@ -115,7 +116,7 @@ static void check_object(struct fsck_state *st, const char *path, const char *na
         say(st, "BAD object %s: %s", hash, why[0] ? why : strerror(-rc));
         if (st->rebuild)
             quarantine(st, path, name);
-        free(img);
+        kvfs_img_free(img);
         return;
     }
     struct kvfs_chunk_info c;
@@ -141,7 +142,7 @@ static void check_object(struct fsck_state *st, const char *path, const char *na
         st->problems++;
         say(st, "cannot index %s in the rebuilt index", hash);
     }
-    free(img);
+    kvfs_img_free(img);
 }
 
 int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void *ctx)

@@ -1,4 +1,5 @@
 /* object.c - encode/decode store objects (per-layer zstd frames). */
+#include "image.h"
 #include "object.h"
 #include "parallel.h"
 #include "log.h" /* kvfs_errf */
@@ -261,10 +262,8 @@ int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len
     /* big images on 2 MiB boundaries, as huge pages where the kernel allows:
      * fresh memory faulted in 4 KiB at a time costs as much as decoding */
     size_t huge = (size_t)2 << 20, align = info.logical_size >= 2 * huge ? huge : KVFS_ALIGN;
-    if (posix_memalign(&img, align, info.logical_size) != 0) {
-        rc = -ENOMEM;
+    if ((rc = kvfs_img_alloc(info.logical_size, align, (uint8_t **)&img)))
         goto free_info;
-    }
 #ifdef MADV_HUGEPAGE
     if (align == huge)
         madvise(img, info.logical_size & ~(huge - 1), MADV_HUGEPAGE);
@@ -295,7 +294,7 @@ int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len
     kvfs_obj_info_free(&info);
     return 0;
 free_img:
-    free(img);
+    kvfs_img_free(img);
 free_info:
     free(hb);
     kvfs_obj_info_free(&info);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "image.h"
 #include "object.h"
 #include "store_internal.h"
 
@@ -187,16 +188,17 @@ int kvfs_store_put_result(struct kvfs_store *s, const char *key, uint8_t *img, s
     if (!rc && !(e = calloc(1, sizeof(*e))))
         rc = -ENOMEM;
     if (rc || !e) {
-        free(img);
+        kvfs_img_free(img);
         return rc ? rc : -ENOMEM;
     }
+    kvfs_img_adopt(&img, len); /* readers' opens can then be backed by it (passthrough) */
     snprintf(e->hash, sizeof(e->hash), "%s", key);
     e->img = img;
     e->size = len;
     e->refs = ref ? 1 : 0;
     struct kvfs_chunk_ref *r = ref ? new_ref(s, e) : NULL;
     if (ref && !r) {
-        free(img);
+        kvfs_img_free(img);
         free(e);
         return -ENOMEM;
     }
@@ -221,7 +223,7 @@ int kvfs_store_put_result(struct kvfs_store *s, const char *key, uint8_t *img, s
     if (tmp[0] && !renamed)
         unlink(tmp);
     if (!in_ram && !r) {
-        free(img);
+        kvfs_img_free(img);
         free(e);
     }
     if (ref)

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "image.h"
 #include "index_db.h"
 #include "object.h"
 #include "store_internal.h"
@@ -124,7 +125,7 @@ static void ram_unlink(struct kvfs_store *s, struct ram_entry *e)
     e->cached = 0;
     e->next = NULL;
     if (e->refs == 0) {
-        free(e->img);
+        kvfs_img_free(e->img);
         free(e);
     }
 }
@@ -179,7 +180,7 @@ struct ram_entry *ram_adopt_decoded_locked(struct kvfs_store *s, struct ram_entr
     struct ram_entry *raced = ram_lookup(s, e->hash);
     if (raced) { /* another reader decoded it meanwhile: share theirs */
         raced->refs++;
-        free(e->img);
+        kvfs_img_free(e->img);
         free(e);
         return raced;
     }
@@ -442,7 +443,7 @@ void kvfs_store_close(struct kvfs_store *s)
         struct ram_entry *e = s->ram;
         s->ram = e->next;
         if (e->refs == 0) { /* live refs own their entry now */
-            free(e->img);
+            kvfs_img_free(e->img);
             free(e);
         } else {
             e->cached = 0;
@@ -804,7 +805,7 @@ static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size
         pthread_mutex_unlock(&s->lock);
         free(e);
     }
-    free(img);
+    kvfs_img_free(img);
 }
 
 /* An object as another store wrote it (the remote tier's copy): it goes to
@@ -830,19 +831,19 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
     if ((rc = check_image(img, img_len, expect_hash, &h, hex, err, errlen)))
         goto drop;
     if (exists(s, hex)) {
-        free(img);
+        kvfs_img_free(img);
         close(fd);
         unlink(tmp);
         return 0;
     }
     if ((rc = finish_tmp(s, fd, tmp, err, errlen)) || (rc = commit_object(s, tmp, hex, &h, len, err, errlen))) {
-        free(img);
+        kvfs_img_free(img);
         goto count_error;
     }
     ram_adopt(s, hex, img, img_len);
     return 0;
 drop:
-    free(img);
+    kvfs_img_free(img);
     close(fd);
     unlink(tmp);
     if (!counted)
@@ -926,7 +927,7 @@ int store_decode_entry(const char *path, const char *name, struct ram_entry **ou
         return rc;
     struct ram_entry *e = calloc(1, sizeof(*e));
     if (!e) {
-        free(img);
+        kvfs_img_free(img);
         return -ENOMEM;
     }
     snprintf(e->hash, sizeof(e->hash), "%s", name);
@@ -1024,11 +1025,13 @@ void kvfs_chunk_release(struct kvfs_chunk_ref *ref)
     int free_it = --e->refs == 0 && !e->cached;
     pthread_mutex_unlock(&s->lock);
     if (free_it) {
-        free(e->img);
+        kvfs_img_free(e->img);
         free(e);
     }
     free(ref);
 }
+
+const char *kvfs_chunk_key(const struct kvfs_chunk_ref *ref) { return ref->e->hash; }
 
 struct kvfs_chunk_ref *kvfs_chunk_ref_dup(struct kvfs_chunk_ref *ref)
 {

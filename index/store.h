@@ -98,6 +98,8 @@ uint64_t kvfs_chunk_size(const struct kvfs_chunk_ref *ref);
 /* Whole image in memory (decompresses or maps if needed); NULL on error. */
 const void *kvfs_chunk_data(struct kvfs_chunk_ref *ref);
 void kvfs_chunk_release(struct kvfs_chunk_ref *ref);
+/* The chunk's hash or the blend result's key: equal keys, equal bytes. */
+const char *kvfs_chunk_key(const struct kvfs_chunk_ref *ref);
 /* A second handle on the same bytes (NULL on ENOMEM). */
 struct kvfs_chunk_ref *kvfs_chunk_ref_dup(struct kvfs_chunk_ref *ref);
 

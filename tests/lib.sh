@@ -51,8 +51,11 @@ finish() {
 
 # mount_kvfs NAME [OPTIONS]: mounts $T/NAME.mnt on store $T/NAME.store,
 # log in $T/NAME.log; sets MNT_PID.  Waits until the mount answers.
+# KVFS_PASSTHROUGH=on|off|auto: every mount's passthrough= unless the test
+# sets it (.ci/run runs the suite once with the default, auto, and once off)
 mount_kvfs() {
     local name=$1 opts=${2:-}
+    [ -n "${KVFS_PASSTHROUGH:-}" ] && [[ ",$opts," != *,passthrough=* ]] && opts=${opts:+$opts,}passthrough=$KVFS_PASSTHROUGH
     local mp=$T/$name.mnt store=$T/$name.store
     mkdir -p "$mp" "$store"
     "$KVFS" -f -o "store=$store${opts:+,$opts}" "$mp" >>"$T/$name.log" 2>&1 &

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "image.h"
 #include "store.h"
 #include "synth_chunk.h"
 
@@ -355,6 +356,38 @@ int main(void)
     char cmd[2048];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     system(cmd);
+
+    /* shared images (FUSE passthrough): a chunk read from disk and then from
+     * the RAM tier is a memfd holding the same bytes; removing the chunk and
+     * releasing the ref leaves nothing behind; off again, heap images */
+    {
+        struct kvfs_store *s = open_store(0, 1 << 20, 1);
+        CHECK(s != NULL);
+        char h[65];
+        CHECK_EQ(put_synth(s, 300, 9, h), 0);
+        kvfs_img_set_shared(1);
+        for (int pass = 0; pass < 2 && s; pass++) { /* decoded from disk, then the RAM tier's */
+            struct kvfs_chunk_ref *ref;
+            CHECK_EQ(kvfs_store_get(s, h, &ref), 0);
+            int fd = kvfs_img_fd(kvfs_chunk_data(ref));
+            CHECK(fd >= 0);
+            CHECK(strcmp(kvfs_chunk_key(ref), h) == 0);
+            uint64_t n = kvfs_chunk_size(ref);
+            uint8_t *copy = malloc(n);
+            CHECK(copy && pread(fd, copy, n, 0) == (ssize_t)n && !memcmp(copy, kvfs_chunk_data(ref), n));
+            free(copy);
+            if (pass == 1)
+                CHECK_EQ(kvfs_store_remove(s, h), 0); /* the ref keeps its bytes */
+            CHECK(same_as_synth(s, h, 300, 9) == (pass == 0));
+            kvfs_chunk_release(ref);
+        }
+        kvfs_img_set_shared(0);
+        uint8_t *img = NULL;
+        CHECK_EQ(kvfs_img_alloc(4096, 4096, &img), 0);
+        CHECK_EQ(kvfs_img_fd(img), -1);
+        kvfs_img_free(img);
+        kvfs_store_close(s);
+    }
 
     /* basic put/get/stat/list, compressed and raw */
     for (int level = 0; level <= 3; level += 3) {

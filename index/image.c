@@ -1,0 +1,141 @@
+/* image.c - decoded chunk and blend images the kernel can read directly.
+ *
+ * With shared images on (the daemon turns it on when FUSE passthrough is
+ * active), an image is a memfd mapped MAP_SHARED: the daemon reads it through
+ * the mapping and the kernel, handed the memfd as an open file's backing file,
+ * serves read() and mmap() from the same pages without crossing into the
+ * daemon.  The memfd lives as long as the image or any file backed by it, so
+ * evicting or removing a chunk never pulls pages from under a reader.
+ * Otherwise (and when a memfd cannot be had: no more descriptors) images are
+ * plain aligned heap memory, as before.  kvfs_img_free frees either kind. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "image.h"
+
+struct shared_img {
+    void *p;
+    size_t len;
+    int fd;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_img *imgs; /* every live shared image, unordered */
+static size_t n_imgs, cap_imgs;
+static int shared_on;
+
+void kvfs_img_set_shared(int on)
+{
+    pthread_mutex_lock(&lock);
+    shared_on = on;
+    pthread_mutex_unlock(&lock);
+}
+
+static int remember(void *p, size_t len, int fd)
+{
+    if (n_imgs == cap_imgs) {
+        size_t cap = cap_imgs ? 2 * cap_imgs : 64;
+        struct shared_img *g = realloc(imgs, sizeof(*g) * cap);
+        if (!g)
+            return -ENOMEM;
+        imgs = g;
+        cap_imgs = cap;
+    }
+    imgs[n_imgs++] = (struct shared_img){p, len, fd};
+    return 0;
+}
+
+static struct shared_img *find_locked(const void *p)
+{
+    for (size_t i = 0; i < n_imgs; i++)
+        if (imgs[i].p == p)
+            return &imgs[i];
+    return NULL;
+}
+
+/* a memfd of len bytes mapped shared; -errno */
+static int shared_alloc(size_t len, uint8_t **out)
+{
+    int fd = memfd_create("kvfs-image", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)(len ? len : 1)) == 0)
+        p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int rc = p == MAP_FAILED ? -errno : 0;
+    if (!rc) {
+        pthread_mutex_lock(&lock);
+        rc = remember(p, len ? len : 1, fd);
+        pthread_mutex_unlock(&lock);
+        if (rc)
+            munmap(p, len ? len : 1);
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int kvfs_img_alloc(size_t len, size_t align, uint8_t **out)
+{
+    pthread_mutex_lock(&lock);
+    int on = shared_on;
+    pthread_mutex_unlock(&lock);
+    if (on && shared_alloc(len, out) == 0)
+        return 0;
+    void *p;
+    if (posix_memalign(&p, align, len ? len : 1))
+        return -ENOMEM;
+    *out = p;
+    return 0;
+}
+
+int kvfs_img_fd(const void *img)
+{
+    pthread_mutex_lock(&lock);
+    struct shared_img *g = find_locked(img);
+    int fd = g ? g->fd : -1;
+    pthread_mutex_unlock(&lock);
+    return fd;
+}
+
+int kvfs_img_adopt(uint8_t **img, size_t len)
+{
+    pthread_mutex_lock(&lock);
+    int skip = !shared_on || !*img || find_locked(*img);
+    pthread_mutex_unlock(&lock);
+    uint8_t *p;
+    if (skip || shared_alloc(len, &p))
+        return 0; /* stays as it is: read through the daemon */
+    memcpy(p, *img, len);
+    free(*img);
+    *img = p;
+    return 0;
+}
+
+void kvfs_img_free(void *img)
+{
+    if (!img)
+        return;
+    pthread_mutex_lock(&lock);
+    struct shared_img *g = find_locked(img), s = {0};
+    if (g) {
+        s = *g;
+        *g = imgs[--n_imgs];
+    }
+    pthread_mutex_unlock(&lock);
+    if (!g) {
+        free(img);
+        return;
+    }
+    munmap(s.p, s.len);
+    close(s.fd);
+}

@@ -173,6 +173,12 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO; /* always plus: ls -l needs no lookups */
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+    /* blend results are direct_io when read through the daemon: without
+     * this an mmap of one fails with ENODEV */
+    if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP)
+        conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+#endif
     pthread_t t;
     if (mountpoint_for_tuning && pthread_create(&t, NULL, tune_readahead, mountpoint_for_tuning) == 0)
         pthread_detach(t);

@@ -91,6 +91,13 @@ with open(sys.argv[1], 'rb') as f, open(sys.argv[2], 'rb') as g:
     sys.exit(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)[:] != g.read())" "$B/blends/rag.kv" "$T/rag.kv"
     check "both opens were passthrough" test "$(reads "$B" passthrough_opens)" -ge $((o0 + 2))
     unmount_kvfs b
+    mount_kvfs b "model=$MODEL,passthrough=off" || exit 1
+    "$KVFSCTL" blend -M "$B" --name rag --suffix $'\nQuestion: which licenses?\nAnswer:' "$c1" "$c2" > /dev/null
+    check "passthrough off: a blend result still maps (direct_io with DIRECT_IO_ALLOW_MMAP) and equals its read" python3 -c "
+import mmap, sys
+with open(sys.argv[1], 'rb') as f, open(sys.argv[2], 'rb') as g:
+    sys.exit(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)[:] != g.read())" "$B/blends/rag.kv" "$T/rag.kv"
+    unmount_kvfs b
 else
     echo "note: $MODEL missing: blend results not checked"
 fi

@@ -1,11 +1,11 @@
-import json, os, statistics, subprocess, sys, tempfile, time
+import json, os, shlex, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rag_set import N, K, SIZE, DISTINCT, SHORT, LLAMA_CTX, prompt_files, open_llama, greedy_llama
 from paths import KVFSCTL, MODEL
 RATIOS = os.environ.get('BLEND_RATIOS', '0.05,0.1,0.15,0.3,1')
 SELECT = os.environ.get('BLEND_SELECT', 'query,fixed,gradual')
 BOS = os.environ.get('BLEND_BOS', 'each')  # kvfsctl eval --bos: a no-op for SmolLM2 (no BOS)
-EXTRA = os.environ.get('BLEND_EVAL_ARGS', '').split()  # more kvfsctl eval options (experiments)
+EXTRA = shlex.split(os.environ.get("BLEND_EVAL_ARGS", ""))  # more kvfsctl eval options (experiments)
 # full prefill's self-agreement: an independent, equally valid full prefill
 # (llama.cpp, the oracle) against ours -- the noise floor of "agreement"
 try:

@@ -108,6 +108,7 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->sink_rows = 1;
     o->check_layer = 1;
     o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
+    o->ape_temp = 1.0f;
 }
 
 void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
@@ -330,7 +331,7 @@ struct blend_run {
     uint8_t *forced;            /* host [n_ctx + 1]: attention sinks */
     int32_t *idx, *sel_pos, *keep; /* host [n_ctx]: rows being recomputed, their positions */
     int32_t *d_delta, *d_top, *d_idx, *d_local;
-    float *d_dev, *d_old;
+    float *d_dev, *d_old, *d_kape; /* d_kape: one layer's keys, APE-scaled (o.ape_temp) */
     uint8_t *d_forced;
     struct kvfs_work w, ws;     /* every row; the rows being recomputed */
     int n_sel, n_run, first_layer, n_sparse, by_query, n_selected_total;
@@ -339,6 +340,8 @@ struct blend_run {
 
 static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
 {
+    if (!(o->ape_temp > 0.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "ape_temp %g is not above 0", (double)o->ape_temp);
     if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
     if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
@@ -591,6 +594,34 @@ static int compact(struct blend_run *b, int n_next)
     return 0;
 }
 
+/* kvfs_layer_finish for the rows being recomputed; with APE's attention
+ * temperature (o.ape_temp != 1, an experiment: BENCHMARKS.md) they see the
+ * later chunks' rows with logits / T, through a copy of the layer's keys with
+ * those rows scaled by 1 / T (the first chunk is exact, as a prefill's: APE's
+ * shared prefix; the query's rows are not context) */
+static int finish_selected(struct blend_run *b, int l)
+{
+    const struct kvfs_model *m = b->m;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int from = (int)kvfs_loader_header(b->ld, 0)->n_tokens;
+    if (b->o.ape_temp == 1.0f || from >= b->n_rows)
+        return kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx);
+    size_t kvd = (size_t)b->c->kv_dim;
+    int rc = 0;
+    if (!b->d_kape)
+        rc = be->alloc(ctx, sizeof(float) * (size_t)b->n_ctx * kvd, (void **)&b->d_kape);
+    float *keys = b->c->k[l];
+    if (rc || (rc = be->copy(ctx, b->d_kape, keys, sizeof(float) * (size_t)b->n_ctx * kvd)) ||
+        (rc = be->scale(ctx, keys + from * kvd, 1.0f / b->o.ape_temp, b->d_kape + from * kvd,
+                        (size_t)(b->n_rows - from) * kvd)))
+        return rc;
+    b->c->k[l] = b->d_kape;
+    rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx);
+    b->c->k[l] = keys;
+    return rc;
+}
+
 /* The shared recompute loop: the selected rows through the remaining
  * layers, their fresh K/V replacing the cached ones layer by layer. */
 static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
@@ -614,7 +645,7 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
             (n_next < b->n_sel && (rc = narrow(b, l))) ||
             (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
-            (rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx)))
+            (rc = finish_selected(b, l)))
             break;
         if (n_next < b->n_sel)
             rc = compact(b, n_next);
@@ -645,7 +676,7 @@ static void run_free(struct blend_run *b)
     void *ctx = CTX(b->m);
     kvfs_work_free(b->m, &b->w);
     kvfs_work_free(b->m, &b->ws);
-    void *dev[] = {b->d_delta, b->d_idx, b->d_local, b->d_dev, b->d_forced, b->d_top, b->d_old};
+    void *dev[] = {b->d_delta, b->d_idx, b->d_local, b->d_dev, b->d_forced, b->d_top, b->d_old, b->d_kape};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i])
             be->free(ctx, dev[i]);

@@ -75,6 +75,7 @@ struct kvfs_blend_opts {
     int min_rows;       /* the floor: at least this many chunk rows (all, if fewer) recomputed when ratio > 0;
                          * the forced sink rows raise it to their count */
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
+    float ape_temp;     /* APE's attention temperature on later chunks' rows (1: off; an experiment) */
 };
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
 /* The fidelity floor kvfs serves with (the mount's recipes, kvfsctl blend

@@ -24,7 +24,8 @@ struct eval_args {
     int n_ratios;
     int selects[MAX_SELECTS], n_selects;
     int json, greedy, threads, no_prefix, no_floor;
-    const char *bos; /* each, first or none */
+    const char *bos;           /* each, first or none */
+    const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -78,6 +79,12 @@ static void usage(FILE *f)
                "(Gemma; SmolLM2 does not): each chunk tokenized as the model's tokenizer\n"
                "does by default (each, the default: what an engine stores), only the first,\n"
                "or none.\n"
+               "--shared-prefix TEXT (APE's shared prefix): BOS (when the model asks for one)\n"
+               "and TEXT (special tokens parsed) are prefilled before every chunk; the first\n"
+               "chunk keeps them, later chunks store only their own rows, so the prompt has\n"
+               "the prefix once (\"\" for BOS alone).\n"
+               "--ape-temp T: APE's attention temperature: recomputed rows attend to chunk\n"
+               "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
@@ -136,6 +143,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
         TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
+        TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -149,6 +157,14 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         a->bo.min_rows = a->bo.full_below = 0;
     if (strcmp(a->bos, "each") && strcmp(a->bos, "first") && strcmp(a->bos, "none")) {
         fprintf(stderr, "kvfsctl eval: --bos %s: want each, first or none\n", a->bos);
+        return 2;
+    }
+    if (a->shared_prefix && strcmp(a->bos, "each")) {
+        fprintf(stderr, "kvfsctl eval: --shared-prefix puts BOS in the prefix: --bos does not apply\n");
+        return 2;
+    }
+    if (!(a->bo.ape_temp > 0.0f && a->bo.ape_temp <= 4.0f)) {
+        fprintf(stderr, "kvfsctl eval: --ape-temp %g outside (0, 4]\n", (double)a->bo.ape_temp);
         return 2;
     }
     if (!a->n_ratios)
@@ -189,31 +205,63 @@ static void add_result(struct eval *e, const char *name, double ttft)
     e->res[e->nres++] = r;
 }
 
-/* Each chunk's text tokenized and prefilled on its own, as kvfs stores it. */
+/* ids (n of them) behind the shared prefix's np tokens: *ids grows */
+static int behind_prefix(const int32_t *pre, size_t np, int32_t **ids, size_t *n)
+{
+    int32_t *all = malloc(sizeof(int32_t) * (np + *n));
+    if (!all)
+        return -ENOMEM;
+    memcpy(all, pre, sizeof(int32_t) * np);
+    memcpy(all + np, *ids, sizeof(int32_t) * *n);
+    free(*ids);
+    *ids = all;
+    *n += np;
+    return 0;
+}
+
+/* Each chunk's text tokenized and prefilled on its own, as kvfs stores it
+ * (behind the shared prefix, when there is one: kept by the first chunk,
+ * the prompt's head; later chunks store only their own rows) */
 static int prefill_chunks(struct eval *e)
 {
-    for (int i = 0; i < e->a->n_files; i++) {
+    int32_t *pre = NULL;
+    size_t np = 0;
+    const char *sp = e->a->shared_prefix;
+    if (sp && kvfs_tokenize(e->tok, sp, strlen(sp), 1, 1, &pre, &np)) {
+        fprintf(stderr, "kvfsctl eval: cannot tokenize the shared prefix\n");
+        return -EINVAL;
+    }
+    int rc = 0;
+    for (int i = 0; i < e->a->n_files && !rc; i++) {
         const char *path = e->a->files[i];
         struct kvfs_kv_cache cc;
         /* BOS (when the model wants one) heads each chunk, the first or none:
          * Gemma blends best from chunks with their own BOS (BENCHMARKS.md) */
-        int bos = !strcmp(e->a->bos, "each") || (i == 0 && !strcmp(e->a->bos, "first"));
-        int rc = tool_tokenize_file(e->tok, path, bos, &e->ids[i], &e->nids[i]);
-        if (rc || (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
-            return rc;
+        int bos = !sp && (!strcmp(e->a->bos, "each") || (i == 0 && !strcmp(e->a->bos, "first")));
+        if ((rc = tool_tokenize_file(e->tok, path, bos, &e->ids[i], &e->nids[i])) ||
+            (np && (rc = behind_prefix(pre, np, &e->ids[i], &e->nids[i]))) ||
+            (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
+            break;
+        int first = i ? (int)np : 0;
         rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
         if (!rc)
-            rc = kvfs_kv_cache_to_chunk(e->m, &cc, 0, (int)e->nids[i], e->ids[i], KVFS_DTYPE_F16, &e->w[i]);
+            rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first, KVFS_DTYPE_F16,
+                                        &e->w[i]);
         kvfs_kv_cache_free(e->m, &cc);
+        if (!rc && first) { /* the prompt holds the chunk's own tokens */
+            memmove(e->ids[i], e->ids[i] + first, sizeof(int32_t) * (e->nids[i] - (size_t)first));
+            e->nids[i] -= (size_t)first;
+        }
         if (rc) {
             fprintf(stderr, "kvfsctl eval: cannot prefill %s: %s\n", path, strerror(-rc));
-            return rc;
+            break;
         }
         e->ch[i] = (struct kvfs_blend_chunk){e->w[i].buf, e->w[i].size};
         e->made++;
         e->n_ctx += (int)e->nids[i];
     }
-    return 0;
+    free(pre);
+    return rc;
 }
 
 /* The query's tokens, the whole prompt and the buffers every method uses. */

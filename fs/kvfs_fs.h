@@ -85,6 +85,7 @@ struct kvfs_passthrough {
     int active;    /* negotiated: chunk and blend opens are backed by their memfd */
     char why[160]; /* when not active */
     atomic_ullong opens, daemon_opens, errors;
+    atomic_ullong read_requests; /* READ requests that reached the daemon (any file) */
     /* the kernel allows one backing file per inode at a time: every open of
      * an inode shares its registration (fs/passthrough.c) */
     pthread_mutex_t lock;

@@ -455,6 +455,7 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, st
     (void)ino;
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    atomic_fetch_add(&m->pt.read_requests, 1);
     if (off < 0) {
         fuse_reply_err(req, EINVAL);
         return;

@@ -177,7 +177,8 @@ void passthrough_stats(void *ctx, FILE *f)
     struct kvfs_passthrough *p = &((struct kvfs_mount *)ctx)->pt;
     fprintf(f,
             ",\n  \"reads\": {\"path\": \"%s\", \"why\": \"%s\", \"passthrough_opens\": %llu, \"daemon_opens\": %llu, "
-            "\"passthrough_errors\": %llu}",
+            "\"passthrough_errors\": %llu, \"daemon_read_requests\": %llu}",
             p->active ? "passthrough" : "daemon", p->why, (unsigned long long)atomic_load(&p->opens),
-            (unsigned long long)atomic_load(&p->daemon_opens), (unsigned long long)atomic_load(&p->errors));
+            (unsigned long long)atomic_load(&p->daemon_opens), (unsigned long long)atomic_load(&p->errors),
+            (unsigned long long)atomic_load(&p->read_requests));
 }

@@ -20,12 +20,16 @@ h2=$(synth "$T/two.kv" --layers 30 --tokens 512 --kv-heads 3 --seed 2)
 h3=$(synth "$T/three.kv" --size-mib 64 --layers 30 --kv-heads 3 --seed 3)
 check "cp three chunks in" cp "$T/one.kv" "$T/two.kv" "$T/three.kv" "$M/incoming/"
 o0=$(reads "$M" passthrough_opens)
+ra=$(reads "$M" daemon_read_requests); r0=$(reads "$M" daemon_read_requests) # what reading the stats costs
 check "cmp small" cmp "$T/one.kv" "$M/chunks/$h1.kv"
 check "cmp 11 MiB" cmp "$T/two.kv" "$M/chunks/$h2.kv"
 check "cmp 64 MiB (not in the RAM tier: decoded for this open)" cmp "$T/three.kv" "$M/chunks/$h3.kv"
+r1=$(reads "$M" daemon_read_requests)
+check "no read request reached the daemon for the 75 MiB read ($r0 -> $r1; reading the stats: $((r0 - ra)))" \
+    test "$((r1 - r0))" -eq "$((r0 - ra))"
 o1=$(reads "$M" passthrough_opens)
 check "the three opens were passthrough ($o0 -> $o1)" test "$o1" -eq $((o0 + 3))
-check "no daemon reads" test "$(reads "$M" daemon_opens)" -eq 0
+check "no daemon opens" test "$(reads "$M" daemon_opens)" -eq 0
 hits=$(getfattr --absolute-names --only-values -n user.kvfs.hits "$M/chunks/$h2.kv")
 check "reads still count as hits ($hits)" test "$hits" -ge 1
 check "mmap reads the same bytes" python3 -c "
@@ -72,6 +76,7 @@ check ".kvfs/stats says reads go through the daemon (passthrough=off)" \
     sh -c "test \"\$(python3 -c \"import json; r=json.load(open('$M/.kvfs/stats'))['reads']; print(r['path'], r['why'])\")\" = 'daemon passthrough=off'"
 check "cmp 64 MiB through the daemon" cmp "$T/three.kv" "$M/chunks/$h3.kv"
 check "counted as a daemon open" test "$(reads "$M" daemon_opens)" -ge 1 -a "$(reads "$M" passthrough_opens)" -eq 0
+check "... whose reads reached the daemon" test "$(reads "$M" daemon_read_requests)" -ge 64
 unmount_kvfs a
 
 # blend results: a blended file is backed the same way

@@ -12,13 +12,15 @@
 # Environment:
 #   BUILD     build tree (default: build)
 #   FORCE=1   rebuild even when the library is there
+#   FUSE_SUITE, FUSE_DEB_VERSION   another Debian suite / source version
+#             (FUSE_SUITE=sid: 3.18, for the FUSE-over-io_uring measurement)
 # Needs: apt-get (source download only, any user), dpkg-source (dpkg-dev),
 # meson and ninja (tools/install-deps.sh installs them).
 set -eu
 
-SUITE=trixie
+SUITE=${FUSE_SUITE:-trixie}                                   # sid: 3.18 (FUSE over io_uring)
 PACKAGE=fuse3
-VERSION=3.17.2-3     # the version this was written and tested against
+VERSION=${FUSE_DEB_VERSION:-$(if [ "$SUITE" = trixie ]; then echo 3.17.2-3; fi)} # trixie: the version tested
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -38,7 +40,7 @@ for c in apt-get dpkg-source meson ninja; do
     }
 done
 
-echo "kvfs: building libfuse 3.17 from Debian $SUITE's $PACKAGE source into $TP" >&2
+echo "kvfs: building libfuse from Debian $SUITE's $PACKAGE source into $TP" >&2
 rm -rf "$TP"
 mkdir -p "$TP/apt/lists/partial" "$TP/apt/parts" "$TP/dl"
 # deb822 sources in a private parts directory; no system sources list
@@ -57,7 +59,7 @@ apt-get $APT update >"$TP/apt.log" 2>&1 || { echo "kvfs: apt-get update for $SUI
 # the version this was tested with, else whatever trixie carries now (a
 # Debian revision newer than the one pinned: it is still 3.17)
 # shellcheck disable=SC2086
-(cd "$TP/dl" && { apt-get $APT source --download-only "$PACKAGE=$VERSION" >>"$TP/apt.log" 2>&1 ||
+(cd "$TP/dl" && { { [ -n "$VERSION" ] && apt-get $APT source --download-only "$PACKAGE=$VERSION" >>"$TP/apt.log" 2>&1; } ||
     apt-get $APT source --download-only "$PACKAGE" >>"$TP/apt.log" 2>&1; }) || {
     echo "kvfs: cannot download the $PACKAGE source from Debian $SUITE (see $TP/apt.log)" >&2
     exit 1

@@ -263,6 +263,17 @@ static int q8x_alloc(int n, int in, struct q8x *o)
     return 0;
 }
 
+/* the largest |v| of a block of 32 */
+static float amax32(const float *xb)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < 32; k++) {
+        float a = fabsf(xb[k]);
+        amax = a > amax ? a : amax;
+    }
+    return amax;
+}
+
 static int q8x_make(const float *x, int n, int in, struct q8x *o)
 {
     size_t nb = (size_t)n * in / 32;
@@ -270,11 +281,7 @@ static int q8x_make(const float *x, int n, int in, struct q8x *o)
         return -ENOMEM;
     for (size_t b = 0; b < nb; b++) {
         const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) {
-            float a = fabsf(xb[k]);
-            amax = a > amax ? a : amax;
-        }
+        float amax = amax32(xb);
         float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
@@ -305,11 +312,7 @@ static int q8x_recover(const float *x, int n, int in, struct q8x *o)
         return -ENOMEM;
     for (size_t b = 0; b < nb; b++) {
         const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) {
-            float a = fabsf(xb[k]);
-            amax = a > amax ? a : amax;
-        }
+        float amax = amax32(xb);
         float d = kvfs_f16_to_f32(kvfs_f32_to_f16(amax / 127.0f)), id = d != 0.0f ? 1.0f / d : 0.0f;
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {

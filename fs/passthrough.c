@@ -1,14 +1,15 @@
 /* passthrough.c - FUSE passthrough for chunk and blend reads.
  *
  * When the kernel and libfuse (>= 3.17) offer it, an open chunk or blend
- * result is backed by the memfd that holds its decoded image (index/image.c):
+ * result is backed by the in-memory file that holds its decoded image (a
+ * private huge-page tmpfs, else a memfd: index/image.c):
  * the kernel serves read() and mmap() from those pages and never asks the
  * daemon.  The open still goes through the daemon, so verification, hits and
  * last access, pinning and eviction work as before; the handle keeps the
- * image's reference until release, and the kernel's reference on the memfd
+ * image's reference until release, and the kernel's reference on the file
  * keeps its pages for a reader even after the chunk is evicted or removed.
  * Anything else (llama.cpp views, drafts, text files), an image that is not
- * in a memfd, or a failed registration is read through the daemon. */
+ * in such a file, or a failed registration is read through the daemon. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,18 +47,19 @@ void passthrough_init(struct kvfs_mount *m, struct fuse_conn_info *conn)
     } else if (!fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH)) {
         snprintf(p->why, sizeof(p->why), "libfuse refused the capability");
     } else {
-        /* the backing memfds live on tmpfs (stacking depth 0): one level
+        /* the backing files live on tmpfs (stacking depth 0): one level
          * above it is enough, and lets kvfs itself be stacked on once */
         conn->max_backing_stack_depth = 1;
         p->active = 1;
         p->why[0] = '\0';
-        kvfs_img_set_shared(1); /* images from now on are memfds */
+        kvfs_img_set_shared(1); /* images from now on are files the kernel can read */
     }
 #else
     (void)conn;
 #endif
     if (p->active)
-        kvfs_log(KVFS_LOG_INFO, "reads: FUSE passthrough (chunks and blend results are read by the kernel)");
+        kvfs_log(KVFS_LOG_INFO, "reads: FUSE passthrough (chunks and blend results are read by the kernel; images in %s)",
+                 kvfs_img_backing());
     else
         kvfs_log(p->want > 0 ? KVFS_LOG_ERR : KVFS_LOG_INFO, "reads: through the daemon: passthrough %s: %s",
                  p->want > 0 ? "was asked for but is unavailable" : "unavailable", p->why);
@@ -176,9 +178,10 @@ void passthrough_stats(void *ctx, FILE *f)
 {
     struct kvfs_passthrough *p = &((struct kvfs_mount *)ctx)->pt;
     fprintf(f,
-            ",\n  \"reads\": {\"path\": \"%s\", \"why\": \"%s\", \"passthrough_opens\": %llu, \"daemon_opens\": %llu, "
+            ",\n  \"reads\": {\"path\": \"%s\", \"why\": \"%s\", \"images\": \"%s\", \"passthrough_opens\": %llu, "
+            "\"daemon_opens\": %llu, "
             "\"passthrough_errors\": %llu, \"daemon_read_requests\": %llu}",
-            p->active ? "passthrough" : "daemon", p->why, (unsigned long long)atomic_load(&p->opens),
+            p->active ? "passthrough" : "daemon", p->why, kvfs_img_backing(), (unsigned long long)atomic_load(&p->opens),
             (unsigned long long)atomic_load(&p->daemon_opens), (unsigned long long)atomic_load(&p->errors),
             (unsigned long long)atomic_load(&p->read_requests));
 }

@@ -9,6 +9,8 @@
 /* On: new images are memfds mapped shared (the daemon, when passthrough is
  * active).  Off (the default): aligned heap memory. */
 void kvfs_img_set_shared(int on);
+/* Where shared images live: "heap" (off), "tmpfs (...)" or "memfd". */
+const char *kvfs_img_backing(void);
 /* len bytes for an image (align: for heap images); 0 or -ENOMEM */
 int kvfs_img_alloc(size_t len, size_t align, uint8_t **out);
 /* The memfd behind a shared image (valid while the image lives), or -1. */

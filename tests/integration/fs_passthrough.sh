@@ -15,6 +15,10 @@ M=$T/a.mnt
 path=$(reads "$M" path)
 [ "$path" = passthrough ] || skip "passthrough unavailable here: $(reads "$M" why)"
 check ".kvfs/stats says reads are passthrough" test "$path" = passthrough
+[ "$(id -u)" = 0 ] && check "root: images live on the private huge-page tmpfs ($(reads "$M" images))" \
+    sh -c "test \"\$(python3 -c \"import json; print(json.load(open('$M/.kvfs/stats'))['reads']['images'])\")\" = 'tmpfs (huge=within_size, private)'"
+check "... which no other process sees: no new tmpfs in /proc/self/mountinfo" \
+    sh -c "! grep -q 'huge=within_size' /proc/self/mountinfo"
 h1=$(synth "$T/one.kv" --layers 4 --tokens 64)
 h2=$(synth "$T/two.kv" --layers 30 --tokens 512 --kv-heads 3 --seed 2)
 h3=$(synth "$T/three.kv" --size-mib 64 --layers 30 --kv-heads 3 --seed 3)

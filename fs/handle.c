@@ -50,6 +50,7 @@ static void unless_abandoned(struct kvfs_mount *m, int reply_rc, struct fh *h)
 {
     if (reply_rc == -ENOENT) {
         kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
+        passthrough_abandon(m, h);
         fh_unhold(m, h);
     }
 }

@@ -135,6 +135,8 @@ void passthrough_init(struct kvfs_mount *m, struct fuse_conn_info *conn);
 /* an open chunk or blend result (h->ref) backed by its image's memfd when it can be */
 void passthrough_attach(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fh *h);
 void passthrough_detach(struct kvfs_mount *m, fuse_req_t req, struct fh *h);
+/* an open whose reply found its caller gone: no release will come */
+void passthrough_abandon(struct kvfs_mount *m, struct fh *h);
 void passthrough_stats(void *ctx, FILE *f);
 void passthrough_free(struct kvfs_mount *m); /* at unmount: registrations the kernel dropped with it */
 extern const struct fuse_lowlevel_ops kvfs_ll_ops;

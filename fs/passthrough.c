@@ -89,6 +89,15 @@ static int backing_for(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, con
     int id = 0;
     pthread_mutex_lock(&p->lock);
     struct pt_backing **slot = find_locked(p, ino), *b = *slot;
+    if (b && b->opens == 0 && strcmp(b->key, key)) {
+        /* left by abandoned opens only: nobody reads it, close it now */
+#if KVFS_HAVE_PASSTHROUGH
+        fuse_passthrough_close(req, b->backing_id);
+#endif
+        *slot = b->next;
+        free(b);
+        b = NULL;
+    }
     if (b) {
         /* another image under this inode (a recipe rewritten while the old
          * result is open): the kernel takes one backing file per inode */
@@ -160,6 +169,22 @@ void passthrough_detach(struct kvfs_mount *m, fuse_req_t req, struct fh *h)
         *slot = b->next;
         free(b);
     }
+    pthread_mutex_unlock(&p->lock);
+    h->pt_ino = 0;
+}
+
+void passthrough_abandon(struct kvfs_mount *m, struct fh *h)
+{
+    /* without a request the registration cannot be closed here: it stays,
+     * unused (opens 0), until the inode's next open reuses or replaces it
+     * and its release closes it, or the unmount */
+    struct kvfs_passthrough *p = &m->pt;
+    if (!h->pt_ino)
+        return;
+    pthread_mutex_lock(&p->lock);
+    struct pt_backing *b = *find_locked(p, h->pt_ino);
+    if (b && b->opens > 0)
+        b->opens--;
     pthread_mutex_unlock(&p->lock);
     h->pt_ino = 0;
 }

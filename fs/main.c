@@ -346,7 +346,7 @@ destroy_session:
 static void free_opts(struct kvfs_opts *o)
 {
     char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio,
-                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id};
+                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->passthrough};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
 }

@@ -51,11 +51,12 @@ umount_it
 cat "$T/chunk.kv" > /dev/null   # reference file in the page cache
 ref=(); ingest=(); mref=()
 declare -A first warm steady mmapr
-path_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reads']['path'])" "$T/mnt/.kvfs/stats"; }
+path_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reads'][sys.argv[2]])" "$T/mnt/.kvfs/stats" "${1:-path}"; }
 for i in $(seq "$RUNS"); do
     for mode in on off; do
         mount_it "$T/store" "passthrough=$mode"  # cold FUSE cache and RAM tier
         [ "$i" = 1 ] && eval "path_$mode=\$(path_of)"
+        [ "$i$mode" = 1on ] && images=$(path_of images)
         find "$T/store/objects" -type f -exec cat {} + > /dev/null  # backing object cached, like the reference
         ref+=("$(read_secs "$T/chunk.kv")")
         first[$mode]+=" $(read_secs "$T/mnt/chunks/$H.kv")"
@@ -126,9 +127,9 @@ cat <<MD
 ### Filesystem (\`bench/fs.sh\`, run by \`make bench\`)
 
 $(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r), medians of $RUNS runs.
-Reads use 1 MiB \`read()\` calls; the reference is the same bytes from a file in the page cache (ext4). Shared-memory
-huge pages (\`/sys/kernel/mm/transparent_hugepage/shmem_enabled\`, which decides the page size of the memfds passthrough
-reads come from): \`$(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)\`. Command: \`RUNS=$RUNS N_LIST=$N_LIST bench/fs.sh\`.
+Reads use 1 MiB \`read()\` calls; the reference is the same bytes from a file in the page cache. Passthrough's images
+(reads.images): $images; the host's \`transparent_hugepage/shmem_enabled\` (memfds' page size):
+\`$(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)\`. Command: \`RUNS=$RUNS N_LIST=$N_LIST bench/fs.sh\`.
 
 | measurement | result | ratio vs page-cache read | goal |
 |---|---|---|---|

@@ -74,6 +74,18 @@ check "concurrent readers of one chunk (8 at once, each opens it)" sh -c "
 check "daemon alive" kill -0 "$MNT_PID"
 unmount_kvfs a
 
+# eviction from the store: capacity for about two 11 MiB chunks; a reader
+# holds the first while two more arrive and push it out (LRU)
+mount_kvfs cap "passthrough=on,capacity=24M,ram=0,zstd=0" || exit 1
+C=$T/cap.mnt
+h6=$(synth "$T/six.kv" --layers 30 --tokens 500 --kv-heads 3 --seed 6)
+h7=$(synth "$T/seven.kv" --layers 30 --tokens 500 --kv-heads 3 --seed 7)
+cp "$T/two.kv" "$C/incoming/"
+check "a reader keeps its bytes while its chunk is evicted from the store (capacity)" \
+    python3 "$T/hold.py" "$C/chunks/$h2.kv" "$T/two.kv" cp "$T/six.kv" "$T/seven.kv" "$C/incoming/"
+check "... it was evicted" sh -c "test ! -e '$C/chunks/$h2.kv' && test \"\$(python3 -c \"import json; print(json.load(open('$C/.kvfs/stats'))['evictions'])\")\" -ge 1"
+unmount_kvfs cap
+
 # passthrough=off: the same reads through the daemon
 mount_kvfs a "passthrough=off,ram=16M" || exit 1
 check ".kvfs/stats says reads go through the daemon (passthrough=off)" \

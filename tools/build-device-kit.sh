@@ -10,11 +10,12 @@ make -j"$(nproc)" BUILD=build-gpu NO_RADOS=1 ARCHFLAGS=-march=x86-64-v3 build-gp
     build-gpu/kvfs build-gpu/kvfsctl >/dev/null
 mkdir -p build-gpu/lib
 for l in libsqlite3.so.0 libzstd.so.1 liburing.so.2 libxxhash.so.0 libcrypto.so.3 libopenblas.so.0 libpcre2-8.so.0 \
-         libgfortran.so.5 libquadmath.so.0 libfuse3.so.3; do
+         libgfortran.so.5 libquadmath.so.0; do
     cp -L "/lib/x86_64-linux-gnu/$l" build-gpu/lib/
 done
 mkdir -p build-gpu/bin && cp /usr/bin/fusermount3 build-gpu/bin/ # for tests/gpu/*.sh
 # objects are not needed there: keep what travels small
-rm -rf build-gpu/blend build-gpu/gpu build-gpu/index build-gpu/bench build-gpu/fs build-gpu/tools build-gpu/tests/unit build-gpu/*.a
+rm -rf build-gpu/blend build-gpu/gpu build-gpu/index build-gpu/bench build-gpu/fs build-gpu/tools build-gpu/tests/unit build-gpu/*.a \
+    build-gpu/third_party # libfuse 3.17 is linked in statically (tools/build-libfuse.sh)
 du -sh build-gpu
 echo "there: PATH=\$PWD/build-gpu/bin:\$PATH LD_LIBRARY_PATH=\$PWD/build-gpu/lib BUILD=build-gpu tests/run.sh gpu"

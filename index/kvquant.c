@@ -1,0 +1,144 @@
+/* kvquant.c - 8-bit and 4-bit codecs for a layer's K and V (kvquant.h). */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "kvformat.h"
+#include "kvquant.h"
+
+static uint32_t group_of(int codec) { return codec == KVFS_KVQ_Q8 ? 32 : 64; }
+static size_t block_of(int codec) { return codec == KVFS_KVQ_Q8 ? 34 : 36; }
+
+int kvfs_kvq_parse(const char *name)
+{
+    return !name ? 0 : !strcmp(name, "q8") ? KVFS_KVQ_Q8 : !strcmp(name, "q4") ? KVFS_KVQ_Q4 : 0;
+}
+
+const char *kvfs_kvq_name(int codec)
+{
+    return codec == KVFS_KVQ_Q8 ? "q8" : codec == KVFS_KVQ_Q4 ? "q4" : "?";
+}
+
+static int shape_ok(int codec, uint32_t n_tokens, uint32_t kv_dim)
+{
+    return (codec == KVFS_KVQ_Q8 || codec == KVFS_KVQ_Q4) && n_tokens > 0 && kv_dim > 0 && kv_dim % 64 == 0;
+}
+
+size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+{
+    if (!shape_ok(codec, n_tokens, kv_dim))
+        return 0;
+    size_t g = group_of(codec), token_groups = (n_tokens + g - 1) / g;
+    return block_of(codec) * (token_groups * kv_dim + (size_t)n_tokens * (kv_dim / g));
+}
+
+static void put16(uint8_t *p, float f)
+{
+    uint16_t h = kvfs_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static float get16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kvfs_f16_to_f32(h);
+}
+
+/* one group of g values (read with stride) into a block */
+static void encode_group(int codec, const float *x, size_t stride, uint32_t n, uint8_t *b)
+{
+    uint32_t g = group_of(codec);
+    float lo = INFINITY, hi = -INFINITY, amax = 0.0f;
+    for (uint32_t i = 0; i < n; i++) {
+        float v = x[i * stride];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        amax = fabsf(v) > amax ? fabsf(v) : amax;
+    }
+    if (n < g) /* padding zeros are part of the group */
+        lo = lo > 0.0f ? 0.0f : lo, hi = hi < 0.0f ? 0.0f : hi;
+    if (codec == KVFS_KVQ_Q8) {
+        float d = kvfs_f16_to_f32(kvfs_f32_to_f16(amax / 127.0f)), id = d > 0.0f ? 1.0f / d : 0.0f;
+        put16(b, d);
+        for (uint32_t i = 0; i < g; i++) {
+            long q = i < n ? lrintf(x[i * stride] * id) : 0;
+            b[2 + i] = (uint8_t)(int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+        return;
+    }
+    /* q4: the stored (f16) min and step, so that decoding's arithmetic is what rounding assumed */
+    float m = kvfs_f16_to_f32(kvfs_f32_to_f16(lo));
+    float d = kvfs_f16_to_f32(kvfs_f32_to_f16((hi - m) / 15.0f)), id = d > 0.0f ? 1.0f / d : 0.0f;
+    put16(b, d);
+    put16(b + 2, m);
+    memset(b + 4, 0, 32);
+    for (uint32_t i = 0; i < g; i++) {
+        long q = lrintf(((i < n ? x[i * stride] : 0.0f) - m) * id);
+        q = q > 15 ? 15 : q < 0 ? 0 : q;
+        b[4 + i / 2] |= (uint8_t)(q << (4 * (i & 1)));
+    }
+}
+
+static void decode_group(int codec, const uint8_t *b, float *x, size_t stride, uint32_t n)
+{
+    if (codec == KVFS_KVQ_Q8) {
+        float d = get16(b);
+        for (uint32_t i = 0; i < n; i++)
+            x[i * stride] = d * (float)(int8_t)b[2 + i];
+        return;
+    }
+    float d = get16(b), m = get16(b + 2);
+    for (uint32_t i = 0; i < n; i++)
+        x[i * stride] = m + d * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
+}
+
+/* keys: per channel over token groups; values: per token over channel groups */
+static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *blocks)
+{
+    if (!shape_ok(codec, n_tokens, kv_dim))
+        return -EINVAL;
+    uint32_t g = group_of(codec);
+    size_t bs = block_of(codec);
+    uint8_t *b = blocks;
+    for (uint32_t t0 = 0; t0 < n_tokens; t0 += g) {
+        uint32_t n = n_tokens - t0 < g ? n_tokens - t0 : g;
+        for (uint32_t c = 0; c < kv_dim; c++, b += bs) {
+            float *x = k + (size_t)t0 * kv_dim + c;
+            if (decode)
+                decode_group(codec, b, x, kv_dim, n);
+            else
+                encode_group(codec, x, kv_dim, n, b);
+        }
+    }
+    for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t c0 = 0; c0 < kv_dim; c0 += g, b += bs) {
+            float *x = v + (size_t)t * kv_dim + c0;
+            if (decode)
+                decode_group(codec, b, x, 1, g);
+            else
+                encode_group(codec, x, 1, g, b);
+        }
+    return 0;
+}
+
+int kvfs_kvq_encode(int codec, const float *k, const float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out)
+{
+    return codec_layer(codec, 0, (float *)k, (float *)v, n_tokens, kv_dim, out);
+}
+
+int kvfs_kvq_decode(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v)
+{
+    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in);
+}
+
+float kvfs_kvq_bound(int codec, float lo, float hi)
+{
+    float amax = fabsf(lo) > fabsf(hi) ? fabsf(lo) : fabsf(hi);
+    if (codec == KVFS_KVQ_Q8) /* half a step of d, d rounded to f16 (relative 2^-11) */
+        return 0.5f * amax / 127.0f * (1.0f + 0x1p-10f) + amax * 0x1p-20f + 0x1p-24f; /* f16 subnormals */
+    /* half a step, plus m's f16 rounding and the step's rounding over 15 steps */
+    float range = hi - lo;
+    return 0.5f * range / 15.0f * (1.0f + 0x1p-10f) + fabsf(lo) * 0x1p-11f + range * 0x1p-10f + amax * 0x1p-20f +
+           0x1p-24f;
+}

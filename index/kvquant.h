@@ -1,0 +1,39 @@
+/* kvquant.h - 8-bit and 4-bit codecs for one layer of a chunk's K and V
+ * (issue 18: quantized chunk storage; not yet a stored dtype).
+ *
+ * KIVI's split: keys are quantized per channel (a group is one channel of
+ * KVFS_KVQ_GROUP consecutive tokens: outlier channels keep their own
+ * scale), values per token (a group is KVFS_KVQ_GROUP consecutive channels
+ * of one token).  A group is a block:
+ *   q8: f16 d, then 32 int8 q (x = d q; d = max|x| / 127)             34 bytes
+ *   q4: f16 d, f16 m, then 32 bytes of 64 nibbles (x = m + d q,       36 bytes
+ *       d = (max - min) / 15, m = min); low nibble first
+ * with KVFS_KVQ_GROUP 32 for q8 and 64 for q4.  The layer is the key blocks,
+ * token group by token group and in each channel by channel, then the value
+ * blocks, token by token and in each group by group.  A last token group
+ * shorter than the group is padded with zeros (decoded, not returned).
+ * kv_dim must be a multiple of 64.  Per value: q8 8.5 bits (0.53x of f16),
+ * q4 4.5 bits (0.28x).  Error: q8 at most d/2 per value, q4 at most d/2
+ * plus the f16 rounding of m and d (kvfs_kvq_bound). */
+#ifndef KVFS_KVQUANT_H
+#define KVFS_KVQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvfs_kvq { KVFS_KVQ_Q8 = 1, KVFS_KVQ_Q4 = 2 };
+
+/* "q8", "q4" -> codec; 0 for anything else */
+int kvfs_kvq_parse(const char *name);
+const char *kvfs_kvq_name(int codec);
+/* bytes of one encoded layer (K and V), 0 for a bad codec or shape */
+size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim);
+/* k, v: [n_tokens][kv_dim] floats -> out (kvfs_kvq_layer_bytes of it);
+ * -EINVAL for a bad codec or kv_dim not a multiple of 64 */
+int kvfs_kvq_encode(int codec, const float *k, const float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out);
+int kvfs_kvq_decode(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v);
+/* the largest error decoding may leave on a group whose values span
+ * [lo, hi] (the tests' and kvfs(5)'s bound) */
+float kvfs_kvq_bound(int codec, float lo, float hi);
+
+#endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blend.h"
+#include "kvquant.h"
 #include "commands.h"
 #include "model_util.h"
 #include "tool_util.h"
@@ -26,6 +27,7 @@ struct eval_args {
     int json, greedy, threads, no_prefix, no_floor;
     const char *bos;           /* each, first or none */
     const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
+    const char *kv_quant;      /* --kv-quant q8|q4: chunks' K/V through that codec, as if stored so */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -85,6 +87,8 @@ static void usage(FILE *f)
                "the prefix once (\"\" for BOS alone).\n"
                "--ape-temp T: APE's attention temperature: recomputed rows attend to chunk\n"
                "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
+               "--kv-quant q8|q4: each chunk's K/V through the 8-bit or 4-bit codec (index/\n"
+               "kvquant.h), as if stored quantized (the full prefill stays exact).\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
@@ -144,6 +148,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
         TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
+        TOOL_OPT("kv-quant", 0, STR, &a->kv_quant),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -165,6 +170,10 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     }
     if (!(a->bo.ape_temp > 0.0f && a->bo.ape_temp <= 4.0f)) {
         fprintf(stderr, "kvfsctl eval: --ape-temp %g outside (0, 4]\n", (double)a->bo.ape_temp);
+        return 2;
+    }
+    if (a->kv_quant && (!kvfs_kvq_parse(a->kv_quant) || strcmp(a->backend, "cpu"))) {
+        fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8 or q4, on the cpu backend\n", a->kv_quant);
         return 2;
     }
     if (!a->n_ratios)
@@ -219,6 +228,23 @@ static int behind_prefix(const int32_t *pre, size_t np, int32_t **ids, size_t *n
     return 0;
 }
 
+/* rows [first, first + n) of every layer through the --kv-quant codec and
+ * back (the CPU backend's cache is host memory) */
+static int quantize_rows(const struct eval *e, struct kvfs_kv_cache *c, int first, int n)
+{
+    int codec = kvfs_kvq_parse(e->a->kv_quant), kvd = c->kv_dim, rc = 0;
+    uint8_t *buf = malloc(kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kvd));
+    if (!buf)
+        return -ENOMEM;
+    for (int l = 0; l < c->n_layer && !rc; l++) {
+        float *k = c->k[l] + (size_t)first * kvd, *v = c->v[l] + (size_t)first * kvd;
+        if (!(rc = kvfs_kvq_encode(codec, k, v, (uint32_t)n, (uint32_t)kvd, buf)))
+            rc = kvfs_kvq_decode(codec, buf, (uint32_t)n, (uint32_t)kvd, k, v);
+    }
+    free(buf);
+    return rc;
+}
+
 /* Each chunk's text tokenized and prefilled on its own, as kvfs stores it
  * (behind the shared prefix, when there is one: kept by the first chunk,
  * the prompt's head; later chunks store only their own rows) */
@@ -244,6 +270,8 @@ static int prefill_chunks(struct eval *e)
             break;
         int first = i ? (int)np : 0;
         rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
+        if (!rc && e->a->kv_quant)
+            rc = quantize_rows(e, &cc, first, (int)e->nids[i] - first);
         if (!rc)
             rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first, KVFS_DTYPE_F16,
                                         &e->w[i]);

@@ -19,9 +19,37 @@ struct fh *fh_new(enum fh_kind kind)
     return h;
 }
 
+static void track(struct kvfs_mount *m, struct fh *h)
+{
+    pthread_mutex_lock(&m->fh_lock);
+    h->prev = NULL;
+    h->next = m->handles;
+    if (m->handles)
+        m->handles->prev = h;
+    m->handles = h;
+    h->tracked = 1;
+    pthread_mutex_unlock(&m->fh_lock);
+}
+
+static void untrack(struct kvfs_mount *m, struct fh *h)
+{
+    pthread_mutex_lock(&m->fh_lock);
+    if (h->tracked) {
+        if (h->prev)
+            h->prev->next = h->next;
+        else
+            m->handles = h->next;
+        if (h->next)
+            h->next->prev = h->prev;
+        h->tracked = 0;
+    }
+    pthread_mutex_unlock(&m->fh_lock);
+}
+
 /* What a handle owns goes when it is released and no reply uses it. */
 static void fh_free(struct kvfs_mount *m, struct fh *h)
 {
+    untrack(m, h);
     if (h->kind == FH_CHUNK) {
         if (h->view)
             kvfs_llama_view_free(h->view);
@@ -55,8 +83,21 @@ static void unless_abandoned(struct kvfs_mount *m, int reply_rc, struct fh *h)
     }
 }
 
+void fh_release_all(struct kvfs_mount *m)
+{
+    for (;;) {
+        pthread_mutex_lock(&m->fh_lock);
+        struct fh *h = m->handles;
+        pthread_mutex_unlock(&m->fh_lock);
+        if (!h)
+            break;
+        fh_free(m, h);
+    }
+}
+
 void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
 {
+    track(m, h); /* before the reply: its release may come at once */
     fi->fh = (uint64_t)(uintptr_t)h;
     unless_abandoned(m, fuse_reply_open(req, fi), h);
 }
@@ -64,6 +105,7 @@ void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi,
 void reply_create(struct kvfs_mount *m, fuse_req_t req, const struct fuse_entry_param *e,
                   struct fuse_file_info *fi, struct fh *h)
 {
+    track(m, h);
     fi->fh = (uint64_t)(uintptr_t)h;
     unless_abandoned(m, fuse_reply_create(req, e, fi), h);
 }

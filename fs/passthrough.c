@@ -81,6 +81,31 @@ static struct pt_backing **find_locked(struct kvfs_passthrough *p, fuse_ino_t in
     return b;
 }
 
+/* libfuse's backing-file calls (without libfuse 3.17 passthrough_init never
+ * turns passthrough on, so nothing calls them) */
+static int backing_open(fuse_req_t req, int fd)
+{
+#if KVFS_HAVE_PASSTHROUGH
+    return fuse_passthrough_open(req, fd);
+#else
+    (void)req, (void)fd;
+    return -EOPNOTSUPP;
+#endif
+}
+
+/* closes the registration at *slot and unlinks it */
+static void backing_drop(fuse_req_t req, struct pt_backing **slot)
+{
+    struct pt_backing *b = *slot;
+#if KVFS_HAVE_PASSTHROUGH
+    fuse_passthrough_close(req, b->backing_id);
+#else
+    (void)req;
+#endif
+    *slot = b->next;
+    free(b);
+}
+
 /* The inode's backing id: the one its other opens share (same key), or a
  * new registration of fd.  0 when it cannot be had (then the daemon reads). */
 static int backing_for(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, const char *key, int fd)
@@ -91,11 +116,7 @@ static int backing_for(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, con
     struct pt_backing **slot = find_locked(p, ino), *b = *slot;
     if (b && b->opens == 0 && strcmp(b->key, key)) {
         /* left by abandoned opens only: nobody reads it, close it now */
-#if KVFS_HAVE_PASSTHROUGH
-        fuse_passthrough_close(req, b->backing_id);
-#endif
-        *slot = b->next;
-        free(b);
+        backing_drop(req, slot);
         b = NULL;
     }
     if (b) {
@@ -106,12 +127,7 @@ static int backing_for(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, con
             id = b->backing_id;
         }
     } else if (fd >= 0 && (b = calloc(1, sizeof(*b)))) {
-#if KVFS_HAVE_PASSTHROUGH
-        id = fuse_passthrough_open(req, fd);
-#else
-        (void)req;
-        id = -ENOSYS;
-#endif
+        id = backing_open(req, fd);
         if (id > 0) {
             *b = (struct pt_backing){ino, "", id, 1, NULL};
             snprintf(b->key, sizeof(b->key), "%s", key);
@@ -160,15 +176,8 @@ void passthrough_detach(struct kvfs_mount *m, fuse_req_t req, struct fh *h)
         return;
     pthread_mutex_lock(&p->lock);
     struct pt_backing **slot = find_locked(p, h->pt_ino), *b = *slot;
-    if (b && --b->opens == 0) {
-#if KVFS_HAVE_PASSTHROUGH
-        fuse_passthrough_close(req, b->backing_id);
-#else
-        (void)req;
-#endif
-        *slot = b->next;
-        free(b);
-    }
+    if (b && --b->opens == 0)
+        backing_drop(req, slot);
     pthread_mutex_unlock(&p->lock);
     h->pt_ino = 0;
 }

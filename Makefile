@@ -86,31 +86,32 @@ LIBMODEL  := $(BUILD)/libkvfs_model.a
 LIBS_ALL  := $(LIBMODEL) $(LIBCORE)
 LINK_LIBS := $(MODEL_LIBS) $(CORE_LIBS) $(SYSLIBS)
 
+# The CUDA backend is a plugin (gpu/backend.c loads it on first use), so
+# kvfs and kvfsctl link no CUDA library and a host without a GPU maps none.
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
-LIBCUDA   := $(BUILD)/libkvfs_cuda.a
+CUDA_PLUGIN := $(BUILD)/libkvfs-cuda.so
 CFLAGS    += -DKVFS_HAVE_CUDA
-LIBS_ALL  := $(LIBMODEL) $(LIBCUDA) $(LIBCORE)
 TEST_BIN  += $(GPU_TEST_BIN)
-LINK_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 GPU_BENCH := $(BUILD)/gpu_blend
 NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
-             -Xcompiler -Wall,-Wextra,-Werror
+             -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror
 endif
 endif
 
 .PHONY: all asan test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
-all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN)
+all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
 
 $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
 $(LIBMODEL): $(MODEL_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
-$(LIBCUDA): $(CUDA_OBJ)
-	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+$(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread
 
 $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
@@ -123,8 +124,8 @@ $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
-$(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL) $(CUDA_PLUGIN)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS) $(CUDA_LIBS)
 $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
@@ -238,12 +239,16 @@ run: need-deps
 
 # `make install` (PREFIX=/usr/local, DESTDIR= for staging): the two programs
 # and their man pages.
-install: $(BUILD)/kvfs $(BUILD)/kvfsctl
+install: $(BUILD)/kvfs $(BUILD)/kvfsctl $(CUDA_PLUGIN)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/kvfs $(BUILD)/kvfsctl $(DESTDIR)$(BINDIR)/
 	install -m 0644 man/kvfsctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 man/kvfs.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 man/kvfs.8 $(DESTDIR)$(MANDIR)/man8/
+ifneq ($(CUDA_PLUGIN),)
+	install -d $(DESTDIR)$(LIBDIR)/kvfs
+	install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/kvfs/
+endif
 
 # Everything the build makes: the build dirs (yours if BUILD= names another,
 # build-asan/ from `make asan`, build-gpu/ from tools/build-device-kit.sh),

@@ -2,10 +2,12 @@
 #include "service.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "blend.h"
 #include "loader.h"
@@ -41,6 +43,12 @@ struct kvfs_blend_service {
     uint64_t next_ticket, now_serving; /* job slots in arrival order */
     uint64_t n_run, n_cached, n_joined, n_errors, n_not_kept, n_batches, n_batch_shared, n_full_prefill;
     int max_running, max_waiting, waiting;
+    /* the idle trimmer: IDLE_TRIM_S after the last blend ended */
+    pthread_t trimmer;
+    int trimmer_started, idle_trimmed;
+    pthread_cond_t idle_cv; /* CLOCK_MONOTONIC */
+    double idle_since;      /* 0: busy */
+    uint64_t n_trims;
     double load_s, wait_s, compute_s;
     uint64_t bytes_read;
     struct kvfs_blend_stats last;
@@ -61,7 +69,7 @@ static void stats(void *ctx, FILE *f)
             ",\n  \"blends\": {\"models\": %d, \"run\": %llu, \"served_from_cache\": %llu, \"joined\": %llu, "
             "\"errors\": %llu, \"not_kept\": %llu, \"min_ratio\": %.3f,\n    \"jobs\": %d, \"running\": %d, "
             "\"waiting\": %d, \"max_running\": %d, \"max_waiting\": %d, \"batches\": %llu, \"batch_shared_chunks\": "
-            "%llu, \"full_prefills\": %llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
+            "%llu, \"full_prefills\": %llu, \"idle_trims\": %llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
             "\"bytes_read\": %llu, \"load_hidden\": %.4f},\n    \"last\": {\"tokens\": %d, \"recomputed\": %d, "
             "\"ratio\": %.4f, \"seconds\": %.6f, \"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
             "\"bytes_read\": %llu, \"load_hidden\": %.4f}}",
@@ -69,7 +77,7 @@ static void stats(void *ctx, FILE *f)
             (unsigned long long)svc->n_joined, (unsigned long long)svc->n_errors,
             (unsigned long long)svc->n_not_kept, (double)svc->min_ratio, svc->jobs, svc->running, svc->waiting,
             svc->max_running, svc->max_waiting, (unsigned long long)svc->n_batches,
-            (unsigned long long)svc->n_batch_shared, (unsigned long long)svc->n_full_prefill, svc->load_s, svc->compute_s, svc->wait_s,
+            (unsigned long long)svc->n_batch_shared, (unsigned long long)svc->n_full_prefill, (unsigned long long)svc->n_trims, svc->load_s, svc->compute_s, svc->wait_s,
             (unsigned long long)svc->bytes_read, hidden_share(svc->load_s, svc->wait_s), l->n_ctx, l->n_selected,
             (double)l->ratio, l->seconds, l->load_s, l->compute_s, l->wait_s, (unsigned long long)l->bytes_read,
             hidden_share(l->load_s, l->wait_s));
@@ -111,6 +119,57 @@ static int load_models(struct kvfs_blend_service *svc, const char *paths, const 
     return rc;
 }
 
+/* Once no blend has run for IDLE_TRIM_S, the backends' scratch, the
+ * loader's streaming buffers and what malloc kept go back to the system, so
+ * an idle daemon's RSS is the model and the RAM tier (kvfs(8) SERVING).
+ * Not at once: a client sending one request after another would fault
+ * every buffer in again for each. */
+#define IDLE_TRIM_S 2.0
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void trim_now(struct kvfs_blend_service *svc)
+{
+    for (int i = 0; i < svc->n_models; i++) {
+        const struct kvfs_backend *be = &svc->models[i].m->be;
+        if (be->iface && be->iface->trim)
+            be->iface->trim(be->ctx);
+    }
+    kvfs_loader_trim();
+    malloc_trim(0);
+}
+
+static void *trimmer(void *arg)
+{
+    struct kvfs_blend_service *svc = arg;
+    pthread_mutex_lock(&svc->lock);
+    while (!svc->closing) {
+        int due = svc->running == 0 && svc->waiting == 0 && svc->idle_since > 0 && !svc->idle_trimmed;
+        double left = due ? svc->idle_since + IDLE_TRIM_S - mono_s() : 3600;
+        if (due && left <= 0) {
+            svc->idle_trimmed = 1;
+            svc->n_trims++;
+            pthread_mutex_unlock(&svc->lock); /* a blend that starts meanwhile keeps what it takes */
+            trim_now(svc);
+            pthread_mutex_lock(&svc->lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double until = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + left;
+        ts.tv_sec = (time_t)until;
+        ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&svc->idle_cv, &svc->lock, &ts);
+    }
+    pthread_mutex_unlock(&svc->lock);
+    return NULL;
+}
+
 int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,
                             struct kvfs_blend_service **out, char *err, size_t errlen)
 {
@@ -123,6 +182,11 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
     svc->jobs = o->jobs > 0 ? o->jobs : 2;
     pthread_mutex_init(&svc->lock, NULL);
     pthread_cond_init(&svc->changed, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&svc->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = 0;
     if (o->model_paths && *o->model_paths &&
         (rc = load_models(svc, o->model_paths, o->backend ? o->backend : "auto", err, errlen))) {
@@ -135,6 +199,8 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
                      svc->models[i].m->be.iface->name, svc->jobs);
             svc->jobs = 1;
         }
+    if (svc->n_models > 0)
+        svc->trimmer_started = pthread_create(&svc->trimmer, NULL, trimmer, svc) == 0;
     kvfs_store_add_stats(s, stats, svc);
     *out = svc;
     return 0;
@@ -148,13 +214,17 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
     svc->closing = 1;
     while (svc->running || svc->inflight)
         pthread_cond_wait(&svc->changed, &svc->lock);
+    pthread_cond_signal(&svc->idle_cv);
     pthread_mutex_unlock(&svc->lock);
+    if (svc->trimmer_started)
+        pthread_join(svc->trimmer, NULL);
     for (int i = 0; i < svc->n_models; i++) {
         kvfs_tokenizer_free(svc->models[i].tok);
         kvfs_model_free(svc->models[i].m);
     }
     free(svc->models);
     pthread_cond_destroy(&svc->changed);
+    pthread_cond_destroy(&svc->idle_cv);
     pthread_mutex_destroy(&svc->lock);
     free(svc);
 }
@@ -362,6 +432,11 @@ static void give_slot(struct kvfs_blend_service *svc)
 {
     svc->running--;
     pthread_cond_broadcast(&svc->changed);
+    if (svc->running == 0 && svc->waiting == 0) {
+        svc->idle_since = mono_s();
+        svc->idle_trimmed = 0;
+        pthread_cond_signal(&svc->idle_cv);
+    }
 }
 
 /* A blend's outcome (its image, or rc with err) kept in the store and

@@ -150,6 +150,11 @@ struct kvfs_backend_iface {
      * (through its f16 table: gate rounded to f16, the result too; 0 below
      * -10, the identity above 10); out may alias gate */
     int (*geglu)(void *ctx, const float *gate, const float *up, float *out, size_t count);
+
+    /* Optional (NULL: nothing kept): hand back the memory kept for the next
+     * call (the CPU backend's scratch buffers); the blend service calls it
+     * when its last running blend ends and none waits */
+    void (*trim)(void *ctx);
 };
 
 struct kvfs_backend {
@@ -159,9 +164,15 @@ struct kvfs_backend {
 
 /* Backends.  n_threads <= 0 means all cores. */
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out);
-#ifdef KVFS_HAVE_CUDA
+/* CUDA lives in a plugin, libkvfs-cuda.so, loaded on first use: a host
+ * without an NVIDIA driver never maps cuBLAS (~60 MiB of resident code).
+ * Looked up as $KVFS_CUDA_PLUGIN, then beside the program, one directory
+ * up (build/tests/), and in ../lib/kvfs/ (installed: PREFIX/bin/kvfs).
+ * -ENODEV: no driver, no plugin or no device (the reason is logged at
+ * debug level). */
 int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
-#endif
+/* the plugin's entry point and the interface version it must match */
+#define KVFS_CUDA_PLUGIN_VERSION 1
 /* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
 void kvfs_backend_free(struct kvfs_backend *b);

@@ -2,6 +2,7 @@
  * the matrix products (and for attention scores), plain loops elsewhere. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,22 @@
 #include "cpu_pool.h"
 #include "parallel.h"
 
+/* A scratch buffer: a matmul's decoded tile, an attention job's scores. */
+struct scratch {
+    struct scratch *next;
+    float *p;
+    size_t len; /* floats */
+};
+
 struct cpu_ctx {
     const struct kvfs_blas *blas;
     int n_threads;
-    struct cpu_pool *pool; /* workers for the encoded-weight matmuls */
+    struct cpu_pool *pool; /* workers for matmuls and attention */
+    /* scratch buffers not in use, kept for the next call: per context, not
+     * per thread, so what stays allocated follows the calls in flight (the
+     * blends running), not every thread that ever ran one */
+    pthread_mutex_t scratch_lock;
+    struct scratch *spare;
 };
 
 struct kvfs_weight {
@@ -122,6 +135,84 @@ static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
         free(w->w);
         free(w);
     }
+}
+
+/* A scratch buffer of at least `floats` (a spare one when there is; NULL:
+ * out of memory).  Give it back with scratch_put. */
+static struct scratch *scratch_get(struct cpu_ctx *ctx, size_t floats)
+{
+    pthread_mutex_lock(&ctx->scratch_lock);
+    struct scratch **pp = &ctx->spare, **best = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if (!best || ((*pp)->len >= floats && ((*best)->len < floats || (*pp)->len < (*best)->len)) ||
+            ((*best)->len < floats && (*pp)->len > (*best)->len))
+            best = pp; /* the smallest that fits, else the largest */
+    struct scratch *b = best ? *best : NULL;
+    if (b)
+        *best = b->next;
+    pthread_mutex_unlock(&ctx->scratch_lock);
+    if (!b && !(b = calloc(1, sizeof(*b))))
+        return NULL;
+    if (b->len < floats) {
+        free(b->p);
+        b->len = 0;
+        if (posix_memalign((void **)&b->p, 64, floats * sizeof(float)) != 0) {
+            b->p = NULL;
+            free(b);
+            return NULL;
+        }
+        b->len = floats;
+    }
+    return b;
+}
+
+static void scratch_put(struct cpu_ctx *ctx, struct scratch *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&ctx->scratch_lock);
+    b->next = ctx->spare;
+    ctx->spare = b;
+    pthread_mutex_unlock(&ctx->scratch_lock);
+}
+
+/* OpenBLAS runs single-threaded (kvfs_backend_cpu_init): its own threads
+ * spin on sched_yield between calls, and with two blends at once on two
+ * cores they took half the CPU time.  The backend splits each product over
+ * its own pool instead; a job is one single-threaded sgemm. */
+struct gemm_job {
+    const struct kvfs_blas *blas;
+    int m, n, k;      /* C[m][n] = A[m][k] . B[n][k]^T */
+    const float *a, *b;
+    float *c;
+    int lda, ldb, ldc;
+};
+
+static void *gemm_run(void *arg)
+{
+    struct gemm_job *j = arg;
+    if (j->m > 0 && j->n > 0)
+        j->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->m, j->n, j->k, 1.0f, j->a, j->lda, j->b, j->ldb,
+                       0.0f, j->c, j->ldc);
+    return NULL;
+}
+
+/* y[m][ldy] (columns [0, n)) = x[m][k] . w[n][k]^T on the pool: by rows of x
+ * when there are many (each job packs its share of x and all of w), else by
+ * rows of w (each packs all of x, which is short). */
+static void parallel_gemm(struct cpu_ctx *ctx, const float *x, int m, const float *w, int n, int k, float *y,
+                          int ldy)
+{
+    struct gemm_job jobs[KVFS_PARALLEL_MAX];
+    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    int by_x = m >= 32 * nt;
+    int total = by_x ? m : n, per = (total + nt - 1) / nt;
+    for (int t = 0; t < nt; t++) {
+        int r0 = t * per < total ? t * per : total, r1 = r0 + per < total ? r0 + per : total;
+        jobs[t] = by_x ? (struct gemm_job){ctx->blas, r1 - r0, n, k, x + (size_t)r0 * k, w, y + (size_t)r0 * ldy, k, k, ldy}
+                       : (struct gemm_job){ctx->blas, m, r1 - r0, k, x, w + (size_t)r0 * k, y + r0, k, k, ldy};
+    }
+    cpu_pool_run(ctx->pool, gemm_run, jobs, sizeof(jobs[0]), nt);
 }
 
 /* An encoded weight's matmul.  Many rows (prefill, a blend's recompute):
@@ -750,9 +841,10 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
     }
     int tile_rows = (int)(QMM_TILE_FLOATS / (unsigned)w->in_dim);
     tile_rows = tile_rows < 16 ? 16 : tile_rows > w->out_dim ? w->out_dim : tile_rows;
-    float *tile = malloc(sizeof(float) * (size_t)tile_rows * w->in_dim);
-    if (!tile)
+    struct scratch *buf = scratch_get(ctx, (size_t)tile_rows * w->in_dim);
+    if (!buf)
         return -ENOMEM;
+    float *tile = buf->p;
     int rc = 0;
     for (int t0 = 0; t0 < w->out_dim && !rc; t0 += tile_rows) {
         int rows = w->out_dim - t0 < tile_rows ? w->out_dim - t0 : tile_rows, per = (rows + nt - 1) / nt;
@@ -766,10 +858,9 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
         for (int t = 0; t < nt && !rc; t++)
             rc = jobs[t].rc;
         if (!rc)
-            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, w->in_dim, 1.0f, x, w->in_dim, tile,
-                             w->in_dim, 0.0f, y + t0, w->out_dim);
+            parallel_gemm(ctx, x, n, tile, rows, w->in_dim, y + t0, w->out_dim);
     }
-    free(tile);
+    scratch_put(ctx, buf);
     return rc;
 }
 
@@ -784,8 +875,7 @@ static int matmul_impl(struct cpu_ctx *ctx, const struct kvfs_weight *w, const f
         if (rc)
             return rc;
     } else {
-        ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->out_dim, w->in_dim, 1.0f, x, w->in_dim,
-                         w->w, w->in_dim, 0.0f, y, w->out_dim);
+        parallel_gemm(ctx, x, n, w->w, w->out_dim, w->in_dim, y, w->out_dim);
     }
     if (bias)
         for (int i = 0; i < n; i++)
@@ -1038,45 +1128,6 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 
 #define ATT_BLOCK 256
 
-/* The attention score scratch, grown to `need` floats.  One per calling
- * thread (freed when the thread ends), so concurrent blends on one context
- * do not share it. */
-struct scratch {
-    float *p;
-    size_t len;
-};
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *p)
-{
-    struct scratch *s = p;
-    free(s->p);
-    free(s);
-}
-
-static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_free); }
-
-static float *scores_scratch(size_t need)
-{
-    pthread_once(&scratch_once, scratch_key_init);
-    struct scratch *s = pthread_getspecific(scratch_key);
-    if (!s) {
-        if (!(s = calloc(1, sizeof(*s))) || pthread_setspecific(scratch_key, s) != 0) {
-            free(s);
-            return NULL;
-        }
-    }
-    if (need > s->len) {
-        float *p = realloc(s->p, need * sizeof(float));
-        if (!p)
-            return NULL;
-        s->p = p;
-        s->len = need;
-    }
-    return s->p;
-}
-
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
 static int positions_sorted(const int32_t *kv_pos, int n_kv)
 {
@@ -1084,6 +1135,72 @@ static int positions_sorted(const int32_t *kv_pos, int n_kv)
         if (kv_pos[j] < kv_pos[j - 1])
             return 0;
     return 1;
+}
+
+/* One attention call shared by the pool's jobs: units of (block of
+ * ATT_BLOCK queries, head), taken in turn so the jobs finish together. */
+struct attn_call {
+    struct cpu_ctx *ctx;
+    const float *q, *k, *v;
+    const int32_t *q_pos, *kv_pos;
+    float *out;
+    int n_q, n_kv, n_head, n_kv_head, head_dim, window, sorted;
+    float scale;
+    atomic_int next; /* the next unit */
+    atomic_int rc;
+};
+
+static void attn_unit(struct attn_call *c, float *sc, int i0, int h)
+{
+    int i1 = i0 + ATT_BLOCK < c->n_q ? i0 + ATT_BLOCK : c->n_q, rows = i1 - i0;
+    int qstride = c->n_head * c->head_dim, kstride = c->n_kv_head * c->head_dim;
+    int kh = h / (c->n_head / c->n_kv_head);
+    float *out = c->out + (size_t)i0 * qstride + h * c->head_dim;
+    /* with positions in order, keys past the block's last query are all
+     * masked: skip them (halves causal prefill work), and with a window
+     * the keys it hides from the block's first query */
+    int kb = 0, nk = c->n_kv;
+    if (c->sorted) {
+        int32_t maxq = c->q_pos[i0], minq = c->q_pos[i0];
+        for (int i = i0; i < i1; i++) {
+            maxq = c->q_pos[i] > maxq ? c->q_pos[i] : maxq;
+            minq = c->q_pos[i] < minq ? c->q_pos[i] : minq;
+        }
+        nk = visible_end(c->kv_pos, c->n_kv, maxq);
+        if (c->window > 0)
+            kb = visible_end(c->kv_pos, nk, window_hides(minq, c->window));
+    }
+    if (nk == kb) { /* nothing visible: zero output */
+        for (int i = 0; i < rows; i++)
+            memset(out + (size_t)i * qstride, 0, sizeof(float) * c->head_dim);
+        return;
+    }
+    /* from here on the keys are [kb, nk): nk of them from kb */
+    const float *kk = c->k + (size_t)kb * kstride + kh * c->head_dim, *vv = c->v + (size_t)kb * kstride + kh * c->head_dim;
+    nk -= kb;
+    const struct kvfs_blas *blas = c->ctx->blas;
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale,
+                c->q + (size_t)i0 * qstride + h * c->head_dim, qstride, kk, kstride, 0.0f, sc, nk);
+    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
+    softmax_rows(&job);
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride, 0.0f,
+                out, qstride);
+}
+
+static void *attn_job(void *arg)
+{
+    struct attn_call *c = *(struct attn_call **)arg;
+    int n_units = (c->n_q + ATT_BLOCK - 1) / ATT_BLOCK * c->n_head;
+    struct scratch *buf = NULL;
+    for (int u; (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
+        if (!buf && !(buf = scratch_get(c->ctx, (size_t)ATT_BLOCK * c->n_kv))) {
+            atomic_store(&c->rc, -ENOMEM);
+            break;
+        }
+        attn_unit(c, buf->p, u / c->n_head * ATT_BLOCK, u % c->n_head);
+    }
+    scratch_put(c->ctx, buf);
+    return NULL;
 }
 
 static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
@@ -1095,63 +1212,16 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
-    float *sc = scores_scratch((size_t)ATT_BLOCK * n_kv);
-    if (!sc)
-        return -ENOMEM;
-    int sorted = positions_sorted(kv_pos, n_kv);
-    int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
-    int nt = ctx->n_threads > 8 ? 8 : ctx->n_threads;
-    for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
-        int i1 = i0 + ATT_BLOCK < n_q ? i0 + ATT_BLOCK : n_q, rows = i1 - i0;
-        /* with positions in order, keys past the block's last query are all
-         * masked: skip them (halves causal prefill work), and with a window
-         * the keys it hides from the block's first query */
-        int kb = 0, nk = n_kv;
-        if (sorted) {
-            int32_t maxq = q_pos[i0], minq = q_pos[i0];
-            for (int i = i0; i < i1; i++) {
-                maxq = q_pos[i] > maxq ? q_pos[i] : maxq;
-                minq = q_pos[i] < minq ? q_pos[i] : minq;
-            }
-            nk = visible_end(kv_pos, n_kv, maxq);
-            if (window > 0)
-                kb = visible_end(kv_pos, nk, window_hides(minq, window));
-        }
-        if (nk == kb) { /* nothing visible: zero output */
-            for (int i = i0; i < i1; i++)
-                memset(out + (size_t)i * qstride, 0, sizeof(float) * qstride);
-            continue;
-        }
-        /* from here on the keys are [kb, nk): nk of them from kb */
-        const float *kk = k + (size_t)kb * kstride, *vv = v + (size_t)kb * kstride;
-        const int32_t *kp = kv_pos + kb;
-        nk -= kb;
-        for (int h = 0; h < n_head; h++) {
-            int kh = h / group;
-            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, head_dim, scale,
-                             q + (size_t)i0 * qstride + h * head_dim, qstride, kk + kh * head_dim, kstride, 0.0f, sc,
-                             nk);
-            pthread_t th[8];
-            struct softmax_job jobs[8];
-            int per = (rows + nt - 1) / nt, started = 0;
-            for (int t = 0; t < nt; t++) {
-                int r0 = i0 + t * per, r1 = r0 + per < i1 ? r0 + per : i1;
-                if (r0 >= r1)
-                    break;
-                jobs[t] = (struct softmax_job){sc + (size_t)(r0 - i0) * nk, q_pos, kp, r0, r1, nk, nk, sorted, window};
-                if (t == nt - 1 || rows < 64 || pthread_create(&th[t], NULL, softmax_rows, &jobs[t]) != 0)
-                    softmax_rows(&jobs[t]);
-                else
-                    started |= 1 << t;
-            }
-            for (int t = 0; t < nt; t++)
-                if (started & (1 << t))
-                    pthread_join(th[t], NULL);
-            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f, sc, nk,
-                             vv + kh * head_dim, kstride, 0.0f, out + (size_t)i0 * qstride + h * head_dim, qstride);
-        }
-    }
-    return 0;
+    struct attn_call c = {ctx, q, k, v, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head, head_dim, window,
+                          positions_sorted(kv_pos, n_kv), scale, 0, 0};
+    struct attn_call *jobs[KVFS_PARALLEL_MAX];
+    int units = (n_q + ATT_BLOCK - 1) / ATT_BLOCK * n_head;
+    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    nt = nt > units ? units : nt;
+    for (int t = 0; t < nt; t++)
+        jobs[t] = &c;
+    cpu_pool_run(ctx->pool, attn_job, jobs, sizeof(jobs[0]), nt);
+    return atomic_load(&c.rc);
 }
 
 static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
@@ -1164,9 +1234,10 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
         return -EINVAL;
     int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
     /* the queries are few (a prompt's suffix): a block of them per sgemm */
-    float *sc = scores_scratch((size_t)ATT_BLOCK * n_kv);
-    if (!sc)
+    struct scratch *buf = scratch_get(ctx, (size_t)ATT_BLOCK * n_kv);
+    if (!buf)
         return -ENOMEM;
+    float *sc = buf->p;
     int sorted = positions_sorted(kv_pos, n_kv);
     for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
         int rows = n_q - i0 < ATT_BLOCK ? n_q - i0 : ATT_BLOCK;
@@ -1181,6 +1252,7 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
                     out[j] += sc[(size_t)r * n_kv + j];
         }
     }
+    scratch_put(ctx, buf);
     return 0;
 }
 
@@ -1319,10 +1391,26 @@ static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, 
     }
 }
 
+static void cpu_trim(void *vctx)
+{
+    struct cpu_ctx *ctx = vctx;
+    pthread_mutex_lock(&ctx->scratch_lock);
+    struct scratch *b = ctx->spare;
+    ctx->spare = NULL;
+    pthread_mutex_unlock(&ctx->scratch_lock);
+    for (struct scratch *next; b; b = next) {
+        next = b->next;
+        free(b->p);
+        free(b);
+    }
+}
+
 static void cpu_destroy(void *vctx)
 {
     struct cpu_ctx *ctx = vctx;
     cpu_pool_free(ctx->pool);
+    cpu_trim(ctx);
+    pthread_mutex_destroy(&ctx->scratch_lock);
     free(ctx);
 }
 
@@ -1358,6 +1446,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .destroy = cpu_destroy,
     .scale = cpu_scale,
     .geglu = cpu_geglu,
+    .trim = cpu_trim,
 };
 
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)
@@ -1372,7 +1461,8 @@ int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)
     }
     ctx->n_threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ctx->blas->set_num_threads)
-        ctx->blas->set_num_threads(ctx->n_threads);
+        ctx->blas->set_num_threads(1); /* the pool splits the work (parallel_gemm) */
+    pthread_mutex_init(&ctx->scratch_lock, NULL);
     ctx->pool = cpu_pool_new(ctx->n_threads); /* NULL: the caller does all */
     out->iface = &cpu_iface;
     out->ctx = ctx;

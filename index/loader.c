@@ -133,6 +133,18 @@ static void buf_put(void *p, size_t len)
     munmap(p, len);
 }
 
+void kvfs_loader_trim(void)
+{
+    pthread_mutex_lock(&buf_mu);
+    for (int i = 0; i < BUF_SLOTS; i++)
+        if (buf_kept[i].p) {
+            munmap(buf_kept[i].p, buf_kept[i].len);
+            buf_kept[i].p = NULL;
+        }
+    buf_kept_bytes = 0;
+    pthread_mutex_unlock(&buf_mu);
+}
+
 static double now_s(void)
 {
     struct timespec ts;

@@ -5,9 +5,9 @@
 # they load (SQLite, zstd, liburing, xxHash, OpenSSL, OpenBLAS) copied along.
 set -eu
 cd "$(dirname "$0")/.."
-rm -rf build-gpu/tests build-gpu/gpu_blend build-gpu/kvfs build-gpu/kvfsctl
+rm -rf build-gpu/tests build-gpu/gpu_blend build-gpu/kvfs build-gpu/kvfsctl build-gpu/libkvfs-cuda.so
 make -j"$(nproc)" BUILD=build-gpu NO_RADOS=1 ARCHFLAGS=-march=x86-64-v3 build-gpu/tests/gpu_test_backend_ops build-gpu/gpu_blend \
-    build-gpu/kvfs build-gpu/kvfsctl >/dev/null
+    build-gpu/kvfs build-gpu/kvfsctl build-gpu/libkvfs-cuda.so >/dev/null
 mkdir -p build-gpu/lib
 for l in libsqlite3.so.0 libzstd.so.1 liburing.so.2 libxxhash.so.0 libcrypto.so.3 libopenblas.so.0 libpcre2-8.so.0 \
          libgfortran.so.5 libquadmath.so.0; do

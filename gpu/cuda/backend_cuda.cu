@@ -986,9 +986,10 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .matmul_act = */ NULL,
     /* .scale = */ NULL, /* gemma3's ops: not written for CUDA yet */
     /* .geglu = */ NULL,
+    /* .trim = */ NULL, /* its cache of device buffers is bounded instead (cache_limit) */
 };
 
-extern "C" int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)
+static int cuda_init(int device, struct kvfs_backend *out)
 {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count <= device)
@@ -1026,4 +1027,16 @@ extern "C" int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)
     out->iface = &cuda_iface;
     out->ctx = c;
     return 0;
+}
+
+/* The plugin's one entry (gpu/backend.c dlopens libkvfs-cuda.so): lines go
+ * to the host's log, the version is the interface's. */
+extern "C" __attribute__((visibility("default"))) int kvfs_cuda_plugin_init(int version, int device,
+                                                                           struct kvfs_backend *out, kvfs_log_fn log)
+{
+    if (version != KVFS_CUDA_PLUGIN_VERSION)
+        return -ENOEXEC;
+    if (log)
+        kvfs_set_log(log);
+    return cuda_init(device, out);
 }

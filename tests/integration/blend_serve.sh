@@ -3,8 +3,9 @@
 # model of our own (kvfsctl mkmodel: blends take milliseconds, so hundreds of
 # requests fit in a test):
 #  a/b. 200 distinct recipes written with printf > and read with cat, with a
-#       small ram= and blend_cache=: daemon RSS stays bounded, results stay
-#       within blend_cache (LRU evictions), no error is logged;
+#       small ram= and blend_cache=: daemon RSS stays bounded (and is
+#       trimmed once idle), results stay within blend_cache (LRU
+#       evictions), no error is logged;
 #  c.   an evicted result is blended again to the same bytes, a kept one is
 #       served from the cache; rm NAME.recipe forgets the result, rm NAME.kv
 #       is refused;
@@ -108,6 +109,14 @@ else
     check "daemon VmRSS after 200 recipes ($rss200 kB) <= after 10 + ram + 24 MB ($((rss10 + margin)) kB)" \
         test "$rss200" -le $((rss10 + margin))
 fi
+# idle: 2 s after the last blend the service hands its scratch, the
+# loader's buffers and malloc's free memory back (blends.idle_trims)
+for _ in $(seq 100); do [ "$(stat_of "$M" blends.idle_trims)" -ge 1 ] && break; sleep 0.1; done
+rss_idle=$(rss_kb "$MNT_PID")
+echo "daemon VmRSS once idle: $rss_idle kB"
+check "the idle service trimmed its memory (blends.idle_trims = $(stat_of "$M" blends.idle_trims))" \
+    test "$(stat_of "$M" blends.idle_trims)" -ge 1
+check "daemon VmRSS once idle ($rss_idle kB) <= after 200 recipes ($rss200 kB)" test "$rss_idle" -le "$rss200"
 stored=$(stat_of "$M" results.bytes_stored)
 check "results.bytes_stored ($stored) <= blend_cache ($BLEND_CACHE)" test "$stored" -le "$BLEND_CACHE"
 check "results.capacity = blend_cache" test "$(stat_of "$M" results.capacity)" = "$BLEND_CACHE"

@@ -1,6 +1,7 @@
 /* backend_cpu.c - the CPU reference backend: host memory, OpenBLAS sgemm for
  * the matrix products (and for attention scores), plain loops elsewhere. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <math.h>
@@ -768,18 +769,26 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
     for (int r = j->r0; r < j->r1 && !j->rc; r++) {
         const uint8_t *q = w->q + (size_t)r * w->row_bytes;
 #ifdef __AVX2__
+        /* x rows QMM_GEMM_MIN_ROWS at a time against this W row, which
+         * stays in cache: W is read from memory once */
         int done = 1;
-        if (j->xk)
-            dot_rows_qk(w->type, q, j->xk, in / 256, j->n, dots);
-        else if (j->xq)
-            dot_rows_q8(w->type, q, j->xq, in, j->n, dots);
-        else
-            done = !j->act && dot_rows_avx2(w->type, q, j->x, in, j->n, dots);
-        if (done) {
-            for (int i = 0; i < j->n; i++)
-                j->y[(size_t)i * w->out_dim + r] = dots[i];
-            continue;
+        for (int g = 0; g < j->n && done; g += QMM_GEMM_MIN_ROWS) {
+            int m = j->n - g < QMM_GEMM_MIN_ROWS ? j->n - g : QMM_GEMM_MIN_ROWS;
+            if (j->xk) {
+                dot_rows_qk(w->type, q, j->xk + (size_t)g * (in / 256), in / 256, m, dots);
+            } else if (j->xq) {
+                struct q8x xg = {j->xq->q + (size_t)g * in, j->xq->d + (size_t)g * (in / 32),
+                                 j->xq->sum + (size_t)g * (in / 32)};
+                dot_rows_q8(w->type, q, &xg, in, m, dots);
+            } else {
+                done = !j->act && dot_rows_avx2(w->type, q, j->x + (size_t)g * in, in, m, dots);
+            }
+            if (done)
+                for (int i = 0; i < m; i++)
+                    j->y[(size_t)(g + i) * w->out_dim + r] = dots[i];
         }
+        if (done)
+            continue;
 #endif
         if (!row && !(row = malloc(sizeof(float) * (size_t)in))) {
             j->rc = -ENOMEM;
@@ -807,11 +816,39 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
     return NULL;
 }
 
+/* Rows of x below which the integer kernels (W read once, in its encoding,
+ * against x's 8-bit blocks) beat decoding W to f32 tiles for sgemm.
+ * Decoding costs the same whatever n is, so it pays off over many rows; on
+ * big matrices it did not within 512.  Measured side by side
+ * (bench/qmm_paths.sh, BENCHMARKS "Integer or f32 products"): even at 64
+ * rows for SmolLM2's Q4_1, at 128 for Gemma 3 270M's K-quants; for the 8B
+ * shapes' K-quants (all forced; the rule covers their 16M-59M-weight matrices) took
+ * 0.38x / 0.63x / 0.91x of the time at 38 / 152 / 512 rows.
+ * KVFS_QMM_INT_ROWS=N overrides (for such comparisons). */
+static int int_path_max_rows(const struct kvfs_weight *w)
+{
+    static int forced = -2;
+    if (forced == -2) {
+        const char *e = getenv("KVFS_QMM_INT_ROWS");
+        forced = e && *e ? atoi(e) : -1;
+    }
+    if (forced >= 0)
+        return forced;
+#ifdef __AVX2__
+    if (qk_type(w->type)) /* 8B shapes: 4096 x 4096 and up; Gemma 3 270M's largest is 2048 x 640 */
+        return (size_t)w->out_dim * w->in_dim >= ((size_t)8 << 20) ? INT_MAX : 128;
+    return 64;
+#else
+    (void)w;
+    return QMM_GEMM_MIN_ROWS; /* no integer kernels: rows are decoded one by one */
+#endif
+}
+
 static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x, float *y, int n, int act)
 {
     struct qmm_job jobs[KVFS_PARALLEL_MAX];
     int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
-    if (n < QMM_GEMM_MIN_ROWS) {
+    if (n < int_path_max_rows(w)) {
         /* x's 8-bit blocks made once, for every worker */
         struct q8x xq = {0};
         struct q8k *xk = NULL;

@@ -181,6 +181,29 @@ $(BUILD)/%.o: %.cu
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1 all
 
+# Fuzzing (issue 19): one libFuzzer target per parser, built with clang and
+# ASan + UBSan into build-fuzz/ from the parser's own sources (no FUSE, no
+# BLAS).  `make fuzz` runs each for FUZZ_SECONDS (default 60) from the seeds
+# in tests/fuzz/corpus/; tests/integration/fuzz_smoke.sh runs them briefly
+# in `make test`.
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11 \
+                -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Iindex -Iblend -Iblend/runtime -Igpu
+FUZZ_LIBS    := $(shell pkg-config --libs libxxhash libcrypto 2>/dev/null) -lm
+FUZZ_TARGETS := chunk recipe gguf
+$(FUZZ_BUILD)/fuzz_chunk: tests/fuzz/fuzz_chunk.c index/kvformat.c index/log.c
+$(FUZZ_BUILD)/fuzz_recipe: tests/fuzz/fuzz_recipe.c blend/recipe.c blend/select.c index/kvformat.c index/log.c
+$(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c blend/runtime/quant.c index/kvformat.c index/log.c
+$(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%):
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 # `make deps` installs what is missing (tools/install-deps.sh: apt-get, as
 # root).  The targets below call it only when a cheap check (the libraries'
 # pkg-config files, OpenBLAS's cblas.h, the commands the tests use, pip) finds

@@ -117,19 +117,6 @@ void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
     o->min_rows = KVFS_BLEND_MIN_ROWS;
 }
 
-const char *kvfs_blend_select_name(int select)
-{
-    return select == KVFS_BLEND_SELECT_GRADUAL ? "gradual" : select == KVFS_BLEND_SELECT_QUERY ? "query" : "fixed";
-}
-
-int kvfs_blend_select_parse(const char *name)
-{
-    for (int sel = KVFS_BLEND_SELECT_FIXED; sel <= KVFS_BLEND_SELECT_QUERY; sel++)
-        if (!strcmp(name, kvfs_blend_select_name(sel)))
-            return sel;
-    return -1;
-}
-
 /* Chunk rows recomputed at sparse layer j of n_sparse (layers after the
  * check layer).  Fixed: ratio everywhere.  Gradual: a linear taper from
  * ratio*(1+taper) down to ratio*(1-taper), so the mean (the compute budget)

@@ -1,4 +1,5 @@
-/* blend_internal.h - pieces of blend.c shared with batch.c (blend/ only). */
+/* blend_internal.h - pieces of blend.c shared with batch.c and service.c
+ * (blend/ only). */
 #ifndef KVFS_BLEND_INTERNAL_H
 #define KVFS_BLEND_INTERNAL_H
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "blend.h"
+#include "blend_internal.h" /* blend_now_s */
 #include "loader.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -126,13 +127,6 @@ static int load_models(struct kvfs_blend_service *svc, const char *paths, const 
  * every buffer in again for each. */
 #define IDLE_TRIM_S 2.0
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void trim_now(struct kvfs_blend_service *svc)
 {
     for (int i = 0; i < svc->n_models; i++) {
@@ -150,7 +144,7 @@ static void *trimmer(void *arg)
     pthread_mutex_lock(&svc->lock);
     while (!svc->closing) {
         int due = svc->running == 0 && svc->waiting == 0 && svc->idle_since > 0 && !svc->idle_trimmed;
-        double left = due ? svc->idle_since + IDLE_TRIM_S - mono_s() : 3600;
+        double left = due ? svc->idle_since + IDLE_TRIM_S - blend_now_s() : 3600;
         if (due && left <= 0) {
             svc->idle_trimmed = 1;
             svc->n_trims++;
@@ -433,7 +427,7 @@ static void give_slot(struct kvfs_blend_service *svc)
     svc->running--;
     pthread_cond_broadcast(&svc->changed);
     if (svc->running == 0 && svc->waiting == 0) {
-        svc->idle_since = mono_s();
+        svc->idle_since = blend_now_s();
         svc->idle_trimmed = 0;
         pthread_cond_signal(&svc->idle_cv);
     }

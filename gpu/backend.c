@@ -43,24 +43,17 @@ static void cuda_load(void)
         kvfs_log(KVFS_LOG_DEBUG, "cuda plugin not loaded: no /dev/nvidiactl");
         return;
     } else {
+        /* beside the program, one directory up (build/tests/x), and where
+         * make install puts it (PREFIX/bin/kvfs, PREFIX/lib/kvfs/) */
+        static const char *const dirs[] = {"", "/..", "/../lib/kvfs"};
         char exe[PATH_MAX], path[PATH_MAX + 64];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n > 0) {
-            exe[n] = '\0';
-            char *slash = strrchr(exe, '/');
-            if (slash) {
-                *slash = '\0';
-                snprintf(path, sizeof(path), "%s/" CUDA_PLUGIN, exe);
-                h = try_plugin(path);
-                if (!h) { /* build/tests/x: the plugin is in build/ */
-                    snprintf(path, sizeof(path), "%s/../" CUDA_PLUGIN, exe);
-                    h = try_plugin(path);
-                }
-                if (!h) { /* installed: PREFIX/bin/kvfs, PREFIX/lib/kvfs/ */
-                    snprintf(path, sizeof(path), "%s/../lib/kvfs/" CUDA_PLUGIN, exe);
-                    h = try_plugin(path);
-                }
-            }
+        char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+        if (slash)
+            *slash = '\0';
+        for (size_t i = 0; slash && !h && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+            snprintf(path, sizeof(path), "%s%s/" CUDA_PLUGIN, exe, dirs[i]);
+            h = try_plugin(path);
         }
     }
     if (!h)

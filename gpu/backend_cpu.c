@@ -138,6 +138,12 @@ static void cpu_weight_free(void *ctx, struct kvfs_weight *w)
     }
 }
 
+/* Jobs a product or an attention call is split into: one per thread. */
+static int pool_jobs(const struct cpu_ctx *ctx)
+{
+    return ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+}
+
 /* A scratch buffer of at least `floats` (a spare one when there is; NULL:
  * out of memory).  Give it back with scratch_put. */
 static struct scratch *scratch_get(struct cpu_ctx *ctx, size_t floats)
@@ -205,7 +211,7 @@ static void parallel_gemm(struct cpu_ctx *ctx, const float *x, int m, const floa
                           int ldy)
 {
     struct gemm_job jobs[KVFS_PARALLEL_MAX];
-    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    int nt = pool_jobs(ctx);
     int by_x = m >= 32 * nt;
     int total = by_x ? m : n, per = (total + nt - 1) / nt;
     for (int t = 0; t < nt; t++) {
@@ -847,7 +853,7 @@ static int int_path_max_rows(const struct kvfs_weight *w)
 static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x, float *y, int n, int act)
 {
     struct qmm_job jobs[KVFS_PARALLEL_MAX];
-    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    int nt = pool_jobs(ctx);
     if (n < int_path_max_rows(w)) {
         /* x's 8-bit blocks made once, for every worker */
         struct q8x xq = {0};
@@ -1253,7 +1259,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                           positions_sorted(kv_pos, n_kv), scale, 0, 0};
     struct attn_call *jobs[KVFS_PARALLEL_MAX];
     int units = (n_q + ATT_BLOCK - 1) / ATT_BLOCK * n_head;
-    int nt = ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
+    int nt = pool_jobs(ctx);
     nt = nt > units ? units : nt;
     for (int t = 0; t < nt; t++)
         jobs[t] = &c;

@@ -543,16 +543,26 @@ static void split(const struct kvfs_tokenizer *t, int ri, const char *p, size_t 
     pcre2_match_data_free(md);
 }
 
+/* Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
+ * U+10FFFF).  The regexes are matched with PCRE2_NO_UTF_CHECK, and PCRE2's
+ * JIT code may crash on what it was promised is valid (fuzz_tokenizer found
+ * F6 A0 90 A4, a code point above U+10FFFF, taking the daemon down). */
 static int utf8_valid(const char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!l || i + l > n || (l == 2 && c < 0xc2))
+        if (!l || i + l > n)
             return 0;
-        for (size_t k = 1; k < l; k++)
+        unsigned cp = l == 1 ? c : c & (0x7fu >> l);
+        for (size_t k = 1; k < l; k++) {
             if (((unsigned char)s[i + k] >> 6) != 2)
                 return 0;
+            cp = cp << 6 | ((unsigned char)s[i + k] & 0x3f);
+        }
+        if ((l == 2 && cp < 0x80) || (l == 3 && cp < 0x800) || (l == 4 && cp < 0x10000) || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
         i += l;
     }
     return 1;

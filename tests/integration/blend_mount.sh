@@ -51,6 +51,12 @@ printf '%s\n' ${h[1]} > "$T/nosuffix.recipe"
 check "recipe without a query refused" sh -c "! cp '$T/nosuffix.recipe' '$M/blends/nosuffix.recipe' 2>/dev/null"
 printf 'not-a-hash\nsuffix=x\n' > "$T/junk.recipe"
 check "junk recipe refused" sh -c "! cp '$T/junk.recipe' '$M/blends/junk.recipe' 2>/dev/null"
+# a query that is not UTF-8 (F6 A0 90 A4: above U+10FFFF; the tokenizer's
+# regex engine crashed on it before it was refused): an error, daemon alive
+printf '%s\nsuffix=\366\240\220\244\n' ${h[1]} > "$T/badutf8.recipe"
+cp "$T/badutf8.recipe" "$M/blends/badutf8.recipe" 2>/dev/null
+check "a query that is not UTF-8: its .kv fails to open" sh -c "! cat '$M/blends/badutf8.kv' > /dev/null 2>&1"
+check "... and the daemon is alive" kill -0 "$MNT_PID"
 printf '%064d\nsuffix=x\n' 0 > "$T/missing.recipe"
 check "recipe naming an unknown chunk is accepted" cp "$T/missing.recipe" "$M/blends/missing.recipe"
 check "... and opening its .kv fails" sh -c "! cat '$M/blends/missing.kv' > /dev/null 2>&1"

@@ -2,6 +2,7 @@
  * == x on real text (licenses) and synthetic Unicode, with SmolLM2's vocabulary.
  * Skips (77) when the model file is absent. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,24 @@ int main(void)
         "<|im_start|>literal control text<|im_end|> stays literal",
         " leading space, trailing space ",
     };
+    /* ill-formed UTF-8 is refused before the regexes (PCRE2's JIT, told the
+     * text is valid, crashed on F6 A0 90 A4: fuzz_tokenizer) */
+    static const char *const ill_formed[] = {
+        "\xf6\xa0\x90\xa4", /* above U+10FFFF */
+        "\xf4\x90\x80\x80", /* U+110000 */
+        "\xed\xa0\x80",      /* a surrogate */
+        "\xe0\x80\xaf",      /* overlong '/' */
+        "\xf0\x80\x80\xaf", /* overlong '/' */
+        "\xc0\xaf",          /* overlong '/' */
+        "ok \xff",           /* never a lead byte */
+        "cut \xe6\x97",       /* truncated */
+    };
+    for (size_t i = 0; i < sizeof(ill_formed) / sizeof(ill_formed[0]); i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK_EQ(kvfs_tokenize(t, ill_formed[i], strlen(ill_formed[i]), 0, 0, &ids, &n), -EILSEQ);
+        free(ids);
+    }
     size_t bytes = 0, tokens = 0;
     for (size_t i = 0; i < sizeof(synthetic) / sizeof(synthetic[0]); i++)
         roundtrip(t, synthetic[i], synthetic[i], strlen(synthetic[i]), &bytes, &tokens);

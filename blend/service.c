@@ -46,9 +46,9 @@ struct kvfs_blend_service {
     int max_running, max_waiting, waiting;
     /* the idle trimmer: IDLE_TRIM_S after the last blend ended */
     pthread_t trimmer;
-    int trimmer_started, idle_trimmed;
+    int trimmer_started;
     pthread_cond_t idle_cv; /* CLOCK_MONOTONIC */
-    double idle_since;      /* 0: busy */
+    double idle_since;      /* when the last blend ended; 0: busy, or trimmed since */
     uint64_t n_trims;
     double load_s, wait_s, compute_s;
     uint64_t bytes_read;
@@ -143,21 +143,17 @@ static void *trimmer(void *arg)
     struct kvfs_blend_service *svc = arg;
     pthread_mutex_lock(&svc->lock);
     while (!svc->closing) {
-        int due = svc->running == 0 && svc->waiting == 0 && svc->idle_since > 0 && !svc->idle_trimmed;
-        double left = due ? svc->idle_since + IDLE_TRIM_S - blend_now_s() : 3600;
-        if (due && left <= 0) {
-            svc->idle_trimmed = 1;
+        int due = svc->running == 0 && svc->waiting == 0 && svc->idle_since > 0;
+        double deadline = due ? svc->idle_since + IDLE_TRIM_S : blend_now_s() + 3600; /* monotonic */
+        if (due && deadline <= blend_now_s()) {
+            svc->idle_since = 0;
             svc->n_trims++;
             pthread_mutex_unlock(&svc->lock); /* a blend that starts meanwhile keeps what it takes */
             trim_now(svc);
             pthread_mutex_lock(&svc->lock);
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double until = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + left;
-        ts.tv_sec = (time_t)until;
-        ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+        struct timespec ts = {(time_t)deadline, (long)((deadline - (double)(time_t)deadline) * 1e9)};
         pthread_cond_timedwait(&svc->idle_cv, &svc->lock, &ts);
     }
     pthread_mutex_unlock(&svc->lock);
@@ -428,7 +424,6 @@ static void give_slot(struct kvfs_blend_service *svc)
     pthread_cond_broadcast(&svc->changed);
     if (svc->running == 0 && svc->waiting == 0) {
         svc->idle_since = blend_now_s();
-        svc->idle_trimmed = 0;
         pthread_cond_signal(&svc->idle_cv);
     }
 }

@@ -19,6 +19,8 @@
 #include "kvformat.h"
 #include "cpu_pool.h"
 #include "parallel.h"
+#include "q8k.h"
+#include "qmm_vnni.h"
 
 /* A scratch buffer: a matmul's decoded tile, an attention job's scores. */
 struct scratch {
@@ -228,6 +230,11 @@ static void parallel_gemm(struct cpu_ctx *ctx, const float *x, int m, const floa
  * (decode): each core decodes its share of W's rows one at a time and dots
  * it with every x row while it is in cache: W is read once, encoded. */
 #define QMM_GEMM_MIN_ROWS 8
+/* x rows from which K-quant products take the VNNI panels (qmm_vnni.c);
+ * below, the gemv kernels (one W row against 8 x rows) */
+#ifndef QMM_VNNI_MIN_ROWS
+#define QMM_VNNI_MIN_ROWS 16
+#endif
 /* 16 MiB of decoded rows per tile: each tile is one sgemm, which packs all
  * of x again, so wide rows want tall tiles (8B shapes, 4096-wide rows, 512
  * tokens: 8.1 tokens/s with 4 MiB tiles, 11.1 with 16, 9.9 with 64; SmolLM2
@@ -243,16 +250,6 @@ struct q8x {
     int8_t *q;
     float *d;
     int32_t *sum;
-};
-
-/* x rows as Q8_K blocks (ggml's block_q8_K, the K-quants' partner): 256
- * int8 q, the scale d (a float), the sums of each 16 q (bsum, ggml's
- * bsums) and of each 32 (psum, for Q4_K/Q5_K's mins); value j is d * q[j] */
-struct q8k {
-    _Alignas(32) int8_t q[256];
-    int16_t bsum[16];
-    int16_t psum[8];
-    float d;
 };
 
 struct qmm_job {
@@ -766,6 +763,16 @@ static void dot_rows_qk(uint32_t type, const uint8_t *q, const struct q8k *x, in
 }
 #endif
 
+/* y[:, r0..r1) for many x rows, K-quant W: AVX-512 VNNI panels (qmm_vnni.c) */
+static void *qmm_vnni_job(void *arg)
+{
+    struct qmm_job *j = arg;
+    const struct kvfs_weight *w = j->w;
+    j->rc = kvfs_qmm_vnni(w->type, w->q, w->row_bytes, j->r0, j->r1, j->xk, w->in_dim / 256, j->n, j->y,
+                          (size_t)w->out_dim);
+    return NULL;
+}
+
 static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
 {
     struct qmm_job *j = arg;
@@ -867,13 +874,18 @@ static int qmm(struct cpu_ctx *ctx, const struct kvfs_weight *w, const float *x,
         else if (q32_type(w->type) && !(w->in_dim % 32) && (rc = q8x_recover(x, n, w->in_dim, &xq)) > 0)
             has_xq = 1, rc = 0; /* x already rounded to 8-bit blocks (a down projection) */
 #endif
+        /* many rows of x against a K-quant: W in 16-row panels (VNNI), so
+         * the rows split on panel bounds */
+        int vnni = xk && n >= QMM_VNNI_MIN_ROWS && kvfs_qmm_vnni_has(w->type);
         int per = (w->out_dim + nt - 1) / nt;
+        if (vnni)
+            per = (per + 15) / 16 * 16;
         for (int t = 0; t < nt && !rc; t++) {
             int r0 = t * per, r1 = r0 + per > w->out_dim ? w->out_dim : r0 + per;
             jobs[t] = (struct qmm_job){w, x, y, NULL, n, r0 < r1 ? r0 : r1, r1, 0, act, has_xq ? &xq : NULL, xk};
         }
         if (!rc)
-            cpu_pool_run(ctx->pool, qmm_gemv, jobs, sizeof(jobs[0]), nt);
+            cpu_pool_run(ctx->pool, vnni ? qmm_vnni_job : qmm_gemv, jobs, sizeof(jobs[0]), nt);
         for (int t = 0; t < nt && !rc; t++)
             rc = jobs[t].rc;
 #ifdef __AVX2__

@@ -3,7 +3,8 @@
  * decoded to f32 (kvfs_ggml_dequantize), dotted in double with x rounded as
  * act_quant rounds it.  Random blocks of every type with a kernel (K-quants
  * against Q8_K activations, the 32-blocks against Q8_0/Q8_1), n = 1..9, 17
- * and 63 rows (the integer path takes x 8 rows at a time below 64 rows),
+ * and 63 rows (the integer path takes x 8 rows at a time below 64 rows;
+ * K-quants from 16 rows in AVX-512 VNNI panels where the CPU has them),
  * through matmul_act (x quantized by the matmul) and through act_quant then
  * matmul (x rounded first: the backend finds its 8-bit blocks again, the
  * result bit for bit matmul_act's), and unrounded x through matmul
@@ -138,15 +139,20 @@ static void check_type(struct kvfs_backend *be, uint32_t type, int act_type, int
         CHECK_EQ(f->matmul_act(be->ctx, w, NULL, act_type, x, tmp, y, n), 0);
         double e = rel_err(y, ref, mag, n * out);
         e_act = e > e_act ? e : e_act;
-        /* each row's sums do not depend on the rows beside it: row by row,
-         * bit for bit the same (the integer path takes x 8 rows at a time) */
-        if (n > 1) {
+        /* each row's sums do not depend on the rows beside it, within a
+         * kernel: below 16 rows (one W row against x 8 rows at a time) row
+         * by row, bit for bit the same; from 16 rows on (K-quants: VNNI
+         * panels, x 8 rows per pass) rows 1.. of n the same as those n - 1 */
+        if (n > 1 && n < 16) {
             int same = 1;
             for (int i = 0; i < n; i++) {
                 CHECK_EQ(f->matmul_act(be->ctx, w, NULL, act_type, x + (size_t)i * in, tmp, y2, 1), 0);
                 same &= !memcmp(y2, y + (size_t)i * out, sizeof(float) * out);
             }
             CHECK(same);
+        } else if (n > 16) {
+            CHECK_EQ(f->matmul_act(be->ctx, w, NULL, act_type, x + in, tmp, y2, n - 1), 0);
+            CHECK(!memcmp(y2, y + out, sizeof(float) * (size_t)(n - 1) * out));
         }
         /* x rounded first, then the plain matmul (a down projection): the
          * same 8-bit blocks found again, so the very same sums */

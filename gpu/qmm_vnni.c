@@ -1,0 +1,290 @@
+/* qmm_vnni.c - K-quant weights (Q4_K, Q5_K, Q6_K) times many x rows in
+ * 8-bit integers with AVX-512 VNNI, for prefills on big models.
+ *
+ * The weights stay in their ggml encoding in the file's mapping.  For 16
+ * rows at a time (a panel) each super-block is unpacked into bytes
+ * interleaved row by row, 4 values per row in each 32-bit lane, so one
+ * vpdpbusd multiplies 16 rows by 4 values of one x row broadcast from
+ * memory.  The panel (~5.6 KiB per super-block) stays in L2 while every x
+ * row passes, 8 at a time, so unpacking costs once per panel and the inner
+ * loop is nearly all multiply-adds.  Per super-block the sums are exact
+ * integers, as ggml's vec_dot_q4_K_q8_K / q6_K_q8_K: sum over sub-blocks
+ * of scale * (q . qx), minus the mins (Q4_K, Q5_K: dmin m . x's 32-sums)
+ * or the offset (Q6_K: 32 sc . x's 16-sums); then scaled by d dx in float.
+ * Only the float order differs from ggml's (per super-block, not per lane):
+ * a few ulps of the terms' size. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kvformat.h"
+#include "qmm_vnni.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+#define PANEL_ROWS 16
+#define COLS 8 /* x rows per pass over the panel: 8 int + 8 float accumulators */
+
+/* one super-block of a panel: the values, then per-sub-block scales,
+ * the offset pairs (int16 x2), d and the offset's coefficient */
+#define PB_Q 0
+#define PB_SC 4096                       /* int32 [16 sub-blocks][16 rows] */
+#define PB_OFF (PB_SC + 16 * 16 * 4)     /* int16 pairs [8][16 rows] */
+#define PB_D (PB_OFF + 8 * 16 * 4)       /* float [16 rows] */
+#define PB_COEF (PB_D + 16 * 4)          /* float [16 rows] */
+#define PB_BYTES (PB_COEF + 16 * 4)      /* 5760 */
+
+#define AI static inline __attribute__((always_inline))
+
+int kvfs_qmm_vnni_has(uint32_t type)
+{
+    return type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K || type == KVFS_GGML_Q6_K;
+}
+
+static float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kvfs_f16_to_f32(h);
+}
+
+/* the j-th 6-bit scale and min of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4) */
+static void scale_min(int j, const uint8_t *s, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One super-block of one row: its 256 values as unsigned bytes in order,
+ * the sub-blocks' scales, the offset terms (paired with x's sums) and
+ * the two float factors. */
+static void unpack_block(uint32_t type, const uint8_t *blk, uint8_t q[256], int32_t sc[16], int16_t off[16],
+                         float *d, float *coef)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    if (type == KVFS_GGML_Q6_K) { /* ggml's dequantize_row_q6_K, in bytes */
+        const __m256i hi2 = _mm256_set1_epi8(0x30);
+        const int8_t *s = (const int8_t *)(blk + 192);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+            __m256i la = _mm256_loadu_si256((const __m256i *)ql), lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            uint8_t *o = q + 128 * h;
+            _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(la, low4),
+                                                              _mm256_and_si256(_mm256_slli_epi16(hv, 4), hi2)));
+            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(lb, low4),
+                                                                     _mm256_and_si256(_mm256_slli_epi16(hv, 2), hi2)));
+            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4),
+                                                                     _mm256_and_si256(hv, hi2)));
+            _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
+                                                                     _mm256_and_si256(_mm256_srli_epi16(hv, 2), hi2)));
+        }
+        for (int j = 0; j < 16; j++)
+            sc[j] = s[j], off[j] = (int16_t)(32 * s[j]);
+        *d = f16_at(blk + 208);
+        *coef = 0.0f;
+        return;
+    }
+    int five = type == KVFS_GGML_Q5_K;
+    const uint8_t *qs = blk + (five ? 48 : 16);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) { /* low nibbles: sub-block 2j, high: 2j + 1 */
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if (five) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+            hb = _mm256_srli_epi16(hb, 2);
+        }
+        _mm256_storeu_si256((__m256i *)(q + 64 * j), lo);
+        _mm256_storeu_si256((__m256i *)(q + 64 * j + 32), hi);
+    }
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        scale_min(j, blk + 4, &s, &m);
+        sc[j] = s, off[j] = (int16_t)m;
+    }
+    *d = f16_at(blk);
+    *coef = f16_at(blk + 2);
+}
+
+/* rows [r0, r0 + rows) of W, rows <= 16, into the panel (missing rows
+ * zero): each row's super-block unpacked into a 16-row stage, then its
+ * 4-value groups gathered across the rows, 16 lanes at a time */
+static void repack(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int nb, uint8_t *panel)
+{
+    size_t bb = row_bytes / (size_t)nb;
+    _Alignas(64) uint8_t stage[PANEL_ROWS][256];
+    _Alignas(64) int32_t sc[16][PANEL_ROWS];
+    _Alignas(64) int16_t off[8][PANEL_ROWS][2];
+    _Alignas(64) float d[PANEL_ROWS], coef[PANEL_ROWS];
+    memset(stage, 0, sizeof(stage)), memset(sc, 0, sizeof(sc)), memset(off, 0, sizeof(off));
+    memset(d, 0, sizeof(d)), memset(coef, 0, sizeof(coef));
+    const __m512i across = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(64)); /* row r's dword t at 64 r + t */
+    for (int b = 0; b < nb; b++) {
+        uint8_t *p = panel + (size_t)b * PB_BYTES;
+        for (int r = 0; r < rows; r++) {
+            int32_t s[16];
+            int16_t o[16];
+            unpack_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, stage[r], s, o, &d[r], &coef[r]);
+            for (int j = 0; j < 16; j++)
+                sc[j][r] = s[j];
+            for (int k = 0; k < 8; k++)
+                off[k][r][0] = o[2 * k], off[k][r][1] = o[2 * k + 1];
+        }
+        for (int t = 0; t < 64; t++)
+            _mm512_store_si512((void *)(p + PB_Q + 64 * t),
+                               _mm512_i32gather_epi32(across, (const void *)(stage[0] + 4 * t), 4));
+        memcpy(p + PB_SC, sc, sizeof(sc));
+        memcpy(p + PB_OFF, off, sizeof(off));
+        memcpy(p + PB_D, d, sizeof(d));
+        memcpy(p + PB_COEF, coef, sizeof(coef));
+    }
+}
+
+static inline int32_t load32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The panel times NC x rows (x[i * nb ..] for i < NC): y[i * ldy + 0..15]
+ * (only `valid` of the 16 stored).  six: Q6_K's 16 sub-blocks of 16. */
+AI void panel_cols(const uint8_t *panel, int nb, const struct q8k *x, int NC, int six, float *y, size_t ldy,
+                   __mmask16 valid)
+{
+    const int nsub = six ? 16 : 8, steps = six ? 4 : 8, npair = six ? 8 : 4;
+    __m512 acc[COLS];
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *p = panel + (size_t)b * PB_BYTES;
+        const struct q8k *xb[COLS];
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < NC; c++)
+            xb[c] = x + (size_t)c * nb + b;
+        __m512i isum[COLS];
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < NC; c++)
+            isum[c] = _mm512_setzero_si512();
+        for (int j = 0; j < nsub; j++) {
+            __m512i ia[COLS];
+            _Pragma("GCC unroll 16")
+            for (int c = 0; c < NC; c++)
+                ia[c] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 16")
+            for (int s = 0; s < steps; s++) {
+                int t = j * steps + s;
+                __m512i wv = _mm512_load_si512((const void *)(p + PB_Q + 64 * t));
+                _Pragma("GCC unroll 16")
+                for (int c = 0; c < NC; c++)
+                    ia[c] = _mm512_dpbusd_epi32(ia[c], wv, _mm512_set1_epi32(load32(xb[c]->q + 4 * t)));
+            }
+            __m512i scv = _mm512_load_si512((const void *)(p + PB_SC + 64 * j));
+            _Pragma("GCC unroll 16")
+            for (int c = 0; c < NC; c++)
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(ia[c], scv));
+        }
+        __m512 dv = _mm512_load_ps((const void *)(p + PB_D));
+        __m512 cv = _mm512_load_ps((const void *)(p + PB_COEF));
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < NC; c++) {
+            const int16_t *xs = six ? xb[c]->bsum : xb[c]->psum;
+            __m512i io = _mm512_setzero_si512();
+            _Pragma("GCC unroll 16")
+            for (int k = 0; k < npair; k++)
+                io = _mm512_dpwssd_epi32(io, _mm512_load_si512((const void *)(p + PB_OFF + 64 * k)),
+                                         _mm512_set1_epi32(load32(xs + 2 * k)));
+            __m512 dx = _mm512_set1_ps(xb[c]->d);
+            if (six) {
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[c], io)), _mm512_mul_ps(dv, dx),
+                                         acc[c]);
+            } else {
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dv, dx), acc[c]);
+                acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(io), _mm512_mul_ps(cv, dx), acc[c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; c++)
+        _mm512_mask_storeu_ps(y + (size_t)c * ldy, valid, acc[c]);
+}
+
+/* one compiled copy per type family and column count (registers, unrolled steps) */
+#define PANEL_CASES(SIX)                                                                                             \
+    switch (nc) {                                                                                                    \
+    case 1: panel_cols(panel, nb, x, 1, SIX, y, ldy, valid); break;                                                  \
+    case 2: panel_cols(panel, nb, x, 2, SIX, y, ldy, valid); break;                                                  \
+    case 3: panel_cols(panel, nb, x, 3, SIX, y, ldy, valid); break;                                                  \
+    case 4: panel_cols(panel, nb, x, 4, SIX, y, ldy, valid); break;                                                  \
+    case 5: panel_cols(panel, nb, x, 5, SIX, y, ldy, valid); break;                                                  \
+    case 6: panel_cols(panel, nb, x, 6, SIX, y, ldy, valid); break;                                                  \
+    case 7: panel_cols(panel, nb, x, 7, SIX, y, ldy, valid); break;                                                  \
+    default: panel_cols(panel, nb, x, 8, SIX, y, ldy, valid); break;                                                 \
+    }
+
+static void panel_q45k(const uint8_t *panel, int nb, const struct q8k *x, int nc, float *y, size_t ldy,
+                       __mmask16 valid)
+{
+    PANEL_CASES(0)
+}
+
+static void panel_q6k(const uint8_t *panel, int nb, const struct q8k *x, int nc, float *y, size_t ldy,
+                      __mmask16 valid)
+{
+    PANEL_CASES(1)
+}
+
+int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x, int nb,
+                  int n, float *y, size_t ldy)
+{
+    if (!kvfs_qmm_vnni_has(type) || r0 % PANEL_ROWS || row_bytes != kvfs_ggml_row_size(type, (uint64_t)nb * 256))
+        return -ENOTSUP;
+    if (r0 >= r1 || n <= 0)
+        return 0;
+    uint8_t *panel = aligned_alloc(64, (size_t)nb * PB_BYTES);
+    if (!panel)
+        return -ENOMEM;
+    for (int p0 = r0; p0 < r1; p0 += PANEL_ROWS) {
+        int rows = r1 - p0 < PANEL_ROWS ? r1 - p0 : PANEL_ROWS;
+        __mmask16 valid = (__mmask16)((1u << rows) - 1);
+        repack(type, w, row_bytes, p0, rows, nb, panel);
+        for (int c0 = 0; c0 < n; c0 += COLS) {
+            int nc = n - c0 < COLS ? n - c0 : COLS;
+            if (type == KVFS_GGML_Q6_K)
+                panel_q6k(panel, nb, x + (size_t)c0 * nb, nc, y + (size_t)c0 * ldy + p0, ldy, valid);
+            else
+                panel_q45k(panel, nb, x + (size_t)c0 * nb, nc, y + (size_t)c0 * ldy + p0, ldy, valid);
+        }
+    }
+    free(panel);
+    return 0;
+}
+
+#else /* no AVX-512 VNNI in this build */
+
+int kvfs_qmm_vnni_has(uint32_t type)
+{
+    (void)type;
+    return 0;
+}
+
+int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x, int nb,
+                  int n, float *y, size_t ldy)
+{
+    (void)type, (void)w, (void)row_bytes, (void)r0, (void)r1, (void)x, (void)nb, (void)n, (void)y, (void)ldy;
+    return -ENOTSUP;
+}
+
+#endif

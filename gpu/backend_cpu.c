@@ -777,6 +777,11 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
 {
     struct qmm_job *j = arg;
     const struct kvfs_weight *w = j->w;
+    if (j->xk && kvfs_qmm_vnni_gemv_has(w->type)) {
+        j->rc = kvfs_qmm_vnni_gemv(w->type, w->q, w->row_bytes, j->r0, j->r1, j->xk, w->in_dim / 256, j->n, j->y,
+                                   (size_t)w->out_dim);
+        return NULL;
+    }
     int in = w->in_dim;
     float *row = NULL, dots[QMM_GEMM_MIN_ROWS];
     for (int r = j->r0; r < j->r1 && !j->rc; r++) {

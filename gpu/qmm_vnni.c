@@ -47,7 +47,7 @@ static float f16_at(const uint8_t *p)
 {
     uint16_t h;
     memcpy(&h, p, 2);
-    return kvfs_f16_to_f32(h);
+    return _cvtsh_ss(h); /* F16C: part of every AVX-512 CPU */
 }
 
 /* the j-th 6-bit scale and min of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4) */
@@ -272,12 +272,184 @@ int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int
     return 0;
 }
 
+/* ---- few x rows (decoding): one W row at a time, in its encoding ---- */
+
+int kvfs_qmm_vnni_gemv_has(uint32_t type)
+{
+    return type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q6_K;
+}
+
+/* A Q4_K block's 32-byte chunk c holds sub-block 2c in its low nibbles and
+ * 2c + 1 in its high: two chunks' low nibbles are one zmm of sub-blocks
+ * (0, 2), their high (1, 3), then (4, 6), (5, 7).  x's groups of 32 in that
+ * order meet them in one load each. */
+static void x_paired(const struct q8k *x, int count, struct q8k *o)
+{
+    for (int i = 0; i < count; i++) {
+        o[i] = x[i];
+        for (int h = 0; h < 2; h++) {
+            memcpy(o[i].q + 128 * h + 32, x[i].q + 128 * h + 64, 32);
+            memcpy(o[i].q + 128 * h + 64, x[i].q + 128 * h + 32, 32);
+        }
+    }
+}
+
+/* per-lane scales for vpdpwssd: the low 16 bits of each 32-bit lane (the
+ * high zero), so lane += (int16) ia * sc exactly: one vpdpbusd's lane is a
+ * sum of 4 products, |.| <= 4 * 63 * 128 < 2^15 */
+#define LANES_OF(a, b) _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a)
+
+/* W row q (Q4_K) . NX x rows (paired order), as ggml's vec_dot_q4_K_q8_K:
+ * per super-block the integer sums exact, scaled by d dx (and the mins by
+ * dmin dx) into float lanes */
+AI void gemv_q4k(const uint8_t *q, const struct q8k *x, int nb, int NX, float *out)
+{
+    __m512 acc[4];
+    __m128 accm[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++) acc[i] = _mm512_setzero_ps(), accm[i] = _mm_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+    const __m512i i0 = LANES_OF(0, 2), i1 = LANES_OF(1, 3), i2 = LANES_OF(4, 6), i3 = LANES_OF(5, 7);
+    for (int b = 0; b < nb; b++, q += 144) {
+        float dw = f16_at(q), mw = f16_at(q + 2);
+        uint32_t s[3];
+        memcpy(s, q + 4, 12);
+        __m128i sm = _mm_set_epi32((int)((s[2] >> 4 & 0x0f0f0f0f) | (s[1] >> 6 & 0x03030303) << 4),
+                                   (int)(s[1] & 0x3f3f3f3f),
+                                   (int)((s[2] & 0x0f0f0f0f) | (s[0] >> 6 & 0x03030303) << 4),
+                                   (int)(s[0] & 0x3f3f3f3f)); /* sc 0..7, m 0..7 */
+        __m512i s32 = _mm512_cvtepu8_epi32(sm);
+        __m512i sv0 = _mm512_permutexvar_epi32(i0, s32), sv1 = _mm512_permutexvar_epi32(i1, s32);
+        __m512i sv2 = _mm512_permutexvar_epi32(i2, s32), sv3 = _mm512_permutexvar_epi32(i3, s32);
+        __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        __m512i A = _mm512_loadu_si512((const void *)(q + 16)), B = _mm512_loadu_si512((const void *)(q + 80));
+        __m512i w0 = _mm512_and_si512(A, low4), w1 = _mm512_and_si512(_mm512_srli_epi16(A, 4), low4);
+        __m512i w2 = _mm512_and_si512(B, low4), w3 = _mm512_and_si512(_mm512_srli_epi16(B, 4), low4);
+        _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++)
+        {
+            const struct q8k *xb = x + (size_t)i * nb + b;
+            __m512i t = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, w0, _mm512_load_si512(xb->q)), sv0);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, w1, _mm512_load_si512(xb->q + 64)), sv1);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, w2, _mm512_load_si512(xb->q + 128)), sv2);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, w3, _mm512_load_si512(xb->q + 192)), sv3);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw * xb->d), acc[i]);
+            __m128i mins = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)xb->psum));
+            accm[i] = _mm_fmadd_ps(_mm_set1_ps(mw * xb->d), _mm_cvtepi32_ps(mins), accm[i]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++)
+    {
+        __m128 m = accm[i];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
+        out[i] = _mm512_reduce_add_ps(acc[i]) - _mm_cvtss_f32(m);
+    }
+}
+
+/* W row q (Q6_K) . NX x rows, as ggml's vec_dot_q6_K_q8_K: per super-block
+ * sum_k sc[k] (q_k . qx_k) - 32 sum_k sc[k] sum(qx_k), exact, times d dx */
+AI void gemv_q6k(const uint8_t *q, const struct q8k *x, int nb, int NX, float *out)
+{
+    __m512 acc[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++) acc[i] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    /* the same qh feeds both 32-byte halves, shifted differently */
+    const __m512i shl = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), shr = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    __m512i iv[4]; /* lane l of zmm k: sub-block 4k + l / 4 */
+    for (int k = 0; k < 4; k++)
+        iv[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2,
+                                 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k, 4 * k, 4 * k, 4 * k);
+    for (int b = 0; b < nb; b++, q += 210) {
+        float dw = f16_at(q + 208);
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)(q + 192));
+        __m512i s32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16);
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m512i z[4];
+        for (int h = 0; h < 2; h++) {
+            __m512i L = _mm512_loadu_si512((const void *)(q + 64 * h));
+            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + 128 + 32 * h)));
+            z[2 * h] = _mm512_or_si512(_mm512_and_si512(L, low4), _mm512_and_si512(_mm512_sllv_epi64(H, shl), hi2));
+            z[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), low4),
+                                           _mm512_and_si512(_mm512_srlv_epi64(H, shr), hi2));
+        }
+        __m512i sv0 = _mm512_permutexvar_epi32(iv[0], s32), sv1 = _mm512_permutexvar_epi32(iv[1], s32);
+        __m512i sv2 = _mm512_permutexvar_epi32(iv[2], s32), sv3 = _mm512_permutexvar_epi32(iv[3], s32);
+        _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++)
+        {
+            const struct q8k *xb = x + (size_t)i * nb + b;
+            __m512i t = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, z[0], _mm512_load_si512(xb->q)), sv0);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, z[1], _mm512_load_si512(xb->q + 64)), sv1);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, z[2], _mm512_load_si512(xb->q + 128)), sv2);
+            t = _mm512_dpwssd_epi32(t, _mm512_dpbusd_epi32(zero, z[3], _mm512_load_si512(xb->q + 192)), sv3);
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb->bsum)), 5);
+            t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(off));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw * xb->d), acc[i]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < NX; i++) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+int kvfs_qmm_vnni_gemv(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x,
+                       int nb, int n, float *y, size_t ldy)
+{
+    if (!kvfs_qmm_vnni_gemv_has(type) || row_bytes != kvfs_ggml_row_size(type, (uint64_t)nb * 256))
+        return -ENOTSUP;
+    if (r0 >= r1 || n <= 0)
+        return 0;
+    struct q8k *xp = NULL;
+    if (type == KVFS_GGML_Q4_K) {
+        if (posix_memalign((void **)&xp, 64, sizeof(*xp) * (size_t)n * nb))
+            return -ENOMEM;
+        x_paired(x, n * nb, xp);
+        x = xp;
+    }
+    float dots[4];
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = w + (size_t)r * row_bytes;
+        for (int g = 0; g < n; g += 4) { /* x 4 rows at a time against this W row, in cache */
+            int m = n - g < 4 ? n - g : 4;
+            const struct q8k *xg = x + (size_t)g * nb;
+            if (type == KVFS_GGML_Q6_K)
+                switch (m) {
+                case 1: gemv_q6k(q, xg, nb, 1, dots); break;
+                case 2: gemv_q6k(q, xg, nb, 2, dots); break;
+                case 3: gemv_q6k(q, xg, nb, 3, dots); break;
+                default: gemv_q6k(q, xg, nb, 4, dots); break;
+                }
+            else
+                switch (m) {
+                case 1: gemv_q4k(q, xg, nb, 1, dots); break;
+                case 2: gemv_q4k(q, xg, nb, 2, dots); break;
+                case 3: gemv_q4k(q, xg, nb, 3, dots); break;
+                default: gemv_q4k(q, xg, nb, 4, dots); break;
+                }
+            for (int i = 0; i < m; i++)
+                y[(size_t)(g + i) * ldy + r] = dots[i];
+        }
+    }
+    free(xp);
+    return 0;
+}
+
 #else /* no AVX-512 VNNI in this build */
 
 int kvfs_qmm_vnni_has(uint32_t type)
 {
     (void)type;
     return 0;
+}
+
+int kvfs_qmm_vnni_gemv_has(uint32_t type)
+{
+    (void)type;
+    return 0;
+}
+
+int kvfs_qmm_vnni_gemv(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x,
+                       int nb, int n, float *y, size_t ldy)
+{
+    (void)type, (void)w, (void)row_bytes, (void)r0, (void)r1, (void)x, (void)nb, (void)n, (void)y, (void)ldy;
+    return -ENOTSUP;
 }
 
 int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x, int nb,

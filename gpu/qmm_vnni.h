@@ -18,4 +18,10 @@ int kvfs_qmm_vnni_has(uint32_t type);
 int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x, int nb,
                   int n, float *y, size_t ldy);
 
+/* The same for few x rows (decoding), one W row at a time: Q4_K and Q6_K.
+ * Each x row's results do not depend on the others. */
+int kvfs_qmm_vnni_gemv_has(uint32_t type);
+int kvfs_qmm_vnni_gemv(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int r1, const struct q8k *x,
+                       int nb, int n, float *y, size_t ldy);
+
 #endif

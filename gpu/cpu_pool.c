@@ -9,8 +9,11 @@
 #include "cpu_pool.h"
 
 #define MAX_WORKERS 15
-#define SPIN_ROUNDS 300 /* a few microseconds of polling before sleeping: on a busy machine
-                          * spinning only takes the core from the thread awaited */
+/* ~50-80 us of polling before sleeping: waking a sleeping worker costs more
+ * than that in a VM (8B decode 7.1 -> 7.9 tokens/s against 300 rounds,
+ * BENCHMARKS.md); bounded, as on a busy machine spinning only takes the core
+ * from the thread awaited */
+#define SPIN_ROUNDS 4000
 
 struct cpu_pool {
     pthread_mutex_t submit;   /* held by the caller that owns the workers */

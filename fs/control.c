@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "kvfs_fs.h"
+#include "ioctl_req.h"
 #include "kvfs_ioctl.h"
 #include "store.h"
 
@@ -62,32 +63,13 @@ static void blend_one(struct kvfs_mount *m, struct kvfs_blend_req *r)
         kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND failed: %s", r->error[0] ? r->error : strerror(-rc));
 }
 
-/* Split at lines "%%" (in place); up to max recipes. */
-static int split_batch(char *text, char **out, int max)
-{
-    int n = 0;
-    char *p = text;
-    while (*p && n < max) {
-        out[n++] = p;
-        char *sep = strstr(p, "\n%%\n");
-        if (!sep && (sep = strstr(p, "\n%%")) && sep[3] != '\0')
-            sep = NULL;
-        if (!sep)
-            break;
-        sep[1] = '\0';
-        p = sep + 3 + (sep[3] == '\n');
-    }
-    return n;
-}
-
 static void blend_batch(struct kvfs_mount *m, struct kvfs_blend_batch_req *r)
 {
     char *texts[KVFS_BATCH_MAX + 1], bases[KVFS_BATCH_MAX][32], (*errs)[512] = calloc(KVFS_BATCH_MAX, 512);
     fuse_ino_t inos[KVFS_BATCH_MAX];
     struct kvfs_chunk_ref *refs[KVFS_BATCH_MAX];
     int rcs[KVFS_BATCH_MAX], named[KVFS_BATCH_MAX], n_named = 0, first = 0;
-    r->recipes[sizeof(r->recipes) - 1] = '\0';
-    int n = split_batch(r->recipes, texts, KVFS_BATCH_MAX + 1);
+    int n = kvfs_ioctl_split_batch(r->recipes, sizeof(r->recipes), texts, KVFS_BATCH_MAX + 1);
     r->n = (uint32_t)n;
     if (!errs || n > KVFS_BATCH_MAX || n == 0) {
         r->status = !errs ? -ENOMEM : n ? -E2BIG : -EINVAL;
@@ -162,16 +144,16 @@ void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *
         return;
     }
     memcpy(buf, in_buf, need);
-    /* version and flags lead both structs */
-    uint32_t version = ((uint32_t *)buf)[0], rflags = ((uint32_t *)buf)[1];
+    char why[160] = "";
+    int bad = kvfs_ioctl_header_check(buf, why, sizeof(why)); /* version and flags lead both structs */
     if (one) {
         struct kvfs_blend_req *r = buf;
         r->status = 0;
         r->n_tokens = 0;
         r->path[0] = r->error[0] = '\0';
-        if (version != KVFS_IOCTL_VERSION || rflags != 0) {
-            snprintf(r->error, sizeof(r->error), "unsupported request version %u or flags 0x%x", version, rflags);
-            r->status = -EINVAL;
+        if (bad) {
+            snprintf(r->error, sizeof(r->error), "%s", why);
+            r->status = bad;
             kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND failed: %s", r->error);
         } else {
             blend_one(m, r);
@@ -181,10 +163,9 @@ void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *
         r->status = 0;
         r->n = 0;
         r->results[0] = '\0';
-        if (version != KVFS_IOCTL_VERSION || rflags != 0) {
-            snprintf(r->results, sizeof(r->results), "%d unsupported request version %u or flags 0x%x\n", -EINVAL,
-                     version, rflags);
-            r->status = -EINVAL;
+        if (bad) {
+            snprintf(r->results, sizeof(r->results), "%d %s\n", bad, why);
+            r->status = bad;
             kvfs_log(KVFS_LOG_ERR, "KVFS_IOC_BLEND_BATCH failed: %s", r->results);
         } else {
             blend_batch(m, r);

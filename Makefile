@@ -101,7 +101,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/run
 endif
 endif
 
-.PHONY: all asan test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
+.PHONY: all asan tsan test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -180,6 +180,11 @@ $(BUILD)/%.o: %.cu
 # against it with `make asan; BUILD=build-asan tests/run.sh`.
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1 all
+# Data races: ThreadSanitizer into build-tsan/ (`make tsan; BUILD=build-tsan
+# tests/run.sh PATTERN`): the worker pool, the blend service, the daemon's
+# FUSE threads; TSan stops a test at the first race (halt_on_error).
+tsan:
+	$(MAKE) BUILD=build-tsan SAN="-fsanitize=thread -fno-omit-frame-pointer" OPT=-O1 all
 
 # Fuzzing (issue 19): one libFuzzer target per parser, built with clang and
 # ASan + UBSan into build-fuzz/ from the parser's own sources (no FUSE, no
@@ -279,11 +284,11 @@ ifneq ($(CUDA_PLUGIN),)
 endif
 
 # Everything the build makes: the build dirs (yours if BUILD= names another,
-# build-asan/ from `make asan`, build-gpu/ from tools/build-device-kit.sh),
+# build-asan/ and build-tsan/ from `make asan` / `make tsan`, build-gpu/ from tools/build-device-kit.sh),
 # with the test logs and the demo's store inside them, tests/tmp/, and the two
 # links.  Downloads (models/, the pip-installed oracle) stay, and so do the
 # /tmp/kvfs-it.* dirs a failing test keeps for inspection (one may be in use).
 clean:
-	rm -rf build build-asan build-gpu $(BUILD) tests/tmp kvfs kvfsctl
+	rm -rf build build-asan build-tsan build-gpu $(BUILD) tests/tmp kvfs kvfsctl
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -308,7 +308,7 @@ static int get_int(const struct kvfs_gguf_kv *kv, int64_t *out)
 int kvfs_gguf_get_u32(const struct kvfs_gguf *g, const char *key, uint32_t *out)
 {
     const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, key);
-    int64_t v;
+    int64_t v = 0;
     if (!kv)
         return -ENOENT;
     if (get_int(kv, &v) || v < 0 || v > UINT32_MAX)

@@ -101,7 +101,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/run
 endif
 endif
 
-.PHONY: all asan tsan test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
+.PHONY: all asan tsan soak test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -185,6 +185,11 @@ asan:
 # FUSE threads; TSan stops a test at the first race (halt_on_error).
 tsan:
 	$(MAKE) BUILD=build-tsan SAN="-fsanitize=thread -fno-omit-frame-pointer" OPT=-O1 all
+# Crash soak: SOAK_ITERS rounds of ingest, reads and rm killed by SIGKILL at
+# random moments, each checked after a remount (tests/soak/crash_soak.sh).
+SOAK_ITERS ?= 200
+soak: all
+	tests/soak/crash_soak.sh $(SOAK_ITERS)
 
 # Fuzzing (issue 19): one libFuzzer target per parser, built with clang and
 # ASan + UBSan into build-fuzz/ from the parser's own sources (no FUSE, no

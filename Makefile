@@ -101,7 +101,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/run
 endif
 endif
 
-.PHONY: all asan tsan soak test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
+.PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -190,6 +190,10 @@ tsan:
 SOAK_ITERS ?= 200
 soak: all
 	tests/soak/crash_soak.sh $(SOAK_ITERS)
+# Load: 16 clients for LOAD_SECONDS on a capacity-limited mount (tests/soak/load.sh).
+LOAD_SECONDS ?= 600
+load: all
+	tests/soak/load.sh $(LOAD_SECONDS)
 
 # Fuzzing (issue 19): one libFuzzer target per parser, built with clang and
 # ASan + UBSan into build-fuzz/ from the parser's own sources (no FUSE, no

@@ -20,6 +20,9 @@
 #include "cpu_pool.h"
 #include "parallel.h"
 #include "q8k.h"
+#ifdef __AVX2__
+#include "kquant_simd.h"
+#endif
 #include "qmm_vnni.h"
 
 /* A scratch buffer: a matmul's decoded tile, an attention job's scores. */
@@ -661,16 +664,9 @@ QMM_AI void dot_rows_q45k_n(const uint8_t *q, const struct q8k *x, int nb, int n
     __m128 accm[QMM_GEMM_MIN_ROWS];
     for (int i = 0; i < n; i++)
         acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f), one8 = _mm256_set1_epi8(1);
     for (int b = 0; b < nb; b++, q += five ? 176 : 144) {
         float dw = f16_scale(q), mw = f16_scale(q + 2);
-        /* the eight 6-bit scales, then the eight mins (quant.c's scale_min_k4) */
-        uint32_t s[3];
-        memcpy(s, q + 4, 12);
-        __m128i sm = _mm_set_epi32((int)((s[2] >> 4 & 0x0f0f0f0f) | (s[1] >> 6 & 0x03030303) << 4),
-                                   (int)(s[1] & 0x3f3f3f3f),
-                                   (int)((s[2] & 0x0f0f0f0f) | (s[0] >> 6 & 0x03030303) << 4),
-                                   (int)(s[0] & 0x3f3f3f3f));
+        __m128i sm = kq_scales_mins(q + 4); /* the eight 6-bit scales, then the eight mins */
         __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
         const uint8_t *qs = q + (five ? 48 : 16);
@@ -679,13 +675,8 @@ QMM_AI void dot_rows_q45k_n(const uint8_t *q, const struct q8k *x, int nb, int n
         for (int i = 0; i < n; i++)
             isum[i] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) { /* 64 values: low nibbles sub-block 2j, high 2j + 1 */
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one8), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one8), 4));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
+            __m256i lo, hi;
+            kq_q45_chunk(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)), five, &hb, &lo, &hi);
             __m256i slo = bcast16(sc16, 2 * j, 2 * j), shi = bcast16(sc16, 2 * j + 1, 2 * j + 1);
             for (int i = 0; i < n; i++) {
                 const int8_t *xq = x[(size_t)i * nb + b].q + 64 * j;
@@ -715,7 +706,7 @@ QMM_AI void dot_rows_q6k_n(const uint8_t *q, const struct q8k *x, int nb, int n,
     __m256 acc[QMM_GEMM_MIN_ROWS];
     for (int i = 0; i < n; i++)
         acc[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+    const __m256i m32 = _mm256_set1_epi8(32);
     for (int b = 0; b < nb; b++, q += 210) {
         float dw = f16_scale(q + 208);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 192)));
@@ -725,15 +716,8 @@ QMM_AI void dot_rows_q6k_n(const uint8_t *q, const struct q8k *x, int nb, int n,
         for (int h = 0; h < 2; h++) { /* 128 values: ql[64h..], qh[32h..], scales 8h.. */
             const uint8_t *ql = q + 64 * h, *qh = q + 128 + 32 * h;
             __m256i sh = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
-            __m256i la = _mm256_loadu_si256((const __m256i *)ql), lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
-            __m256i w[4] = {
-                _mm256_or_si256(_mm256_and_si256(la, low4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), hi2)),
-                _mm256_or_si256(_mm256_and_si256(lb, low4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), hi2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4), _mm256_and_si256(hv, hi2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
-                                _mm256_and_si256(_mm256_srli_epi16(hv, 2), hi2)),
-            };
+            __m256i w[4];
+            kq_q6_half(ql, qh, w);
             for (int c = 0; c < 4; c++) { /* values 128h + 32c..: scales 8h + 2c, 8h + 2c + 1 */
                 __m256i s = bcast16(sh, 2 * c, 2 * c + 1);
                 __m256i ws = _mm256_sub_epi8(w[c], m32), wa = _mm256_sign_epi8(ws, ws);

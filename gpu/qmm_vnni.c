@@ -24,6 +24,8 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
 
+#include "kquant_simd.h"
+
 #define PANEL_ROWS 16
 #define COLS 8 /* x rows per pass over the panel: 8 int + 8 float accumulators */
 
@@ -50,41 +52,19 @@ static float f16_at(const uint8_t *p)
     return _cvtsh_ss(h); /* F16C: part of every AVX-512 CPU */
 }
 
-/* the j-th 6-bit scale and min of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4) */
-static void scale_min(int j, const uint8_t *s, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* One super-block of one row: its 256 values as unsigned bytes in order,
  * the sub-blocks' scales, the offset terms (paired with x's sums) and
  * the two float factors. */
 static void unpack_block(uint32_t type, const uint8_t *blk, uint8_t q[256], int32_t sc[16], int16_t off[16],
                          float *d, float *coef)
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
     if (type == KVFS_GGML_Q6_K) { /* ggml's dequantize_row_q6_K, in bytes */
-        const __m256i hi2 = _mm256_set1_epi8(0x30);
         const int8_t *s = (const int8_t *)(blk + 192);
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
-            __m256i la = _mm256_loadu_si256((const __m256i *)ql), lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
-            uint8_t *o = q + 128 * h;
-            _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(la, low4),
-                                                              _mm256_and_si256(_mm256_slli_epi16(hv, 4), hi2)));
-            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(lb, low4),
-                                                                     _mm256_and_si256(_mm256_slli_epi16(hv, 2), hi2)));
-            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4),
-                                                                     _mm256_and_si256(hv, hi2)));
-            _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
-                                                                     _mm256_and_si256(_mm256_srli_epi16(hv, 2), hi2)));
+            __m256i v[4];
+            kq_q6_half(blk + 64 * h, blk + 128 + 32 * h, v);
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_si256((__m256i *)(q + 128 * h + 32 * k), v[k]);
         }
         for (int j = 0; j < 16; j++)
             sc[j] = s[j], off[j] = (int16_t)(32 * s[j]);
@@ -94,24 +74,17 @@ static void unpack_block(uint32_t type, const uint8_t *blk, uint8_t q[256], int3
     }
     int five = type == KVFS_GGML_Q5_K;
     const uint8_t *qs = blk + (five ? 48 : 16);
-    const __m256i one = _mm256_set1_epi8(1);
     __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) { /* low nibbles: sub-block 2j, high: 2j + 1 */
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-        __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        if (five) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
-            hb = _mm256_srli_epi16(hb, 2);
-        }
+        __m256i lo, hi;
+        kq_q45_chunk(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)), five, &hb, &lo, &hi);
         _mm256_storeu_si256((__m256i *)(q + 64 * j), lo);
         _mm256_storeu_si256((__m256i *)(q + 64 * j + 32), hi);
     }
-    for (int j = 0; j < 8; j++) {
-        int s, m;
-        scale_min(j, blk + 4, &s, &m);
-        sc[j] = s, off[j] = (int16_t)m;
-    }
+    uint8_t sm[16];
+    _mm_storeu_si128((__m128i *)sm, kq_scales_mins(blk + 4));
+    for (int j = 0; j < 8; j++)
+        sc[j] = sm[j], off[j] = sm[8 + j];
     *d = f16_at(blk);
     *coef = f16_at(blk + 2);
 }
@@ -311,12 +284,7 @@ AI void gemv_q4k(const uint8_t *q, const struct q8k *x, int nb, int NX, float *o
     const __m512i i0 = LANES_OF(0, 2), i1 = LANES_OF(1, 3), i2 = LANES_OF(4, 6), i3 = LANES_OF(5, 7);
     for (int b = 0; b < nb; b++, q += 144) {
         float dw = f16_at(q), mw = f16_at(q + 2);
-        uint32_t s[3];
-        memcpy(s, q + 4, 12);
-        __m128i sm = _mm_set_epi32((int)((s[2] >> 4 & 0x0f0f0f0f) | (s[1] >> 6 & 0x03030303) << 4),
-                                   (int)(s[1] & 0x3f3f3f3f),
-                                   (int)((s[2] & 0x0f0f0f0f) | (s[0] >> 6 & 0x03030303) << 4),
-                                   (int)(s[0] & 0x3f3f3f3f)); /* sc 0..7, m 0..7 */
+        __m128i sm = kq_scales_mins(q + 4); /* sc 0..7, m 0..7 */
         __m512i s32 = _mm512_cvtepu8_epi32(sm);
         __m512i sv0 = _mm512_permutexvar_epi32(i0, s32), sv1 = _mm512_permutexvar_epi32(i1, s32);
         __m512i sv2 = _mm512_permutexvar_epi32(i2, s32), sv3 = _mm512_permutexvar_epi32(i3, s32);

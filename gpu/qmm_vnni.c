@@ -106,8 +106,8 @@ static void repack(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, in
     for (int b = 0; b < nb; b++) {
         uint8_t *p = panel + (size_t)b * PB_BYTES;
         for (int r = 0; r < rows; r++) {
-            int32_t s[16];
-            int16_t o[16];
+            int32_t s[16] = {0}; /* Q4_K/Q5_K fill 8 of them */
+            int16_t o[16] = {0};
             unpack_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, stage[r], s, o, &d[r], &coef[r]);
             for (int j = 0; j < 16; j++)
                 sc[j][r] = s[j];

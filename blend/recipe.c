@@ -66,7 +66,7 @@ static int parse_chunk(const char *line, struct kvfs_recipe *r, int lineno, char
         hl = KVFS_HASH_HEX_LEN;
     if (hl != KVFS_HASH_HEX_LEN)
         return kvfs_errf(err, errlen, -EINVAL,
-                         "line %d: expected a chunk hash, ratio=, select=, suffix= or suffix_tokens=", lineno);
+                         "line %d: expected a chunk hash, ratio=, select=, dtype=, suffix= or suffix_tokens=", lineno);
     char hex[KVFS_HASH_HEX_LEN + 1];
     memcpy(hex, h, KVFS_HASH_HEX_LEN);
     hex[KVFS_HASH_HEX_LEN] = '\0';
@@ -83,6 +83,11 @@ static int parse_line(char *line, struct kvfs_recipe *r, int lineno, char *err, 
     if (!strncmp(line, "select=", 7)) {
         if ((r->select = kvfs_blend_select_parse(line + 7)) < 0)
             return kvfs_errf(err, errlen, -EINVAL, "line %d: select must be query, fixed or gradual", lineno);
+        return 0;
+    }
+    if (!strncmp(line, "dtype=", 6)) {
+        if (!(r->dtype = kvfs_dtype_parse(line + 6)))
+            return kvfs_errf(err, errlen, -EINVAL, "line %d: dtype must be f16, f32, bf16, q8 or q4", lineno);
         return 0;
     }
     if (!strcmp(line, "ratio=auto")) {
@@ -149,7 +154,8 @@ int kvfs_recipe_parse(const char *text, size_t len, struct kvfs_recipe *r, char 
     return rc;
 }
 
-void kvfs_recipe_key(const struct kvfs_recipe *r, float min_ratio, char hex[KVFS_HASH_HEX_LEN + 1])
+void kvfs_recipe_key(const struct kvfs_recipe *r, float min_ratio, uint32_t dtype_default,
+                     char hex[KVFS_HASH_HEX_LEN + 1])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     uint8_t d[32];
@@ -161,6 +167,9 @@ void kvfs_recipe_key(const struct kvfs_recipe *r, float min_ratio, char hex[KVFS
         hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "auto %.6f\n", (double)min_ratio);
     else
         hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "%.6f\n", (double)r->ratio);
+    uint32_t dtype = r->dtype ? r->dtype : dtype_default;
+    if (dtype && dtype != KVFS_DTYPE_F16)
+        hl += snprintf(head + hl, sizeof(head) - (size_t)hl, "dtype %s\n", kvfs_dtype_name(dtype));
     if (!md) { /* out of memory: a key no recipe shares, so nothing is served wrongly */
         snprintf(hex, KVFS_HASH_HEX_LEN + 1, "%064x", 0);
         return;

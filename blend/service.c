@@ -37,6 +37,7 @@ struct kvfs_blend_service {
     float min_ratio;
     uint64_t sim_read_bps;
     int jobs;
+    uint32_t dtype;             /* results' dtype when a recipe names none */
     pthread_mutex_t lock;       /* everything below */
     pthread_cond_t changed;     /* a blend finished or a slot came free */
     struct inflight *inflight;
@@ -168,6 +169,7 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
         return -ENOMEM;
     svc->store = s;
     svc->min_ratio = o->min_ratio > 0 ? o->min_ratio : KVFS_BLEND_DEFAULT_RATIO;
+    svc->dtype = o->dtype ? o->dtype : KVFS_DTYPE_F16;
     svc->sim_read_bps = o->sim_read_bps;
     svc->jobs = o->jobs > 0 ? o->jobs : 2;
     pthread_mutex_init(&svc->lock, NULL);
@@ -232,7 +234,7 @@ int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
                             char key[KVFS_HASH_HEX_LEN + 1])
 {
-    kvfs_recipe_key(r, svc->min_ratio, key);
+    kvfs_recipe_key(r, svc->min_ratio, svc->dtype, key);
 }
 
 static const struct loaded_model *model_for(const struct kvfs_blend_service *svc, const struct kvfs_header *h)
@@ -309,11 +311,14 @@ static void record(struct kvfs_blend_service *svc, const struct kvfs_blend_stats
 /* The blended cache as a v1 file image; full: every row was recomputed
  * (the floor's full prefill), flagged FULL_PREFILL */
 static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int32_t *tokens, int full,
-                    uint8_t **img, size_t *len, char *err, size_t errlen)
+                    uint32_t dtype, uint8_t **img, size_t *len, char *err, size_t errlen)
 {
     struct kvfs_writer w;
     uint32_t flags = KVFS_FLAG_BLENDED | (full ? KVFS_FLAG_FULL_PREFILL : 0);
-    int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, KVFS_DTYPE_F16, flags, &w);
+    if (kvfs_dtype_quantized(dtype) && c->kv_dim % 64)
+        return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this model's "
+                         "are %d", kvfs_dtype_name(dtype), c->kv_dim);
+    int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, dtype, flags, &w);
     if (rc)
         return kvfs_errf(err, errlen, rc, "cannot write the blended cache: %s", strerror(-rc));
     *img = w.buf;
@@ -345,7 +350,7 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
     if ((rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen)))
         goto out;
     record(svc, &st);
-    rc = to_image(lm->m, &c, tokens, st.full_prefill, img, len, err, errlen);
+    rc = to_image(lm->m, &c, tokens, st.full_prefill, r->dtype ? r->dtype : svc->dtype, img, len, err, errlen);
     kvfs_kv_cache_free(lm->m, &c);
     if (!rc)
         kvfs_log(KVFS_LOG_INFO,
@@ -524,7 +529,9 @@ static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int
     uint8_t *img = NULL;
     size_t len = 0;
     record(br->svc, st);
-    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, st->full_prefill, &img, &len, it->err, sizeof(it->err));
+    uint32_t dtype = it->r->dtype ? it->r->dtype : br->svc->dtype;
+    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, st->full_prefill, dtype, &img, &len, it->err,
+                      sizeof(it->err));
     it->done = 1;
     publish(br->svc, it->f, rc, img, len, it->err, sizeof(it->err));
     return 0; /* one member's failure does not stop the others */

@@ -27,6 +27,7 @@ struct kvfs_blend_service_opts {
     float min_ratio;         /* ratio=auto floor (0: KVFS_BLEND_DEFAULT_RATIO) */
     uint64_t sim_read_bps;   /* testing: throttle the loader (0 = off) */
     int jobs;                /* blends at once (<= 0: 2; 1 on a backend that is not thread-safe) */
+    uint32_t dtype;          /* results' dtype when a recipe names none (0: f16; -o kv_quant) */
 };
 
 int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,

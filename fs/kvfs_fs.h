@@ -57,6 +57,7 @@ struct kvfs_opts {
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
+    char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
     int verbose;
 };
 
@@ -97,6 +98,7 @@ struct kvfs_mount {
     struct kvfs_passthrough pt;
     struct kvfs_opts opts;
     uint64_t max_ingest;
+    uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4 (-o kv_quant), 0: none */
     pthread_mutex_t lock;     /* protects the inode map and pending list */
     struct ino_map *inos;     /* chunk inode -> hash */
     struct pending *pending;
@@ -243,6 +245,11 @@ int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h);
 /* the blends' views (the chunks' come from the store's listing) */
 int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
 /* a state written to llama/ stored as a chunk of the mount's first model */
+/* Store a chunk image the mount names itself (incoming/, llama/): with
+ * -o kv_quant it is first re-encoded in that dtype when that stores it
+ * smaller.  kvfs_store_put's errors. */
+int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+               size_t errlen);
 int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
                  size_t errlen);
 

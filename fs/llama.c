@@ -189,7 +189,7 @@ int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KV
     int rc = kvfs_llama_state_to_chunk(buf, len, &fp, n_vocab, &w, err, errlen);
     if (rc)
         return rc;
-    rc = kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
+    rc = ingest_put(m, w.buf, w.size, hash, err, errlen);
     kvfs_writer_free(&w);
     return rc;
 }

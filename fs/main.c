@@ -28,7 +28,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_timeout=%d", rados_timeout),
-    OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough),
+    OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
     FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -55,6 +55,8 @@ static void usage(const char *prog)
            "                     (default 30; -1: list only chunks this host has)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
+           "  kv_quant=Q         q8, q4 or none (default): store chunks the mount names itself\n"
+           "                     (incoming/, llama/, blend results) as 8- or 4-bit K/V\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -225,6 +227,11 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m->opts.blend_jobs);
         return 2;
     }
+    if (m->opts.kv_quant && strcmp(m->opts.kv_quant, "none") &&
+        !((m->kv_quant = kvfs_dtype_parse(m->opts.kv_quant)) && kvfs_dtype_quantized(m->kv_quant))) {
+        fprintf(stderr, "kvfs: kv_quant=%s: expected q8, q4 or none\n", m->opts.kv_quant);
+        return 2;
+    }
     if (passthrough_parse(m, m->opts.passthrough)) {
         fprintf(stderr, "kvfs: passthrough=%s: expected auto, on or off\n", m->opts.passthrough);
         return 2;
@@ -243,7 +250,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
                                  .zstd_level = m->opts.zstd_level, .result_capacity = st->blend_cache};
     struct kvfs_blend_service_opts bso = {.model_paths = m->opts.model, .backend = m->opts.backend,
                                           .min_ratio = st->min_ratio, .sim_read_bps = st->sim_read_bps,
-                                          .jobs = m->opts.blend_jobs};
+                                          .jobs = m->opts.blend_jobs, .dtype = m->kv_quant};
     char err[512] = "";
     pthread_mutex_init(&m->fh_lock, NULL); /* close_mount takes it, whatever failed here */
     int rc = kvfs_store_open(&so, &m->store, err, sizeof(err));
@@ -347,7 +354,7 @@ destroy_session:
 
 static void free_opts(struct kvfs_opts *o)
 {
-    char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio,
+    char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio, o->kv_quant,
                     o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->passthrough};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);

@@ -817,7 +817,7 @@ static void kvfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 
 static const char *const xattr_names[] = {"user.kvfs.model", "user.kvfs.arch", "user.kvfs.tokens",
                                           "user.kvfs.layers", "user.kvfs.hits", "user.kvfs.pinned",
-                                          "user.kvfs.tier", "user.kvfs.stored_size"};
+                                          "user.kvfs.tier", "user.kvfs.stored_size", "user.kvfs.dtype"};
 
 static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *out, size_t len)
 {
@@ -832,6 +832,7 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
                               : snprintf(out, len, "%s%s", c->in_ram ? "ram,disk" : "disk",
                                          c->remote ? ",remote" : c->held ? ",remote-queued" : "");
     if (!strcmp(name, "user.kvfs.stored_size")) return snprintf(out, len, "%" PRIu64, c->stored_size);
+    if (!strcmp(name, "user.kvfs.dtype")) return snprintf(out, len, "%s", kvfs_dtype_name(c->dtype));
     return -ENODATA;
 }
 

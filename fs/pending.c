@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvconvert.h"
 #include "kvfs_fs.h"
 
 #define INGEST_GROW (1u << 20)
@@ -177,6 +178,25 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
     return 0;
 }
 
+int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+               size_t errlen)
+{
+    struct kvfs_header h;
+    if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
+        kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || (h.fp.n_kv_head * h.fp.head_dim) % 64)
+        return kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen); /* as it is (it verifies) */
+    struct kvfs_writer w;
+    int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);
+    if (rc)
+        return rc;
+    rc = kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
+    if (!rc)
+        kvfs_log(KVFS_LOG_DEBUG, "chunk %s re-encoded %s -> %s (kv_quant): %zu -> %zu bytes", hash,
+                 kvfs_dtype_name(h.dtype), kvfs_dtype_name(m->kv_quant), len, w.size);
+    kvfs_writer_free(&w);
+    return rc;
+}
+
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
 {
     char err[512] = "", hash[KVFS_HASH_HEX_LEN + 1], expect[KVFS_HASH_HEX_LEN + 1];
@@ -211,7 +231,9 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
     }
     if (p->parent == INO_LLAMA) /* a llama.cpp state: converted, then stored like any chunk */
         rc = llama_ingest(m, data, p->len, hash, err, sizeof(err));
-    else
+    else if (!want) /* incoming/: the mount names it */
+        rc = ingest_put(m, data, p->len, hash, err, sizeof(err));
+    else /* chunks/<hash>.kv: the name fixes the dtype (the hash covers it) */
         rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
     p->dirty = 0;
     p->committed = rc == 0;

@@ -155,6 +155,13 @@ struct kvfs_backend_iface {
      * call (the CPU backend's scratch buffers); the blend service calls it
      * when its last running blend ends and none waits */
     void (*trim)(void *ctx);
+
+    /* Optional (NULL: the caller decodes on the host and uploads f32): one
+     * layer of a block-quantized chunk (kvfs(5) dtypes q8/q4, codec
+     * index/kvquant.h) decoded into k[n_tokens][kv_dim] and v[..]: how a
+     * quantized chunk reaches the device, on the backend's threads */
+    int (*upload_kvq)(void *ctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim,
+                      int codec);
 };
 
 struct kvfs_backend {

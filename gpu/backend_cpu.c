@@ -17,6 +17,7 @@
 #include "blas.h"
 #include "gguf.h" /* ggml row sizes and dequantization */
 #include "kvformat.h"
+#include "kvquant.h"
 #include "cpu_pool.h"
 #include "parallel.h"
 #include "q8k.h"
@@ -1435,6 +1436,36 @@ static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, 
     }
 }
 
+struct kvq_job {
+    const void *blocks;
+    float *k, *v;
+    uint32_t n_tokens, kv_dim, part, n_parts;
+    int codec, rc;
+};
+
+static void *kvq_decode_job(void *arg)
+{
+    struct kvq_job *j = arg;
+    j->rc = kvfs_kvq_decode_part(j->codec, j->blocks, j->n_tokens, j->kv_dim, j->k, j->v, j->part, j->n_parts);
+    return NULL;
+}
+
+/* a quantized chunk's layer decoded straight into the cache, one share of
+ * its blocks per pool thread */
+static int cpu_upload_kvq(void *vctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim,
+                          int codec)
+{
+    struct cpu_ctx *ctx = vctx;
+    struct kvq_job jobs[KVFS_PARALLEL_MAX];
+    int nt = pool_jobs(ctx), rc = 0;
+    for (int t = 0; t < nt; t++)
+        jobs[t] = (struct kvq_job){blocks, k, v, n_tokens, kv_dim, (uint32_t)t, (uint32_t)nt, codec, 0};
+    cpu_pool_run(ctx->pool, kvq_decode_job, jobs, sizeof(jobs[0]), nt);
+    for (int t = 0; t < nt && !rc; t++)
+        rc = jobs[t].rc;
+    return rc;
+}
+
 static void cpu_trim(void *vctx)
 {
     struct cpu_ctx *ctx = vctx;
@@ -1491,6 +1522,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .scale = cpu_scale,
     .geglu = cpu_geglu,
     .trim = cpu_trim,
+    .upload_kvq = cpu_upload_kvq,
 };
 
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)

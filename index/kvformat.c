@@ -4,6 +4,7 @@
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
+#include "kvquant.h"
 #include "log.h" /* kvfs_errf */
 
 #include <errno.h>
@@ -45,9 +46,35 @@ size_t kvfs_dtype_size(uint32_t dtype)
     }
 }
 
+int kvfs_dtype_quantized(uint32_t dtype)
+{
+    return dtype == KVFS_DTYPE_Q8 ? KVFS_KVQ_Q8 : dtype == KVFS_DTYPE_Q4 ? KVFS_KVQ_Q4 : 0;
+}
+
+int kvfs_dtype_known(uint32_t dtype) { return kvfs_dtype_size(dtype) || kvfs_dtype_quantized(dtype); }
+
+static const char *const dtype_names[] = {NULL, "f32", "f16", "bf16", "q8", "q4"};
+
+const char *kvfs_dtype_name(uint32_t dtype)
+{
+    return kvfs_dtype_known(dtype) ? dtype_names[dtype] : "?";
+}
+
+uint32_t kvfs_dtype_parse(const char *name)
+{
+    for (uint32_t d = 1; d < sizeof(dtype_names) / sizeof(dtype_names[0]); d++)
+        if (name && !strcmp(name, dtype_names[d]))
+            return d;
+    return 0;
+}
+
 uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
 {
-    return 2ull * h->n_tokens * h->fp.n_kv_head * h->fp.head_dim * kvfs_dtype_size(h->dtype);
+    uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    int codec = kvfs_dtype_quantized(h->dtype);
+    if (codec)
+        return kvfs_kvq_layer_bytes(codec, h->n_tokens, kv_dim);
+    return 2ull * h->n_tokens * kv_dim * kvfs_dtype_size(h->dtype);
 }
 
 uint64_t kvfs_layer_stride(const struct kvfs_header *h) { return align_up(kvfs_layer_bytes(h)); }
@@ -210,8 +237,8 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     fingerprint_decode(buf + OFF_FP, &h->fp);
     h->header_checksum = rd64(buf + OFF_CHECKSUM);
 
-    if (!kvfs_dtype_size(h->dtype))
-        return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16)", h->dtype);
+    if (!kvfs_dtype_known(h->dtype))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)", h->dtype);
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
@@ -224,6 +251,9 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
         h->fp.head_dim > 4096 || h->fp.n_head < h->fp.n_kv_head || h->fp.n_head % h->fp.n_kv_head)
         return kvfs_errf(errmsg, errlen, -EINVAL, "bad head shape: %u heads, %u kv heads, head_dim %u",
                     h->fp.n_head, h->fp.n_kv_head, h->fp.head_dim);
+    if (kvfs_dtype_quantized(h->dtype) && (h->fp.n_kv_head * h->fp.head_dim) % 64)
+        return kvfs_errf(errmsg, errlen, -EINVAL, "dtype %s needs kv_dim (%u kv heads x %u) a multiple of 64",
+                         kvfs_dtype_name(h->dtype), h->fp.n_kv_head, h->fp.head_dim);
     if (h->fp.rope_type != KVFS_ROPE_NORM && h->fp.rope_type != KVFS_ROPE_NEOX)
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown rope type %u", h->fp.rope_type);
     if (h->fp.rope_dim > h->fp.head_dim || h->fp.rope_dim % 2 || !(h->fp.rope_theta > 0) ||
@@ -310,8 +340,9 @@ int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, u
                      uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens)
 {
     memset(w, 0, sizeof(*w));
-    if (!kvfs_dtype_size(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
-        fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS)
+    if (!kvfs_dtype_known(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
+        fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS ||
+        (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64))
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;
     h->version = KVFS_VERSION;

@@ -34,6 +34,11 @@ enum kvfs_dtype {
     KVFS_DTYPE_F32 = 1,
     KVFS_DTYPE_F16 = 2,
     KVFS_DTYPE_BF16 = 3,
+    /* block-quantized (index/kvquant.h): a layer is its K blocks (per
+     * channel over tokens) then its V blocks (per token over channels), not
+     * two [token][kv_dim] arrays; kv_dim must be a multiple of 64 */
+    KVFS_DTYPE_Q8 = 4,
+    KVFS_DTYPE_Q4 = 5,
 };
 
 enum kvfs_rope_type {
@@ -90,7 +95,11 @@ uint32_t kvfs_header_token(const struct kvfs_header *h, uint32_t i);
 void kvfs_layer_entry_get(const struct kvfs_header *h, uint32_t layer, struct kvfs_layer_entry *out);
 
 /* Sizes */
-size_t kvfs_dtype_size(uint32_t dtype);               /* 0 if unknown */
+size_t kvfs_dtype_size(uint32_t dtype);               /* element bytes; 0 if unknown or block-quantized */
+int kvfs_dtype_known(uint32_t dtype);                 /* 1 for every dtype above */
+int kvfs_dtype_quantized(uint32_t dtype);             /* KVFS_DTYPE_Q8 / Q4: the kvquant.h codec, else 0 */
+const char *kvfs_dtype_name(uint32_t dtype);          /* "f32", "f16", "bf16", "q8", "q4"; "?" if unknown */
+uint32_t kvfs_dtype_parse(const char *name);          /* the reverse; 0 for anything else */
 uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer, unpadded */
 uint64_t kvfs_layer_stride(const struct kvfs_header *h);/* padded to KVFS_ALIGN */
 uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer);

@@ -1,6 +1,7 @@
 /* kvquant.c - 8-bit and 4-bit codecs for a layer's K and V (kvquant.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvformat.h"
@@ -30,6 +31,14 @@ size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
         return 0;
     size_t g = group_of(codec), token_groups = (n_tokens + g - 1) / g;
     return block_of(codec) * (token_groups * kv_dim + (size_t)n_tokens * (kv_dim / g));
+}
+
+/* lrintf (to nearest, ties to even) for |x| < 2^22, without libm: libkvfs
+ * links nothing but libxxhash and libcrypto */
+static long round_even(float x)
+{
+    volatile float big = 12582912.0f; /* 1.5 * 2^23: adding it leaves the rounded integer in the low bits */
+    return (long)((x + big) - big);
 }
 
 static void put16(uint8_t *p, float f)
@@ -62,7 +71,7 @@ static void encode_group(int codec, const float *x, size_t stride, uint32_t n, u
         float d = kvfs_f16_to_f32(kvfs_f32_to_f16(amax / 127.0f)), id = d > 0.0f ? 1.0f / d : 0.0f;
         put16(b, d);
         for (uint32_t i = 0; i < g; i++) {
-            long q = i < n ? lrintf(x[i * stride] * id) : 0;
+            long q = i < n ? round_even(x[i * stride] * id) : 0;
             b[2 + i] = (uint8_t)(int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
         }
         return;
@@ -74,7 +83,7 @@ static void encode_group(int codec, const float *x, size_t stride, uint32_t n, u
     put16(b + 2, m);
     memset(b + 4, 0, 32);
     for (uint32_t i = 0; i < g; i++) {
-        long q = lrintf(((i < n ? x[i * stride] : 0.0f) - m) * id);
+        long q = round_even(((i < n ? x[i * stride] : 0.0f) - m) * id);
         q = q > 15 ? 15 : q < 0 ? 0 : q;
         b[4 + i / 2] |= (uint8_t)(q << (4 * (i & 1)));
     }
@@ -93,16 +102,20 @@ static void decode_group(int codec, const uint8_t *b, float *x, size_t stride, u
         x[i * stride] = m + d * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
 }
 
-/* keys: per channel over token groups; values: per token over channel groups */
-static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *blocks)
+/* keys: per channel over token groups; values: per token over channel
+ * groups.  Part `part` of n_parts: its share of the key token groups and of
+ * the value tokens (the blocks of different parts are disjoint). */
+static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *blocks,
+                       uint32_t part, uint32_t n_parts)
 {
-    if (!shape_ok(codec, n_tokens, kv_dim))
+    if (!shape_ok(codec, n_tokens, kv_dim) || n_parts == 0 || part >= n_parts)
         return -EINVAL;
-    uint32_t g = group_of(codec);
+    uint32_t g = group_of(codec), n_tg = (n_tokens + g - 1) / g;
     size_t bs = block_of(codec);
-    uint8_t *b = blocks;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += g) {
-        uint32_t n = n_tokens - t0 < g ? n_tokens - t0 : g;
+    uint32_t tg0 = (uint32_t)((uint64_t)n_tg * part / n_parts), tg1 = (uint32_t)((uint64_t)n_tg * (part + 1) / n_parts);
+    for (uint32_t tg = tg0; tg < tg1; tg++) {
+        uint32_t t0 = tg * g, n = n_tokens - t0 < g ? n_tokens - t0 : g;
+        uint8_t *b = blocks + bs * (size_t)tg * kv_dim;
         for (uint32_t c = 0; c < kv_dim; c++, b += bs) {
             float *x = k + (size_t)t0 * kv_dim + c;
             if (decode)
@@ -111,7 +124,9 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
                 encode_group(codec, x, kv_dim, n, b);
         }
     }
-    for (uint32_t t = 0; t < n_tokens; t++)
+    uint32_t ta = (uint32_t)((uint64_t)n_tokens * part / n_parts), tb = (uint32_t)((uint64_t)n_tokens * (part + 1) / n_parts);
+    uint8_t *b = blocks + bs * ((size_t)n_tg * kv_dim + (size_t)ta * (kv_dim / g));
+    for (uint32_t t = ta; t < tb; t++)
         for (uint32_t c0 = 0; c0 < kv_dim; c0 += g, b += bs) {
             float *x = v + (size_t)t * kv_dim + c0;
             if (decode)
@@ -124,12 +139,30 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
 
 int kvfs_kvq_encode(int codec, const float *k, const float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out)
 {
-    return codec_layer(codec, 0, (float *)k, (float *)v, n_tokens, kv_dim, out);
+    return codec_layer(codec, 0, (float *)k, (float *)v, n_tokens, kv_dim, out, 0, 1);
 }
 
 int kvfs_kvq_decode(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v)
 {
-    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in);
+    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, 0, 1);
+}
+
+int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v,
+                         uint32_t part, uint32_t n_parts)
+{
+    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, part, n_parts);
+}
+
+float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
+                    uint32_t c)
+{
+    uint32_t g = group_of(codec), n_tg = (n_tokens + g - 1) / g;
+    size_t blk = which ? (size_t)n_tg * kv_dim + (size_t)t * (kv_dim / g) + c / g : (size_t)(t / g) * kv_dim + c;
+    uint32_t i = which ? c % g : t % g;
+    const uint8_t *b = in + blk * block_of(codec);
+    if (codec == KVFS_KVQ_Q8)
+        return get16(b) * (float)(int8_t)b[2 + i];
+    return get16(b + 2) + get16(b) * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
 }
 
 float kvfs_kvq_bound(int codec, float lo, float hi)
@@ -141,4 +174,37 @@ float kvfs_kvq_bound(int codec, float lo, float hi)
     float range = hi - lo;
     return 0.5f * range / 15.0f * (1.0f + 0x1p-10f) + fabsf(lo) * 0x1p-11f + range * 0x1p-10f + amax * 0x1p-20f +
            0x1p-24f;
+}
+
+int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v)
+{
+    uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    size_t n = (size_t)h->n_tokens * kv_dim, es = kvfs_dtype_size(h->dtype);
+    int codec = kvfs_dtype_quantized(h->dtype);
+    if (codec) {
+        if (!k && !v)
+            return 0;
+        float *tmp = (!k || !v) ? malloc(sizeof(float) * n) : NULL;
+        if ((!k || !v) && !tmp)
+            return -ENOMEM;
+        int rc = kvfs_kvq_decode(codec, layer, h->n_tokens, kv_dim, k ? k : tmp, v ? v : tmp);
+        free(tmp);
+        return rc;
+    }
+    if (!es)
+        return -EINVAL;
+    for (int which = 0; which < 2; which++) {
+        float *out = which ? v : k;
+        const uint8_t *src = (const uint8_t *)layer + (size_t)which * n * es;
+        for (size_t i = 0; out && i < n; i++) {
+            if (h->dtype == KVFS_DTYPE_F32) {
+                memcpy(&out[i], src + 4 * i, 4);
+                continue;
+            }
+            uint16_t x;
+            memcpy(&x, src + 2 * i, 2);
+            out[i] = h->dtype == KVFS_DTYPE_F16 ? kvfs_f16_to_f32(x) : kvfs_bf16_to_f32(x);
+        }
+    }
+    return 0;
 }

@@ -1,5 +1,5 @@
 /* kvquant.h - 8-bit and 4-bit codecs for one layer of a chunk's K and V
- * (issue 18: quantized chunk storage; not yet a stored dtype).
+ * (issue 18): the kvfs(5) dtypes q8 and q4.
  *
  * KIVI's split: keys are quantized per channel (a group is one channel of
  * KVFS_KVQ_GROUP consecutive tokens: outlier channels keep their own
@@ -32,8 +32,22 @@ size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim);
  * -EINVAL for a bad codec or kv_dim not a multiple of 64 */
 int kvfs_kvq_encode(int codec, const float *k, const float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out);
 int kvfs_kvq_decode(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v);
+/* decode's share `part` of n_parts (disjoint, together the whole layer):
+ * what a pool of threads runs in parallel */
+int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v,
+                         uint32_t part, uint32_t n_parts);
+/* one element of an encoded layer: token t, channel c of K (which 0) or
+ * V (1), exactly as decode gives it */
+float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
+                    uint32_t c);
 /* the largest error decoding may leave on a group whose values span
  * [lo, hi] (the tests' and kvfs(5)'s bound) */
 float kvfs_kvq_bound(int codec, float lo, float hi);
+
+/* One layer of a chunk of any dtype (its bytes at `layer`, as the layer
+ * table places them) into k[n_tokens][kv_dim] and v[..] floats (either may
+ * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4. */
+struct kvfs_header;
+int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v);
 
 #endif

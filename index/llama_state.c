@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvquant.h"
 #include "llama_state.h"
 #include "log.h"
 
@@ -49,7 +50,7 @@ uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_
 int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans)
 {
     memset(v, 0, sizeof(*v));
-    if (!kvfs_dtype_size(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX)
+    if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX)
         return -EINVAL;
     v->h = *h;
     v->v_trans = !!v_trans;
@@ -88,6 +89,10 @@ static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, ui
 {
     struct kvfs_layer_entry le;
     kvfs_layer_entry_get(&v->h, l, &le);
+    int codec = kvfs_dtype_quantized(v->h.dtype);
+    if (codec) /* converted to the engine's f16, element by element from its block */
+        return kvfs_f32_to_f16(kvfs_kvq_elem(codec, obj + le.offset, v->h.n_tokens, v->kv_dim, which,
+                                             (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));
     size_t ds = kvfs_dtype_size(v->h.dtype);
     const uint8_t *p = obj + le.offset + ((uint64_t)which * v->h.n_tokens * v->kv_dim + e) * ds;
     uint16_t x = (uint16_t)(p[0] | p[1] << 8);

@@ -15,6 +15,7 @@
 
 #include "kvformat.h"
 #include "kvfs_ioctl.h"
+#include "kvquant.h"
 #include "log.h" /* kvfs_errf */
 
 /* Token ids and K/V are handed out as the file's own bytes. */
@@ -23,7 +24,8 @@
 #endif
 
 _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_DTYPE_F16 &&
-                   LIBKVFS_DTYPE_BF16 == KVFS_DTYPE_BF16,
+                   LIBKVFS_DTYPE_BF16 == KVFS_DTYPE_BF16 && LIBKVFS_DTYPE_Q8 == KVFS_DTYPE_Q8 &&
+                   LIBKVFS_DTYPE_Q4 == KVFS_DTYPE_Q4,
                "public dtypes are the format's");
 _Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
                    LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL,
@@ -224,6 +226,8 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
 {
     if (layer >= f->info.n_layer)
         return -ERANGE;
+    if (kvfs_dtype_quantized(f->info.dtype))
+        return -EOPNOTSUPP;
     const struct libkvfs_info *in = &f->info;
     struct libkvfs_view view = {layer_at(f, layer), in->dtype, in->elem_size, in->n_tokens, in->n_kv_head,
                                 in->head_dim, in->layer_bytes / 2};
@@ -236,6 +240,13 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
     return 0;
 }
 
+int libkvfs_layer_f32(const struct libkvfs_file *f, uint32_t layer, float *k, float *v)
+{
+    if (layer >= f->info.n_layer)
+        return -ERANGE;
+    return kvfs_layer_decode(&f->hdr, layer_at(f, layer), k, v);
+}
+
 int libkvfs_verify_layer(const struct libkvfs_file *f, uint32_t layer)
 {
     if (layer >= f->info.n_layer)
@@ -245,7 +256,7 @@ int libkvfs_verify_layer(const struct libkvfs_file *f, uint32_t layer)
 
 const char *libkvfs_dtype_name(uint32_t dtype)
 {
-    return dtype == KVFS_DTYPE_F32 ? "f32" : dtype == KVFS_DTYPE_F16 ? "f16" : dtype == KVFS_DTYPE_BF16 ? "bf16" : "?";
+    return kvfs_dtype_name(dtype);
 }
 
 /* ioctl REQ on MOUNT/.kvfs/control; err names the file on failure. */

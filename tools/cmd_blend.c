@@ -27,6 +27,8 @@ static void usage(FILE *f)
                "  --ratio R   share of chunk tokens recomputed (default %g); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
                "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
+               "  --dtype D   the blended file's dtype: f16, f32, bf16, q8, q4 (recipe dtype=;\n"
+               "              default f16, or the mount's kv_quant)\n"
                "  --batch FILE  up to 32 recipes (kvfs(8) recipe text, separated by lines %%%%) in\n"
                "              one KVFS_IOC_BLEND_BATCH call; recipes that share leading chunks are\n"
                "              blended together; prints one blended file path (or error) per recipe\n",
@@ -83,6 +85,7 @@ static int blend_batch(const char *mount, const char *file)
 struct blend_args {
     const char *mount, *suffix, *suffix_tokens, *name, *model, *out, *select, *batch, *ratio;
     int local;
+    uint32_t dtype;
 };
 
 /* --local: the chunk files blended in this process, written to a.out */
@@ -121,7 +124,7 @@ static int blend_local(const struct blend_args *a, int n, char **files)
         fprintf(stderr, "kvfsctl blend: %s\n", err[0] ? err : strerror(-rc));
         goto out;
     }
-    rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, KVFS_DTYPE_F16,
+    rc = kvfs_kv_cache_to_chunk_flags(m, &cache, 0, cache.n, tokens, a->dtype ? a->dtype : KVFS_DTYPE_F16,
                                       KVFS_FLAG_BLENDED | (st.full_prefill ? KVFS_FLAG_FULL_PREFILL : 0), &w);
     kvfs_kv_cache_free(m, &cache);
     if (!rc) {
@@ -173,6 +176,8 @@ static int blend_mount(const struct blend_args *a, int n, char **hashes)
         fprintf(f, "ratio=%s\n", a->ratio);
     if (a->select)
         fprintf(f, "select=%s\n", a->select);
+    if (a->dtype)
+        fprintf(f, "dtype=%s\n", kvfs_dtype_name(a->dtype));
     for (int i = 0; i < n; i++)
         fprintf(f, "%s\n", hashes[i]);
     if (a->suffix) {
@@ -210,7 +215,8 @@ int cmd_blend(int argc, char **argv)
         TOOL_OPT("suffix", 0, STR, &a.suffix), TOOL_OPT("suffix-tokens", 0, STR, &a.suffix_tokens),
         TOOL_OPT("name", 0, STR, &a.name), TOOL_OPT("local", 0, FLAG, &a.local),
         TOOL_OPT("model", 'm', STR, &a.model), TOOL_OPT("output", 'o', STR, &a.out),
-        TOOL_OPT("select", 0, STR, &a.select), TOOL_OPT("batch", 0, STR, &a.batch), {0}};
+        TOOL_OPT("select", 0, STR, &a.select), TOOL_OPT("batch", 0, STR, &a.batch),
+        TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &a.dtype), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, -1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "kvformat.h"
+#include "kvquant.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)
@@ -16,17 +17,6 @@ static void usage(FILE *f)
                "and the largest |a - b| relative to the largest |a| of that layer.  Exit\n"
                "status 0 when the relative errors are within E (default 0.02), 1 when not or\n"
                "when the files differ in tokens, positions or shapes, 2 on a usage error.\n");
-}
-
-static float value(const uint8_t *p, uint32_t dtype)
-{
-    if (dtype == KVFS_DTYPE_F32) {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    return dtype == KVFS_DTYPE_F16 ? kvfs_f16_to_f32(h) : kvfs_bf16_to_f32(h);
 }
 
 int cmd_compare(int argc, char **argv)
@@ -65,18 +55,27 @@ int cmd_compare(int argc, char **argv)
             goto out;
         }
     size_t n = (size_t)ha.n_tokens * ha.fp.n_kv_head * ha.fp.head_dim;
-    size_t da = kvfs_dtype_size(ha.dtype), db = kvfs_dtype_size(hb.dtype);
     double worst[2] = {0, 0}, worst_max[2] = {0, 0};
     uint32_t at[2] = {0, 0};
+    float *fa = malloc(sizeof(float) * 2 * n), *fb = malloc(sizeof(float) * 2 * n);
+    if (!fa || !fb) {
+        fprintf(stderr, "kvfsctl compare: out of memory\n");
+        free(fa);
+        free(fb);
+        goto out;
+    }
     for (uint32_t l = 0; l < ha.fp.n_layer; l++) {
         struct kvfs_layer_entry ea, eb;
         kvfs_layer_entry_get(&ha, l, &ea);
         kvfs_layer_entry_get(&hb, l, &eb);
+        /* any two dtypes: both decoded to f32 (q8/q4 as stored) */
+        kvfs_layer_decode(&ha, a + ea.offset, fa, fa + n);
+        kvfs_layer_decode(&hb, b + eb.offset, fb, fb + n);
         for (int kind = 0; kind < 2; kind++) { /* K then V */
-            const uint8_t *xa = a + ea.offset + kind * n * da, *xb = b + eb.offset + kind * n * db;
+            const float *xa = fa + kind * n, *xb = fb + kind * n;
             double scale = 0, diff = 0, ss_a = 0, ss_d = 0;
             for (size_t i = 0; i < n; i++) {
-                double va = value(xa + i * da, ha.dtype), vb = value(xb + i * db, hb.dtype);
+                double va = xa[i], vb = xb[i];
                 scale = fmax(scale, fabs(va));
                 diff = fmax(diff, fabs(va - vb));
                 ss_a += va * va;
@@ -90,6 +89,8 @@ int cmd_compare(int argc, char **argv)
             worst_max[kind] = fmax(worst_max[kind], em);
         }
     }
+    free(fa);
+    free(fb);
     printf("K relative error %.3g (layer %u), V %.3g (layer %u); largest |a - b| / max |a|: K %.3g, V %.3g\n",
            worst[0], at[0], worst[1], at[1], worst_max[0], worst_max[1]);
     ret = worst[0] <= max_err && worst[1] <= max_err ? 0 : 1;

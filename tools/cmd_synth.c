@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "kvformat.h"
+#include "kvquant.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)
@@ -64,7 +65,8 @@ int cmd_synth(int argc, char **argv)
     if (!heads)
         heads = 2 * kvh;
     if (size_mib > 0) {
-        double per_token = 2.0 * layers * kvh * hd * (dtype == KVFS_DTYPE_F32 ? 4 : 2);
+        double per_token = 2.0 * layers * kvh * hd *
+                           (dtype == KVFS_DTYPE_F32 ? 4 : dtype == KVFS_DTYPE_Q8 ? 34.0 / 32 : dtype == KVFS_DTYPE_Q4 ? 36.0 / 64 : 2);
         tokens = (unsigned long)(size_mib * 1048576.0 / per_token);
         if (!tokens)
             tokens = 1;
@@ -89,18 +91,28 @@ int cmd_synth(int argc, char **argv)
         return 1;
     }
     uint64_t lbytes = kvfs_layer_bytes(&w.hdr);
+    int codec = kvfs_dtype_quantized(dtype);
+    size_t esz = codec ? sizeof(float) : kvfs_dtype_size(dtype), n_vals = (size_t)tokens * kvh * hd * 2;
+    float *vals = codec ? malloc(sizeof(float) * n_vals) : NULL;
+    if (codec && !vals) {
+        kvfs_writer_free(&w);
+        return 1;
+    }
     for (uint32_t l = 0; l < layers; l++) {
         uint8_t *p = kvfs_writer_layer(&w, l);
-        size_t esz = kvfs_dtype_size(dtype);
-        for (uint64_t i = 0; i < lbytes / esz; i++) {
+        for (uint64_t i = 0; i < (codec ? n_vals : lbytes / esz); i++) {
             float v = (float)((int64_t)(rng_next(&rs) % 2001) - 1000) / 250.0f;
-            if (dtype == KVFS_DTYPE_F32) memcpy(p + i * 4, &v, 4);
+            if (codec) vals[i] = v; /* K then V, encoded below */
+            else if (dtype == KVFS_DTYPE_F32) memcpy(p + i * 4, &v, 4);
             else {
                 uint16_t hv = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(v) : kvfs_f32_to_bf16(v);
                 memcpy(p + i * 2, &hv, 2);
             }
         }
+        if (codec)
+            kvfs_kvq_encode(codec, vals, vals + n_vals / 2, (uint32_t)tokens, (uint32_t)(kvh * hd), p);
     }
+    free(vals);
     kvfs_writer_finish(&w);
     uint8_t digest[32];
     char hex[KVFS_HASH_HEX_LEN + 1];

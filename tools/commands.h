@@ -19,6 +19,7 @@ KVFS_CMD(eval);
 KVFS_CMD(import);
 KVFS_CMD(compare);
 KVFS_CMD(dequant);
+KVFS_CMD(convert);
 #undef KVFS_CMD
 
 #endif

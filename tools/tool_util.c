@@ -142,12 +142,21 @@ int tool_usage_error(const struct tool_cmd *cmd)
     return 2;
 }
 
+int tool_opt_kv_quant(void *dst, const char *arg)
+{
+    if (strcmp(arg, "q8") && strcmp(arg, "q4") && strcmp(arg, "none")) {
+        fprintf(stderr, "kvfsctl: --kv-quant %s: want q8, q4 or none\n", arg);
+        return -EINVAL;
+    }
+    *(uint32_t *)dst = strcmp(arg, "none") ? kvfs_dtype_parse(arg) : KVFS_DTYPE_F16;
+    return 0;
+}
+
 int tool_opt_dtype(void *dst, const char *arg)
 {
-    uint32_t d = !strcmp(arg, "f16") ? KVFS_DTYPE_F16 : !strcmp(arg, "f32") ? KVFS_DTYPE_F32
-               : !strcmp(arg, "bf16") ? KVFS_DTYPE_BF16 : 0;
+    uint32_t d = kvfs_dtype_parse(arg);
     if (!d) {
-        fprintf(stderr, "kvfsctl: unknown dtype '%s' (f16, f32 or bf16)\n", arg);
+        fprintf(stderr, "kvfsctl: unknown dtype '%s' (f16, f32, bf16, q8 or q4)\n", arg);
         return -EINVAL;
     }
     *(uint32_t *)dst = d;

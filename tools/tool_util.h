@@ -51,5 +51,7 @@ int tool_parse_args(const struct tool_cmd *cmd, int argc, char **argv);
 /* The usage to stderr; returns 2, the exit code of a usage error. */
 int tool_usage_error(const struct tool_cmd *cmd);
 /* TOOL_OPT_FN for --dtype: f16, f32 or bf16 into *(uint32_t *)dst. */
+/* --kv-quant q8|q4|none: the dtype q8, q4 or f16 */
+int tool_opt_kv_quant(void *dst, const char *arg);
 int tool_opt_dtype(void *dst, const char *arg);
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvquant.h"
+
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
 
@@ -271,12 +273,37 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
     return rc;
 }
 
+/* A block-quantized layer: on the backend's threads (or device) where it
+ * decodes them, else here and uploaded as f32. */
+static int load_quantized_layer(const struct kvfs_model *m, float *k, float *v, const void *data, uint32_t rows,
+                                uint32_t kv_dim, int codec)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    if (be->upload_kvq)
+        return be->upload_kvq(CTX(m), k, v, data, rows, kv_dim, codec);
+    size_t n = (size_t)rows * kv_dim;
+    float *tmp = malloc(sizeof(float) * 2 * n);
+    if (!tmp)
+        return -ENOMEM;
+    int rc = kvfs_kvq_decode(codec, data, rows, kv_dim, tmp, tmp + n);
+    if (!rc)
+        rc = be->upload_kv(CTX(m), k, tmp, n, KVFS_HOST_F32);
+    if (!rc)
+        rc = be->upload_kv(CTX(m), v, tmp + n, n, KVFS_HOST_F32);
+    free(tmp);
+    return rc;
+}
+
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
                              int layer, const void *data)
 {
     size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
+    int codec = kvfs_dtype_quantized(h->dtype);
+    if (codec)
+        return load_quantized_layer(m, c->k[layer] + (size_t)row0 * kvd, c->v[layer] + (size_t)row0 * kvd, data,
+                                    (uint32_t)rows, (uint32_t)kvd, codec);
     int rc = 0;
     for (int half = 0; half < 2 && !rc; half++) {
         float *dst = (half ? c->v[layer] : c->k[layer]) + (size_t)row0 * kvd;
@@ -302,13 +329,20 @@ int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_k
     if (rc)
         return rc;
     size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd, esz = kvfs_dtype_size(dtype);
-    float *tmp = malloc(sizeof(float) * n);
+    int codec = kvfs_dtype_quantized(dtype);
+    float *tmp = malloc(sizeof(float) * n * (codec ? 2 : 1));
     if (!tmp) {
         kvfs_writer_free(w);
         return -ENOMEM;
     }
     for (int l = 0; l < c->n_layer && !rc; l++) {
         uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
+        if (codec) { /* K and V of the layer together: the blocks span both */
+            if (!(rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) &&
+                !(rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n)))
+                rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
+            continue;
+        }
         for (int half = 0; half < 2 && !rc; half++) {
             const float *src = (half ? c->v[l] : c->k[l]) + (size_t)first * kvd;
             rc = BE(m)->download(CTX(m), tmp, src, sizeof(float) * n);

@@ -1,5 +1,6 @@
 """Chunk files, format version 1 (kvfs(5)), as numpy views over a read-only
-mapping: k(layer) and v(layer) copy nothing."""
+mapping: k(layer) and v(layer) copy nothing (for the block-quantized q8 and
+q4 they are decoded float32 arrays)."""
 import errno
 import hashlib
 import math
@@ -21,13 +22,27 @@ MAX_LAYERS = 1024
 MAX_TOKENS = 1 << 24
 LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
 
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4 = 1, 2, 3, 4, 5
 FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL = 0x1, 0x2, 0x4
 ROPE_NORM, ROPE_NEOX = 0, 2
 
 # bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
 _NP_DTYPE = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2"), DTYPE_BF16: np.dtype("<u2")}
-_DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16"}
+_DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_Q8: "q8", DTYPE_Q4: "q4"}
+# block-quantized dtypes (kvfs(5)): values per group, bytes per block
+_QUANT = {DTYPE_Q8: (32, 34), DTYPE_Q4: (64, 36)}
+
+
+def _decode_blocks(dtype, blocks):
+    """blocks (..., block bytes) -> (..., group) float32 values."""
+    g, _ = _QUANT[dtype]
+    d = np.ascontiguousarray(blocks[..., 0:2]).view("<f2").astype(np.float32)
+    if dtype == DTYPE_Q8:
+        return d * np.ascontiguousarray(blocks[..., 2:2 + g]).view(np.int8).astype(np.float32)
+    m = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").astype(np.float32)
+    nib = blocks[..., 4:36]
+    q = np.stack((nib & 15, nib >> 4), axis=-1).reshape(blocks.shape[:-1] + (g,))  # low nibble first
+    return m + d * q.astype(np.float32)
 
 # magic, version, header_size, file_size, dtype, flags, n_tokens, pos0, then
 # the fingerprint (n_layer, n_kv_head, head_dim, rope_type, rope_theta,
@@ -74,8 +89,8 @@ class ChunkFile:
         if self.version != VERSION:
             raise self._bad(errno.EPROTO, "unsupported format version %d (this reader reads %d)"
                             % (self.version, VERSION))
-        if self.dtype not in _NP_DTYPE:
-            raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16)" % self.dtype)
+        if self.dtype not in _DTYPE_NAME:
+            raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)" % self.dtype)
         if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
@@ -96,8 +111,17 @@ class ChunkFile:
         if arch[:1] == b"\0" or b"\0" not in arch:
             raise self._bad(errno.EINVAL, "architecture name missing or not terminated")
         self.arch = arch.split(b"\0", 1)[0].decode("ascii", "replace")
-        self.elem_size = _NP_DTYPE[self.dtype].itemsize
-        self.layer_bytes = 2 * self.n_tokens * self.n_kv_head * self.head_dim * self.elem_size
+        kv_dim = self.n_kv_head * self.head_dim
+        if self.dtype in _QUANT:
+            g, bs = _QUANT[self.dtype]
+            if kv_dim % 64:
+                raise self._bad(errno.EINVAL, "dtype %s needs kv_dim a multiple of 64, not %d"
+                                % (_DTYPE_NAME[self.dtype], kv_dim))
+            self.elem_size = 0
+            self.layer_bytes = bs * (-(-self.n_tokens // g) * kv_dim + self.n_tokens * (kv_dim // g))
+        else:
+            self.elem_size = _NP_DTYPE[self.dtype].itemsize
+            self.layer_bytes = 2 * self.n_tokens * kv_dim * self.elem_size
         self.layer_stride = _align(self.layer_bytes)
         expect = header_size_for(self.n_tokens, self.n_layer)
         if self.header_size != expect:
@@ -156,8 +180,15 @@ class ChunkFile:
 
     @property
     def np_dtype(self):
-        """numpy dtype of the views (uint16 bit patterns for bf16)."""
-        return _NP_DTYPE[self.dtype]
+        """numpy dtype of the views (uint16 bit patterns for bf16; float32,
+        decoded, for q8 and q4)."""
+        return _NP_DTYPE.get(self.dtype, np.dtype("<f4"))
+
+    @property
+    def quantized(self):
+        """q8 or q4: k() and v() decode the stored blocks (an approximation
+        within the bound kvfs(5) gives) into new float32 arrays."""
+        return self.dtype in _QUANT
 
     @property
     def tokens(self):
@@ -193,7 +224,22 @@ class ChunkFile:
             raise IndexError("layer %d of %d" % (layer, self.n_layer))
         return self.header_size + layer * self.layer_stride
 
+    def _decoded(self, layer, second):
+        g, bs = _QUANT[self.dtype]
+        kv_dim, n = self.n_kv_head * self.head_dim, self.n_tokens
+        n_tg = -(-n // g)
+        off = self._layer_at(layer)
+        if not second:  # keys: per channel over token groups, blocks [token group][channel]
+            b = np.frombuffer(self._mapped(), np.uint8, n_tg * kv_dim * bs, off).reshape(n_tg, kv_dim, bs)
+            x = _decode_blocks(self.dtype, b).transpose(0, 2, 1).reshape(n_tg * g, kv_dim)[:n]
+        else:  # values: per token over channel groups, blocks [token][channel group]
+            b = np.frombuffer(self._mapped(), np.uint8, n * (kv_dim // g) * bs, off + n_tg * kv_dim * bs)
+            x = _decode_blocks(self.dtype, b.reshape(n, kv_dim // g, bs)).reshape(n, kv_dim)
+        return np.ascontiguousarray(x).reshape(n, self.n_kv_head, self.head_dim)
+
     def _view(self, layer, second):
+        if self.dtype in _QUANT:
+            return self._decoded(layer, second)
         count = self.n_tokens * self.n_kv_head * self.head_dim
         off = self._layer_at(layer) + (count * self.elem_size if second else 0)
         a = np.frombuffer(self._mapped(), self.np_dtype, count, off)

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "kvformat.h"
+#include "kvquant.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -50,8 +51,18 @@ static void check(const uint8_t *buf, size_t size)
         if (kvfs_content_hash(&h, digest) == 0)
             kvfs_hash_to_hex(digest, hex);
     }
-    if (kvfs_file_verify(buf, size, &h, err, sizeof(err)) == 0 && h.file_size != size)
+    if (kvfs_file_verify(buf, size, &h, err, sizeof(err)) != 0)
+        return;
+    if (h.file_size != size)
         abort(); /* a verified image is exactly its header's size */
+    /* what a reader does next: the first layer decoded (q8/q4 blocks included) */
+    size_t n = (size_t)h.n_tokens * h.fp.n_kv_head * h.fp.head_dim;
+    float *kv = n <= (1u << 18) ? malloc(sizeof(float) * 2 * n) : NULL;
+    struct kvfs_layer_entry e;
+    kvfs_layer_entry_get(&h, 0, &e);
+    if (kv && kvfs_layer_decode(&h, buf + e.offset, kv, kv + n) != 0)
+        abort(); /* a verified layer always decodes */
+    free(kv);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     char key[KVFS_HASH_HEX_LEN + 1];
-    kvfs_recipe_key(&r, 0.15f, key);
+    kvfs_recipe_key(&r, 0.15f, 0, key);
     (void)kvfs_recipe_common_prefix(&r, &r);
     kvfs_recipe_free(&r);
     return 0;

@@ -13,6 +13,7 @@
 #include "blend.h"
 #include "check.h"
 #include "forward.h"
+#include "kvquant.h"
 #include "synth_model.h"
 
 static struct kvfs_backend cpu, gpu;
@@ -180,6 +181,24 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
                shape, nerr(oc, og, cnt), 0);
     }
     free(h16);
+    /* upload_kvq: a q8/q4 chunk layer decoded on the device as the CPU
+     * decodes it (FMA contraction may move the last bit) */
+    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_Q4 && kv % 64 == 0; codec++) {
+        size_t qb = kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kv);
+        uint8_t *blk = malloc(qb);
+        float *kc = malloc(sizeof(float) * cnt), *vc = malloc(sizeof(float) * cnt);
+        float *kg = malloc(sizeof(float) * cnt), *vg = malloc(sizeof(float) * cnt);
+        float *dk2 = dev_of(&gpu, NULL, sizeof(float) * cnt), *dv2 = dev_of(&gpu, NULL, sizeof(float) * cnt);
+        CHECK_EQ(kvfs_kvq_encode(codec, k, v, (uint32_t)n, (uint32_t)kv, blk), 0);
+        BOTH(C->upload_kvq(cpu.ctx, kc, vc, blk, (uint32_t)n, (uint32_t)kv, codec),
+             G->upload_kvq(gpu.ctx, dk2, dv2, blk, (uint32_t)n, (uint32_t)kv, codec));
+        G->download(gpu.ctx, kg, dk2, sizeof(float) * cnt);
+        G->download(gpu.ctx, vg, dv2, sizeof(float) * cnt);
+        report(codec == KVFS_KVQ_Q8 ? "upload_kvq q8 K" : "upload_kvq q4 K", shape, nerr(kc, kg, cnt), 1e-6);
+        report(codec == KVFS_KVQ_Q8 ? "upload_kvq q8 V" : "upload_kvq q4 V", shape, nerr(vc, vg, cnt), 1e-6);
+        G->free(gpu.ctx, dk2), G->free(gpu.ctx, dv2);
+        free(blk), free(kc), free(vc), free(kg), free(vg);
+    }
     /* topk: the token selection; ties (scores repeat every 97 rows) and
      * forced rows (every 50th) must come out identical on both */
     float *scores = malloc(sizeof(float) * n);

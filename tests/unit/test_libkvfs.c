@@ -14,6 +14,7 @@
 #include "check.h"
 #include "kvformat.h"
 #include "kvfs.h"
+#include "kvquant.h"
 #include "synth_chunk.h"
 
 static char dir[] = "/tmp/test_libkvfs.XXXXXX";
@@ -333,6 +334,63 @@ static void test_blend_errors(void)
     rmdir(path_of("fake"));
 }
 
+/* q4 and f16 chunks through libkvfs_layer_f32: the codec's own decode,
+ * and f16's exact values; a q4 chunk has no raw views (-EOPNOTSUPP) */
+static void test_layer_f32(void)
+{
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = 64, .rope_type = KVFS_ROPE_NEOX,
+                                  .rope_theta = 10000.0f, .rope_dim = 64, .n_head = 2, .n_embd = 128};
+    memcpy(fp.arch, "llama", 6);
+    memset(fp.model_id, 0x33, 32);
+    uint32_t ids[40], nt = 40, kvd = 64;
+    float k[40 * 64], v[40 * 64], k2[40 * 64], v2[40 * 64], kd[40 * 64], vd[40 * 64];
+    for (uint32_t i = 0; i < nt; i++)
+        ids[i] = i + 3;
+    for (uint32_t i = 0; i < nt * kvd; i++)
+        k[i] = (float)((i * 37) % 101) / 50.0f - 1.0f, v[i] = (float)((i * 53) % 89) / 40.0f - 1.1f;
+    for (int dtype = KVFS_DTYPE_F16; dtype <= KVFS_DTYPE_Q4; dtype += KVFS_DTYPE_Q4 - KVFS_DTYPE_F16) {
+        struct kvfs_writer w;
+        CHECK_EQ(kvfs_writer_init(&w, &fp, (uint32_t)dtype, KVFS_FLAG_KEYS_ROPED, 0, nt, ids), 0);
+        for (uint32_t l = 0; l < fp.n_layer; l++) {
+            uint8_t *p = kvfs_writer_layer(&w, l);
+            if (dtype == KVFS_DTYPE_Q4) {
+                CHECK_EQ(kvfs_kvq_encode(KVFS_KVQ_Q4, k, v, nt, kvd, p), 0);
+                continue;
+            }
+            for (uint32_t i = 0; i < nt * kvd; i++) {
+                uint16_t a = kvfs_f32_to_f16(k[i]), b = kvfs_f32_to_f16(v[i]);
+                memcpy(p + 2 * i, &a, 2), memcpy(p + 2 * (nt * kvd + i), &b, 2);
+            }
+        }
+        CHECK_EQ(kvfs_writer_finish(&w), 0);
+        CHECK_EQ(write_file(path_of("q.kv"), w.buf, w.size), 0);
+        kvfs_writer_free(&w);
+        struct libkvfs_file *f = NULL;
+        struct libkvfs_view kv_k;
+        CHECK_EQ(libkvfs_open(path_of("q.kv"), 0, &f, NULL, 0), 0);
+        if (!f)
+            return;
+        CHECK_EQ(libkvfs_layer(f, 1, &kv_k, NULL), dtype == KVFS_DTYPE_Q4 ? -EOPNOTSUPP : 0);
+        CHECK_EQ(libkvfs_info(f)->elem_size, dtype == KVFS_DTYPE_Q4 ? 0u : 2u);
+        CHECK(!strcmp(libkvfs_dtype_name(libkvfs_info(f)->dtype), dtype == KVFS_DTYPE_Q4 ? "q4" : "f16"));
+        CHECK_EQ(libkvfs_layer_f32(f, 1, k2, v2), 0);
+        CHECK_EQ(libkvfs_layer_f32(f, 1, NULL, vd), 0); /* V alone */
+        CHECK(!memcmp(vd, v2, sizeof(vd)));
+        CHECK_EQ(libkvfs_layer_f32(f, 2, k2, v2), -ERANGE);
+        if (dtype == KVFS_DTYPE_Q4) {
+            uint8_t blk[8192];
+            CHECK_EQ(kvfs_kvq_encode(KVFS_KVQ_Q4, k, v, nt, kvd, blk), 0);
+            CHECK_EQ(kvfs_kvq_decode(KVFS_KVQ_Q4, blk, nt, kvd, kd, vd), 0);
+        } else {
+            for (uint32_t i = 0; i < nt * kvd; i++)
+                kd[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(k[i])), vd[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(v[i]));
+        }
+        CHECK(!memcmp(kd, k2, sizeof(kd)) && !memcmp(vd, v2, sizeof(vd)));
+        libkvfs_close(f);
+    }
+    unlink(path_of("q.kv"));
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -344,6 +402,7 @@ int main(void)
     test_bad_files();
     test_pipe();
     test_blend_errors();
+    test_layer_f32();
     static const char *names[] = {"a.kv", "b.kv", "corrupt.kv", "header.kv", "trunc.kv", "trunc2.kv",
                                   "empty.kv", "long.kv", "foreign.kv", "v2.kv"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

@@ -51,7 +51,7 @@ static int key_of(const char *text, float min_ratio, char key[KVFS_HASH_HEX_LEN 
         snprintf(key, KVFS_HASH_HEX_LEN + 1, "parse error %d", rc);
         return rc;
     }
-    kvfs_recipe_key(&r, min_ratio, key);
+    kvfs_recipe_key(&r, min_ratio, 0, key);
     kvfs_recipe_free(&r);
     return 0;
 }

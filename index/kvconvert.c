@@ -1,0 +1,74 @@
+/* kvconvert.c - chunk files re-encoded in another dtype (kvconvert.h). */
+#include "kvconvert.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvquant.h"
+#include "log.h" /* kvfs_errf */
+
+double kvfs_dtype_bits(uint32_t dtype)
+{
+    return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 ? 4.5 : 8.0 * (double)kvfs_dtype_size(dtype);
+}
+
+/* n floats into dst as f32, f16 or bf16 */
+static void encode_plain(uint32_t dtype, const float *x, size_t n, uint8_t *dst)
+{
+    if (dtype == KVFS_DTYPE_F32) {
+        memcpy(dst, x, sizeof(float) * n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t u = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(x[i]) : kvfs_f32_to_bf16(x[i]);
+        memcpy(dst + 2 * i, &u, 2);
+    }
+}
+
+int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_writer *w, char *err, size_t errlen)
+{
+    struct kvfs_header h;
+    int rc = kvfs_file_verify(img, len, &h, err, errlen);
+    if (rc)
+        return rc;
+    uint32_t kv_dim = h.fp.n_kv_head * h.fp.head_dim;
+    if (!kvfs_dtype_known(dtype))
+        return kvfs_errf(err, errlen, -EINVAL, "unknown dtype %u", dtype);
+    if (kvfs_dtype_quantized(dtype) && kv_dim % 64)
+        return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this chunk's are %u",
+                         kvfs_dtype_name(dtype), kv_dim);
+    uint32_t *tokens = malloc(sizeof(uint32_t) * h.n_tokens);
+    size_t n = (size_t)h.n_tokens * kv_dim;
+    float *kv = malloc(sizeof(float) * 2 * n);
+    if (!tokens || !kv) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t t = 0; t < h.n_tokens; t++)
+        tokens[t] = kvfs_header_token(&h, t);
+    if ((rc = kvfs_writer_init(w, &h.fp, dtype, h.flags, h.pos0, h.n_tokens, tokens)))
+        goto out;
+    int codec = kvfs_dtype_quantized(dtype);
+    for (uint32_t l = 0; l < h.fp.n_layer && !rc; l++) {
+        struct kvfs_layer_entry le;
+        kvfs_layer_entry_get(&h, l, &le);
+        uint8_t *dst = kvfs_writer_layer(w, l);
+        if ((rc = kvfs_layer_decode(&h, (const uint8_t *)img + le.offset, kv, kv + n)))
+            break;
+        if (codec)
+            rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, kv_dim, dst);
+        else
+            encode_plain(dtype, kv, 2 * n, dst); /* K then V, as the layer holds them */
+    }
+    if (!rc)
+        rc = kvfs_writer_finish(w);
+    if (rc) {
+        kvfs_writer_free(w);
+        kvfs_errf(err, errlen, rc, "cannot re-encode the chunk as %s: %s", kvfs_dtype_name(dtype), strerror(-rc));
+    }
+out:
+    free(tokens);
+    free(kv);
+    return rc;
+}

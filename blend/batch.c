@@ -17,6 +17,8 @@ struct layout {
     int n_map, n_rows, n_suffix, n_ctx;
     int32_t *tokens;  /* n_ctx */
     int32_t *delta;   /* n_ctx: new position - cached position */
+    int32_t *chunk_of;/* n_ctx: each row's chunk in the member's prompt (the query: -1) */
+    int n_chunks;
     uint8_t *forced;  /* n_ctx: a later chunk's first rows (attention sinks) */
 };
 
@@ -24,6 +26,7 @@ static void layout_free(struct layout *L)
 {
     free(L->tokens);
     free(L->delta);
+    free(L->chunk_of);
     free(L->forced);
 }
 
@@ -43,8 +46,10 @@ static int layout_build(const struct kvfs_model *m, struct kvfs_loader *ld, cons
     L->n_ctx = L->n_rows + n_suffix;
     L->tokens = malloc(sizeof(int32_t) * ((size_t)L->n_ctx + 1));
     L->delta = malloc(sizeof(int32_t) * ((size_t)L->n_ctx + 1));
+    L->chunk_of = malloc(sizeof(int32_t) * ((size_t)L->n_ctx + 1));
     L->forced = calloc((size_t)L->n_ctx + 1, 1);
-    if (!L->tokens || !L->delta || !L->forced) {
+    L->n_chunks = n_map;
+    if (!L->tokens || !L->delta || !L->chunk_of || !L->forced) {
         layout_free(L);
         return -ENOMEM;
     }
@@ -54,12 +59,14 @@ static int layout_build(const struct kvfs_model *m, struct kvfs_loader *ld, cons
         for (uint32_t t = 0; t < h->n_tokens; t++, r++) {
             L->tokens[r] = (int32_t)kvfs_header_token(h, t);
             L->delta[r] = r - (int32_t)(h->pos0 + t);
+            L->chunk_of[r] = k;
             L->forced[r] = k > 0 && (int)t < sink_rows;
         }
     }
     for (int s = 0; s < n_suffix; s++, r++) {
         L->tokens[r] = suffix[s];
         L->delta[r] = 0;
+        L->chunk_of[r] = -1;
     }
     for (r = 0; r < L->n_ctx; r++)
         if (L->tokens[r] < 0 || L->tokens[r] >= m->hp.n_vocab) {
@@ -156,9 +163,10 @@ static int top_rows(const struct kvfs_model *m, const float *mass, const uint8_t
 
 /* Rows idx[0..n_run) from layer 0 through every layer over the cache
  * (which holds every other row's reused K/V): their fresh K/V replace the
- * cached ones, layer by layer, as in kvfs_blend_stream's query path. */
+ * cached ones, layer by layer, as in kvfs_blend_stream's query path, and
+ * the reused chunk rows from row_lo on follow the chunk shift. */
 static int recompute(const struct kvfs_model *m, struct kvfs_kv_cache *c, const struct layout *L, const int32_t *idx,
-                     int n_run)
+                     int n_run, int row_lo, float shift)
 {
     const struct kvfs_hparams *hp = &m->hp;
     struct kvfs_work ws = {0};
@@ -177,8 +185,13 @@ static int recompute(const struct kvfs_model *m, struct kvfs_kv_cache *c, const 
         (rc = BE(m)->upload(CTX(m), d_idx, idx, bytes)) ||
         (rc = kvfs_embed(m, ws.ids, ws.x, n_run)))
         goto out;
+    int n_sel = 0; /* the chunk rows among them (the query's rows come last) */
+    while (n_sel < n_run && idx[n_sel] < L->n_rows)
+        n_sel++;
     for (int l = 0; l < hp->n_layer && !rc; l++)
         if (!(rc = kvfs_layer_qkv(m, l, &ws, n_run)) &&
+            !(rc = blend_shift_layer(m, c, l, L->chunk_of, L->n_chunks, row_lo, L->n_rows, idx, d_idx, n_sel, ws.k,
+                                     ws.v, shift)) &&
             !(rc = BE(m)->scatter_rows(CTX(m), ws.k, d_idx, c->k[l], n_run, c->kv_dim)) &&
             !(rc = BE(m)->scatter_rows(CTX(m), ws.v, d_idx, c->v[l], n_run, c->kv_dim)))
             rc = kvfs_layer_finish(m, l, &ws, n_run, c, c->n);
@@ -194,7 +207,7 @@ out:
 /* The shared prefix: a copy of the reused prefix rows of c, with the rows
  * any member chose there (want[r]) recomputed once into cp. */
 static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *c, const struct layout *Lp,
-                        const uint8_t *want, struct kvfs_kv_cache *cp, int *n_sel)
+                        const uint8_t *want, float shift, struct kvfs_kv_cache *cp, int *n_sel)
 {
     int32_t *idx = malloc(sizeof(int32_t) * ((size_t)Lp->n_rows + 1));
     int rc = idx ? kvfs_kv_cache_init(m, Lp->n_rows, cp) : -ENOMEM;
@@ -214,7 +227,7 @@ static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *
     for (int r = 0; r < Lp->n_rows; r++)
         if (want[r])
             idx[(*n_sel)++] = r;
-    if (rc || (rc = recompute(m, cp, Lp, idx, *n_sel)))
+    if (rc || (rc = recompute(m, cp, Lp, idx, *n_sel, 0, shift)))
         kvfs_kv_cache_free(m, cp);
     free(idx);
     return rc;
@@ -224,8 +237,8 @@ static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *
  * own chunks after the prefix reloaded, and its own chosen rows there
  * (sel[0..n_sel), ascending, all >= n_p) and its query recomputed. */
 static int blend_member(const struct kvfs_model *m, struct kvfs_loader *ld, const struct layout *L, int n_shared,
-                        int n_p, const int32_t *sel, int n_sel, struct kvfs_kv_cache *c, int32_t *d_delta, char *err,
-                        size_t errlen)
+                        int n_p, const int32_t *sel, int n_sel, float shift, struct kvfs_kv_cache *c, int32_t *d_delta,
+                        char *err, size_t errlen)
 {
     int32_t *idx = malloc(sizeof(int32_t) * ((size_t)L->n_ctx + 1));
     int rc = idx ? cache_use(m, L, c, d_delta) : -ENOMEM;
@@ -235,7 +248,7 @@ static int blend_member(const struct kvfs_model *m, struct kvfs_loader *ld, cons
         memcpy(idx, sel, sizeof(int32_t) * (size_t)n_sel);
         for (int s = 0; s < L->n_suffix; s++)
             idx[n_sel + s] = L->n_rows + s;
-        rc = recompute(m, c, L, idx, n_sel + L->n_suffix);
+        rc = recompute(m, c, L, idx, n_sel + L->n_suffix, n_p, shift); /* the prefix is final */
     }
     if (!rc)
         rc = BE(m)->synchronize(CTX(m));
@@ -338,7 +351,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     free(pmass);
     /* 2. the prefix once, into the shared cache's first rows */
     size_t prefix_bytes = sizeof(float) * (size_t)n_p * (size_t)c.kv_dim;
-    if (!rc && !(rc = blend_prefix(m, &c, &Lp, want, &cp, &k_p))) {
+    if (!rc && !(rc = blend_prefix(m, &c, &Lp, want, o->shift, &cp, &k_p))) {
         for (int l = 0; l < m->hp.n_layer && !rc; l++)
             if (!(rc = BE(m)->copy(CTX(m), c.k[l], cp.k[l], prefix_bytes)))
                 rc = BE(m)->copy(CTX(m), c.v[l], cp.v[l], prefix_bytes);
@@ -346,7 +359,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     }
     /* 3. each member over it */
     for (int i = 0; i < n_mb && !rc; i++) {
-        if ((rc = blend_member(m, ld, &L[i], n_shared, n_p, sel[i], n_sel[i], &c, d_delta, err, errlen)))
+        if ((rc = blend_member(m, ld, &L[i], n_shared, n_p, sel[i], n_sel[i], o->shift, &c, d_delta, err, errlen)))
             break;
         struct kvfs_blend_stats st = {0};
         struct kvfs_loader_stats ls;

@@ -109,6 +109,7 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->check_layer = 1;
     o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
     o->ape_temp = 1.0f;
+    o->shift = KVFS_BLEND_SHIFT;
 }
 
 void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
@@ -315,6 +316,7 @@ struct blend_run {
     struct kvfs_kv_cache *c;
     int n_rows, n_suffix, n_ctx, check_layer;
     int32_t *tokens, *delta;    /* host [n_ctx] */
+    int32_t *chunk_of;          /* host [n_ctx]: each row's chunk (the query: -1) */
     uint8_t *forced;            /* host [n_ctx + 1]: attention sinks */
     int32_t *idx, *sel_pos, *keep; /* host [n_ctx]: rows being recomputed, their positions */
     int32_t *d_delta, *d_top, *d_idx, *d_local;
@@ -329,6 +331,8 @@ static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
 {
     if (!(o->ape_temp > 0.0f))
         return kvfs_errf(err, errlen, -EINVAL, "ape_temp %g is not above 0", (double)o->ape_temp);
+    if (!(o->shift >= 0.0f && o->shift <= 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "shift %g is outside [0, 1]", (double)o->shift);
     if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
     if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
@@ -352,6 +356,7 @@ static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, 
         for (uint32_t t = 0; t < h->n_tokens; t++, r++) {
             b->tokens[r] = (int32_t)kvfs_header_token(h, t);
             b->delta[r] = r - (int32_t)(h->pos0 + t);
+            b->chunk_of[r] = i;
             b->c->host_pos[r] = r;
             /* a later chunk's first rows were attention sinks when it was
              * prefilled alone: their cached K/V are the most out of place */
@@ -367,6 +372,7 @@ static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, 
     for (int r = b->n_rows; r < b->n_ctx; r++) {
         b->tokens[r] = suffix[r - b->n_rows];
         b->delta[r] = 0;
+        b->chunk_of[r] = -1;
         b->c->host_pos[r] = r;
         if (b->tokens[r] < 0 || b->tokens[r] >= b->m->hp.n_vocab)
             return kvfs_errf(err, errlen, -EINVAL, "suffix token %d out of range", b->tokens[r]);
@@ -384,11 +390,12 @@ static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t
     size_t n = (size_t)b->n_ctx;
     b->tokens = malloc(sizeof(int32_t) * n);
     b->delta = malloc(sizeof(int32_t) * n);
+    b->chunk_of = malloc(sizeof(int32_t) * n);
     b->forced = calloc(n + 1, 1);
     b->idx = malloc(sizeof(int32_t) * n);
     b->sel_pos = malloc(sizeof(int32_t) * n);
     b->keep = malloc(sizeof(int32_t) * n);
-    if (!b->tokens || !b->delta || !b->forced || !b->idx || !b->sel_pos || !b->keep)
+    if (!b->tokens || !b->delta || !b->chunk_of || !b->forced || !b->idx || !b->sel_pos || !b->keep)
         return -ENOMEM;
     int rc = kvfs_kv_cache_init(m, b->n_ctx, b->c);
     if (rc || (rc = layout_prompt(b, suffix, err, errlen)))
@@ -630,6 +637,8 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
         if ((!b->by_query && (rc = blend_take_layer(m, b->ld, NULL, 0, 0, b->c, l, b->d_delta, b->n_rows, err, errlen))) ||
             (rc = kvfs_layer_qkv(m, l, &b->ws, b->n_run)) ||
             (n_next < b->n_sel && (rc = narrow(b, l))) ||
+            (b->by_query && (rc = blend_shift_layer(m, b->c, l, b->chunk_of, kvfs_loader_count(b->ld), 0, b->n_rows,
+                                                    b->idx, b->d_idx, b->n_sel, b->ws.k, b->ws.v, b->o.shift))) ||
             (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
             (rc = finish_selected(b, l)))
@@ -669,6 +678,7 @@ static void run_free(struct blend_run *b)
             be->free(ctx, dev[i]);
     free(b->tokens);
     free(b->delta);
+    free(b->chunk_of);
     free(b->forced);
     free(b->idx);
     free(b->sel_pos);

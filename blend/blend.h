@@ -76,7 +76,11 @@ struct kvfs_blend_opts {
                          * the forced sink rows raise it to their count */
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
     float ape_temp;     /* APE's attention temperature on later chunks' rows (1: off; an experiment) */
+    float shift;        /* select=query: a later chunk's reused rows move by shift x the mean deviation
+                         * of its recomputed rows, layer by layer (0: off; blend/shift.c) */
 };
+/* The chunk shift's default (kvfs(8), BENCHMARKS.md "The chunk shift") */
+#define KVFS_BLEND_SHIFT 0.4f
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
 /* The fidelity floor kvfs serves with (the mount's recipes, kvfsctl blend
  * and eval; the library's opts_init leaves it off): prompts of at most

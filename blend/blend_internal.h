@@ -28,5 +28,14 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
 int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
                      const int32_t *d_delta, float *d_mass, char *err, size_t errlen);
+/* The chunk shift (blend/shift.c), at layer l before the fresh K/V
+ * (fresh_k, fresh_v: device [n_sel][kv_dim]) of the recomputed chunk rows
+ * idx[0..n_sel) (ascending; d_idx the same on the device) replace the cached
+ * ones: every other row r in [row_lo, n_rows) of a later chunk
+ * (chunk_of[r] >= 1) moves by shift x the mean deviation (fresh - cached) of
+ * its chunk's recomputed rows.  shift 0: nothing. */
+int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
+                      int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
+                      const float *fresh_k, const float *fresh_v, float shift);
 
 #endif

@@ -397,6 +397,62 @@ int main(void)
         kvfs_loader_close(ld);
         CHECK_EQ(b.n, 0);
     }
+    /* the chunk shift: the first chunk's rows are never moved; a later
+     * chunk's reused rows move by exactly shift x the mean deviation of its
+     * recomputed rows (at layer 1: layer 0 has no context, so no deviation
+     * and no shift, and layer 1's recomputed rows are the same with and
+     * without it); the query sees them, so its logits change */
+    {
+        struct kvfs_blend_opts on, off;
+        struct kvfs_kv_cache c0, c1;
+        int32_t *t0 = NULL, *t1 = NULL;
+        float *out0 = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+        kvfs_blend_opts_init(&on, 0.3f);
+        kvfs_blend_opts_init(&off, 0.3f);
+        off.shift = 0.0f;
+        CHECK_EQ(on.shift, KVFS_BLEND_SHIFT);
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &off, &c0, &t0, out0, &st, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), 0);
+        int kvd = c0.kv_dim, same0 = 1, moved = 0, n_logit_diff = 0;
+        for (int l = 0; l < c0.n_layer; l++)
+            for (int j = 0; j < LEN * kvd; j++) /* chunk 0: exact in both */
+                same0 &= c0.k[l][j] == c1.k[l][j] && c0.v[l][j] == c1.v[l][j];
+        /* layer 1, chunk 1's V: reused rows moved by one common vector */
+        float common[4096];
+        int have = 0, consistent = 1;
+        for (int r = LEN; r < 2 * LEN && kvd <= 4096; r++) {
+            float dv0 = c1.v[1][(size_t)r * kvd] - c0.v[1][(size_t)r * kvd];
+            if (dv0 == 0.0f)
+                continue;
+            moved++;
+            for (int d = 0; d < kvd; d++) {
+                float dv = c1.v[1][(size_t)r * kvd + d] - c0.v[1][(size_t)r * kvd + d];
+                if (!have)
+                    common[d] = dv;
+                else
+                    consistent &= fabsf(dv - common[d]) <= 1e-5f * (1.0f + fabsf(common[d]));
+            }
+            have = 1;
+        }
+        for (int i = 0; i < m->hp.n_vocab; i++)
+            n_logit_diff += out0[i] != out[i];
+        CHECK(same0);
+        CHECK(moved > LEN / 2);
+        CHECK(consistent);
+        CHECK(n_logit_diff > 0);
+        fprintf(stderr, "shift: %d of chunk 1's %d rows moved at layer 1, %d logits differ\n", moved, LEN,
+                n_logit_diff);
+        /* ratio 1: nothing reused, nothing shifted */
+        kvfs_kv_cache_free(m, &c0), kvfs_kv_cache_free(m, &c1), free(t0), free(t1);
+        on.ratio = off.ratio = 1.0f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &off, &c0, &t0, out0, &st, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), 0);
+        CHECK(!memcmp(out0, out, sizeof(float) * (size_t)m->hp.n_vocab));
+        kvfs_kv_cache_free(m, &c0), kvfs_kv_cache_free(m, &c1), free(t0), free(t1);
+        on.shift = 1.5f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
+        free(out0);
+    }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];
     for (int i = 0; i < 12; i++)

@@ -7,8 +7,11 @@
 #include "kvformat.h"
 #include "kvquant.h"
 
-static uint32_t group_of(int codec) { return codec == KVFS_KVQ_Q8 ? 32 : 64; }
-static size_t block_of(int codec) { return codec == KVFS_KVQ_Q8 ? 34 : 36; }
+/* values per group and bytes per block, keys (which 0) and values (1):
+ * q4's values take groups of 32, whose extra scales (5 bits per value
+ * against 4.5) halve what 4 bits lose on a token's outlier channels */
+static uint32_t group_of(int codec, int which) { return codec == KVFS_KVQ_Q4 && !which ? 64 : 32; }
+static size_t block_of(int codec, int which) { return codec == KVFS_KVQ_Q8 ? 34 : 4 + group_of(codec, which) / 2; }
 
 int kvfs_kvq_parse(const char *name)
 {
@@ -29,8 +32,8 @@ size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
 {
     if (!shape_ok(codec, n_tokens, kv_dim))
         return 0;
-    size_t g = group_of(codec), token_groups = (n_tokens + g - 1) / g;
-    return block_of(codec) * (token_groups * kv_dim + (size_t)n_tokens * (kv_dim / g));
+    size_t gk = group_of(codec, 0), gv = group_of(codec, 1), token_groups = (n_tokens + gk - 1) / gk;
+    return block_of(codec, 0) * token_groups * kv_dim + block_of(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
 }
 
 /* lrintf (to nearest, ties to even) for |x| < 2^22, without libm: libkvfs
@@ -54,10 +57,9 @@ static float get16(const uint8_t *p)
     return kvfs_f16_to_f32(h);
 }
 
-/* one group of g values (read with stride) into a block */
-static void encode_group(int codec, const float *x, size_t stride, uint32_t n, uint8_t *b)
+/* one group of g values (n of them real, read with stride) into a block */
+static void encode_group(int codec, uint32_t g, const float *x, size_t stride, uint32_t n, uint8_t *b)
 {
-    uint32_t g = group_of(codec);
     float lo = INFINITY, hi = -INFINITY, amax = 0.0f;
     for (uint32_t i = 0; i < n; i++) {
         float v = x[i * stride];
@@ -81,7 +83,7 @@ static void encode_group(int codec, const float *x, size_t stride, uint32_t n, u
     float d = kvfs_f16_to_f32(kvfs_f32_to_f16((hi - m) / 15.0f)), id = d > 0.0f ? 1.0f / d : 0.0f;
     put16(b, d);
     put16(b + 2, m);
-    memset(b + 4, 0, 32);
+    memset(b + 4, 0, g / 2);
     for (uint32_t i = 0; i < g; i++) {
         long q = round_even(((i < n ? x[i * stride] : 0.0f) - m) * id);
         q = q > 15 ? 15 : q < 0 ? 0 : q;
@@ -110,29 +112,29 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
 {
     if (!shape_ok(codec, n_tokens, kv_dim) || n_parts == 0 || part >= n_parts)
         return -EINVAL;
-    uint32_t g = group_of(codec), n_tg = (n_tokens + g - 1) / g;
-    size_t bs = block_of(codec);
+    uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
+    size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
     uint32_t tg0 = (uint32_t)((uint64_t)n_tg * part / n_parts), tg1 = (uint32_t)((uint64_t)n_tg * (part + 1) / n_parts);
     for (uint32_t tg = tg0; tg < tg1; tg++) {
-        uint32_t t0 = tg * g, n = n_tokens - t0 < g ? n_tokens - t0 : g;
-        uint8_t *b = blocks + bs * (size_t)tg * kv_dim;
-        for (uint32_t c = 0; c < kv_dim; c++, b += bs) {
+        uint32_t t0 = tg * gk, n = n_tokens - t0 < gk ? n_tokens - t0 : gk;
+        uint8_t *b = blocks + bk * (size_t)tg * kv_dim;
+        for (uint32_t c = 0; c < kv_dim; c++, b += bk) {
             float *x = k + (size_t)t0 * kv_dim + c;
             if (decode)
                 decode_group(codec, b, x, kv_dim, n);
             else
-                encode_group(codec, x, kv_dim, n, b);
+                encode_group(codec, gk, x, kv_dim, n, b);
         }
     }
     uint32_t ta = (uint32_t)((uint64_t)n_tokens * part / n_parts), tb = (uint32_t)((uint64_t)n_tokens * (part + 1) / n_parts);
-    uint8_t *b = blocks + bs * ((size_t)n_tg * kv_dim + (size_t)ta * (kv_dim / g));
+    uint8_t *b = blocks + bk * (size_t)n_tg * kv_dim + bv * (size_t)ta * (kv_dim / gv);
     for (uint32_t t = ta; t < tb; t++)
-        for (uint32_t c0 = 0; c0 < kv_dim; c0 += g, b += bs) {
+        for (uint32_t c0 = 0; c0 < kv_dim; c0 += gv, b += bv) {
             float *x = v + (size_t)t * kv_dim + c0;
             if (decode)
-                decode_group(codec, b, x, 1, g);
+                decode_group(codec, b, x, 1, gv);
             else
-                encode_group(codec, x, 1, g, b);
+                encode_group(codec, gv, x, 1, gv, b);
         }
     return 0;
 }
@@ -156,10 +158,11 @@ int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32
 float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
                     uint32_t c)
 {
-    uint32_t g = group_of(codec), n_tg = (n_tokens + g - 1) / g;
-    size_t blk = which ? (size_t)n_tg * kv_dim + (size_t)t * (kv_dim / g) + c / g : (size_t)(t / g) * kv_dim + c;
-    uint32_t i = which ? c % g : t % g;
-    const uint8_t *b = in + blk * block_of(codec);
+    uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
+    size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
+    const uint8_t *b = which ? in + bk * (size_t)n_tg * kv_dim + bv * ((size_t)t * (kv_dim / gv) + c / gv)
+                             : in + bk * ((size_t)(t / gk) * kv_dim + c);
+    uint32_t i = which ? c % gv : t % gk;
     if (codec == KVFS_KVQ_Q8)
         return get16(b) * (float)(int8_t)b[2 + i];
     return get16(b + 2) + get16(b) * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);

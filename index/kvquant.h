@@ -2,19 +2,19 @@
  * (issue 18): the kvfs(5) dtypes q8 and q4.
  *
  * KIVI's split: keys are quantized per channel (a group is one channel of
- * KVFS_KVQ_GROUP consecutive tokens: outlier channels keep their own
- * scale), values per token (a group is KVFS_KVQ_GROUP consecutive channels
- * of one token).  A group is a block:
- *   q8: f16 d, then 32 int8 q (x = d q; d = max|x| / 127)             34 bytes
- *   q4: f16 d, f16 m, then 32 bytes of 64 nibbles (x = m + d q,       36 bytes
- *       d = (max - min) / 15, m = min); low nibble first
- * with KVFS_KVQ_GROUP 32 for q8 and 64 for q4.  The layer is the key blocks,
- * token group by token group and in each channel by channel, then the value
- * blocks, token by token and in each group by group.  A last token group
- * shorter than the group is padded with zeros (decoded, not returned).
- * kv_dim must be a multiple of 64.  Per value: q8 8.5 bits (0.53x of f16),
- * q4 4.5 bits (0.28x).  Error: q8 at most d/2 per value, q4 at most d/2
- * plus the f16 rounding of m and d (kvfs_kvq_bound). */
+ * consecutive tokens: outlier channels keep their own scale), values per
+ * token (a group is consecutive channels of one token).  A group is a block:
+ *   q8: f16 d, then 32 int8 q (x = d q; d = max|x| / 127)            34 bytes
+ *   q4: f16 d, f16 m, then g/2 bytes of g nibbles (x = m + d q,      36 / 20
+ *       d = (max - min) / 15, m = min); low nibble first              bytes
+ * with groups of 32 for q8, and for q4 64 tokens (keys) and 32 channels
+ * (values).  The layer is the key blocks, token group by token group and in
+ * each channel by channel, then the value blocks, token by token and in each
+ * group by group.  A last token group shorter than the group is padded with
+ * zeros (decoded, not returned).  kv_dim must be a multiple of 64.  Per
+ * value: q8 8.5 bits (0.53x of f16), q4 4.75 (keys 4.5, values 5; 0.30x).
+ * Error: q8 at most d/2 per value, q4 at most d/2 plus the f16 rounding of
+ * m and d (kvfs_kvq_bound). */
 #ifndef KVFS_KVQUANT_H
 #define KVFS_KVQUANT_H
 

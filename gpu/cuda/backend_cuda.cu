@@ -930,17 +930,17 @@ static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, i
     return 0;
 }
 
-/* Blocks [b0, b0 + nb) of a q8/q4 layer (kvfs(5), index/kvquant.h), one
- * thread per value: a key block is one channel of g tokens, a value block
- * g channels of one token */
-__global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, float *k, float *v, unsigned n_tokens,
-                             unsigned kv_dim, int codec)
+/* Blocks [b0, b0 + nb) of a q8/q4 layer's keys (which 0) or values (1)
+ * (kvfs(5), index/kvquant.h), g values of bs bytes each, one thread per
+ * value: a key block is one channel of g tokens, a value block g channels
+ * of one token */
+__global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, unsigned g, unsigned bs, int which,
+                             float *out, unsigned n_tokens, unsigned kv_dim, int codec)
 {
-    unsigned g = codec == 1 ? 32u : 64u, bs = codec == 1 ? 34u : 36u;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nb * g)
         return;
-    size_t b = b0 + i / g, key_blocks = (size_t)((n_tokens + g - 1) / g) * kv_dim;
+    size_t b = b0 + i / g;
     unsigned pos = (unsigned)(i % g);
     const unsigned char *p = blk + (i / g) * bs;
     float d = __half2float(*(const __half *)p), x;
@@ -948,47 +948,53 @@ __global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, flo
         x = d * (float)(signed char)p[2 + pos];
     else
         x = __half2float(*(const __half *)(p + 2)) + d * (float)((p[4 + pos / 2] >> (4 * (pos & 1))) & 15);
-    if (b < key_blocks) {
+    if (!which) {
         size_t t = (b / kv_dim) * g + pos;
         if (t < n_tokens) /* the last token group's padding is not returned */
-            k[t * kv_dim + b % kv_dim] = x;
+            out[t * kv_dim + b % kv_dim] = x;
     } else {
-        size_t r = b - key_blocks, per = kv_dim / g;
-        v[(r / per) * kv_dim + (r % per) * g + pos] = x;
+        size_t per = kv_dim / g;
+        out[(b / per) * kv_dim + (b % per) * g + pos] = x;
     }
 }
 
 /* A quantized layer through the staging ring as upload_kv's bytes go, whole
- * blocks per slot, decoded on the device */
+ * blocks per slot (keys, then values), decoded on the device */
 static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_t n_tokens, uint32_t kv_dim,
                         int codec)
 {
     struct cuda_ctx *c = CTX;
     if ((codec != 1 && codec != 2) || !n_tokens || !kv_dim || kv_dim % 64)
         return -EINVAL;
-    size_t g = codec == 1 ? 32 : 64, bs = codec == 1 ? 34 : 36;
-    size_t total = ((n_tokens + g - 1) / g) * kv_dim + (size_t)n_tokens * (kv_dim / g), per = STAGE_BYTES / bs;
-    for (size_t done = 0; done < total; done += per) {
-        size_t nb = total - done < per ? total - done : per;
-        struct stage_slot *sl = &c->stage[c->next_slot];
-        c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
-        if (!sl->host) {
-            CK(cudaMallocHost(&sl->host, STAGE_BYTES));
-            CK(cudaMalloc(&sl->dev, STAGE_BYTES));
+    const char *at = (const char *)src;
+    for (int which = 0; which < 2; which++) {
+        size_t g = codec == 2 && !which ? 64 : 32, bs = codec == 1 ? 34 : 4 + g / 2;
+        size_t total = which ? (size_t)n_tokens * (kv_dim / g) : ((n_tokens + g - 1) / g) * kv_dim;
+        size_t per = STAGE_BYTES / bs;
+        for (size_t done = 0; done < total; done += per) {
+            size_t nb = total - done < per ? total - done : per;
+            struct stage_slot *sl = &c->stage[c->next_slot];
+            c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
+            if (!sl->host) {
+                CK(cudaMallocHost(&sl->host, STAGE_BYTES));
+                CK(cudaMalloc(&sl->dev, STAGE_BYTES));
+            }
+            if (sl->used)
+                CK(cudaEventSynchronize(sl->consumed));
+            pool_memcpy(c, sl->host, at + done * bs, nb * bs);
+            CK(cudaMemcpyAsync(sl->dev, sl->host, nb * bs, cudaMemcpyHostToDevice, c->copy_stream));
+            CK(cudaEventRecord(sl->copied, c->copy_stream));
+            CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
+            k_kvq_decode<<<blocks(nb * g, 256), 256, 0, c->stream>>>((const unsigned char *)sl->dev, done, nb,
+                                                                      (unsigned)g, (unsigned)bs, which, which ? v : k,
+                                                                      n_tokens, kv_dim, codec);
+            int rc = LAUNCHED("kvq_decode");
+            if (rc)
+                return rc;
+            CK(cudaEventRecord(sl->consumed, c->stream));
+            sl->used = 1;
         }
-        if (sl->used)
-            CK(cudaEventSynchronize(sl->consumed));
-        pool_memcpy(c, sl->host, (const char *)src + done * bs, nb * bs);
-        CK(cudaMemcpyAsync(sl->dev, sl->host, nb * bs, cudaMemcpyHostToDevice, c->copy_stream));
-        CK(cudaEventRecord(sl->copied, c->copy_stream));
-        CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
-        k_kvq_decode<<<blocks(nb * g, 256), 256, 0, c->stream>>>((const unsigned char *)sl->dev, done, nb, k, v,
-                                                                  n_tokens, kv_dim, codec);
-        int rc = LAUNCHED("kvq_decode");
-        if (rc)
-            return rc;
-        CK(cudaEventRecord(sl->consumed, c->stream));
-        sl->used = 1;
+        at += total * bs;
     }
     return 0;
 }

@@ -29,18 +29,18 @@ ROPE_NORM, ROPE_NEOX = 0, 2
 # bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
 _NP_DTYPE = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2"), DTYPE_BF16: np.dtype("<u2")}
 _DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_Q8: "q8", DTYPE_Q4: "q4"}
-# block-quantized dtypes (kvfs(5)): values per group, bytes per block
-_QUANT = {DTYPE_Q8: (32, 34), DTYPE_Q4: (64, 36)}
+# block-quantized dtypes (kvfs(5)): values per group and bytes per block,
+# of keys (per channel over tokens) and of values (per token over channels)
+_QUANT = {DTYPE_Q8: (32, 34, 32, 34), DTYPE_Q4: (64, 36, 32, 20)}
 
 
-def _decode_blocks(dtype, blocks):
-    """blocks (..., block bytes) -> (..., group) float32 values."""
-    g, _ = _QUANT[dtype]
+def _decode_blocks(dtype, blocks, g):
+    """blocks (..., block bytes) of g values -> (..., g) float32 values."""
     d = np.ascontiguousarray(blocks[..., 0:2]).view("<f2").astype(np.float32)
     if dtype == DTYPE_Q8:
         return d * np.ascontiguousarray(blocks[..., 2:2 + g]).view(np.int8).astype(np.float32)
     m = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").astype(np.float32)
-    nib = blocks[..., 4:36]
+    nib = blocks[..., 4:4 + g // 2]
     q = np.stack((nib & 15, nib >> 4), axis=-1).reshape(blocks.shape[:-1] + (g,))  # low nibble first
     return m + d * q.astype(np.float32)
 
@@ -113,12 +113,12 @@ class ChunkFile:
         self.arch = arch.split(b"\0", 1)[0].decode("ascii", "replace")
         kv_dim = self.n_kv_head * self.head_dim
         if self.dtype in _QUANT:
-            g, bs = _QUANT[self.dtype]
+            gk, bk, gv, bv = _QUANT[self.dtype]
             if kv_dim % 64:
                 raise self._bad(errno.EINVAL, "dtype %s needs kv_dim a multiple of 64, not %d"
                                 % (_DTYPE_NAME[self.dtype], kv_dim))
             self.elem_size = 0
-            self.layer_bytes = bs * (-(-self.n_tokens // g) * kv_dim + self.n_tokens * (kv_dim // g))
+            self.layer_bytes = bk * -(-self.n_tokens // gk) * kv_dim + bv * self.n_tokens * (kv_dim // gv)
         else:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
             self.layer_bytes = 2 * self.n_tokens * kv_dim * self.elem_size
@@ -225,16 +225,16 @@ class ChunkFile:
         return self.header_size + layer * self.layer_stride
 
     def _decoded(self, layer, second):
-        g, bs = _QUANT[self.dtype]
+        gk, bk, gv, bv = _QUANT[self.dtype]
         kv_dim, n = self.n_kv_head * self.head_dim, self.n_tokens
-        n_tg = -(-n // g)
+        n_tg = -(-n // gk)
         off = self._layer_at(layer)
         if not second:  # keys: per channel over token groups, blocks [token group][channel]
-            b = np.frombuffer(self._mapped(), np.uint8, n_tg * kv_dim * bs, off).reshape(n_tg, kv_dim, bs)
-            x = _decode_blocks(self.dtype, b).transpose(0, 2, 1).reshape(n_tg * g, kv_dim)[:n]
+            b = np.frombuffer(self._mapped(), np.uint8, n_tg * kv_dim * bk, off).reshape(n_tg, kv_dim, bk)
+            x = _decode_blocks(self.dtype, b, gk).transpose(0, 2, 1).reshape(n_tg * gk, kv_dim)[:n]
         else:  # values: per token over channel groups, blocks [token][channel group]
-            b = np.frombuffer(self._mapped(), np.uint8, n * (kv_dim // g) * bs, off + n_tg * kv_dim * bs)
-            x = _decode_blocks(self.dtype, b.reshape(n, kv_dim // g, bs)).reshape(n, kv_dim)
+            b = np.frombuffer(self._mapped(), np.uint8, n * (kv_dim // gv) * bv, off + n_tg * kv_dim * bk)
+            x = _decode_blocks(self.dtype, b.reshape(n, kv_dim // gv, bv), gv).reshape(n, kv_dim)
         return np.ascontiguousarray(x).reshape(n, self.n_kv_head, self.head_dim)
 
     def _view(self, layer, second):

@@ -18,9 +18,11 @@ for i in 1 2 3; do
 done
 "$KVFSCTL" prefill -m "$MODEL" --kv-quant q4 -o "$T/alias.kv" "$T/d1.txt" > /dev/null 2>&1
 check "--kv-quant q4 is --dtype q4" cmp "$T/alias.kv" "$T/d1.q4.kv"
-s16=$(stat -c %s "$T/d1.f16.kv"); s8=$(stat -c %s "$T/d1.q8.kv"); s4=$(stat -c %s "$T/d1.q4.kv")
-check "q8 file <= 0.55x of f16's ($s8 / $s16)" python3 -c "import sys; sys.exit(not $s8 <= 0.55 * $s16)"
-check "q4 file <= 0.30x of f16's ($s4 / $s16)" python3 -c "import sys; sys.exit(not $s4 <= 0.30 * $s16)"
+# per token, scales included: a layer's K/V bytes (files add padding to 4 KiB per layer)
+lb() { PYTHONPATH="$KVFS_ROOT/python" python3 -c "import kvfs, sys; print(kvfs.open(sys.argv[1]).layer_bytes)" "$1"; }
+s16=$(lb "$T/d1.f16.kv"); s8=$(lb "$T/d1.q8.kv"); s4=$(lb "$T/d1.q4.kv")
+check "q8 layer <= 0.55x of f16's bytes ($s8 / $s16)" python3 -c "import sys; sys.exit(not $s8 <= 0.55 * $s16)"
+check "q4 layer <= 0.30x of f16's bytes ($s4 / $s16)" python3 -c "import sys; sys.exit(not $s4 <= 0.30 * $s16)"
 check "kvfsctl info names the dtype" sh -c "'$KVFSCTL' info --json '$T/d1.q4.kv' | grep -q '\"dtype\": \"q4\"'"
 check "q8 chunk within 1% of the f16 one (kvfsctl compare)" "$KVFSCTL" compare --max-err 0.01 "$T/d1.f16.kv" "$T/d1.q8.kv"
 check "q4 chunk within 16% of the f16 one" "$KVFSCTL" compare --max-err 0.16 "$T/d1.f16.kv" "$T/d1.q4.kv"

@@ -12,6 +12,8 @@ K = int(os.environ.get('PIPE_CHUNKS', '6'))
 SIZE = int(os.environ.get('PIPE_CHUNK_BYTES', '2000'))
 RUNS = int(os.environ.get('PIPE_RUNS', '3'))
 SLOW = os.environ.get('PIPE_SLOW_BW', '50M')
+# quantized chunk dtypes measured beside f16 (kvfs(5); issue 18): the same texts prefilled again as q8 / q4
+DTYPES = [d for d in os.environ.get('PIPE_DTYPES', 'q8,q4').split(',') if d]
 Q = '\n\nQuestion: What do these texts have in common?\nAnswer:'
 
 def mount(store, mnt, opts, log):
@@ -56,12 +58,20 @@ with tempfile.TemporaryDirectory() as td:
     docs = [t for _, t in documents(400) if len(t) > SIZE + 200]
     texts = [docs[(7 * k + 3) % len(docs)][:SIZE] for k in range(K)]
     p = mount(store, mnt, 'ram=0', log)
-    hashes = []
+    hashes, qhashes = [], {d: [] for d in DTYPES}
     for k, text in enumerate(texts):
         f = os.path.join(td, f'c{k}.txt')
         open(f, 'w').write(text)
         out = subprocess.run([KVFSCTL, 'prefill', '-m', MODEL, '-M', mnt, f], capture_output=True, text=True, check=True)
         hashes.append(out.stdout.split()[0])
+        for d in DTYPES:
+            out = subprocess.run([KVFSCTL, 'prefill', '-m', MODEL, '--dtype', d, '-M', mnt, f], capture_output=True,
+                                 text=True, check=True)
+            qhashes[d].append(out.stdout.split()[0])
+    stored = {d: sum(int(subprocess.run(['getfattr', '--only-values', '-n', 'user.kvfs.stored_size',
+                                         os.path.join(mnt, 'chunks', h + '.kv')], capture_output=True,
+                                        text=True).stdout) for h in hs)
+              for d, hs in [('f16', hashes)] + list(qhashes.items())}
     n_tok = sum(int(subprocess.run(['getfattr', '--only-values', '-n', 'user.kvfs.tokens',
                                     os.path.join(mnt, 'chunks', h + '.kv')], capture_output=True, text=True).stdout)
                 for h in hashes)
@@ -72,6 +82,11 @@ with tempfile.TemporaryDirectory() as td:
         dropped_any |= dropped
         rows.setdefault('blend 0.15, chunks on disk (page cache dropped)' if dropped else
                         'blend 0.15, chunks on disk', []).append((wall, last))
+    for d in DTYPES:
+        for r in range(RUNS):
+            wall, last, dropped = blend(mnt, qhashes[d], 0.15, f'disk{d}{r}', drop=True)
+            rows.setdefault(f'blend 0.15, {d} chunks on disk' + (' (page cache dropped)' if dropped else ''),
+                            []).append((wall, last))
     for r in range(RUNS):
         rows.setdefault('blend 0.15, chunks on disk (page cache warm)', []).append(blend(mnt, hashes, 0.15, f'warm{r}')[:2])
     umount(mnt, p)
@@ -84,6 +99,10 @@ with tempfile.TemporaryDirectory() as td:
     p = mount(store, mnt, f'ram=0,sim_read_bw={SLOW}', log)
     for r in range(RUNS):
         rows.setdefault(f'blend 0.15, slow tier ({SLOW}B/s simulated)', []).append(blend(mnt, hashes, 0.15, f'slow{r}')[:2])
+    for d in DTYPES:
+        for r in range(RUNS):
+            rows.setdefault(f'blend 0.15, {d} chunks, slow tier ({SLOW}B/s simulated)', []).append(
+                blend(mnt, qhashes[d], 0.15, f'slow{d}{r}')[:2])
     for r in range(RUNS):
         rows.setdefault(f'blend 0.15 select=fixed, slow tier ({SLOW}B/s simulated)', []).append(
             blend(mnt, hashes, 0.15, f'slowfixed{r}', select='fixed')[:2])
@@ -115,5 +134,7 @@ for name, v in rows.items():
     med = lambda k: statistics.median(x[1][k] for x in v)
     print(f'| {name} | {t:.3f} | {t_full / t:.2f}x | {med("ratio"):.2f} | {med("loading_s"):.3f} | '
           f'{med("waiting_s"):.3f} | {100 * med("load_hidden"):.0f}% |')
+print('\nStored bytes of the 6 chunks (`user.kvfs.stored_size`, zstd level 1 included): ' +
+      ', '.join(f'{d} {b / 1e6:.1f} MB ({b / stored["f16"]:.2f}x)' for d, b in stored.items()) + '.')
 if not dropped_any:
     print('\n(The page cache could not be dropped here: "disk" rows read from the page cache.)')

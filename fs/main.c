@@ -383,6 +383,11 @@ int main(int argc, char *argv[])
     }
     if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
         return 2;
+    /* the kernel checks every access against the mode bits kvfs reports:
+     * with allow_other, other users read chunks (0644) but cannot add,
+     * remove, pin or blend (the directories are the owner's, 0755) */
+    if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+        return 1;
     if (fuse_parse_cmdline(&args, &cl) != 0) {
         fprintf(stderr, "kvfs: bad arguments (try --help)\n");
         ret = 2;

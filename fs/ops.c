@@ -42,7 +42,7 @@ static void dir_attr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
 {
     memset(st, 0, sizeof(*st));
     st->st_ino = ino;
-    st->st_mode = S_IFDIR | (ino == INO_INCOMING ? 0733 : 0755);
+    st->st_mode = S_IFDIR | 0755; /* with allow_other, only the owner (and root) adds, removes or blends */
     st->st_nlink = 2;
     st->st_uid = getuid();
     st->st_gid = getgid();

@@ -89,7 +89,7 @@ static void check_object(struct fsck_state *st, const char *path, const char *na
     char hash[KVFS_HASH_HEX_LEN + 1], why[256] = "", hex[KVFS_HASH_HEX_LEN + 1];
     memcpy(hash, name, KVFS_HASH_HEX_LEN);
     hash[KVFS_HASH_HEX_LEN] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat sb;
     uint8_t *img = NULL, digest[32];
     size_t len = 0;

@@ -264,7 +264,7 @@ static int read_object(struct kvfs_remote *r, const char *hash, uint8_t **buf, s
     int rc = kvfs_store_object_path(r->s, hash, p, sizeof(p));
     if (rc)
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
     struct stat st;

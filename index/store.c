@@ -336,7 +336,7 @@ static int reconcile(struct kvfs_store *s)
     for (size_t k = 0; k < n_added; k++) {
         char p[4096];
         object_path(s, added[k], p, sizeof(p));
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         struct stat st;
         struct kvfs_obj_info info;
         struct kvfs_header h;
@@ -912,7 +912,7 @@ static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk
 
 int store_decode_entry(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc; /* a symlink planted in the store is not followed */
     struct stat st;
     uint8_t *img = NULL;
     size_t len = 0;
@@ -991,7 +991,7 @@ static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk
          * open descriptor keeps the object readable after that */
         char p[4096];
         object_path(s, hash, p, sizeof(p));
-        *fd = open(p, O_RDONLY | O_CLOEXEC);
+        *fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (*fd < 0)
             rc = -errno;
     }
@@ -1076,7 +1076,7 @@ int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer
     int rc = kvfs_store_object_path(s, hash, p, sizeof(p));
     if (rc)
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
     struct stat st;

@@ -11,7 +11,7 @@ clang -fsanitize=fuzzer "$T/probe.c" -o "$T/probe" 2>/dev/null || skip "clang ca
 FB=$BUILD/fuzz # BUILD is absolute here (lib.sh)
 check "make fuzz-build" bash -c 'make --no-print-directory -C "$1" FUZZ_BUILD="$2" fuzz-build > "$3" 2>&1' \
     bash "$KVFS_ROOT" "$FB" "$T/build.log"
-for t in chunk recipe gguf tokenizer llama_state ioctl; do
+for t in chunk recipe gguf tokenizer llama_state ioctl rebuild; do
     check "seeds of $t are there" test -n "$(ls "$KVFS_ROOT/tests/fuzz/corpus/$t")"
     check "fuzz_$t: 5 s from its seeds, no crash, leak or timeout" \
         env FUZZ_BUILD="$FB" "$KVFS_ROOT/tests/fuzz/run.sh" 5 "$t"

@@ -186,10 +186,14 @@ asan:
 tsan:
 	$(MAKE) BUILD=build-tsan SAN="-fsanitize=thread -fno-omit-frame-pointer" OPT=-O1 all
 # Crash soak: SOAK_ITERS rounds of ingest, reads and rm killed by SIGKILL at
-# random moments, each checked after a remount (tests/soak/crash_soak.sh).
+# random moments, each checked after a remount (tests/soak/crash_soak.sh), and
+# the same with blends in flight and eviction running (crash_soak_blend.sh)
+# and with remote-tier uploads cut (crash_soak_remote.sh, a real Ceph cluster).
 SOAK_ITERS ?= 200
 soak: all
 	tests/soak/crash_soak.sh $(SOAK_ITERS)
+	tests/soak/crash_soak_blend.sh $(SOAK_ITERS)
+	tests/soak/crash_soak_remote.sh $(SOAK_ITERS)
 # Load: 16 clients for LOAD_SECONDS on a capacity-limited mount (tests/soak/load.sh).
 LOAD_SECONDS ?= 600
 load: all

@@ -7,9 +7,12 @@
  * the same chunk moves by `shift` times their mean (shift < 1: the
  * recomputed rows are the most attended ones, whose deviation is larger
  * than the rest's).  Keys are averaged in RoPE's frame of position 0 and
- * rotated back to each row's position.  The first chunk is exact and the
- * query is recomputed: neither moves. */
+ * rotated back to each row's position; the rotations run here on the host
+ * (a chunk's rows have consecutive positions: one angle step per row), so
+ * a layer costs two small downloads, one upload and one add per K and V.
+ * The first chunk is exact and the query is recomputed: neither moves. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,26 +22,39 @@
 #define CTX(m) ((m)->be.ctx)
 
 struct shift_bufs {
-    float *h_sel, *h_mean, *h_add;  /* host: [n_sel][kvd], [n_chunks][kvd], [n_rows - row_lo][kvd] */
-    int32_t *h_pos;                 /* host: -positions of the recomputed rows */
+    float *h_sel, *h_old, *h_mean, *h_add; /* host: [n_sel][kvd] x2, [n_chunks][kvd], [n_add][kvd] */
+    double *inv;                           /* RoPE's frequencies, [rope_dim / 2] */
     int *cnt;
-    uint8_t *recomputed;            /* host: [n_rows] */
-    float *d_sel, *d_add;           /* device, the same shapes as h_sel, h_add */
-    int32_t *d_pos;
+    uint8_t *recomputed;                   /* [n_rows] */
+    float *d_sel, *d_add;                  /* device: [n_sel][kvd], [n_add][kvd] */
 };
 
-static void bufs_free(const struct kvfs_model *m, struct shift_bufs *s)
+/* pair j of a head: its two indices under the model's RoPE style */
+static void pair_of(const struct kvfs_hparams *hp, int j, int *i0, int *i1)
 {
-    free(s->h_sel), free(s->h_mean), free(s->h_add), free(s->h_pos), free(s->cnt), free(s->recomputed);
-    void *dev[] = {s->d_sel, s->d_add, s->d_pos};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        if (dev[i])
-            BE(m)->free(CTX(m), dev[i]);
+    int neox = hp->rope_style == KVFS_ROPE_STYLE_NEOX;
+    *i0 = neox ? j : 2 * j;
+    *i1 = neox ? j + hp->rope_dim / 2 : 2 * j + 1;
+}
+
+/* rotate one row (every head) by pos * inv[j], with cos/sin given per pair */
+static void rotate_row(const struct kvfs_hparams *hp, float *x, const double *c, const double *s)
+{
+    for (int h = 0; h < hp->n_kv_head; h++) {
+        float *v = x + (size_t)h * hp->head_dim;
+        for (int j = 0; j < hp->rope_dim / 2; j++) {
+            int i0, i1;
+            pair_of(hp, j, &i0, &i1);
+            double x0 = v[i0], x1 = v[i1];
+            v[i0] = (float)(x0 * c[j] - x1 * s[j]);
+            v[i1] = (float)(x0 * s[j] + x1 * c[j]);
+        }
+    }
 }
 
 /* one of K (is_k) or V: the chunk means of fresh - cached over the
- * recomputed rows, added to the chunk's other rows */
-static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, int is_k, const int32_t *chunk_of,
+ * recomputed rows, added to the chunk's other rows in [row_lo, n_rows) */
+static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is_k, float *cache, const int32_t *chunk_of,
                      int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
                      const float *fresh, float shift, struct shift_bufs *s)
 {
@@ -46,42 +62,63 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l,
     const struct kvfs_hparams *hp = &m->hp;
     void *ctx = CTX(m);
     size_t kvd = (size_t)c->kv_dim, n_add = (size_t)(n_rows - row_lo);
-    float *cache = is_k ? c->k[l] : c->v[l];
-    int rc;
+    int rc, half = hp->rope_dim / 2;
+    double cs[2048], sn[2048], cstep[2048], sstep[2048];
+    if (half > 2048)
+        return -EINVAL;
     if ((rc = be->gather_rows(ctx, cache, d_idx, s->d_sel, n_sel, (int)kvd)) ||
-        (rc = be->download(ctx, s->h_add, s->d_sel, sizeof(float) * (size_t)n_sel * kvd)) ||
+        (rc = be->download(ctx, s->h_old, s->d_sel, sizeof(float) * (size_t)n_sel * kvd)) ||
         (rc = be->download(ctx, s->h_sel, fresh, sizeof(float) * (size_t)n_sel * kvd)))
-        return rc;
-    for (size_t i = 0; i < (size_t)n_sel * kvd; i++)
-        s->h_sel[i] -= s->h_add[i];
-    if (is_k && ((rc = be->upload(ctx, s->d_sel, s->h_sel, sizeof(float) * (size_t)n_sel * kvd)) ||
-                 (rc = be->rope(ctx, s->d_sel, s->d_pos, n_sel, hp->n_kv_head, hp->head_dim, hp->rope_dim,
-                                m->layers[l].rope_theta, hp->rope_style)) ||
-                 (rc = be->download(ctx, s->h_sel, s->d_sel, sizeof(float) * (size_t)n_sel * kvd))))
         return rc;
     memset(s->h_mean, 0, sizeof(float) * (size_t)n_chunks * kvd);
     memset(s->cnt, 0, sizeof(int) * (size_t)n_chunks);
     for (int k = 0; k < n_sel; k++) {
+        float *d = s->h_sel + (size_t)k * kvd;
+        const float *o = s->h_old + (size_t)k * kvd;
+        for (size_t i = 0; i < kvd; i++)
+            d[i] -= o[i];
+        if (is_k) { /* into position 0's frame */
+            double p = -(double)c->host_pos[idx[k]];
+            for (int j = 0; j < half; j++)
+                cs[j] = cos(p * s->inv[j]), sn[j] = sin(p * s->inv[j]);
+            rotate_row(hp, d, cs, sn);
+        }
         int ch = chunk_of[idx[k]];
         s->cnt[ch]++;
-        for (size_t d = 0; d < kvd; d++)
-            s->h_mean[(size_t)ch * kvd + d] += s->h_sel[(size_t)k * kvd + d];
+        for (size_t i = 0; i < kvd; i++)
+            s->h_mean[(size_t)ch * kvd + i] += d[i];
     }
     for (int ch = 1; ch < n_chunks; ch++)
-        for (size_t d = 0; d < kvd && s->cnt[ch]; d++)
-            s->h_mean[(size_t)ch * kvd + d] *= shift / (float)s->cnt[ch];
+        for (size_t i = 0; i < kvd && s->cnt[ch]; i++)
+            s->h_mean[(size_t)ch * kvd + i] *= shift / (float)s->cnt[ch];
+    if (is_k)
+        for (int j = 0; j < half; j++)
+            cstep[j] = cos(s->inv[j]), sstep[j] = sin(s->inv[j]);
+    int32_t prev_pos = INT32_MIN;
     for (size_t r = 0; r < n_add; r++) {
         int row = row_lo + (int)r, ch = chunk_of[row];
         float *dst = s->h_add + r * kvd;
-        if (ch >= 1 && s->cnt[ch] && !s->recomputed[row])
-            memcpy(dst, s->h_mean + (size_t)ch * kvd, sizeof(float) * kvd);
-        else
+        if (ch < 1 || !s->cnt[ch] || s->recomputed[row]) {
             memset(dst, 0, sizeof(float) * kvd);
+            continue;
+        }
+        memcpy(dst, s->h_mean + (size_t)ch * kvd, sizeof(float) * kvd);
+        if (!is_k)
+            continue;
+        int32_t p = c->host_pos[row];
+        if (p == prev_pos + 1) /* the next position: one step of each pair's angle */
+            for (int j = 0; j < half; j++) {
+                double c0 = cs[j], s0 = sn[j];
+                cs[j] = c0 * cstep[j] - s0 * sstep[j];
+                sn[j] = s0 * cstep[j] + c0 * sstep[j];
+            }
+        else
+            for (int j = 0; j < half; j++)
+                cs[j] = cos((double)p * s->inv[j]), sn[j] = sin((double)p * s->inv[j]);
+        prev_pos = p;
+        rotate_row(hp, dst, cs, sn);
     }
     if ((rc = be->upload(ctx, s->d_add, s->h_add, sizeof(float) * n_add * kvd)))
-        return rc;
-    if (is_k && (rc = be->rope(ctx, s->d_add, c->pos + row_lo, (int)n_add, hp->n_kv_head, hp->head_dim, hp->rope_dim,
-                               m->layers[l].rope_theta, hp->rope_style)))
         return rc;
     return be->add(ctx, cache + (size_t)row_lo * kvd, s->d_add, cache + (size_t)row_lo * kvd, n_add * kvd);
 }
@@ -90,31 +127,40 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
                       const float *fresh_k, const float *fresh_v, float shift)
 {
-    if (shift == 0.0f || n_sel <= 0 || n_chunks < 2 || row_lo >= n_rows)
+    if (shift == 0.0f || n_sel <= 0 || n_chunks < 2)
+        return 0;
+    while (row_lo < n_rows && chunk_of[row_lo] < 1) /* the first chunk never moves */
+        row_lo++;
+    if (row_lo >= n_rows)
         return 0;
     const struct kvfs_backend_iface *be = BE(m);
+    const struct kvfs_hparams *hp = &m->hp;
     void *ctx = CTX(m);
     size_t kvd = (size_t)c->kv_dim, n_add = (size_t)(n_rows - row_lo);
+    int half = hp->rope_dim / 2;
     struct shift_bufs s = {0};
     s.h_sel = malloc(sizeof(float) * (size_t)n_sel * kvd);
+    s.h_old = malloc(sizeof(float) * (size_t)n_sel * kvd);
     s.h_mean = malloc(sizeof(float) * (size_t)n_chunks * kvd);
-    s.h_add = malloc(sizeof(float) * (n_add > (size_t)n_sel ? n_add : (size_t)n_sel) * kvd);
-    s.h_pos = malloc(sizeof(int32_t) * (size_t)n_sel);
+    s.h_add = malloc(sizeof(float) * n_add * kvd);
+    s.inv = malloc(sizeof(double) * (size_t)(half > 0 ? half : 1));
     s.cnt = malloc(sizeof(int) * (size_t)n_chunks);
     s.recomputed = calloc((size_t)n_rows, 1);
-    int rc = s.h_sel && s.h_mean && s.h_add && s.h_pos && s.cnt && s.recomputed ? 0 : -ENOMEM;
-    for (int k = 0; !rc && k < n_sel; k++) {
+    int rc = s.h_sel && s.h_old && s.h_mean && s.h_add && s.inv && s.cnt && s.recomputed ? 0 : -ENOMEM;
+    for (int k = 0; !rc && k < n_sel; k++)
         s.recomputed[idx[k]] = 1;
-        s.h_pos[k] = -c->host_pos[idx[k]];
-    }
+    for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */
+        s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||
         (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add)) ||
-        (rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_sel, (void **)&s.d_pos)) ||
-        (rc = be->upload(ctx, s.d_pos, s.h_pos, sizeof(int32_t) * (size_t)n_sel)) ||
-        (rc = shift_one(m, c, l, 1, chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_k, shift, &s)))
+        (rc = shift_one(m, c, 1, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_k, shift, &s)))
         goto out;
-    rc = shift_one(m, c, l, 0, chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &s);
+    rc = shift_one(m, c, 0, c->v[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &s);
 out:
-    bufs_free(m, &s);
+    free(s.h_sel), free(s.h_old), free(s.h_mean), free(s.h_add), free(s.inv), free(s.cnt), free(s.recomputed);
+    if (s.d_sel)
+        be->free(ctx, s.d_sel);
+    if (s.d_add)
+        be->free(ctx, s.d_add);
     return rc;
 }

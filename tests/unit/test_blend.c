@@ -434,6 +434,36 @@ int main(void)
             }
             have = 1;
         }
+        /* the keys' move, turned back to position 0 with the model's RoPE, is
+         * one common vector too */
+        const struct kvfs_hparams *hp = &m->hp;
+        int kmoved = 0, kconsistent = 1;
+        float kcommon[4096];
+        for (int r = LEN; r < 2 * LEN && kvd <= 4096; r++) {
+            float u[4096];
+            if (c1.v[1][(size_t)r * kvd] == c0.v[1][(size_t)r * kvd])
+                continue; /* a recomputed row (the layer-0 shift of rounding noise moves its K a little) */
+            for (int d = 0; d < kvd; d++)
+                u[d] = c1.k[1][(size_t)r * kvd + d] - c0.k[1][(size_t)r * kvd + d];
+            for (int h = 0; h < hp->n_kv_head; h++)
+                for (int j = 0; j < hp->rope_dim / 2; j++) {
+                    int neox = hp->rope_style == KVFS_ROPE_STYLE_NEOX;
+                    int i0 = h * hp->head_dim + (neox ? j : 2 * j), i1 = h * hp->head_dim + (neox ? j + hp->rope_dim / 2 : 2 * j + 1);
+                    double a = -(double)c1.host_pos[r] * pow(m->layers[1].rope_theta, -2.0 * j / hp->rope_dim);
+                    double x0 = u[i0], x1 = u[i1];
+                    u[i0] = (float)(x0 * cos(a) - x1 * sin(a));
+                    u[i1] = (float)(x0 * sin(a) + x1 * cos(a));
+                }
+            for (int d = 0; d < kvd; d++) {
+                if (!kmoved)
+                    kcommon[d] = u[d];
+                else
+                    kconsistent &= fabsf(u[d] - kcommon[d]) <= 1e-3f * (1.0f + fabsf(kcommon[d]));
+            }
+            kmoved++;
+        }
+        CHECK_EQ(kmoved, moved);
+        CHECK(kconsistent);
         for (int i = 0; i < m->hp.n_vocab; i++)
             n_logit_diff += out0[i] != out[i];
         CHECK(same0);

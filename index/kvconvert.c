@@ -13,19 +13,6 @@ double kvfs_dtype_bits(uint32_t dtype)
     return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 ? 4.5 : 8.0 * (double)kvfs_dtype_size(dtype);
 }
 
-/* n floats into dst as f32, f16 or bf16 */
-static void encode_plain(uint32_t dtype, const float *x, size_t n, uint8_t *dst)
-{
-    if (dtype == KVFS_DTYPE_F32) {
-        memcpy(dst, x, sizeof(float) * n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint16_t u = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(x[i]) : kvfs_f32_to_bf16(x[i]);
-        memcpy(dst + 2 * i, &u, 2);
-    }
-}
-
 int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_writer *w, char *err, size_t errlen)
 {
     struct kvfs_header h;
@@ -59,7 +46,7 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
         if (codec)
             rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, kv_dim, dst);
         else
-            encode_plain(dtype, kv, 2 * n, dst); /* K then V, as the layer holds them */
+            kvfs_f32_encode(dtype, kv, 2 * n, dst); /* K then V, as the layer holds them */
     }
     if (!rc)
         rc = kvfs_writer_finish(w);

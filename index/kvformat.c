@@ -423,6 +423,21 @@ void kvfs_f32_to_f16_n(const float *src, uint16_t *dst, size_t n)
         dst[i] = kvfs_f32_to_f16(src[i]);
 }
 
+void kvfs_f32_encode(uint32_t dtype, const float *src, size_t n, void *dst)
+{
+    uint8_t *out = dst;
+    if (dtype == KVFS_DTYPE_F32) {
+        memcpy(out, src, sizeof(float) * n);
+    } else if (dtype == KVFS_DTYPE_F16 && ((uintptr_t)out & 1) == 0) {
+        kvfs_f32_to_f16_n(src, (uint16_t *)dst, n);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t u = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(src[i]) : kvfs_f32_to_bf16(src[i]);
+            memcpy(out + 2 * i, &u, 2);
+        }
+    }
+}
+
 /* IEEE half conversions, round to nearest even. */
 uint16_t kvfs_f32_to_f16(float f)
 {

@@ -157,6 +157,8 @@ uint16_t kvfs_f32_to_f16(float f);
 /* n conversions at once (F16C when the build targets it; same rounding) */
 void kvfs_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 float kvfs_f16_to_f32(uint16_t h);
+/* n floats into dst as dtype f32, f16 or bf16 (dst may be unaligned) */
+void kvfs_f32_encode(uint32_t dtype, const float *src, size_t n, void *dst);
 uint16_t kvfs_f32_to_bf16(float f);
 float kvfs_bf16_to_f32(uint16_t h);
 

@@ -345,17 +345,8 @@ int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_k
         }
         for (int half = 0; half < 2 && !rc; half++) {
             const float *src = (half ? c->v[l] : c->k[l]) + (size_t)first * kvd;
-            rc = BE(m)->download(CTX(m), tmp, src, sizeof(float) * n);
-            uint8_t *out = dst + (size_t)half * n * esz;
-            if (!rc && dtype == KVFS_DTYPE_F32)
-                memcpy(out, tmp, 4 * n);
-            else if (!rc && dtype == KVFS_DTYPE_F16 && ((uintptr_t)out & 1) == 0)
-                kvfs_f32_to_f16_n(tmp, (uint16_t *)(void *)out, n);
-            else
-                for (size_t i = 0; i < n && !rc; i++) {
-                    uint16_t u = dtype == KVFS_DTYPE_F16 ? kvfs_f32_to_f16(tmp[i]) : kvfs_f32_to_bf16(tmp[i]);
-                    memcpy(out + 2 * i, &u, 2);
-                }
+            if (!(rc = BE(m)->download(CTX(m), tmp, src, sizeof(float) * n)))
+                kvfs_f32_encode(dtype, tmp, n, dst + (size_t)half * n * esz);
         }
     }
     free(tmp);

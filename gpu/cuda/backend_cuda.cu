@@ -899,6 +899,39 @@ __global__ void k_kv_to_f32(const void *src, float *dst, size_t n, int type)
         dst[i] = ((const float *)src)[i];
 }
 
+/* The next slot of the staging ring holding `bytes` of host data, on the
+ * device for kernels on c->stream: wait until its last kernel has read it,
+ * copy through its pinned buffer on the copy stream, and order c->stream
+ * after that copy.  The caller launches its kernel, then stage_done(). */
+static int stage_put(struct cuda_ctx *c, const void *host, size_t bytes, struct stage_slot **out)
+{
+    struct stage_slot *sl = &c->stage[c->next_slot];
+    c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
+    if (!sl->host) {
+        CK(cudaMallocHost(&sl->host, STAGE_BYTES));
+        CK(cudaMalloc(&sl->dev, STAGE_BYTES));
+    }
+    if (sl->used)
+        CK(cudaEventSynchronize(sl->consumed)); /* its last conversion has read it */
+    pool_memcpy(c, sl->host, host, bytes);
+    CK(cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    CK(cudaEventRecord(sl->copied, c->copy_stream));
+    CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
+    *out = sl;
+    return 0;
+}
+
+/* after the kernel that reads the slot was launched (its name for errors) */
+static int stage_done(struct cuda_ctx *c, struct stage_slot *sl, const char *kernel)
+{
+    int rc = LAUNCHED(kernel);
+    if (rc)
+        return rc;
+    CK(cudaEventRecord(sl->consumed, c->stream));
+    sl->used = 1;
+    return 0;
+}
+
 static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
 {
     struct cuda_ctx *c = CTX;
@@ -908,24 +941,13 @@ static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, i
     size_t per = STAGE_BYTES / esz;
     for (size_t done = 0; done < count; done += per) {
         size_t n = count - done < per ? count - done : per;
-        struct stage_slot *sl = &c->stage[c->next_slot];
-        c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
-        if (!sl->host) {
-            CK(cudaMallocHost(&sl->host, STAGE_BYTES));
-            CK(cudaMalloc(&sl->dev, STAGE_BYTES));
-        }
-        if (sl->used)
-            CK(cudaEventSynchronize(sl->consumed)); /* its last conversion has read it */
-        pool_memcpy(c, sl->host, (const char *)host + done * esz, n * esz);
-        CK(cudaMemcpyAsync(sl->dev, sl->host, n * esz, cudaMemcpyHostToDevice, c->copy_stream));
-        CK(cudaEventRecord(sl->copied, c->copy_stream));
-        CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
-        k_kv_to_f32<<<blocks(n, 256), 256, 0, c->stream>>>(sl->dev, dst + done, n, type);
-        int rc = LAUNCHED("kv_to_f32");
+        struct stage_slot *sl;
+        int rc = stage_put(c, (const char *)host + done * esz, n * esz, &sl);
         if (rc)
             return rc;
-        CK(cudaEventRecord(sl->consumed, c->stream));
-        sl->used = 1;
+        k_kv_to_f32<<<blocks(n, 256), 256, 0, c->stream>>>(sl->dev, dst + done, n, type);
+        if ((rc = stage_done(c, sl, "kv_to_f32")))
+            return rc;
     }
     return 0;
 }
@@ -973,26 +995,15 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
         size_t per = STAGE_BYTES / bs;
         for (size_t done = 0; done < total; done += per) {
             size_t nb = total - done < per ? total - done : per;
-            struct stage_slot *sl = &c->stage[c->next_slot];
-            c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
-            if (!sl->host) {
-                CK(cudaMallocHost(&sl->host, STAGE_BYTES));
-                CK(cudaMalloc(&sl->dev, STAGE_BYTES));
-            }
-            if (sl->used)
-                CK(cudaEventSynchronize(sl->consumed));
-            pool_memcpy(c, sl->host, at + done * bs, nb * bs);
-            CK(cudaMemcpyAsync(sl->dev, sl->host, nb * bs, cudaMemcpyHostToDevice, c->copy_stream));
-            CK(cudaEventRecord(sl->copied, c->copy_stream));
-            CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
+            struct stage_slot *sl;
+            int rc = stage_put(c, at + done * bs, nb * bs, &sl);
+            if (rc)
+                return rc;
             k_kvq_decode<<<blocks(nb * g, 256), 256, 0, c->stream>>>((const unsigned char *)sl->dev, done, nb,
                                                                       (unsigned)g, (unsigned)bs, which, which ? v : k,
                                                                       n_tokens, kv_dim, codec);
-            int rc = LAUNCHED("kvq_decode");
-            if (rc)
+            if ((rc = stage_done(c, sl, "kvq_decode")))
                 return rc;
-            CK(cudaEventRecord(sl->consumed, c->stream));
-            sl->used = 1;
         }
         at += total * bs;
     }

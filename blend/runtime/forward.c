@@ -328,26 +328,22 @@ int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_k
                               (uint32_t)count, (const uint32_t *)tokens);
     if (rc)
         return rc;
-    size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd, esz = kvfs_dtype_size(dtype);
+    size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd;
     int codec = kvfs_dtype_quantized(dtype);
-    float *tmp = malloc(sizeof(float) * n * (codec ? 2 : 1));
+    float *tmp = malloc(sizeof(float) * 2 * n); /* a layer's K then V, as the chunk holds them */
     if (!tmp) {
         kvfs_writer_free(w);
         return -ENOMEM;
     }
     for (int l = 0; l < c->n_layer && !rc; l++) {
         uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
-        if (codec) { /* K and V of the layer together: the blocks span both */
-            if (!(rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) &&
-                !(rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n)))
-                rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
-            continue;
-        }
-        for (int half = 0; half < 2 && !rc; half++) {
-            const float *src = (half ? c->v[l] : c->k[l]) + (size_t)first * kvd;
-            if (!(rc = BE(m)->download(CTX(m), tmp, src, sizeof(float) * n)))
-                kvfs_f32_encode(dtype, tmp, n, dst + (size_t)half * n * esz);
-        }
+        if ((rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) ||
+            (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n)))
+            break;
+        if (codec)
+            rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
+        else
+            kvfs_f32_encode(dtype, tmp, 2 * n, dst);
     }
     free(tmp);
     if (!rc)

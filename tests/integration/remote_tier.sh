@@ -6,34 +6,19 @@
 # of the same chunk; kill -9 of an OSD during a read/write loop; the whole
 # cluster unreachable (daemons stopped): local service continues, remote
 # lookups fail within the bound, writes queue, and the queue drains when the
-# cluster returns; bad objects in the pool are rejected.
+# cluster returns; the cluster stopped in the middle of a large fetch (the
+# read fails within the bound, nothing of it is stored, it reads whole
+# afterwards); bad objects in the pool are rejected.
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 command -v bc >/dev/null || skip "bc missing"
-CL=$T/ceph
-export MONPORT=${MONPORT:-40300}
-out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
-[ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"
-[ $rc -eq 0 ] || { echo "$out"; echo "FAIL: cannot start a test cluster"; exit 1; }
-trap '"$KVFS_ROOT/tests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1; cleanup' EXIT
-export CEPH_CONF=$CL/ceph.conf
+. "$KVFS_ROOT/tests/ceph/lib.sh"
+ceph_test_cluster "${MONPORT:-40300}"
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" >/dev/null 2>&1 || MODEL=
-R="rados=kvfs,ceph_conf=$CEPH_CONF,rados_timeout=3"
 mount_kvfs a "$R${MODEL:+,model=$MODEL}" || exit 1; PID_A=$MNT_PID
 mount_kvfs b "$R,remote_list=1${MODEL:+,model=$MODEL}" || exit 1; PID_B=$MNT_PID
 A=$T/a.mnt; B=$T/b.mnt
-remote() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
-drained() { # drained MOUNT SECONDS: queue empty and connected
-    local st
-    for _ in $(seq $(($2 * 5))); do
-        st=$(remote "$1" 'r["state"], r["queued"]')
-        [ "$st" = "connected 0" ] && return 0
-        sleep 0.2
-    done
-    echo "  (state, queued) of $1 after $2 s: $st; $(remote "$1" 'r["last_error"]')"
-    return 1
-}
 check "both mounts see the cluster" test "$(remote "$A" 'r["state"]') $(remote "$B" 'r["state"]')" = "connected connected"
 
 # a chunk copied into A, read through B
@@ -122,6 +107,50 @@ check "A's stats show the tier down with the chunk queued" test "$(remote "$A" '
 for f in "$CL"/run/*.pid; do kill -CONT "$(cat "$f")"; done
 check "the queue drains when the cluster returns" drained "$A" 40
 check "... and B reads the chunk written during the outage" sh -c "sleep 1.2; for i in \$(seq 20); do cmp -s '$T/c3.kv' '$B/chunks/$h3.kv' && exit 0; sleep 1; done; exit 1"
+
+# the whole cluster stopped in the middle of one large fetch: a 96 MiB
+# chunk (two reads of 64 MiB at most); B's read of it is cut by SIGSTOP of
+# every Ceph daemon partway through the transfer.  The read must fail within
+# the bound, nothing of the object may reach B's store, and once the cluster
+# returns the same read gives the chunk whole.
+hbig=$(synth "$T/big.kv" --layers 16 --kv-heads 4 --head-dim 64 --size-mib 96 --seed 99)
+check "a 96 MiB chunk copied into A reaches the pool" sh -c "cp '$T/big.kv' '$A/chunks/$hbig.kv'"
+drained "$A" 120 >/dev/null
+t0=$(date +%s.%N); rados -p kvfs get "$hbig" "$T/big.rados"; t1=$(date +%s.%N)
+fetch_s=$(echo "$t1 - $t0" | bc)
+check "... in the pool: $(stat -c %s "$T/big.rados") bytes stored (a plain rados get: $(printf %.2f "$fetch_s") s)" \
+    test "$(stat -c %s "$T/big.rados")" -gt $((64 << 20))
+rm -f "$T/big.rados"
+cut=0 delay=$(echo "scale=3; $fetch_s / 4" | bc)
+for try in 1 2 3 4; do # each try a fresh host, so that nothing is local yet
+    M=cut$try
+    mount_kvfs $M "$R" || exit 1; PID_M=$MNT_PID
+    for _ in $(seq 50); do [ "$(remote "$T/$M.mnt" 'r["state"]')" = connected ] && break; sleep 0.2; done
+    ( cat "$T/$M.mnt/chunks/$hbig.kv" > "$T/big.out" 2>/dev/null; echo $? > "$T/big.rc" ) &
+    reader=$!
+    sleep "$delay"
+    for f in "$CL"/run/*.pid; do kill -STOP "$(cat "$f")"; done
+    t0=$(date +%s.%N); wait "$reader"; t1=$(date +%s.%N)
+    for f in "$CL"/run/*.pid; do kill -CONT "$(cat "$f")"; done
+    if [ "$(cat "$T/big.rc")" != 0 ]; then
+        cut=1
+        check "a fetch cut by the stop after $delay s fails within the bound (3 s + 1): $(printf %.2f "$(echo "$t1 - $t0" | bc)") s after the stop" \
+            sh -c "[ \$(echo '$t1 - $t0 < 4.0' | bc) = 1 ]"
+        break
+    fi
+    # the fetch won the race: it must then be whole, and the next try stops earlier
+    check "try $try: the fetch finished before the stop ($delay s), and is whole" cmp "$T/big.kv" "$T/big.out"
+    unmount_kvfs $M
+    delay=$(echo "scale=3; $delay / 3" | bc)
+done
+check "the cluster was stopped in the middle of a fetch (within 4 tries)" test "$cut" = 1
+check "... nothing of the cut object is in that host's store" sh -c "! find '$T/$M.store' -name '$hbig*' | grep -q ."
+check "... the log names the chunk and what failed: $(grep -m1 "$hbig" "$T/$M.log" | cut -c1-120)" grep -q "$hbig" "$T/$M.log"
+check "... the daemon is alive" kill -0 "$PID_M"
+check "... and once the cluster returns, the same read gives the chunk whole" \
+    sh -c "for i in \$(seq 30); do cmp -s '$T/big.kv' '$T/$M.mnt/chunks/$hbig.kv' && exit 0; sleep 1; done; exit 1"
+unmount_kvfs $M
+rm -f "$T/big.kv" "$T/big.out"
 
 # bad objects in the pool are rejected like bad local files
 hbad=$(synth "$T/c4.kv" --tokens 64 --layers 8 --seed 44)

@@ -11,22 +11,8 @@
 . "$(dirname "$0")/../lib.sh"
 ITERS=${1:-30}
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados"
-CL=$T/ceph
-export MONPORT=${MONPORT:-40400}
-out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
-[ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"
-[ $rc -eq 0 ] || { echo "$out"; echo "FAIL: cannot start a test cluster"; exit 1; }
-trap '"$KVFS_ROOT/tests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1; cleanup' EXIT
-export CEPH_CONF=$CL/ceph.conf
-R="rados=kvfs,ceph_conf=$CEPH_CONF,rados_timeout=3"
-remote() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
-drained() { # drained MOUNT SECONDS
-    for _ in $(seq $(($2 * 5))); do
-        [ "$(remote "$1" 'r["state"], r["queued"]')" = "connected 0" ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
+. "$KVFS_ROOT/tests/ceph/lib.sh"
+ceph_test_cluster "${MONPORT:-40400}"
 declare -A SRC
 N=40
 for i in $(seq 1 $N); do

@@ -1,0 +1,33 @@
+# Shared by the tests that need a real Ceph cluster (remote_tier.sh,
+# crash_soak_remote.sh); sourced after tests/lib.sh.
+#   ceph_test_cluster PORT: a 1-mon, 3-OSD bluestore cluster in $T/ceph on
+#     PORT (tests/ceph/cluster.sh), stopped at exit; skips (77) when Ceph
+#     cannot be installed; sets CL, CEPH_CONF and R (the mount's rados=
+#     options, 3 s timeout).
+#   remote MOUNT EXPR: EXPR over the mount's .kvfs/stats "remote" object r.
+#   drained MOUNT SECONDS: waits until the upload queue is empty and the
+#     tier connected; says where it stood when it is not.
+ceph_test_cluster() {
+    CL=$T/ceph
+    export MONPORT=$1
+    local out rc
+    out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
+    [ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"
+    [ $rc -eq 0 ] || { echo "$out"; echo "FAIL: cannot start a test cluster"; exit 1; }
+    trap '"$KVFS_ROOT/tests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1; cleanup' EXIT
+    export CEPH_CONF=$CL/ceph.conf
+    R="rados=kvfs,ceph_conf=$CEPH_CONF,rados_timeout=3"
+}
+
+remote() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
+
+drained() {
+    local st
+    for _ in $(seq $(($2 * 5))); do
+        st=$(remote "$1" 'r["state"], r["queued"]')
+        [ "$st" = "connected 0" ] && return 0
+        sleep 0.2
+    done
+    echo "  (state, queued) of $1 after $2 s: $st; $(remote "$1" 'r["last_error"]')"
+    return 1
+}

@@ -7,7 +7,8 @@ must clear), how many prompts the blend is worse than that reuse, and top-1.
 
   BLEND_SET=short|long (rag_set.py), BLEND_PROMPTS, MODEL (paths.py) as
   for bench/blend_eval.py; IDEAS: variants separated by ';', each a label
-  and its options as 'label=options' (default: the ones in kvfs(8)).
+  and its options as 'label=options' (default: the ones in kvfs(8));
+  an option NAME=VALUE in upper case is set in kvfsctl's environment.
   BLEND_IDEAS_RATIO: the blend's ratio (default 0.15).
 
 Prints one markdown table; progress on stderr.  KL does not depend on the
@@ -35,9 +36,12 @@ with tempfile.TemporaryDirectory() as td:
     prompts = list(prompt_files(td))
     for i, (p, files, q) in enumerate(prompts):
         for label, opts in variants:
+            # options of the form NAME=VALUE (upper case) go to the environment
+            env = dict(os.environ, **dict(o.split('=', 1) for o in opts if o.split('=')[0].isupper()))
+            args = [o for o in opts if not o.split('=')[0].isupper()]
             r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', '0,' + RATIO, '--select', 'query',
-                                '--no-prefix', '--greedy', '1', '--query', q] + opts + files,
-                               capture_output=True, text=True)
+                                '--no-prefix', '--greedy', '1', '--query', q] + args + files,
+                               capture_output=True, text=True, env=env)
             if r.returncode:
                 sys.exit(f'{label}: kvfsctl eval failed: {r.stderr.strip()}')
             d = {x['method']: x for x in json.loads(r.stdout)['results']}

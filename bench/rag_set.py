@@ -27,8 +27,12 @@ def prompt_files(td):
     prompts = short_passages(N) if SHORT else rag_passages(N, K, SIZE, distinct=DISTINCT)
     for p in range(N):
         files = []
+        # a directory per prompt: a caller that lists the prompts first
+        # (blend_ideas.py did) must not find the last prompt's passages
+        # under every earlier prompt's names
+        os.makedirs(os.path.join(td, f'p{p}'), exist_ok=True)
         for k, passage in enumerate(prompts[p]):
-            f = os.path.join(td, f'c{k}.txt')
+            f = os.path.join(td, f'p{p}', f'c{k}.txt')
             open(f, 'w').write(passage)
             files.append(f)
         yield p, files, '\n\nQuestion: ' + QUESTIONS[p % len(QUESTIONS)] + '\nAnswer:'

@@ -10,6 +10,8 @@ must clear), how many prompts the blend is worse than that reuse, and top-1.
   and its options as 'label=options' (default: the ones in kvfs(8));
   an option NAME=VALUE in upper case is set in kvfsctl's environment.
   BLEND_IDEAS_RATIO: the blend's ratio (default 0.15).
+  BLEND_IDEAS_JSON: a file to write every prompt's figures to (per
+  variant: tokens, KL reuse, KL blend, top-1), for per-prompt tables.
 
 Prints one markdown table; progress on stderr.  KL does not depend on the
 machine's load, so this may run beside other work."""
@@ -32,6 +34,7 @@ for item in os.environ.get('IDEAS', DEFAULT).split(';'):
 
 # per variant, per prompt: (KL reuse, KL blend, top-1 blend)
 res = {label: [] for label, _ in variants}
+ntok = {}
 with tempfile.TemporaryDirectory() as td:
     prompts = list(prompt_files(td))
     for i, (p, files, q) in enumerate(prompts):
@@ -47,8 +50,14 @@ with tempfile.TemporaryDirectory() as td:
             d = {x['method']: x for x in json.loads(r.stdout)['results']}
             blend = next(v for k, v in d.items() if k.startswith('blend'))
             res[label].append((d['full reuse']['kl'], blend['kl'], blend['top1']))
+            ntok.setdefault(i, json.loads(r.stdout).get('tokens'))
         print(f'prompt {i + 1}/{len(prompts)}', file=sys.stderr)
 
+if os.environ.get('BLEND_IDEAS_JSON'):
+    with open(os.environ['BLEND_IDEAS_JSON'], 'w') as f:
+        json.dump({'set': 'short' if SHORT else 'long', 'model': os.path.basename(MODEL), 'ratio': RATIO,
+                   'variants': [[label, opts] for label, opts in variants], 'tokens': [ntok.get(i) for i in range(len(prompts))],
+                   'results': {label: [list(x) for x in rows] for label, rows in res.items()}}, f, indent=1)
 base = [x[0] for x in res[variants[0][0]]]  # the baseline's full reuse: the bar
 base_mean = statistics.mean(base)
 print(f'{len(base)} prompts ({"short" if SHORT else "long"} set), {os.path.basename(MODEL)}, blend ratio {RATIO}, '

@@ -281,7 +281,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     uint8_t *want = NULL;
     struct kvfs_kv_cache c = {0}, cp = {0};
     int32_t *d_delta = NULL;
-    int n_built = 0, n_p, k_p = 0, have_cache = 0, cap = 0;
+    int n_built = 0, n_p, n0, k_p = 0, have_cache = 0, cap = 0;
     if (!L || !sel || !n_sel) {
         rc = -ENOMEM;
         goto out;
@@ -289,6 +289,8 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     if ((rc = layout_build(m, ld, mb[0].chunks, n_shared, NULL, 0, o->sink_rows, &Lp, err, errlen)))
         goto out;
     n_p = Lp.n_rows;
+    /* the first chunk is exact: never recomputed (as in kvfs_blend_stream) */
+    n0 = o->select_first ? 0 : (int)kvfs_loader_header(ld, mb[0].chunks[0])->n_tokens;
     for (; n_built < n_mb; n_built++) {
         if ((rc = layout_build(m, ld, mb[n_built].chunks, mb[n_built].n_chunks, mb[n_built].suffix,
                                mb[n_built].n_suffix, o->sink_rows, &L[n_built], err, errlen)))
@@ -314,8 +316,10 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         rc = -ENOMEM;
     for (int i = 0; i < n_mb && !rc; i++) {
         float *mass = malloc(sizeof(float) * ((size_t)L[i].n_rows + 1));
-        int alone = n_mb == 1, from = alone ? 0 : n_p; /* alone: exactly its own blend's picks */
-        int k = blend_rows_at(o, 0, 1, L[i].n_rows - from);
+        int alone = n_mb == 1, from = alone ? n0 : n_p; /* alone: exactly its own blend's picks */
+        int k = blend_rows_at(o, 0, 1, L[i].n_rows - (alone ? 0 : n_p));
+        if (k > L[i].n_rows - from)
+            k = L[i].n_rows - from;
         if (!mass || !(sel[i] = malloc(sizeof(int32_t) * ((size_t)k + 1))) ||
             (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, mass, err, errlen)) ||
             (rc = top_rows(m, mass + from, L[i].forced + from, L[i].n_rows - from, k, from, sel[i]))) {
@@ -341,8 +345,10 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     }
     if (!rc && n_mb > 1) {
         int k = blend_rows_at(o, 0, 1, n_p);
+        if (k > n_p - n0)
+            k = n_p - n0;
         int32_t *pick = malloc(sizeof(int32_t) * ((size_t)k + 1));
-        if (!pick || (rc = top_rows(m, pmass, Lp.forced, n_p, k, 0, pick)))
+        if (!pick || (rc = top_rows(m, pmass + n0, Lp.forced + n0, n_p - n0, k, n0, pick)))
             rc = rc ? rc : -ENOMEM;
         for (int j = 0; !rc && j < k; j++)
             want[pick[j]] = 1;

@@ -78,6 +78,8 @@ struct kvfs_blend_opts {
     float ape_temp;     /* APE's attention temperature on later chunks' rows (1: off; an experiment) */
     float shift;        /* select=query: a later chunk's reused rows move by shift x the mean deviation
                          * of its recomputed rows, layer by layer (0: off; blend/shift.c) */
+    int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
+                         * the default: they are exact, a prefix computed alone is a full prefill's) */
 };
 /* The chunk shift's default (kvfs(8), BENCHMARKS.md "The chunk shift") */
 #define KVFS_BLEND_SHIFT 0.4f

@@ -17,6 +17,10 @@ int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_ro
  * device d_out and host out. */
 int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
                      int32_t *d_out, int32_t *out);
+/* The k rows of the highest scores among d_dev[from..n) (forced first),
+ * ascending, into host out (k is cut to n - from). */
+int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,
+                          int *k, int32_t *d_out, int32_t *out);
 /* Wait for `layer`, put the loader's chunks map[0..n_map) (map NULL: all,
  * in order) into cache rows row0.. and re-position the keys of rows
  * [row0, n_rows) by d_delta (rows before row0 are left as they are). */

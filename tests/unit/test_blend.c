@@ -114,6 +114,7 @@ static void check_sliding_window(void)
         kvfs_blend_opts_init(&bo, variant == 2 ? 0.999f : 1.0f);
         bo.select = variant == 0 ? KVFS_BLEND_SELECT_FIXED
                     : variant == 1 ? KVFS_BLEND_SELECT_GRADUAL : KVFS_BLEND_SELECT_QUERY;
+        bo.select_first = 1; /* every row, the first chunk's too */
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
         CHECK_EQ(st.n_selected, NC * LEN);
         float dl = 0, dkv = 0;
@@ -249,8 +250,11 @@ int main(void)
         kvfs_kv_cache_free(m, &bc), free(bt);
         if (variant == 2) {
             /* query selection with every row picked: its first pass and its
-             * recompute from layer 0 must give the full prefill exactly */
+             * recompute from layer 0 must give the full prefill exactly
+             * (select_first: the first chunk's rows too, which the default
+             * leaves as stored, f16) */
             bo.ratio = 0.999f;
+            bo.select_first = 1;
             CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
             CHECK_EQ(st.n_selected, NC * LEN);
             CHECK(kvfs_logits_kl(full, out, V) < 1e-9);
@@ -261,6 +265,7 @@ int main(void)
             fprintf(stderr, "query selection, every row: max |dK|,|dV| %.3g\n", kq);
             CHECK(kq < 1e-4f);
             kvfs_kv_cache_free(m, &bc), free(bt);
+            bo.select_first = 0;
         }
         bo.ratio = 0.3f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
@@ -482,6 +487,51 @@ int main(void)
         on.shift = 1.5f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
         free(out0);
+    }
+    /* the first chunk is exact, so the query selection never recomputes it:
+     * its rows are plain reuse's bit for bit at every layer, the whole budget
+     * goes to the later chunks (cut to their rows), and with select_first
+     * (the earlier rule) the same budget is spent over every chunk */
+    {
+        struct kvfs_blend_opts o;
+        struct kvfs_kv_cache c0, c1;
+        int32_t *t0 = NULL, *t1 = NULL;
+        struct kvfs_kv_cache c2 = {0};
+        int32_t *t2 = NULL;
+        kvfs_blend_opts_init(&o, 0.0f);
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &c0, &t0, out, &st, err, sizeof(err)), 0);
+        int kvd = c0.kv_dim;
+        /* variants: 0.3, 0.3 select_first, 0.9 (every later row), and the
+         * later chunks' share exactly, with and without select_first: the
+         * same result as 0.9 without it, another with it (the query also
+         * weighs first-chunk rows) */
+        const float later = (float)(NC - 1) / NC;
+        for (int variant = 0; variant < 5; variant++) {
+            kvfs_blend_opts_init(&o, variant == 2 ? 0.9f : variant >= 3 ? later : 0.3f);
+            o.select_first = variant == 1 || variant == 4;
+            CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &c1, &t1, out, &st, err, sizeof(err)), 0);
+            int same0 = 1;
+            for (int l = 0; l < c0.n_layer; l++)
+                same0 &= !memcmp(c0.k[l], c1.k[l], sizeof(float) * (size_t)LEN * kvd) &&
+                         !memcmp(c0.v[l], c1.v[l], sizeof(float) * (size_t)LEN * kvd);
+            int want = variant >= 2 ? (NC - 1) * LEN : (int)ceilf(0.3f * NC * LEN - 1e-4f);
+            int as_all_later = 1;
+            for (int l = 0; variant >= 3 && l < c1.n_layer; l++)
+                as_all_later &= !memcmp(c2.k[l], c1.k[l], sizeof(float) * (size_t)c1.n * kvd) &&
+                                !memcmp(c2.v[l], c1.v[l], sizeof(float) * (size_t)c1.n * kvd);
+            fprintf(stderr, "first chunk out (variant %d): %d selected, first chunk untouched %d, as every later row %d\n",
+                    variant, st.n_selected, same0, as_all_later);
+            CHECK_EQ(st.n_selected, want);
+            if (variant != 1 && variant != 4)
+                CHECK(same0);
+            CHECK_EQ(as_all_later, variant != 4);
+            if (variant == 2)
+                c2 = c1, t2 = t1;
+            else
+                kvfs_kv_cache_free(m, &c1), free(t1);
+        }
+        kvfs_kv_cache_free(m, &c0), free(t0);
+        kvfs_kv_cache_free(m, &c2), free(t2);
     }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];

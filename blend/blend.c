@@ -110,6 +110,7 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
     o->ape_temp = 1.0f;
     o->shift = KVFS_BLEND_SHIFT;
+    o->vote_from = 1.0f / 3.0f;
 }
 
 void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
@@ -250,7 +251,8 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
  * cache holds the chunks' K/V (re-positioned) and the suffix's. */
 int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
-                     const int32_t *d_delta, float *d_mass, char *err, size_t errlen)
+                     const int32_t *d_delta, const struct kvfs_blend_opts *o, float *d_mass, char *err,
+                     size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = BE(m);
@@ -275,14 +277,16 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
     /* only the upper two thirds of the layers vote: the first third attends
      * mostly by position and locally (on 14 prompts, counting every layer
      * left 12% more KL: BENCHMARKS.md) */
-    int from = hp->n_layer / 3, n_global = 0;
+    int from = (int)(o->vote_from * (float)hp->n_layer + 1e-4f), n_global = 0;
     for (int l = from; l < hp->n_layer; l++)
         n_global += m->layers[l].window == 0;
     for (int l = 0; l < hp->n_layer; l++) {
         /* sliding-window layers do not vote (the suffix cannot see past
          * its window there, so they would only rank the last rows) unless
-         * no voting layer is global */
-        int votes = l >= from && (m->layers[l].window == 0 || n_global == 0);
+         * no voting layer is global, or (vote_local) the whole prompt lies
+         * inside the window */
+        int win = m->layers[l].window;
+        int votes = l >= from && (win == 0 || n_global == 0 || (o->vote_local && n_ctx <= win));
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
@@ -344,6 +348,8 @@ static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EINVAL, "ape_temp %g is not above 0", (double)o->ape_temp);
     if (!(o->shift >= 0.0f && o->shift <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "shift %g is outside [0, 1]", (double)o->shift);
+    if (!(o->vote_from >= 0.0f && o->vote_from < 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "vote_from %g is outside [0, 1)", (double)o->vote_from);
     if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
     if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
@@ -444,8 +450,8 @@ static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t
  * recomputed from layer 0 (the first pass put every layer in place). */
 static int select_by_query(struct blend_run *b, char *err, size_t errlen)
 {
-    int rc = blend_query_mass(b->m, b->ld, NULL, 0, 0, b->c, &b->w, b->n_rows, b->n_suffix, b->d_delta, b->d_dev,
-                              err, errlen);
+    int rc = blend_query_mass(b->m, b->ld, NULL, 0, 0, b->c, &b->w, b->n_rows, b->n_suffix, b->d_delta, &b->o,
+                              b->d_dev, err, errlen);
     if (rc)
         return rc;
     b->n_sel = blend_rows_at(&b->o, 0, 1, b->n_rows);

@@ -31,7 +31,8 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
  * rows pay each row, into d_mass[0..n_rows+n_suffix). */
 int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
-                     const int32_t *d_delta, float *d_mass, char *err, size_t errlen);
+                     const int32_t *d_delta, const struct kvfs_blend_opts *o, float *d_mass, char *err,
+                     size_t errlen);
 /* The chunk shift (blend/shift.c), at layer l before the fresh K/V
  * (fresh_k, fresh_v: device [n_sel][kv_dim]) of the recomputed chunk rows
  * idx[0..n_sel) (ascending; d_idx the same on the device) replace the cached

@@ -77,7 +77,10 @@ static void usage(FILE *f)
                "gradual: --check-layer N (default 1); for query: --shift S (a later chunk's\n"
                "reused rows follow S x the mean deviation of its recomputed rows, default %g;\n"
                "0: off), --select-first (the first chunk's rows compete for the budget too,\n"
-               "as before 2026-11-26; by default they are never recomputed: they are exact).\n"
+               "as before 2026-11-26; by default they are never recomputed: they are exact),\n"
+               "--vote-from F (the share of layers, from the bottom, whose attention does not\n"
+               "count, default 0.333), --vote-local (sliding-window layers vote too when the\n"
+               "whole prompt lies inside their window).\n"
                "The fidelity floor, as kvfs serves (kvfs(8)): --min-rows N (at least N chunk rows\n"
                "recomputed, default 48), --full-below N (prompts of at most N tokens prefilled in\n"
                "full, default 192); --no-floor measures the bare algorithm.\n"
@@ -154,6 +157,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
         TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
         TOOL_OPT("shift", 0, FLOAT, &a->bo.shift), TOOL_OPT("select-first", 0, FLAG, &a->bo.select_first),
+        TOOL_OPT("vote-from", 0, FLOAT, &a->bo.vote_from), TOOL_OPT("vote-local", 0, FLAG, &a->bo.vote_local),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};

@@ -486,6 +486,9 @@ int main(void)
         kvfs_kv_cache_free(m, &c0), kvfs_kv_cache_free(m, &c1), free(t0), free(t1);
         on.shift = 1.5f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
+        on.shift = KVFS_BLEND_SHIFT;
+        on.vote_from = 1.0f; /* no layer would vote */
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
         free(out0);
     }
     /* the first chunk is exact, so the query selection never recomputes it:

@@ -283,16 +283,16 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
     for (int l = 0; l < hp->n_layer; l++) {
         /* sliding-window layers do not vote (the suffix cannot see past
          * its window there, so they would only rank the last rows) unless
-         * no voting layer is global, or (vote_local) the whole prompt lies
-         * inside the window */
+         * no voting layer is global, or vote_local says so; they vote
+         * through their window */
         int win = m->layers[l].window;
-        int votes = l >= from && (win == 0 || n_global == 0 || (o->vote_local && n_ctx <= win));
+        int votes = l >= from && (win == 0 || n_global == 0 || o->vote_local);
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
             (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
             (votes && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
-                                              hp->n_kv_head, hp->head_dim, scale, d_mass))))
+                                              hp->n_kv_head, hp->head_dim, scale, win, d_mass))))
             goto out;
         /* the last layer's output is not needed: only its attention */
         if (l + 1 < hp->n_layer && (rc = kvfs_layer_finish(m, l, &wq, n_suffix, c, n_ctx)))

@@ -86,12 +86,13 @@ struct kvfs_backend_iface {
 
     /* Attention mass: out[j] += sum over queries i and heads h of the
      * attention probability softmax_j(scale * q[i][h] . k[j][h/group]) with
-     * attention's exact causal mask, for j < n_kv (out: device f32[n_kv]).
+     * attention's exact causal mask, for j < n_kv (out: device f32[n_kv]);
+     * window > 0: a sliding-window layer's mask (as attention's).
      * How much each kv row weighs in the queries' answers: blending's query
      * selection ranks chunk rows by it. */
     int (*attn_mass)(void *ctx, const float *q, const int32_t *q_pos, int n_q,
                      const float *k, const int32_t *kv_pos, int n_kv,
-                     int n_head, int n_kv_head, int head_dim, float scale, float *out);
+                     int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
 
     /* out[i] = sum_j (a[i][j] - b[i][j])^2 for i < n; out is a device f32[n] */
     int (*row_sqdiff)(void *ctx, const float *a, const float *b, float *out, int n, int dim);

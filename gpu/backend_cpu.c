@@ -1270,7 +1270,8 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
 }
 
 static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
-                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, float *out)
+                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                         int window, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0 || n_kv <= 0)
@@ -1290,7 +1291,7 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
             ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_kv, head_dim, scale,
                              q + (size_t)i0 * qstride + h * head_dim, qstride, k + (h / group) * head_dim, kstride,
                              0.0f, sc, n_kv);
-            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted, 0};
+            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted, window};
             softmax_rows(&job);
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < n_kv; j++)

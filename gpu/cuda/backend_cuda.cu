@@ -630,7 +630,7 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
  * row's probability added to out (atomics: blocks share rows).  Scores are
  * recomputed in each pass rather than stored: the queries are few. */
 __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
-                            int n_head, int group, int head_dim, float scale, float *out)
+                            int n_head, int group, int head_dim, float scale, int window, float *out)
 {
     __shared__ float qs[256];
     __shared__ float red[256];
@@ -642,7 +642,7 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     __syncthreads();
     /* scaled score of kv row j, -INFINITY where the mask hides it */
     auto score = [&](int j) {
-        if (kv_pos[j] > qp)
+        if (kv_pos[j] > qp || (window > 0 && kv_pos[j] <= qp - window))
             return -INFINITY;
         const float *kr = kb + (size_t)j * kstride;
         float dot = 0;
@@ -668,14 +668,15 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
 }
 
 static int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
-                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, float *out)
+                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                       int window, float *out)
 {
     if (n_q <= 0 || n_kv <= 0)
         return 0;
     if (n_head % n_kv_head || head_dim > 256)
         return -EINVAL;
     k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, n_head / n_kv_head,
-                                                       head_dim, scale, out);
+                                                       head_dim, scale, window, out);
     return LAUNCHED("attn_mass");
 }
 

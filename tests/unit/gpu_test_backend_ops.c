@@ -149,10 +149,17 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     {
         float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
         float *dm = dev_of(&gpu, mc, sizeof(float) * n);
-        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, mc),
-             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, dm));
+        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, mc),
+             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, dm));
         G->download(gpu.ctx, mg, dm, sizeof(float) * n);
         report("attn_mass", shape, nerr(mc, mg, (size_t)n), 1e-5);
+        /* and through a sliding window (a local layer's votes) */
+        memset(mc, 0, sizeof(float) * n);
+        G->upload(gpu.ctx, dm, mc, sizeof(float) * n);
+        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, mc),
+             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, dm));
+        G->download(gpu.ctx, mg, dm, sizeof(float) * n);
+        report("attn_mass window", shape, nerr(mc, mg, (size_t)n), 1e-5);
         G->free(gpu.ctx, dm);
         free(mc);
         free(mg);

@@ -318,32 +318,38 @@ int main(void)
             k[i] = cosf(0.3f * (float)i + 1.0f);
         for (int j = 0; j < NK; j++)
             kp[j] = (j * 7) % NK;
-        CHECK_EQ(m->be.iface->attn_mass(m->be.ctx, q, qp, NQ, k, kp, NK, NH, NKH, HD, 0.25f, mass), 0);
-        double want[NK] = {0}, total = 0, err_max = 0;
-        for (int i = 0; i < NQ; i++)
-            for (int h = 0; h < NH; h++) {
-                double sc[NK], mx = -INFINITY, sum = 0;
-                for (int j = 0; j < NK; j++) {
-                    double d = 0;
-                    for (int x = 0; x < HD; x++)
-                        d += (double)q[(i * NH + h) * HD + x] * k[(j * NKH + h / 2) * HD + x];
-                    sc[j] = kp[j] <= qp[i] ? 0.25 * d : -INFINITY;
-                    mx = fmax(mx, sc[j]);
+        for (int window = 0; window <= 5; window += 5) {
+            memset(mass, 0, sizeof(mass));
+            CHECK_EQ(m->be.iface->attn_mass(m->be.ctx, q, qp, NQ, k, kp, NK, NH, NKH, HD, 0.25f, window, mass), 0);
+            double want[NK] = {0}, total = 0, err_max = 0;
+            for (int i = 0; i < NQ; i++)
+                for (int h = 0; h < NH; h++) {
+                    double sc[NK], mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < NK; j++) {
+                        double d = 0;
+                        for (int x = 0; x < HD; x++)
+                            d += (double)q[(i * NH + h) * HD + x] * k[(j * NKH + h / 2) * HD + x];
+                        int seen = kp[j] <= qp[i] && (window == 0 || kp[j] > qp[i] - window);
+                        sc[j] = seen ? 0.25 * d : -INFINITY;
+                        mx = fmax(mx, sc[j]);
+                    }
+                    for (int j = 0; j < NK; j++)
+                        sum += exp(sc[j] - mx);
+                    for (int j = 0; j < NK; j++)
+                        want[j] += exp(sc[j] - mx) / sum;
                 }
-                for (int j = 0; j < NK; j++)
-                    sum += exp(sc[j] - mx);
-                for (int j = 0; j < NK; j++)
-                    want[j] += exp(sc[j] - mx) / sum;
+            for (int j = 0; j < NK; j++) {
+                err_max = fmax(err_max, fabs(want[j] - mass[j]));
+                total += mass[j];
+                /* seen by no query: after the last one, or (window 5) at 2 or before */
+                if (kp[j] > 12 || (window && kp[j] <= 2))
+                    CHECK(mass[j] == 0.0f);
             }
-        for (int j = 0; j < NK; j++) {
-            err_max = fmax(err_max, fabs(want[j] - mass[j]));
-            total += mass[j];
-            if (kp[j] > 12) /* seen by no query */
-                CHECK(mass[j] == 0.0f);
+            fprintf(stderr, "attn_mass (window %d): max error %.3g, total %.4f (want %d)\n", window, err_max, total,
+                    NQ * NH);
+            CHECK(err_max < 1e-5);
+            CHECK(fabs(total - NQ * NH) < 1e-4);
         }
-        fprintf(stderr, "attn_mass: max error %.3g, total %.4f (want %d)\n", err_max, total, NQ * NH);
-        CHECK(err_max < 1e-5);
-        CHECK(fabs(total - NQ * NH) < 1e-4);
     }
     /* batches: one member alone picks and recomputes exactly what its own
      * blend does; with every row picked (0.999) each member is a full

@@ -460,7 +460,7 @@ static int select_by_query(struct blend_run *b, char *err, size_t errlen)
     /* the first chunk's rows are exact (a prefix computed alone is a full
      * prefill's), yet its first row, the prompt's attention sink, and its
      * other rows draw much of the query's attention: the budget goes to the
-     * later chunks (BENCHMARKS.md, "The first chunk out of the selection") */
+     * later chunks (BENCHMARKS.md, "Blend fidelity re-measured") */
     int from = b->o.select_first ? 0 : (int)kvfs_loader_header(b->ld, 0)->n_tokens;
     return blend_device_top_from(b->m, b->d_dev, b->d_forced, from, b->n_rows, &b->n_sel, b->d_top, b->idx);
 }

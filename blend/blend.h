@@ -85,7 +85,7 @@ struct kvfs_blend_opts {
     int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
                          * the default: they are exact, a prefix computed alone is a full prefill's) */
 };
-/* The chunk shift's default (kvfs(8), BENCHMARKS.md "The chunk shift") */
+/* The chunk shift's default (kvfs(8), BENCHMARKS.md "Blend fidelity re-measured") */
 #define KVFS_BLEND_SHIFT 0.4f
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
 /* The fidelity floor kvfs serves with (the mount's recipes, kvfsctl blend

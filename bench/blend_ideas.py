@@ -47,10 +47,11 @@ with tempfile.TemporaryDirectory() as td:
                                capture_output=True, text=True, env=env)
             if r.returncode:
                 sys.exit(f'{label}: kvfsctl eval failed: {r.stderr.strip()}')
-            d = {x['method']: x for x in json.loads(r.stdout)['results']}
+            out = json.loads(r.stdout)
+            d = {x['method']: x for x in out['results']}
             blend = next(v for k, v in d.items() if k.startswith('blend'))
             res[label].append((d['full reuse']['kl'], blend['kl'], blend['top1']))
-            ntok.setdefault(i, json.loads(r.stdout).get('tokens'))
+            ntok.setdefault(i, out.get('tokens'))
         print(f'prompt {i + 1}/{len(prompts)}', file=sys.stderr)
 
 if os.environ.get('BLEND_IDEAS_JSON'):

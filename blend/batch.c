@@ -289,8 +289,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     if ((rc = layout_build(m, ld, mb[0].chunks, n_shared, NULL, 0, o->sink_rows, &Lp, err, errlen)))
         goto out;
     n_p = Lp.n_rows;
-    /* the first chunk is exact: never recomputed (as in kvfs_blend_stream) */
-    n0 = o->select_first ? 0 : (int)kvfs_loader_header(ld, mb[0].chunks[0])->n_tokens;
+    n0 = blend_exact_rows(o, ld, mb[0].chunks[0]); /* never recomputed, as in kvfs_blend_stream */
     for (; n_built < n_mb; n_built++) {
         if ((rc = layout_build(m, ld, mb[n_built].chunks, mb[n_built].n_chunks, mb[n_built].suffix,
                                mb[n_built].n_suffix, o->sink_rows, &L[n_built], err, errlen)))

@@ -149,6 +149,15 @@ int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8
     return rc;
 }
 
+/* a prefix computed alone is a full prefill's, yet the prompt's first row
+ * (its attention sink) and the first chunk's other rows draw much of the
+ * query's attention: recomputing them would spend the budget on nothing
+ * (BENCHMARKS.md, "Blend fidelity re-measured") */
+int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *ld, int first_chunk)
+{
+    return o->select_first ? 0 : (int)kvfs_loader_header(ld, first_chunk)->n_tokens;
+}
+
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,
                           int *k, int32_t *d_out, int32_t *out)
 {
@@ -284,7 +293,8 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         /* sliding-window layers do not vote (the suffix cannot see past
          * its window there, so they would only rank the last rows) unless
          * no voting layer is global, or vote_local says so; they vote
-         * through their window */
+         * through their window (since 5afb4b0 in the fallback too, where
+         * they used to count rows outside it) */
         int win = m->layers[l].window;
         int votes = l >= from && (win == 0 || n_global == 0 || o->vote_local);
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
@@ -457,11 +467,8 @@ static int select_by_query(struct blend_run *b, char *err, size_t errlen)
     b->n_sel = blend_rows_at(&b->o, 0, 1, b->n_rows);
     b->first_layer = 0;
     b->n_sparse = b->m->hp.n_layer;
-    /* the first chunk's rows are exact (a prefix computed alone is a full
-     * prefill's), yet its first row, the prompt's attention sink, and its
-     * other rows draw much of the query's attention: the budget goes to the
-     * later chunks (BENCHMARKS.md, "Blend fidelity re-measured") */
-    int from = b->o.select_first ? 0 : (int)kvfs_loader_header(b->ld, 0)->n_tokens;
+    /* the budget goes to the later chunks */
+    int from = blend_exact_rows(&b->o, b->ld, 0);
     return blend_device_top_from(b->m, b->d_dev, b->d_forced, from, b->n_rows, &b->n_sel, b->d_top, b->idx);
 }
 

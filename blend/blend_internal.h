@@ -17,6 +17,10 @@ int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_ro
  * device d_out and host out. */
 int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
                      int32_t *d_out, int32_t *out);
+/* Rows at the head of the prompt the query selection never picks: those of
+ * its first chunk (the loader's chunk first_chunk), exact already, unless
+ * o->select_first. */
+int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *ld, int first_chunk);
 /* The k rows of the highest scores among d_dev[from..n) (forced first),
  * ascending, into host out (k is cut to n - from). */
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,

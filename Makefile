@@ -124,6 +124,8 @@ $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+$(BUILD)/deviation: $(BUILD)/bench/deviation.o $(LIBS_ALL)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL) $(CUDA_PLUGIN)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS) $(CUDA_LIBS)
 $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include

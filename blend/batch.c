@@ -129,8 +129,8 @@ static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const
         !(rc = BE(m)->alloc(CTX(m), sizeof(float) * n + 4, (void **)&d_mass)) &&
         !(rc = blend_query_mass(m, ld, L->map + map_from, L->n_map - map_from, row0, c, &w, L->n_rows, L->n_suffix,
                                 d_delta, o, d_mass, err, errlen)) &&
-        L->n_rows)
-        rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows);
+        L->n_rows && !(rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows)))
+        blend_position_prior(o, L->chunk_of, mass, L->n_rows);
     if (d_mass)
         BE(m)->free(CTX(m), d_mass);
     kvfs_work_free(m, &w);

@@ -158,6 +158,21 @@ int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *
     return o->select_first ? 0 : (int)kvfs_loader_header(ld, first_chunk)->n_tokens;
 }
 
+/* How far a later chunk's cached K/V lie from a full prefill's falls with
+ * the row's place in its chunk, about as (t + 1)^-0.25 (a row that saw few
+ * of its own chunk's tokens is changed most by the chunks before it:
+ * bench/deviation.c, BENCHMARKS.md); the query's attention says how much a
+ * row matters, this how wrong it is likely to be. */
+void blend_position_prior(const struct kvfs_blend_opts *o, const int32_t *chunk_of, float *mass, int n_rows)
+{
+    if (o->pos_prior <= 0.0f)
+        return;
+    for (int r = 0, t = 0; r < n_rows; r++) {
+        t = r && chunk_of[r] == chunk_of[r - 1] ? t + 1 : 0;
+        mass[r] *= powf((float)(t + 1), -o->pos_prior);
+    }
+}
+
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,
                           int *k, int32_t *d_out, int32_t *out)
 {
@@ -360,6 +375,8 @@ static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EINVAL, "shift %g is outside [0, 1]", (double)o->shift);
     if (!(o->vote_from >= 0.0f && o->vote_from < 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "vote_from %g is outside [0, 1)", (double)o->vote_from);
+    if (!(o->pos_prior >= 0.0f && o->pos_prior <= 4.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "pos_prior %g is outside [0, 4]", (double)o->pos_prior);
     if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
     if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
@@ -464,6 +481,19 @@ static int select_by_query(struct blend_run *b, char *err, size_t errlen)
                               b->d_dev, err, errlen);
     if (rc)
         return rc;
+    if (b->o.pos_prior > 0.0f && b->n_rows) {
+        float *mass = malloc(sizeof(float) * (size_t)b->n_rows);
+        if (!mass)
+            return -ENOMEM;
+        const struct kvfs_backend_iface *be = BE(b->m);
+        if (!(rc = be->download(CTX(b->m), mass, b->d_dev, sizeof(float) * (size_t)b->n_rows))) {
+            blend_position_prior(&b->o, b->chunk_of, mass, b->n_rows);
+            rc = be->upload(CTX(b->m), b->d_dev, mass, sizeof(float) * (size_t)b->n_rows);
+        }
+        free(mass);
+        if (rc)
+            return rc;
+    }
     b->n_sel = blend_rows_at(&b->o, 0, 1, b->n_rows);
     b->first_layer = 0;
     b->n_sparse = b->m->hp.n_layer;

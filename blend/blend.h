@@ -84,6 +84,8 @@ struct kvfs_blend_opts {
                          * layers only, unless there are none) */
     int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
                          * the default: they are exact, a prefix computed alone is a full prefill's) */
+    float pos_prior;    /* select=query: row t of a chunk (0: its first) ranks by its mass x (t + 1)^-pos_prior:
+                         * a chunk's first rows deviate most from a full prefill's (0: off) */
 };
 /* The chunk shift's default (kvfs(8), BENCHMARKS.md "Blend fidelity re-measured") */
 #define KVFS_BLEND_SHIFT 0.4f

@@ -21,6 +21,10 @@ int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8
  * its first chunk (the loader's chunk first_chunk), exact already, unless
  * o->select_first. */
 int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *ld, int first_chunk);
+/* The position prior (opts.pos_prior): host mass[r] of each chunk row r
+ * (chunk_of[r]: its chunk; a chunk's rows are consecutive) scaled by
+ * (t + 1)^-pos_prior, t its place in its chunk.  Nothing when it is 0. */
+void blend_position_prior(const struct kvfs_blend_opts *o, const int32_t *chunk_of, float *mass, int n_rows);
 /* The k rows of the highest scores among d_dev[from..n) (forced first),
  * ascending, into host out (k is cut to n - from). */
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,

@@ -29,6 +29,7 @@ struct eval_args {
     const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
     const char *kv_quant;      /* --kv-quant q8|q4: chunks' K/V through that codec, as if stored so */
     int kv_quant_keep;         /* --kv-quant-keep N: each chunk's first N rows left exact (sinks) */
+    const char *kv_quant_part; /* --kv-quant-part k|v: only the keys or only the values through it */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -80,7 +81,8 @@ static void usage(FILE *f)
                "as before 2026-11-26; by default they are never recomputed: they are exact),\n"
                "--vote-from F (the share of layers, from the bottom, whose attention does not\n"
                "count, default 0.333), --vote-local (sliding-window layers vote too, through\n"
-               "their window).\n"
+               "their window), --pos-prior B (row t of a chunk ranks by its attention x\n"
+               "(t + 1)^-B: a chunk's first rows deviate most; default 0: off).\n"
                "The fidelity floor, as kvfs serves (kvfs(8)): --min-rows N (at least N chunk rows\n"
                "recomputed, default 48), --full-below N (prompts of at most N tokens prefilled in\n"
                "full, default 192); --no-floor measures the bare algorithm.\n"
@@ -96,7 +98,8 @@ static void usage(FILE *f)
                "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
                "--kv-quant q8|q4: each chunk's K/V through the 8-bit or 4-bit codec (index/\n"
                "kvquant.h), as if stored quantized (the full prefill stays exact);\n"
-               "--kv-quant-keep N leaves each chunk's first N rows exact.\n"
+               "--kv-quant-keep N leaves each chunk's first N rows exact; --kv-quant-part k|v\n"
+               "puts only the keys or only the values through the codec (where the error comes from).\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
                "token ids and full prefill's greedy continuation are included.\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT);
@@ -158,7 +161,9 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
         TOOL_OPT("shift", 0, FLOAT, &a->bo.shift), TOOL_OPT("select-first", 0, FLAG, &a->bo.select_first),
         TOOL_OPT("vote-from", 0, FLOAT, &a->bo.vote_from), TOOL_OPT("vote-local", 0, FLAG, &a->bo.vote_local),
+        TOOL_OPT("pos-prior", 0, FLOAT, &a->bo.pos_prior),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
+        TOOL_OPT("kv-quant-part", 0, STR, &a->kv_quant_part),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -184,6 +189,10 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     }
     if (a->kv_quant && (!kvfs_kvq_parse(a->kv_quant) || strcmp(a->backend, "cpu"))) {
         fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8 or q4, on the cpu backend\n", a->kv_quant);
+        return 2;
+    }
+    if (a->kv_quant_part && (!a->kv_quant || (strcmp(a->kv_quant_part, "k") && strcmp(a->kv_quant_part, "v")))) {
+        fprintf(stderr, "kvfsctl eval: --kv-quant-part %s: want k or v, with --kv-quant\n", a->kv_quant_part);
         return 2;
     }
     if (!a->n_ratios)
@@ -243,14 +252,26 @@ static int behind_prefix(const int32_t *pre, size_t np, int32_t **ids, size_t *n
 static int quantize_rows(const struct eval *e, struct kvfs_kv_cache *c, int first, int n)
 {
     int codec = kvfs_kvq_parse(e->a->kv_quant), kvd = c->kv_dim, rc = 0;
+    const char *part = e->a->kv_quant_part;
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)kvd;
     uint8_t *buf = malloc(kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kvd));
-    if (!buf)
-        return -ENOMEM;
+    float *exact = part ? malloc(bytes) : NULL; /* the part that stays exact */
+    if (!buf || (part && !exact)) {
+        rc = -ENOMEM;
+        goto out;
+    }
     for (int l = 0; l < c->n_layer && !rc; l++) {
         float *k = c->k[l] + (size_t)first * kvd, *v = c->v[l] + (size_t)first * kvd;
+        float *keep = part ? (*part == 'k' ? v : k) : NULL;
+        if (keep)
+            memcpy(exact, keep, bytes);
         if (!(rc = kvfs_kvq_encode(codec, k, v, (uint32_t)n, (uint32_t)kvd, buf)))
             rc = kvfs_kvq_decode(codec, buf, (uint32_t)n, (uint32_t)kvd, k, v);
+        if (keep)
+            memcpy(keep, exact, bytes);
     }
+out:
+    free(exact);
     free(buf);
     return rc;
 }

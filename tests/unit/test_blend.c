@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "blend.h"
+#include "blend_internal.h"
 #include "check.h"
 #include "loader.h"
 #include "synth_model.h"
@@ -364,12 +365,15 @@ int main(void)
         int map_a[3] = {0, 1, 2}, map_b[2] = {0, 2};
         struct kvfs_blend_member mb[2] = {{map_a, 3, suffix, NS}, {map_b, 2, suffix, NS}};
         struct kvfs_blend_chunk chb[2] = {ch[0], ch[2]};
-        for (int variant = 0; variant < 3; variant++) {
+        /* variant 3: one member with the position prior, which the batch
+         * applies as the blend does (and which changes the picks) */
+        for (int variant = 0; variant < 4; variant++) {
             struct kvfs_loader *ld;
             struct kvfs_blend_opts bo;
             struct batch_out b = {0};
             kvfs_blend_opts_init(&bo, variant == 1 ? 0.999f : 0.3f);
-            int n_mb = variant == 0 ? 1 : 2;
+            bo.pos_prior = variant == 3 ? 1.0f : 0.0f;
+            int n_mb = variant == 0 || variant == 3 ? 1 : 2;
             CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
             CHECK_EQ(kvfs_blend_batch(m, ld, mb, n_mb, 1, &bo, keep_member, &b, err, sizeof(err)), 0);
             kvfs_loader_close(ld);
@@ -380,9 +384,18 @@ int main(void)
                 float d = max_diff(&b, i, &bc);
                 fprintf(stderr, "batch variant %d member %d: max |dK|,|dV| vs its own blend %.3g f16 ulps\n", variant,
                         i, d);
-                if (variant < 2)
+                if (variant != 2)
                     CHECK(d <= 4.0f);
                 kvfs_kv_cache_free(m, &bc), free(bt);
+                if (variant == 3) { /* the prior moved the picks */
+                    struct kvfs_blend_opts no = bo;
+                    no.pos_prior = 0.0f;
+                    CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &no, &bc, &bt, out, &st, err, sizeof(err)), 0);
+                    float dn = max_diff(&b, i, &bc);
+                    fprintf(stderr, "batch with the position prior vs the blend without it: %.3g f16 ulps\n", dn);
+                    CHECK(dn > 4.0f);
+                    kvfs_kv_cache_free(m, &bc), free(bt);
+                }
                 if (variant == 2) { /* as many rows recomputed as its own blend: nearer it than reuse */
                     struct kvfs_blend_opts ro;
                     kvfs_blend_opts_init(&ro, 0.0f);
@@ -541,6 +554,26 @@ int main(void)
         }
         kvfs_kv_cache_free(m, &c0), free(t0);
         kvfs_kv_cache_free(m, &c2), free(t2);
+    }
+    /* the position prior: row t of each chunk weighs (t + 1)^-B; B 0 is off;
+     * B outside [0, 4] is refused */
+    {
+        const int32_t chunk_of[6] = {0, 0, 0, 1, 1, 2};
+        const float want[6] = {1.0f, 0.5f, 1.0f / 3.0f, 1.0f, 0.5f, 1.0f};
+        float mass[6] = {1, 1, 1, 1, 1, 1};
+        struct kvfs_blend_opts o;
+        kvfs_blend_opts_init(&o, 0.15f);
+        blend_position_prior(&o, chunk_of, mass, 6);
+        for (int r = 0; r < 6; r++)
+            CHECK(mass[r] == 1.0f);
+        o.pos_prior = 1.0f;
+        blend_position_prior(&o, chunk_of, mass, 6);
+        for (int r = 0; r < 6; r++)
+            CHECK(fabsf(mass[r] - want[r]) < 1e-6f);
+        o.pos_prior = 4.5f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
+        o.pos_prior = -0.5f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
     }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];

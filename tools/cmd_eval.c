@@ -8,8 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "blend.h"
+#include "kvformat.h"
 #include "kvquant.h"
 #include "commands.h"
 #include "model_util.h"
@@ -30,6 +34,7 @@ struct eval_args {
     const char *kv_quant;      /* --kv-quant q8|q4: chunks' K/V through that codec, as if stored so */
     int kv_quant_keep;         /* --kv-quant-keep N: each chunk's first N rows left exact (sinks) */
     const char *kv_quant_part; /* --kv-quant-part k|v: only the keys or only the values through it */
+    const char *ref_cache;     /* --ref-cache DIR: full prefills' logits kept there, by model and tokens */
     struct kvfs_blend_opts bo;
     char **files;
     int n_files;
@@ -101,7 +106,11 @@ static void usage(FILE *f)
                "--kv-quant-keep N leaves each chunk's first N rows exact; --kv-quant-part k|v\n"
                "puts only the keys or only the values through the codec (where the error comes from).\n"
                "--no-prefix skips the prefix-caching baseline.  With --json, the prompt's\n"
-               "token ids and full prefill's greedy continuation are included.\n",
+               "token ids and full prefill's greedy continuation are included.\n"
+               "--ref-cache DIR keeps each full prefill's logits and greedy continuation,\n"
+               "and each chunk's cache, in DIR (by model, tokens and how they were made)\n"
+               "and reuses them when they come again (comparing variants of a blend; the\n"
+               "full prefill's TTFT is then the first run's).\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT);
 }
 
@@ -164,6 +173,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("pos-prior", 0, FLOAT, &a->bo.pos_prior),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         TOOL_OPT("kv-quant-part", 0, STR, &a->kv_quant_part),
+        TOOL_OPT("ref-cache", 0, STR, &a->ref_cache),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -276,6 +286,99 @@ out:
     return rc;
 }
 
+/* --ref-cache: DIR/<XXH3-128 of the model's fingerprint, what is kept
+ * (kind: "ref" or "chunk"), how it was made (variant) and the tokens>.kvc
+ * holds a full prefill's reference (TTFT, logits, greedy continuation) or a
+ * chunk's file image; written to a temporary name and renamed, so a reader
+ * sees a whole file or none */
+static void cache_path(const struct eval *e, const char *kind, const char *variant, const int32_t *ids, size_t n,
+                       char *path, size_t cap)
+{
+    uint8_t fp[80];
+    kvfs_fingerprint_encode(&e->m->fp, fp);
+    XXH3_state_t *st = XXH3_createState();
+    XXH128_hash_t h = {0, 0};
+    if (st && XXH3_128bits_reset(st) == XXH_OK) {
+        XXH3_128bits_update(st, fp, sizeof(fp));
+        XXH3_128bits_update(st, kind, strlen(kind) + 1);
+        XXH3_128bits_update(st, variant, strlen(variant) + 1);
+        XXH3_128bits_update(st, ids, sizeof(int32_t) * n);
+        h = XXH3_128bits_digest(st);
+    }
+    XXH3_freeState(st);
+    snprintf(path, cap, "%s/%s-%016llx%016llx.kvc", e->a->ref_cache, kind, (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+}
+
+/* parts[i] of len[i] bytes, in one file */
+static void cache_store(const struct eval *e, const char *path, const void *const *parts, const size_t *len, int n)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    mkdir(e->a->ref_cache, 0755); /* EEXIST or a real error, which fopen reports */
+    FILE *f = fopen(tmp, "wb");
+    int ok = f != NULL;
+    for (int i = 0; ok && i < n; i++)
+        ok = fwrite(parts[i], 1, len[i], f) == len[i];
+    if (f && fclose(f))
+        ok = 0;
+    if (!ok || rename(tmp, path)) {
+        fprintf(stderr, "kvfsctl eval: cannot keep %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+static void ref_path(const struct eval *e, char *path, size_t cap)
+{
+    char variant[32];
+    snprintf(variant, sizeof(variant), "greedy=%d", e->a->greedy);
+    cache_path(e, "ref", variant, e->all, (size_t)e->n_ctx, path, cap);
+}
+
+static int ref_load(struct eval *e, double *t_full)
+{
+    char path[4096];
+    ref_path(e, path, sizeof(path));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -ENOENT;
+    size_t V = (size_t)e->V, g = (size_t)e->a->greedy;
+    int ok = fread(t_full, sizeof(double), 1, f) == 1 && fread(e->ref, sizeof(float), V, f) == V &&
+             fread(e->gref, sizeof(int32_t), g, f) == g && fgetc(f) == EOF;
+    fclose(f);
+    return ok ? 0 : -EIO;
+}
+
+static void ref_store(const struct eval *e, double t_full)
+{
+    char path[4096];
+    ref_path(e, path, sizeof(path));
+    const void *parts[3] = {&t_full, e->ref, e->gref};
+    size_t len[3] = {sizeof(double), sizeof(float) * (size_t)e->V, sizeof(int32_t) * (size_t)e->a->greedy};
+    cache_store(e, path, parts, len, 3);
+}
+
+/* A chunk's file image from the cache, into w (4 KiB aligned, as the
+ * writer's); the blend verifies its checksums as any chunk's */
+static int chunk_load(const char *path, struct kvfs_writer *w)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -ENOENT;
+    int rc = -EIO;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    void *buf = NULL;
+    if (n > 0 && !fseek(f, 0, SEEK_SET) && !posix_memalign(&buf, 4096, (size_t)n) &&
+        fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        memset(w, 0, sizeof(*w));
+        w->buf = buf, w->size = (size_t)n;
+        buf = NULL, rc = 0;
+    }
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
 /* Each chunk's text tokenized and prefilled on its own, as kvfs stores it
  * (behind the shared prefix, when there is one: kept by the first chunk,
  * the prompt's head; later chunks store only their own rows) */
@@ -300,14 +403,28 @@ static int prefill_chunks(struct eval *e)
             (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
             break;
         int first = i ? (int)np : 0;
-        rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
         int keep = e->a->kv_quant_keep > 0 ? e->a->kv_quant_keep : 0;
-        if (!rc && e->a->kv_quant && (int)e->nids[i] - first > keep)
-            rc = quantize_rows(e, &cc, first + keep, (int)e->nids[i] - first - keep);
-        if (!rc)
-            rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first, KVFS_DTYPE_F16,
-                                        &e->w[i]);
-        kvfs_kv_cache_free(e->m, &cc);
+        char cpath[4096], variant[96];
+        snprintf(variant, sizeof(variant), "first=%d kvq=%s keep=%d part=%s", first,
+                 e->a->kv_quant ? e->a->kv_quant : "none", keep, e->a->kv_quant_part ? e->a->kv_quant_part : "kv");
+        if (e->a->ref_cache)
+            cache_path(e, "chunk", variant, e->ids[i], e->nids[i], cpath, sizeof(cpath));
+        if (e->a->ref_cache && !chunk_load(cpath, &e->w[i])) {
+            kvfs_kv_cache_free(e->m, &cc);
+        } else {
+            rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
+            if (!rc && e->a->kv_quant && (int)e->nids[i] - first > keep)
+                rc = quantize_rows(e, &cc, first + keep, (int)e->nids[i] - first - keep);
+            if (!rc)
+                rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first,
+                                            KVFS_DTYPE_F16, &e->w[i]);
+            kvfs_kv_cache_free(e->m, &cc);
+            if (!rc && e->a->ref_cache) {
+                const void *parts[1] = {e->w[i].buf};
+                size_t len[1] = {e->w[i].size};
+                cache_store(e, cpath, parts, len, 1);
+            }
+        }
         if (!rc && first) { /* the prompt holds the chunk's own tokens */
             memmove(e->ids[i], e->ids[i] + first, sizeof(int32_t) * (e->nids[i] - (size_t)first));
             e->nids[i] -= (size_t)first;
@@ -353,18 +470,25 @@ static int build_prompt(struct eval *e)
 /* The reference: a full prefill of the prompt and its greedy continuation. */
 static int run_full(struct eval *e)
 {
+    double t_full = 0;
+    if (e->a->ref_cache && !ref_load(e, &t_full)) {
+        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy};
+        return 0;
+    }
     struct kvfs_kv_cache fc;
     int rc = kvfs_kv_cache_init(e->m, e->n_ctx + e->a->greedy, &fc);
     if (rc)
         return rc;
     double t0 = tool_now();
     rc = kvfs_forward(e->m, &fc, e->all, e->n_ctx, 0, e->ref);
-    double t_full = tool_now() - t0;
+    t_full = tool_now() - t0;
     if (!rc)
         rc = continue_greedy(e->m, &fc, e->ref, e->a->greedy, e->gref);
     kvfs_kv_cache_free(e->m, &fc);
     if (!rc)
         e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy};
+    if (!rc && e->a->ref_cache)
+        ref_store(e, t_full);
     return rc;
 }
 

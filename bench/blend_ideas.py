@@ -14,7 +14,8 @@ must clear), how many prompts the blend is worse than that reuse, and top-1.
   variant: tokens, KL reuse, KL blend, top-1), for per-prompt tables.
   BLEND_REF_CACHE: a directory where kvfsctl eval keeps full prefills and
   chunk caches (--ref-cache) across runs; by default one per run, so the
-  variants after the first reuse them (the same figures, ~3-4x faster).
+  variants after the first reuse them (the same figures, ~3-4x faster);
+  a shared one must be emptied when the runtime or the codecs change.
 
 Prints one markdown table; progress on stderr.  KL does not depend on the
 machine's load, so this may run beside other work."""

@@ -110,7 +110,8 @@ static void usage(FILE *f)
                "--ref-cache DIR keeps each full prefill's logits and greedy continuation,\n"
                "and each chunk's cache, in DIR (by model, tokens and how they were made)\n"
                "and reuses them when they come again (comparing variants of a blend; the\n"
-               "full prefill's TTFT is then the first run's).\n",
+               "full prefill's TTFT is then the first run's; the key is not kvfsctl's\n"
+               "build: empty DIR when the runtime or the codecs change).\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT);
 }
 

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.." || exit 1
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 secs=${1:-60}; shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(chunk recipe gguf tokenizer llama_state ioctl)
+[ ${#targets[@]} -eq 0 ] && targets=(chunk recipe gguf tokenizer llama_state ioctl rebuild)
 mkdir -p "$FUZZ_BUILD/artifacts"
 failed=0
 for t in "${targets[@]}"; do

@@ -202,6 +202,10 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8 or q4, on the cpu backend\n", a->kv_quant);
         return 2;
     }
+    if (!(a->bo.pos_prior >= 0.0f && a->bo.pos_prior <= 4.0f)) {
+        fprintf(stderr, "kvfsctl eval: --pos-prior %g: want 0 (off) to 4\n", (double)a->bo.pos_prior);
+        return 2;
+    }
     if (a->kv_quant_part && (!a->kv_quant || (strcmp(a->kv_quant_part, "k") && strcmp(a->kv_quant_part, "v")))) {
         fprintf(stderr, "kvfsctl eval: --kv-quant-part %s: want k or v, with --kv-quant\n", a->kv_quant_part);
         return 2;

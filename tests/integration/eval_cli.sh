@@ -39,6 +39,20 @@ ok = kl['plain'] == kl['t1'] and kl['t13']['blend 0.30'] != kl['plain']['blend 0
 ok = ok and d['sp']['tokens'] > d['plain']['tokens'] and kl['sp']['full prefill'] == 0
 sys.exit(not ok)
 PY
+# --ref-cache: a second run finds the full prefill and the chunks kept by
+# the first and gives the same figures; --pos-prior changes the blend, and
+# its chunk caches are those of the plain run (the same chunks)
+ev --ref-cache "$T/ref" > "$T/r1.json" && n1=$(ls "$T/ref" | wc -l) &&
+    ev --ref-cache "$T/ref" > "$T/r2.json" && ev --ref-cache "$T/ref" --pos-prior 0.5 > "$T/rp.json"
+check "--ref-cache keeps 3 files (2 chunks, 1 reference) and reuses them: the same figures" python3 - "$T" "$n1" "$(ls "$T/ref" | wc -l)" <<'PY'
+import json, sys
+d = {k: json.load(open(f'{sys.argv[1]}/{k}.json')) for k in ('plain', 'r1', 'r2', 'rp')}
+kl = {k: {r['method']: r['kl'] for r in v['results']} for k, v in d.items()}
+print(kl, sys.argv[2:])
+ok = kl['plain'] == kl['r1'] == kl['r2'] and kl['rp']['blend 0.30'] != kl['plain']['blend 0.30']
+sys.exit(not (ok and sys.argv[2] == '3' and sys.argv[3] == '3'))
+PY
+check "--pos-prior 5 is refused" sh -c "! '$KVFSCTL' eval -m '$MODEL' --pos-prior 5 --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'pos-prior' '$T/bad.err'"
 check "--ape-temp 0 is refused" sh -c "! '$KVFSCTL' eval -m '$MODEL' --ape-temp 0 --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'ape-temp' '$T/bad.err'"
 for bad in "query,bogus" "query,query" ""; do
     check "--select '$bad' is refused with a reason" sh -c \

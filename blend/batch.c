@@ -262,9 +262,9 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
 {
     double t0 = blend_now_s();
     if (n_mb < 1 || n_shared < 1 || o->select != KVFS_BLEND_SELECT_QUERY || o->auto_ratio || !(o->ratio > 0.0f) ||
-        !(o->ratio < 1.0f) || o->sink_rows < 0)
-        return kvfs_errf(err, errlen, -EINVAL, "a batch shares a prefix of >= 1 chunk with select=query and a ratio "
-                                               "in (0, 1)");
+        !(o->ratio < 1.0f) || o->sink_rows < 0 || !(o->shift >= 0.0f && o->shift <= 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "a batch shares a prefix of >= 1 chunk with select=query, a ratio "
+                                               "in (0, 1) and a shift in [0, 1]");
     for (int i = 0; i < n_mb; i++) {
         if (mb[i].n_chunks < n_shared || mb[i].n_suffix < 1)
             return kvfs_errf(err, errlen, -EINVAL, "batch member %d: %d chunks for a shared prefix of %d, %d query "

@@ -97,7 +97,7 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio);
  * KVFS_BLEND_MIN_ROWS chunk rows are recomputed (BENCHMARKS.md, "Short
  * chunks and the fidelity floor"). */
 #define KVFS_BLEND_FULL_BELOW 192
-#define KVFS_BLEND_MIN_ROWS 48
+#define KVFS_BLEND_MIN_ROWS 96
 void kvfs_blend_opts_floor(struct kvfs_blend_opts *o);
 const char *kvfs_blend_select_name(int select);
 /* "fixed", "gradual", "query" -> KVFS_BLEND_SELECT_*; -1 for anything else */

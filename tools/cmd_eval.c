@@ -89,7 +89,7 @@ static void usage(FILE *f)
                "their window), --pos-prior B (row t of a chunk ranks by its attention x\n"
                "(t + 1)^-B: a chunk's first rows deviate most; default 0: off).\n"
                "The fidelity floor, as kvfs serves (kvfs(8)): --min-rows N (at least N chunk rows\n"
-               "recomputed, default 48), --full-below N (prompts of at most N tokens prefilled in\n"
+               "recomputed, default %d), --full-below N (prompts of at most N tokens prefilled in\n"
                "full, default 192); --no-floor measures the bare algorithm.\n"
                "--bos each|first|none: where the prompt has BOS when the model asks for one\n"
                "(Gemma; SmolLM2 does not): each chunk tokenized as the model's tokenizer\n"
@@ -112,7 +112,8 @@ static void usage(FILE *f)
                "and reuses them when they come again (comparing variants of a blend; the\n"
                "full prefill's TTFT is then the first run's; the key is not kvfsctl's\n"
                "build: empty DIR when the runtime or the codecs change).\n",
-            (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT);
+            (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT,
+            KVFS_BLEND_MIN_ROWS);
 }
 
 /* --ratio R[,R...]: appended to the list (at most MAX_RATIOS) */

@@ -303,7 +303,11 @@ static void *io_main(void *arg)
         have_ring = 1;
         fixed = n_iov > 0 && io_uring_register_buffers(&ring, iov, (unsigned)n_iov) == 0;
     }
+    /* under the lock: a blend whose chunks all stream from the remote tier
+     * reads its stats without ever waiting on this thread (a TSan report) */
+    pthread_mutex_lock(&ld->lock);
     ld->st.uring = have_ring;
+    pthread_mutex_unlock(&ld->lock);
     int k = 0;
     for (int l = ld->first; l < ld->n_layer; l++)
         for (int c = 0; c < ld->n; c++) {

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include "blend.h"
@@ -211,6 +210,8 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         fprintf(stderr, "kvfsctl eval: --kv-quant-part %s: want k or v, with --kv-quant\n", a->kv_quant_part);
         return 2;
     }
+    if (a->ref_cache)
+        mkdir(a->ref_cache, 0755); /* EEXIST, or an error each write then reports */
     if (!a->n_ratios)
         a->ratios[a->n_ratios++] = KVFS_BLEND_DEFAULT_RATIO;
     for (int i = 0; i < a->n_ratios; i++)
@@ -295,8 +296,8 @@ out:
 /* --ref-cache: DIR/<XXH3-128 of the model's fingerprint, what is kept
  * (kind: "ref" or "chunk"), how it was made (variant) and the tokens>.kvc
  * holds a full prefill's reference (TTFT, logits, greedy continuation) or a
- * chunk's file image; written to a temporary name and renamed, so a reader
- * sees a whole file or none */
+ * chunk's file image; tool_write_file writes a temporary name and renames
+ * it, so a reader sees a whole file or none */
 static void cache_path(const struct eval *e, const char *kind, const char *variant, const int32_t *ids, size_t n,
                        char *path, size_t cap)
 {
@@ -314,24 +315,6 @@ static void cache_path(const struct eval *e, const char *kind, const char *varia
     XXH3_freeState(st);
     snprintf(path, cap, "%s/%s-%016llx%016llx.kvc", e->a->ref_cache, kind, (unsigned long long)h.high64,
              (unsigned long long)h.low64);
-}
-
-/* parts[i] of len[i] bytes, in one file */
-static void cache_store(const struct eval *e, const char *path, const void *const *parts, const size_t *len, int n)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-    mkdir(e->a->ref_cache, 0755); /* EEXIST or a real error, which fopen reports */
-    FILE *f = fopen(tmp, "wb");
-    int ok = f != NULL;
-    for (int i = 0; ok && i < n; i++)
-        ok = fwrite(parts[i], 1, len[i], f) == len[i];
-    if (f && fclose(f))
-        ok = 0;
-    if (!ok || rename(tmp, path)) {
-        fprintf(stderr, "kvfsctl eval: cannot keep %s: %s\n", path, strerror(errno));
-        unlink(tmp);
-    }
 }
 
 static void ref_path(const struct eval *e, char *path, size_t cap)
@@ -355,13 +338,26 @@ static int ref_load(struct eval *e, double *t_full)
     return ok ? 0 : -EIO;
 }
 
+static void cache_store(const char *path, const void *buf, size_t len)
+{
+    int rc = tool_write_file(path, buf, len);
+    if (rc)
+        fprintf(stderr, "kvfsctl eval: cannot keep %s: %s\n", path, strerror(-rc));
+}
+
 static void ref_store(const struct eval *e, double t_full)
 {
     char path[4096];
     ref_path(e, path, sizeof(path));
-    const void *parts[3] = {&t_full, e->ref, e->gref};
-    size_t len[3] = {sizeof(double), sizeof(float) * (size_t)e->V, sizeof(int32_t) * (size_t)e->a->greedy};
-    cache_store(e, path, parts, len, 3);
+    size_t nl = sizeof(float) * (size_t)e->V, ng = sizeof(int32_t) * (size_t)e->a->greedy;
+    uint8_t *buf = malloc(sizeof(double) + nl + ng);
+    if (!buf)
+        return;
+    memcpy(buf, &t_full, sizeof(double));
+    memcpy(buf + sizeof(double), e->ref, nl);
+    memcpy(buf + sizeof(double) + nl, e->gref, ng);
+    cache_store(path, buf, sizeof(double) + nl + ng);
+    free(buf);
 }
 
 /* A chunk's file image from the cache, into w (4 KiB aligned, as the
@@ -405,8 +401,7 @@ static int prefill_chunks(struct eval *e)
          * Gemma blends best from chunks with their own BOS (BENCHMARKS.md) */
         int bos = !sp && (!strcmp(e->a->bos, "each") || (i == 0 && !strcmp(e->a->bos, "first")));
         if ((rc = tool_tokenize_file(e->tok, path, bos, &e->ids[i], &e->nids[i])) ||
-            (np && (rc = behind_prefix(pre, np, &e->ids[i], &e->nids[i]))) ||
-            (rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc)))
+            (np && (rc = behind_prefix(pre, np, &e->ids[i], &e->nids[i]))))
             break;
         int first = i ? (int)np : 0;
         int keep = e->a->kv_quant_keep > 0 ? e->a->kv_quant_keep : 0;
@@ -415,21 +410,18 @@ static int prefill_chunks(struct eval *e)
                  e->a->kv_quant ? e->a->kv_quant : "none", keep, e->a->kv_quant_part ? e->a->kv_quant_part : "kv");
         if (e->a->ref_cache)
             cache_path(e, "chunk", variant, e->ids[i], e->nids[i], cpath, sizeof(cpath));
-        if (e->a->ref_cache && !chunk_load(cpath, &e->w[i])) {
-            kvfs_kv_cache_free(e->m, &cc);
-        } else {
-            rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
-            if (!rc && e->a->kv_quant && (int)e->nids[i] - first > keep)
-                rc = quantize_rows(e, &cc, first + keep, (int)e->nids[i] - first - keep);
-            if (!rc)
-                rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first,
-                                            KVFS_DTYPE_F16, &e->w[i]);
-            kvfs_kv_cache_free(e->m, &cc);
-            if (!rc && e->a->ref_cache) {
-                const void *parts[1] = {e->w[i].buf};
-                size_t len[1] = {e->w[i].size};
-                cache_store(e, cpath, parts, len, 1);
+        if (!e->a->ref_cache || chunk_load(cpath, &e->w[i])) {
+            if (!(rc = kvfs_kv_cache_init(e->m, (int)e->nids[i], &cc))) {
+                rc = kvfs_forward(e->m, &cc, e->ids[i], (int)e->nids[i], 0, NULL);
+                if (!rc && e->a->kv_quant && (int)e->nids[i] - first > keep)
+                    rc = quantize_rows(e, &cc, first + keep, (int)e->nids[i] - first - keep);
+                if (!rc)
+                    rc = kvfs_kv_cache_to_chunk(e->m, &cc, first, (int)e->nids[i] - first, e->ids[i] + first,
+                                                KVFS_DTYPE_F16, &e->w[i]);
+                kvfs_kv_cache_free(e->m, &cc);
             }
+            if (!rc && e->a->ref_cache)
+                cache_store(cpath, e->w[i].buf, e->w[i].size);
         }
         if (!rc && first) { /* the prompt holds the chunk's own tokens */
             memmove(e->ids[i], e->ids[i] + first, sizeof(int32_t) * (e->nids[i] - (size_t)first));

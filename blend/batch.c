@@ -261,10 +261,13 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
                      char *err, size_t errlen)
 {
     double t0 = blend_now_s();
+    int rc = blend_check_opts(o, err, errlen);
+    if (rc)
+        return rc;
     if (n_mb < 1 || n_shared < 1 || o->select != KVFS_BLEND_SELECT_QUERY || o->auto_ratio || !(o->ratio > 0.0f) ||
-        !(o->ratio < 1.0f) || o->sink_rows < 0 || !(o->shift >= 0.0f && o->shift <= 1.0f))
-        return kvfs_errf(err, errlen, -EINVAL, "a batch shares a prefix of >= 1 chunk with select=query, a ratio "
-                                               "in (0, 1) and a shift in [0, 1]");
+        !(o->ratio < 1.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "a batch shares a prefix of >= 1 chunk with select=query and a ratio "
+                                               "in (0, 1)");
     for (int i = 0; i < n_mb; i++) {
         if (mb[i].n_chunks < n_shared || mb[i].n_suffix < 1)
             return kvfs_errf(err, errlen, -EINVAL, "batch member %d: %d chunks for a shared prefix of %d, %d query "
@@ -272,7 +275,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         if (memcmp(mb[i].chunks, mb[0].chunks, sizeof(int) * (size_t)n_shared))
             return kvfs_errf(err, errlen, -EINVAL, "batch member %d does not start with the shared chunks", i + 1);
     }
-    int rc = blend_check_chunks(m, ld, err, errlen);
+    rc = blend_check_chunks(m, ld, err, errlen);
     if (rc || (rc = kvfs_loader_start(ld, 0)))
         return rc;
     struct layout Lp, *L = calloc((size_t)n_mb, sizeof(*L));

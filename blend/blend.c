@@ -367,7 +367,7 @@ struct blend_run {
     int n_forced, full_prefill;
 };
 
-static int check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
+int blend_check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
 {
     if (!(o->ape_temp > 0.0f))
         return kvfs_errf(err, errlen, -EINVAL, "ape_temp %g is not above 0", (double)o->ape_temp);
@@ -754,7 +754,7 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
     memset(c, 0, sizeof(*c));
     if (b.o.auto_ratio)
         b.o.ratio = b.o.min_ratio;
-    if ((rc = check_opts(&b.o, err, errlen)))
+    if ((rc = blend_check_opts(&b.o, err, errlen)))
         return rc;
     if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS || n_suffix < 1)
         return kvfs_errf(err, errlen, -EINVAL, "a blend needs 1 to %d chunks and at least one suffix token",

@@ -11,6 +11,9 @@ struct kvfs_loader;
 double blend_now_s(void);
 /* Every chunk of the loader is the model's, with keys after RoPE. */
 int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen);
+/* Every option in its range (-EINVAL with the reason in err): what
+ * kvfs_blend_stream and kvfs_blend_batch both check. */
+int blend_check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen);
 /* Chunk rows recomputed at sparse layer j of n_sparse. */
 int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows);
 /* The k rows of the highest d_dev[0..n) (forced first), ascending, into

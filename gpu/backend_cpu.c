@@ -1172,6 +1172,18 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 }
 
 #define ATT_BLOCK 256
+/* Batch invariance: a row's attention does not depend on which rows were
+ * computed with it, so a row a blend (or prefix caching) recomputes is bit
+ * for bit the full prefill's row.  OpenBLAS's q.k^T (B transposed) takes
+ * other kernels for small products, whose sums differ in the last bits, and
+ * it splits a long k by its length: measured on SkylakeX, only q.K^T with
+ * K^T stored (no transpose) and P.V over runs of a fixed length aligned to
+ * the key index (zero tails) give identical rows for any block shape.  From
+ * ATT_INVARIANT_MIN_Q queries on (a prefill, a blend's recompute); decoding
+ * one token keeps the plain path (transposing every key per token would
+ * cost more than its attention). */
+#define ATT_INVARIANT_MIN_Q 16
+#define PV_RUN 128 /* keys per P.V product: below any core's k block */
 
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
 static int positions_sorted(const int32_t *kv_pos, int n_kv)
@@ -1187,6 +1199,10 @@ static int positions_sorted(const int32_t *kv_pos, int n_kv)
 struct attn_call {
     struct cpu_ctx *ctx;
     const float *q, *k, *v;
+    /* batch-invariant path (else NULL): K^T per kv head, [n_kv_head][head_dim][n_kv_pad]
+     * zero past n_kv; V's rows from the last run bound, zero-padded to PV_RUN */
+    const float *kt, *v_tail;
+    int n_kv_pad; /* n_kv, up to a multiple of PV_RUN on that path */
     const int32_t *q_pos, *kv_pos;
     float *out;
     int n_q, n_kv, n_head, n_kv_head, head_dim, window, sorted;
@@ -1195,41 +1211,71 @@ struct attn_call {
     atomic_int rc;
 };
 
+/* The keys a block of queries [i0, i1) can see: [*kb, *nk) (positions in
+ * order: keys past the block's last query are all masked, which halves causal
+ * prefill work, and with a window those it hides from the first query) */
+static void block_keys(const struct attn_call *c, int i0, int i1, int *kb, int *nk)
+{
+    *kb = 0;
+    *nk = c->n_kv;
+    if (!c->sorted)
+        return;
+    int32_t maxq = c->q_pos[i0], minq = c->q_pos[i0];
+    for (int i = i0; i < i1; i++) {
+        maxq = c->q_pos[i] > maxq ? c->q_pos[i] : maxq;
+        minq = c->q_pos[i] < minq ? c->q_pos[i] : minq;
+    }
+    *nk = visible_end(c->kv_pos, c->n_kv, maxq);
+    if (c->window > 0)
+        *kb = visible_end(c->kv_pos, *nk, window_hides(minq, c->window));
+}
+
 static void attn_unit(struct attn_call *c, float *sc, int i0, int h)
 {
     int i1 = i0 + ATT_BLOCK < c->n_q ? i0 + ATT_BLOCK : c->n_q, rows = i1 - i0;
     int qstride = c->n_head * c->head_dim, kstride = c->n_kv_head * c->head_dim;
     int kh = h / (c->n_head / c->n_kv_head);
     float *out = c->out + (size_t)i0 * qstride + h * c->head_dim;
-    /* with positions in order, keys past the block's last query are all
-     * masked: skip them (halves causal prefill work), and with a window
-     * the keys it hides from the block's first query */
-    int kb = 0, nk = c->n_kv;
-    if (c->sorted) {
-        int32_t maxq = c->q_pos[i0], minq = c->q_pos[i0];
-        for (int i = i0; i < i1; i++) {
-            maxq = c->q_pos[i] > maxq ? c->q_pos[i] : maxq;
-            minq = c->q_pos[i] < minq ? c->q_pos[i] : minq;
-        }
-        nk = visible_end(c->kv_pos, c->n_kv, maxq);
-        if (c->window > 0)
-            kb = visible_end(c->kv_pos, nk, window_hides(minq, c->window));
-    }
+    const float *qq = c->q + (size_t)i0 * qstride + h * c->head_dim;
+    const struct kvfs_blas *blas = c->ctx->blas;
+    int kb, nk;
+    block_keys(c, i0, i1, &kb, &nk);
     if (nk == kb) { /* nothing visible: zero output */
         for (int i = 0; i < rows; i++)
             memset(out + (size_t)i * qstride, 0, sizeof(float) * c->head_dim);
         return;
     }
-    /* from here on the keys are [kb, nk): nk of them from kb */
-    const float *kk = c->k + (size_t)kb * kstride + kh * c->head_dim, *vv = c->v + (size_t)kb * kstride + kh * c->head_dim;
-    nk -= kb;
-    const struct kvfs_blas *blas = c->ctx->blas;
-    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale,
-                c->q + (size_t)i0 * qstride + h * c->head_dim, qstride, kk, kstride, 0.0f, sc, nk);
-    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
+    if (!c->kt) {
+        /* from here on the keys are [kb, nk): nk of them from kb */
+        const float *kk = c->k + (size_t)kb * kstride + kh * c->head_dim;
+        const float *vv = c->v + (size_t)kb * kstride + kh * c->head_dim;
+        nk -= kb;
+        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale, qq, qstride, kk,
+                    kstride, 0.0f, sc, nk);
+        struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
+        softmax_rows(&job);
+        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride,
+                    0.0f, out, qstride);
+        return;
+    }
+    /* Batch-invariant: every product has the same shape in k whatever the
+     * block: whole runs of PV_RUN keys on run bounds, the keys outside a
+     * row's view (and the padding past the last key) at exact zero. */
+    kb = kb / PV_RUN * PV_RUN;
+    int end = (nk + PV_RUN - 1) / PV_RUN * PV_RUN, width = end - kb;
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, width, c->head_dim, c->scale, qq, qstride,
+                c->kt + (size_t)kh * c->head_dim * c->n_kv_pad + kb, c->n_kv_pad, 0.0f, sc, width);
+    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk - kb, width, c->sorted, c->window};
     softmax_rows(&job);
-    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride, 0.0f,
-                out, qstride);
+    for (int i = 0; i < rows; i++)
+        memset(sc + (size_t)i * width + (nk - kb), 0, sizeof(float) * (size_t)(width - (nk - kb)));
+    for (int j0 = kb; j0 < end; j0 += PV_RUN) {
+        /* the last run past the keys reads the zero-padded copy */
+        const float *vv = j0 + PV_RUN <= c->n_kv ? c->v + (size_t)j0 * kstride + kh * c->head_dim
+                                                 : c->v_tail + kh * c->head_dim;
+        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, PV_RUN, 1.0f, sc + (j0 - kb),
+                    width, vv, kstride, j0 > kb ? 1.0f : 0.0f, out, qstride);
+    }
 }
 
 static void *attn_job(void *arg)
@@ -1238,7 +1284,7 @@ static void *attn_job(void *arg)
     int n_units = (c->n_q + ATT_BLOCK - 1) / ATT_BLOCK * c->n_head;
     struct scratch *buf = NULL;
     for (int u; (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
-        if (!buf && !(buf = scratch_get(c->ctx, (size_t)ATT_BLOCK * c->n_kv))) {
+        if (!buf && !(buf = scratch_get(c->ctx, (size_t)ATT_BLOCK * c->n_kv_pad))) {
             atomic_store(&c->rc, -ENOMEM);
             break;
         }
@@ -1257,8 +1303,26 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
-    struct attn_call c = {ctx, q, k, v, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head, head_dim, window,
-                          positions_sorted(kv_pos, n_kv), scale, 0, 0};
+    struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0};
+    struct scratch *kt = NULL;
+    if (n_q >= ATT_INVARIANT_MIN_Q) {
+        int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
+        if (!(kt = scratch_get(ctx, (size_t)kstride * pad + (size_t)PV_RUN * kstride)))
+            return -ENOMEM;
+        float *v_tail = kt->p + (size_t)kstride * pad;
+        for (int d = 0; d < kstride; d++) {
+            float *row = kt->p + (size_t)d * pad;
+            for (int j = 0; j < n_kv; j++)
+                row[j] = k[(size_t)j * kstride + d];
+            memset(row + n_kv, 0, sizeof(float) * (size_t)(pad - n_kv));
+        }
+        memcpy(v_tail, v + (size_t)last * kstride, sizeof(float) * (size_t)(n_kv - last) * kstride);
+        memset(v_tail + (size_t)(n_kv - last) * kstride, 0, sizeof(float) * (size_t)(pad - n_kv) * kstride);
+        c.kt = kt->p;
+        c.v_tail = v_tail;
+        c.n_kv_pad = pad;
+    }
     struct attn_call *jobs[KVFS_PARALLEL_MAX];
     int units = (n_q + ATT_BLOCK - 1) / ATT_BLOCK * n_head;
     int nt = pool_jobs(ctx);
@@ -1266,6 +1330,8 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     for (int t = 0; t < nt; t++)
         jobs[t] = &c;
     cpu_pool_run(ctx->pool, attn_job, jobs, sizeof(jobs[0]), nt);
+    if (kt)
+        scratch_put(ctx, kt);
     return atomic_load(&c.rc);
 }
 

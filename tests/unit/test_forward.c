@@ -2,7 +2,8 @@
  * qwen2 with biases/NeoX RoPE, gemma3 with wide heads and sliding-window
  * layers): decode after prefill equals prefill of the longer sequence; a
  * cache written as a chunk and read back continues identically; RoPE
- * re-rotation by a delta composes; windowed attention equals its definition;
+ * re-rotation by a delta composes; a prefill split in two equals it in one
+ * call bit for bit (attention alone too); windowed attention equals its definition;
  * the tokenizer round trips bytes. */
 #include <errno.h>
 #include <math.h>
@@ -83,6 +84,101 @@ static void check_pos0(struct kvfs_model *m, const int32_t *toks, int n)
     kvfs_kv_cache_free(m, &a);
     kvfs_kv_cache_free(m, &b);
     free(la); free(lb); free(ka); free(kb); free(va); free(vb); free(delta);
+}
+
+/* Batch invariance: a row's result does not depend on which rows were
+ * computed with it.  A prefill of n tokens in one call and the same tokens in
+ * two calls (a prefix, then the rest against its cache: what prefix caching
+ * and a blend's recompute do) give bit-identical logits and K/V.  Long enough
+ * that attention runs in several query blocks and over many keys (the BLAS
+ * splits a long product by its length), and wide enough that every product
+ * takes the BLAS's ordinary kernels, as a real model's do (tiny products take
+ * other kernels, whose sums differ: the 64-wide models above would).  Each
+ * part has at least 256 rows, as a blend's recompute or a prompt after a
+ * cached prefix has (decoding one row takes other paths). */
+static void check_batch_invariance(const char *arch, const char *path)
+{
+    enum { N = 900 };
+    static const int splits[] = {256, 300, 513, 520, 600, 644};
+    struct kvfs_synth_model_opts o = {arch, 2, 256, 4, 2, 512, !strcmp(arch, "gemma3") ? 1e6f : 10000.0f, 7};
+    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
+    struct kvfs_model *m;
+    char err[256];
+    if (kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err))) {
+        fprintf(stderr, "load: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    int V = m->hp.n_vocab, kvd = m->hp.n_kv_head * m->hp.head_dim;
+    int32_t *toks = malloc(sizeof(int32_t) * N);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    float *ka = malloc(sizeof(float) * N * kvd), *kb = malloc(sizeof(float) * N * kvd);
+    for (int i = 0; i < N; i++)
+        toks[i] = (i * 131 + 7) % 256;
+    struct kvfs_kv_cache a;
+    CHECK_EQ(kvfs_kv_cache_init(m, N, &a), 0);
+    CHECK_EQ(kvfs_forward(m, &a, toks, N, 0, la), 0);
+    for (size_t s = 0; s < sizeof(splits) / sizeof(splits[0]); s++) {
+        struct kvfs_kv_cache b;
+        CHECK_EQ(kvfs_kv_cache_init(m, N, &b), 0);
+        CHECK_EQ(kvfs_forward(m, &b, toks, splits[s], 0, NULL), 0);
+        CHECK_EQ(kvfs_forward(m, &b, toks + splits[s], N - splits[s], splits[s], lb), 0);
+        int same = !memcmp(la, lb, sizeof(float) * V);
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            CHECK_EQ(m->be.iface->download(m->be.ctx, ka, a.k[l], sizeof(float) * N * kvd), 0);
+            CHECK_EQ(m->be.iface->download(m->be.ctx, kb, b.k[l], sizeof(float) * N * kvd), 0);
+            same &= !memcmp(ka, kb, sizeof(float) * N * kvd);
+            CHECK_EQ(m->be.iface->download(m->be.ctx, ka, a.v[l], sizeof(float) * N * kvd), 0);
+            CHECK_EQ(m->be.iface->download(m->be.ctx, kb, b.v[l], sizeof(float) * N * kvd), 0);
+            same &= !memcmp(ka, kb, sizeof(float) * N * kvd);
+        }
+        float scale, d = max_diff(la, lb, V, &scale);
+        if (!same)
+            fprintf(stderr, "%s: %d + %d rows differ from %d in one call (max |dlogit| %.2e)\n", m->hp.arch,
+                    splits[s], N - splits[s], N, d);
+        CHECK(same);
+        kvfs_kv_cache_free(m, &b);
+    }
+    kvfs_kv_cache_free(m, &a);
+    free(toks); free(la); free(lb); free(ka); free(kb);
+    kvfs_model_free(m);
+}
+
+/* The backend's attention alone, batch invariance: the first P queries
+ * over the first P keys (a prefill's first call) give, bit for bit, the rows
+ * the full call gives them, whatever block of queries P ends in (tails of 1
+ * to 255 rows), for head widths 64 / 128 / 256, causal and windowed. */
+static void check_attention_invariance(const struct kvfs_backend *b)
+{
+    enum { N = 900, H = 4, KH = 2 };
+    static const struct { int p, d, window; } cases[] = {
+        {600, 64, 0}, {520, 64, 0}, {513, 128, 4}, {600, 128, 0}, {700, 256, 512}, {17, 64, 0}, {899, 64, 7}};
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        int P = cases[t].p, D = cases[t].d;
+        float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * N * KH * D);
+        float *v = malloc(sizeof(float) * N * KH * D), *o1 = malloc(sizeof(float) * N * H * D);
+        float *o2 = malloc(sizeof(float) * N * H * D);
+        int32_t *pos = malloc(sizeof(int32_t) * N);
+        uint32_t seed = 3;
+        for (int i = 0; i < N; i++)
+            pos[i] = i;
+        for (int i = 0; i < N * H * D; i++)
+            q[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+        for (int i = 0; i < N * KH * D; i++) {
+            k[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+            v[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+        }
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, cases[t].window, o1), 0);
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, P, k, v, pos, P, H, KH, D, 0.125f, cases[t].window, o2), 0);
+        int bad = 0;
+        for (int i = 0; i < P; i++)
+            bad += !!memcmp(o1 + (size_t)i * H * D, o2 + (size_t)i * H * D, sizeof(float) * H * D);
+        if (bad)
+            fprintf(stderr, "attention: %d of the first %d rows (head %d, window %d) differ from the full call's\n",
+                    bad, P, D, cases[t].window);
+        CHECK_EQ(bad, 0);
+        free(q); free(k); free(v); free(o1); free(o2); free(pos);
+    }
 }
 
 /* The backend's attention with a sliding window against its definition,
@@ -255,9 +351,12 @@ int main(void)
     check_model("llama", path);
     check_model("qwen2", path);
     check_model("gemma3", path);
+    check_batch_invariance("llama", path);
+    check_batch_invariance("gemma3", path);
     struct kvfs_backend cpu;
     if (kvfs_backend_cpu_init(2, &cpu) == 0) {
         check_window_attention(&cpu);
+        check_attention_invariance(&cpu);
         kvfs_backend_free(&cpu);
     }
     /* malformed model files are rejected, not crashed on */

@@ -10,7 +10,9 @@
 
 double kvfs_dtype_bits(uint32_t dtype)
 {
-    return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 ? 4.5 : 8.0 * (double)kvfs_dtype_size(dtype);
+    /* q4 and k5v3 are the same size: a mount of one never re-encodes the other */
+    return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 || dtype == KVFS_DTYPE_K5V3 ? 4.5
+                                                                            : 8.0 * (double)kvfs_dtype_size(dtype);
 }
 
 int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_writer *w, char *err, size_t errlen)

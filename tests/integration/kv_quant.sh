@@ -1,5 +1,5 @@
 #!/bin/bash
-# Quantized chunks (issue 18, kvfs(5) dtypes q8 and q4): prefill writes them
+# Quantized chunks (issue 18, kvfs(5) dtypes q8, q4 and k5v3): prefill writes them
 # at 0.53x / 0.28x of f16's bytes, the mount stores and serves them like any
 # chunk (ls -l, cmp, user.kvfs.dtype), a blend mixes dtypes, ratio 1.0 from
 # quantized chunks is byte for byte the blend of f16 chunks (every row is
@@ -84,6 +84,38 @@ EOF
 check "a q4 chunk with a corrupt scale is refused" sh -c "! cp '$T/bad.kv' '$M/incoming/bad.kv' 2>/dev/null"
 check "... with a checksum error in the log" grep -q "checksum" "$T/a.log"
 check "... and nothing new in chunks/" test "$(ls "$M/chunks" | wc -l)" -eq 9
+# k5v3 (keys 5 bits, values 3): q4's size, finer keys; the Python reader
+# decodes exactly what kvfs decodes (an f32 conversion holds those values)
+for i in 1 2 3; do
+    "$KVFSCTL" convert --dtype k5v3 "$T/d$i.f16.kv" "$T/d$i.k5v3.kv" > "$T/d$i.k5v3.hash" || fail "convert d$i to k5v3"
+done
+"$KVFSCTL" convert --dtype f32 "$T/d1.k5v3.kv" "$T/d1.k5v3.f32.kv" > /dev/null || fail "convert k5v3 to f32"
+s53=$(lb "$T/d1.k5v3.kv")
+check "k5v3 layer <= 0.30x of f16's bytes ($s53 / $s16)" python3 -c "import sys; sys.exit(not $s53 <= 0.30 * $s16)"
+check "the Python reader decodes k5v3 as kvfs does, keys closer than q4's" env PYTHONPATH="$KVFS_ROOT/python" python3 - "$T/d1.f16.kv" "$T/d1.q4.kv" "$T/d1.k5v3.kv" "$T/d1.k5v3.f32.kv" <<'EOF'
+import sys, numpy as np, kvfs
+a, q4, k5, ref = (kvfs.open(p) for p in sys.argv[1:])
+assert k5.dtype_name == "k5v3" and k5.quantized
+for layer in range(a.n_layer):
+    for get in ("k", "v"):
+        y = getattr(k5, get)(layer)
+        assert np.array_equal(y, getattr(ref, get)(layer)), (get, layer)
+        x = getattr(a, get)(layer).astype(np.float32)
+        e = np.linalg.norm(x - y) / np.linalg.norm(x)
+        assert e < (0.08 if get == "k" else 0.30), (get, layer, e)
+        if get == "k":
+            e4 = np.linalg.norm(x - q4.k(layer)) / np.linalg.norm(x)
+            assert e < 0.7 * e4, (layer, e, e4)
+EOF
+for i in 1 2 3; do
+    h=$(cut -d' ' -f1 "$T/d$i.k5v3.hash"); eval "h_${i}_k5v3=$h"
+    cp "$T/d$i.k5v3.kv" "$M/chunks/$h.kv" || fail "cp d$i.k5v3 into chunks/"
+done
+check "user.kvfs.dtype is k5v3" test "$(getfattr --absolute-names --only-values -n user.kvfs.dtype "$M/chunks/$h_1_k5v3.kv")" = k5v3
+"$KVFSCTL" blend -M "$M" --name full53 --ratio 1 --suffix "$Q" $h_1_k5v3 $h_2_k5v3 $h_3_k5v3 > /dev/null
+check "ratio 1.0 from k5v3 chunks == ratio 1.0 from f16 chunks, byte for byte" cmp "$M/blends/full16.kv" "$M/blends/full53.kv"
+"$KVFSCTL" blend -M "$M" --name r53 --suffix "$Q" $h_1_k5v3 $h_2_k5v3 $h_3_k5v3 > /dev/null
+check "a blend of k5v3 chunks verifies" "$KVFSCTL" info "$M/blends/r53.kv"
 unmount_kvfs a
 # -o kv_quant=q4: what the mount names itself is stored as q4
 mount_kvfs b "model=$MODEL,kv_quant=q4" || exit 1

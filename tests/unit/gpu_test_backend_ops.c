@@ -190,7 +190,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     free(h16);
     /* upload_kvq: a q8/q4 chunk layer decoded on the device as the CPU
      * decodes it (FMA contraction may move the last bit) */
-    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_Q4 && kv % 64 == 0; codec++) {
+    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_K5V3 && kv % 64 == 0; codec++) {
         size_t qb = kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kv);
         uint8_t *blk = malloc(qb);
         float *kc = malloc(sizeof(float) * cnt), *vc = malloc(sizeof(float) * cnt);
@@ -201,8 +201,11 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
              G->upload_kvq(gpu.ctx, dk2, dv2, blk, (uint32_t)n, (uint32_t)kv, codec));
         G->download(gpu.ctx, kg, dk2, sizeof(float) * cnt);
         G->download(gpu.ctx, vg, dv2, sizeof(float) * cnt);
-        report(codec == KVFS_KVQ_Q8 ? "upload_kvq q8 K" : "upload_kvq q4 K", shape, nerr(kc, kg, cnt), 1e-6);
-        report(codec == KVFS_KVQ_Q8 ? "upload_kvq q8 V" : "upload_kvq q4 V", shape, nerr(vc, vg, cnt), 1e-6);
+        char what[32];
+        snprintf(what, sizeof(what), "upload_kvq %s K", kvfs_kvq_name(codec));
+        report(what, shape, nerr(kc, kg, cnt), 1e-6);
+        snprintf(what, sizeof(what), "upload_kvq %s V", kvfs_kvq_name(codec));
+        report(what, shape, nerr(vc, vg, cnt), 1e-6);
         G->free(gpu.ctx, dk2), G->free(gpu.ctx, dv2);
         free(blk), free(kc), free(vc), free(kg), free(vg);
     }

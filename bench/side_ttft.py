@@ -7,7 +7,9 @@ prefill TTFT and the median of the per-run speedups (full / blend).
 
   BLEND_SET=short|long, BLEND_PROMPTS (rag_set.py), MODEL (paths.py);
   IDEAS: 'label=options;...' as for bench/blend_ideas.py (default: the
-  served blend alone); BLEND_IDEAS_RATIO (default 0.15); REPS (default 2).
+  served blend alone; an option NAME=VALUE in upper case goes to kvfsctl's
+  environment, and KVFSCTL=PATH runs another kvfsctl binary: two builds side
+  by side); BLEND_IDEAS_RATIO (default 0.15); REPS (default 2).
 
 Timings need a quiet machine: run nothing beside it."""
 import json, os, shlex, statistics, subprocess, sys, tempfile
@@ -28,8 +30,12 @@ with tempfile.TemporaryDirectory() as td:
     for i, (p, files, q) in enumerate(prompts):
         for rep in range(REPS):
             for label, opts in variants:
-                r = subprocess.run([KVFSCTL, 'eval', '-m', MODEL, '--json', '--ratio', RATIO, '--no-prefix', '--greedy',
-                                    '1', '--query', q] + opts + files, capture_output=True, text=True)
+                env = dict(o.split('=', 1) for o in opts if o.split('=')[0].isupper())
+                args = [o for o in opts if not o.split('=')[0].isupper()]
+                binary = env.pop('KVFSCTL', KVFSCTL)
+                r = subprocess.run([binary, 'eval', '-m', MODEL, '--json', '--ratio', RATIO, '--no-prefix', '--greedy',
+                                    '1', '--query', q] + args + files, capture_output=True, text=True,
+                                   env=dict(os.environ, **env))
                 if r.returncode:
                     sys.exit(f'{label}: kvfsctl eval failed: {r.stderr.strip()}')
                 d = {x['method']: x for x in json.loads(r.stdout)['results']}

@@ -129,5 +129,5 @@ check "... a chunk copied under its name keeps its dtype (the hash covers it)" t
 check "... blend results are q4" sh -c "'$KVFSCTL' info --json '$B/blends/r.kv' | grep -q '\"dtype\": \"q4\"'"
 unmount_kvfs b
 mkdir -p "$T/c.mnt" "$T/c.store"
-check "kv_quant=q3 refused at mount" sh -c "! '$KVFS' -f -o store=$T/c.store,kv_quant=q3 $T/c.mnt 2>$T/c.err && grep -q 'kv_quant=q3: expected q8, q4 or none' $T/c.err"
+check "kv_quant=q3 refused at mount" sh -c "! '$KVFS' -f -o store=$T/c.store,kv_quant=q3 $T/c.mnt 2>$T/c.err && grep -q 'kv_quant=q3: expected q8, q4, k5v3 or none' $T/c.err"
 finish

@@ -87,7 +87,7 @@ static int parse_line(char *line, struct kvfs_recipe *r, int lineno, char *err, 
     }
     if (!strncmp(line, "dtype=", 6)) {
         if (!(r->dtype = kvfs_dtype_parse(line + 6)))
-            return kvfs_errf(err, errlen, -EINVAL, "line %d: dtype must be f16, f32, bf16, q8, q4 or k5v3", lineno);
+            return kvfs_errf(err, errlen, -EINVAL, "line %d: dtype must be f16, f32, bf16, q8, q4 or q4s", lineno);
         return 0;
     }
     if (!strcmp(line, "ratio=auto")) {

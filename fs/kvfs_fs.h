@@ -98,7 +98,7 @@ struct kvfs_mount {
     struct kvfs_passthrough pt;
     struct kvfs_opts opts;
     uint64_t max_ingest;
-    uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4/K5V3 (-o kv_quant), 0: none */
+    uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4/Q4S (-o kv_quant), 0: none */
     pthread_mutex_t lock;     /* protects the inode map and pending list */
     struct ino_map *inos;     /* chunk inode -> hash */
     struct pending *pending;

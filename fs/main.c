@@ -55,7 +55,7 @@ static void usage(const char *prog)
            "                     (default 30; -1: list only chunks this host has)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
-           "  kv_quant=Q         q8, q4, k5v3 or none (default): store chunks the mount names itself\n"
+           "  kv_quant=Q         q8, q4, q4s or none (default): store chunks the mount names itself\n"
            "                     (incoming/, llama/, blend results) as 8- or 4-bit K/V\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
@@ -229,7 +229,7 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
     }
     if (m->opts.kv_quant && strcmp(m->opts.kv_quant, "none") &&
         !((m->kv_quant = kvfs_dtype_parse(m->opts.kv_quant)) && kvfs_dtype_quantized(m->kv_quant))) {
-        fprintf(stderr, "kvfs: kv_quant=%s: expected q8, q4, k5v3 or none\n", m->opts.kv_quant);
+        fprintf(stderr, "kvfs: kv_quant=%s: expected q8, q4, q4s or none\n", m->opts.kv_quant);
         return 2;
     }
     if (passthrough_parse(m, m->opts.passthrough)) {

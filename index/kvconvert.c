@@ -10,8 +10,8 @@
 
 double kvfs_dtype_bits(uint32_t dtype)
 {
-    /* q4 and k5v3 are the same size: a mount of one never re-encodes the other */
-    return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 || dtype == KVFS_DTYPE_K5V3 ? 4.5
+    /* q4 and q4s are the same size: a mount of one never re-encodes the other */
+    return dtype == KVFS_DTYPE_Q8 ? 8.5 : dtype == KVFS_DTYPE_Q4 || dtype == KVFS_DTYPE_Q4S ? 4.5
                                                                             : 8.0 * (double)kvfs_dtype_size(dtype);
 }
 

@@ -49,12 +49,12 @@ size_t kvfs_dtype_size(uint32_t dtype)
 int kvfs_dtype_quantized(uint32_t dtype)
 {
     return dtype == KVFS_DTYPE_Q8 ? KVFS_KVQ_Q8 : dtype == KVFS_DTYPE_Q4 ? KVFS_KVQ_Q4
-         : dtype == KVFS_DTYPE_K5V3 ? KVFS_KVQ_K5V3 : 0;
+         : dtype == KVFS_DTYPE_Q4S ? KVFS_KVQ_Q4S : 0;
 }
 
 int kvfs_dtype_known(uint32_t dtype) { return kvfs_dtype_size(dtype) || kvfs_dtype_quantized(dtype); }
 
-static const char *const dtype_names[] = {NULL, "f32", "f16", "bf16", "q8", "q4", "k5v3"};
+static const char *const dtype_names[] = {NULL, "f32", "f16", "bf16", "q8", "q4", "q4s"};
 
 const char *kvfs_dtype_name(uint32_t dtype)
 {

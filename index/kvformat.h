@@ -39,7 +39,7 @@ enum kvfs_dtype {
      * two [token][kv_dim] arrays; kv_dim must be a multiple of 64 */
     KVFS_DTYPE_Q8 = 4,
     KVFS_DTYPE_Q4 = 5,
-    KVFS_DTYPE_K5V3 = 6, /* keys 5 bits, values 3: q4's size, its error moved off the keys */
+    KVFS_DTYPE_Q4S = 6, /* q4 with keys over 32 tokens, values over 64 channels: same size, finer keys */
 };
 
 enum kvfs_rope_type {
@@ -98,7 +98,7 @@ void kvfs_layer_entry_get(const struct kvfs_header *h, uint32_t layer, struct kv
 /* Sizes */
 size_t kvfs_dtype_size(uint32_t dtype);               /* element bytes; 0 if unknown or block-quantized */
 int kvfs_dtype_known(uint32_t dtype);                 /* 1 for every dtype above */
-int kvfs_dtype_quantized(uint32_t dtype);             /* KVFS_DTYPE_Q8 / Q4 / K5V3: the kvquant.h codec, else 0 */
+int kvfs_dtype_quantized(uint32_t dtype);             /* KVFS_DTYPE_Q8 / Q4 / Q4S: the kvquant.h codec, else 0 */
 const char *kvfs_dtype_name(uint32_t dtype);          /* "f32", "f16", "bf16", "q8", "q4"; "?" if unknown */
 uint32_t kvfs_dtype_parse(const char *name);          /* the reverse; 0 for anything else */
 uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer, unpadded */

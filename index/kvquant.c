@@ -1,4 +1,4 @@
-/* kvquant.c - 8-bit, 4-bit and 5/3-bit codecs for a layer's K and V (kvquant.h). */
+/* kvquant.c - 8-bit and 4-bit codecs for a layer's K and V (kvquant.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,36 +7,34 @@
 #include "kvformat.h"
 #include "kvquant.h"
 
-/* Values per group, bits per value and bytes per block, keys (which 0) and
- * values (1).  q4's values take groups of 32, whose extra scales (5 bits per
- * value against 4.5) halve what 4 bits lose on a token's outlier channels.
- * k5v3 spends q4's bits where q4 loses (BENCHMARKS.md: q4's keys alone cost
- * its whole KL loss, its values nothing): keys at 5 bits over 64 tokens
- * (5.5 bits per value), values at 3 bits over 32 channels (4.0). */
-static uint32_t group_of(int codec, int which) { return codec != KVFS_KVQ_Q8 && !which ? 64 : 32; }
-static uint32_t bits_of(int codec, int which)
+/* Values per group and bytes per block, keys (which 0) and values (1).
+ * q4's values take groups of 32, whose extra scales (5 bits per value
+ * against 4.5) halve what 4 bits lose on a token's outlier channels.  q4s
+ * moves those scales to the keys, where q4 loses (BENCHMARKS.md: q4's keys
+ * alone cost its whole KL loss, its values nothing): keys over 32 tokens (a
+ * chunk's first, large keys no longer set the step of 64 rows), values over
+ * 64 channels; the same 4.75 bits per value. */
+static uint32_t group_of(int codec, int which)
 {
-    return codec == KVFS_KVQ_Q8 ? 8 : codec == KVFS_KVQ_Q4 ? 4 : which ? 3 : 5;
+    return codec == KVFS_KVQ_Q4 ? (which ? 32 : 64) : codec == KVFS_KVQ_Q4S ? (which ? 64 : 32) : 32;
 }
-static size_t block_of(int codec, int which)
-{
-    return codec == KVFS_KVQ_Q8 ? 34 : 4 + group_of(codec, which) * bits_of(codec, which) / 8;
-}
+static size_t block_of(int codec, int which) { return codec == KVFS_KVQ_Q8 ? 34 : 4 + group_of(codec, which) / 2; }
 
 int kvfs_kvq_parse(const char *name)
 {
     return !name ? 0 : !strcmp(name, "q8") ? KVFS_KVQ_Q8 : !strcmp(name, "q4") ? KVFS_KVQ_Q4
-                     : !strcmp(name, "k5v3") ? KVFS_KVQ_K5V3 : 0;
+                     : !strcmp(name, "q4s") ? KVFS_KVQ_Q4S : 0;
 }
 
 const char *kvfs_kvq_name(int codec)
 {
-    return codec == KVFS_KVQ_Q8 ? "q8" : codec == KVFS_KVQ_Q4 ? "q4" : codec == KVFS_KVQ_K5V3 ? "k5v3" : "?";
+    return codec == KVFS_KVQ_Q8 ? "q8" : codec == KVFS_KVQ_Q4 ? "q4" : codec == KVFS_KVQ_Q4S ? "q4s" : "?";
 }
 
 static int shape_ok(int codec, uint32_t n_tokens, uint32_t kv_dim)
 {
-    return (codec == KVFS_KVQ_Q8 || codec == KVFS_KVQ_Q4 || codec == KVFS_KVQ_K5V3) && n_tokens > 0 && kv_dim > 0 && kv_dim % 64 == 0;
+    return (codec == KVFS_KVQ_Q8 || codec == KVFS_KVQ_Q4 || codec == KVFS_KVQ_Q4S) && n_tokens > 0 && kv_dim > 0 &&
+           kv_dim % 64 == 0;
 }
 
 size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
@@ -68,26 +66,8 @@ static float get16(const uint8_t *p)
     return kvfs_f16_to_f32(h);
 }
 
-/* code i of a min/step block: `bits` bits from bit i * bits of the data,
- * least significant first (q4: low nibble first) */
-static uint32_t get_code(const uint8_t *data, uint32_t bits, uint32_t i)
-{
-    uint32_t bit = i * bits, shift = bit % 8, w = data[bit / 8];
-    if (shift + bits > 8) /* it runs into the next byte */
-        w |= (uint32_t)data[bit / 8 + 1] << 8;
-    return (w >> shift) & ((1u << bits) - 1);
-}
-
-static void put_code(uint8_t *data, uint32_t bits, uint32_t i, uint32_t q)
-{
-    uint32_t bit = i * bits;
-    data[bit / 8] |= (uint8_t)(q << (bit % 8));
-    if (bit % 8 + bits > 8)
-        data[bit / 8 + 1] |= (uint8_t)(q >> (8 - bit % 8));
-}
-
 /* one group of g values (n of them real, read with stride) into a block */
-static void encode_group(int codec, int which, uint32_t g, const float *x, size_t stride, uint32_t n, uint8_t *b)
+static void encode_group(int codec, uint32_t g, const float *x, size_t stride, uint32_t n, uint8_t *b)
 {
     float lo = INFINITY, hi = -INFINITY, amax = 0.0f;
     for (uint32_t i = 0; i < n; i++) {
@@ -107,21 +87,20 @@ static void encode_group(int codec, int which, uint32_t g, const float *x, size_
         }
         return;
     }
-    /* min/step: the stored (f16) min and step, so that decoding's arithmetic is what rounding assumed */
-    uint32_t bits = bits_of(codec, which);
-    long top = (1l << bits) - 1;
+    /* q4, q4s: the stored (f16) min and step, so that decoding's arithmetic is what rounding assumed */
     float m = kvfs_f16_to_f32(kvfs_f32_to_f16(lo));
-    float d = kvfs_f16_to_f32(kvfs_f32_to_f16((hi - m) / (float)top)), id = d > 0.0f ? 1.0f / d : 0.0f;
+    float d = kvfs_f16_to_f32(kvfs_f32_to_f16((hi - m) / 15.0f)), id = d > 0.0f ? 1.0f / d : 0.0f;
     put16(b, d);
     put16(b + 2, m);
-    memset(b + 4, 0, g * bits / 8);
+    memset(b + 4, 0, g / 2);
     for (uint32_t i = 0; i < g; i++) {
         long q = round_even(((i < n ? x[i * stride] : 0.0f) - m) * id);
-        put_code(b + 4, bits, i, (uint32_t)(q > top ? top : q < 0 ? 0 : q));
+        q = q > 15 ? 15 : q < 0 ? 0 : q;
+        b[4 + i / 2] |= (uint8_t)(q << (4 * (i & 1)));
     }
 }
 
-static void decode_group(int codec, int which, const uint8_t *b, float *x, size_t stride, uint32_t n)
+static void decode_group(int codec, const uint8_t *b, float *x, size_t stride, uint32_t n)
 {
     if (codec == KVFS_KVQ_Q8) {
         float d = get16(b);
@@ -130,9 +109,8 @@ static void decode_group(int codec, int which, const uint8_t *b, float *x, size_
         return;
     }
     float d = get16(b), m = get16(b + 2);
-    uint32_t bits = bits_of(codec, which);
     for (uint32_t i = 0; i < n; i++)
-        x[i * stride] = m + d * (float)get_code(b + 4, bits, i);
+        x[i * stride] = m + d * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
 }
 
 /* keys: per channel over token groups; values: per token over channel
@@ -152,9 +130,9 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
         for (uint32_t c = 0; c < kv_dim; c++, b += bk) {
             float *x = k + (size_t)t0 * kv_dim + c;
             if (decode)
-                decode_group(codec, 0, b, x, kv_dim, n);
+                decode_group(codec, b, x, kv_dim, n);
             else
-                encode_group(codec, 0, gk, x, kv_dim, n, b);
+                encode_group(codec, gk, x, kv_dim, n, b);
         }
     }
     uint32_t ta = (uint32_t)((uint64_t)n_tokens * part / n_parts), tb = (uint32_t)((uint64_t)n_tokens * (part + 1) / n_parts);
@@ -163,9 +141,9 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
         for (uint32_t c0 = 0; c0 < kv_dim; c0 += gv, b += bv) {
             float *x = v + (size_t)t * kv_dim + c0;
             if (decode)
-                decode_group(codec, 1, b, x, 1, gv);
+                decode_group(codec, b, x, 1, gv);
             else
-                encode_group(codec, 1, gv, x, 1, gv, b);
+                encode_group(codec, gv, x, 1, gv, b);
         }
     return 0;
 }
@@ -196,17 +174,17 @@ float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv
     uint32_t i = which ? c % gv : t % gk;
     if (codec == KVFS_KVQ_Q8)
         return get16(b) * (float)(int8_t)b[2 + i];
-    return get16(b + 2) + get16(b) * (float)get_code(b + 4, bits_of(codec, which), i);
+    return get16(b + 2) + get16(b) * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
 }
 
-float kvfs_kvq_bound(int codec, int which, float lo, float hi)
+float kvfs_kvq_bound(int codec, float lo, float hi)
 {
     float amax = fabsf(lo) > fabsf(hi) ? fabsf(lo) : fabsf(hi);
     if (codec == KVFS_KVQ_Q8) /* half a step of d, d rounded to f16 (relative 2^-11) */
         return 0.5f * amax / 127.0f * (1.0f + 0x1p-10f) + amax * 0x1p-20f + 0x1p-24f; /* f16 subnormals */
-    /* half a step, plus m's f16 rounding and the step's rounding over all steps */
-    float range = hi - lo, top = (float)((1u << bits_of(codec, which)) - 1);
-    return 0.5f * range / top * (1.0f + 0x1p-10f) + fabsf(lo) * 0x1p-11f + range * 0x1p-10f + amax * 0x1p-20f +
+    /* half a step, plus m's f16 rounding and the step's rounding over 15 steps */
+    float range = hi - lo;
+    return 0.5f * range / 15.0f * (1.0f + 0x1p-10f) + fabsf(lo) * 0x1p-11f + range * 0x1p-10f + amax * 0x1p-20f +
            0x1p-24f;
 }
 

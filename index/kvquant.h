@@ -1,5 +1,5 @@
-/* kvquant.h - 8-bit, 4-bit and 5/3-bit codecs for one layer of a chunk's K
- * and V (issue 18): the kvfs(5) dtypes q8, q4 and k5v3.
+/* kvquant.h - 8-bit and 4-bit codecs for one layer of a chunk's K and V
+ * (issue 18): the kvfs(5) dtypes q8, q4 and q4s.
  *
  * KIVI's split: keys are quantized per channel (a group is one channel of
  * consecutive tokens: outlier channels keep their own scale), values per
@@ -7,17 +7,16 @@
  *   q8: f16 d, then 32 int8 q (x = d q; d = max|x| / 127)            34 bytes
  *   q4: f16 d, f16 m, then g/2 bytes of g nibbles (x = m + d q,      36 / 20
  *       d = (max - min) / 15, m = min); low nibble first              bytes
- *   k5v3: as q4 with b-bit codes, d = (max - min) / (2^b - 1): keys    44 / 16
- *       b = 5, values b = 3; code i is bits [i b, i b + b) of the     bytes
- *       g b / 8 data bytes, least significant bit first
- * with groups of 32 for q8, and for q4 and k5v3 64 tokens (keys) and 32
- * channels (values).  The layer is the key blocks, token group by token group and in
+ *   q4s: as q4, other groups                                       20 / 36
+ *                                                                   bytes
+ * with groups of 32 for q8, for q4 64 tokens (keys) and 32 channels
+ * (values), for q4s 32 tokens (keys) and 64 channels (values).  The layer is the key blocks, token group by token group and in
  * each channel by channel, then the value blocks, token by token and in each
  * group by group.  A last token group shorter than the group is padded with
  * zeros (decoded, not returned).  kv_dim must be a multiple of 64.  Per
  * value: q8 8.5 bits (0.53x of f16), q4 4.75 (keys 4.5, values 5; 0.30x),
- * k5v3 4.75 (keys 5.5, values 4.0; 0.30x).  Error: q8 at most d/2 per
- * value, q4 and k5v3 at most d/2 plus the f16 rounding of m and d
+ * q4s 4.75 (keys 5, values 4.5; 0.30x).  Error: q8 at most d/2 per value,
+ * q4 and q4s at most d/2 plus the f16 rounding of m and d
  * (kvfs_kvq_bound). */
 #ifndef KVFS_KVQUANT_H
 #define KVFS_KVQUANT_H
@@ -25,9 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum kvfs_kvq { KVFS_KVQ_Q8 = 1, KVFS_KVQ_Q4 = 2, KVFS_KVQ_K5V3 = 3 };
+enum kvfs_kvq { KVFS_KVQ_Q8 = 1, KVFS_KVQ_Q4 = 2, KVFS_KVQ_Q4S = 3 };
 
-/* "q8", "q4", "k5v3" -> codec; 0 for anything else */
+/* "q8", "q4", "q4s" -> codec; 0 for anything else */
 int kvfs_kvq_parse(const char *name);
 const char *kvfs_kvq_name(int codec);
 /* bytes of one encoded layer (K and V), 0 for a bad codec or shape */
@@ -44,13 +43,13 @@ int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32
  * V (1), exactly as decode gives it */
 float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
                     uint32_t c);
-/* the largest error decoding may leave on a group of keys (which 0) or
- * values (1) whose values span [lo, hi] (the tests' and kvfs(5)'s bound) */
-float kvfs_kvq_bound(int codec, int which, float lo, float hi);
+/* the largest error decoding may leave on a group whose values span
+ * [lo, hi] (the tests' and kvfs(5)'s bound) */
+float kvfs_kvq_bound(int codec, float lo, float hi);
 
 /* One layer of a chunk of any dtype (its bytes at `layer`, as the layer
  * table places them) into k[n_tokens][kv_dim] and v[..] floats (either may
- * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4/k5v3. */
+ * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4/q4s. */
 struct kvfs_header;
 int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v);
 

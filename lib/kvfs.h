@@ -33,7 +33,7 @@ extern "C" {
 #define LIBKVFS_DTYPE_BF16 3u
 #define LIBKVFS_DTYPE_Q8 4u   /* 8-bit blocks with f16 scales (kvfs(5)): read with libkvfs_layer_f32 */
 #define LIBKVFS_DTYPE_Q4 5u   /* 4-bit blocks with f16 scale and min: likewise */
-#define LIBKVFS_DTYPE_K5V3 6u /* 5-bit key and 3-bit value blocks, f16 scale and min: likewise */
+#define LIBKVFS_DTYPE_Q4S 6u  /* q4 with 32-token key and 64-channel value groups: likewise */
 
 /* header flags */
 #define LIBKVFS_FLAG_KEYS_ROPED 0x1u /* keys stored after RoPE at positions pos0, pos0+1, ... */
@@ -55,7 +55,7 @@ struct libkvfs_file; /* an open chunk file */
 struct libkvfs_info {
     uint32_t version;      /* format version, 1 */
     uint32_t dtype;        /* LIBKVFS_DTYPE_* */
-    uint32_t elem_size;    /* bytes per element of dtype: 4 or 2; 0 for the block-quantized q8, q4, k5v3 */
+    uint32_t elem_size;    /* bytes per element of dtype: 4 or 2; 0 for the block-quantized q8, q4, q4s */
     uint32_t flags;        /* LIBKVFS_FLAG_* */
     uint32_t n_tokens;
     uint32_t pos0;         /* absolute position of token 0 */
@@ -104,20 +104,20 @@ LIBKVFS_API void libkvfs_close(struct libkvfs_file *f);
 
 LIBKVFS_API const struct libkvfs_info *libkvfs_info(const struct libkvfs_file *f);
 /* K and V of LAYER (either may be NULL); -ERANGE if layer >= n_layer,
- * -EOPNOTSUPP for q8/q4/k5v3 chunks (no [token][kv_head][head_dim] array to
+ * -EOPNOTSUPP for q8/q4/q4s chunks (no [token][kv_head][head_dim] array to
  * point at: use libkvfs_layer_f32). */
 LIBKVFS_API int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_view *k,
                               struct libkvfs_view *v);
 /* K and V of LAYER of any dtype, decoded into the caller's
  * k[n_tokens][n_kv_head * head_dim] and v[...] floats (either may be NULL):
- * exact for f32/f16/bf16, the stored approximation for q8/q4/k5v3 (kvfs(5)). */
+ * exact for f32/f16/bf16, the stored approximation for q8/q4/q4s (kvfs(5)). */
 LIBKVFS_API int libkvfs_layer_f32(const struct libkvfs_file *f, uint32_t layer, float *k, float *v);
 /* Check one layer's checksum (for files opened with LIBKVFS_OPEN_NO_VERIFY,
  * layer by layer as an engine loads them): 0, -EBADMSG or -ERANGE. */
 LIBKVFS_API int libkvfs_verify_layer(const struct libkvfs_file *f, uint32_t layer);
 /* The whole file image (len bytes), e.g. to hand it on unchanged. */
 LIBKVFS_API const void *libkvfs_data(const struct libkvfs_file *f, size_t *len);
-/* "f32", "f16", "bf16", "q8", "q4", "k5v3" or "?" */
+/* "f32", "f16", "bf16", "q8", "q4", "q4s" or "?" */
 LIBKVFS_API const char *libkvfs_dtype_name(uint32_t dtype);
 
 /* Blending through a mount (kvfs(8), IOCTL).  A recipe is the text of a

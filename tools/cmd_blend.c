@@ -27,7 +27,7 @@ static void usage(FILE *f)
                "  --ratio R   share of chunk tokens recomputed (default %g); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
                "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
-               "  --dtype D   the blended file's dtype: f16, f32, bf16, q8, q4, k5v3 (recipe dtype=;\n"
+               "  --dtype D   the blended file's dtype: f16, f32, bf16, q8, q4, q4s (recipe dtype=;\n"
                "              default f16, or the mount's kv_quant)\n"
                "  --batch FILE  up to 32 recipes (kvfs(8) recipe text, separated by lines %%%%) in\n"
                "              one KVFS_IOC_BLEND_BATCH call; recipes that share leading chunks are\n"

@@ -11,10 +11,10 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvfsctl convert --dtype f16|f32|bf16|q8|q4|k5v3 IN OUT\n"
+    fprintf(f, "usage: kvfsctl convert --dtype f16|f32|bf16|q8|q4|q4s IN OUT\n"
                "Re-encode chunk file IN (any dtype, verified first) in the given dtype and write\n"
                "it to OUT; prints the new content hash (the hash covers the dtype, so the\n"
-               "converted chunk has its own name under chunks/).  q8 and q4/k5v3 keep 0.53x and\n"
+               "converted chunk has its own name under chunks/).  q8 and q4/q4s keep 0.53x and\n"
                "0.30x of f16's bytes, with the error bound kvfs(5) gives; converting them back\n"
                "to f16 keeps that error.  IN and OUT may be '-' (stdin, stdout).\n"
                "  --dtype D     the new dtype (required)\n");

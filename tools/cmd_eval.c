@@ -30,7 +30,7 @@ struct eval_args {
     int json, greedy, threads, no_prefix, no_floor;
     const char *bos;           /* each, first or none */
     const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
-    const char *kv_quant;      /* --kv-quant q8|q4|k5v3: chunks' K/V through that codec, as if stored so */
+    const char *kv_quant;      /* --kv-quant q8|q4|q4s: chunks' K/V through that codec, as if stored so */
     int kv_quant_keep;         /* --kv-quant-keep N: each chunk's first N rows left exact (sinks) */
     const char *kv_quant_part; /* --kv-quant-part k|v: only the keys or only the values through it */
     const char *ref_cache;     /* --ref-cache DIR: full prefills' logits kept there, by model and tokens */
@@ -100,7 +100,7 @@ static void usage(FILE *f)
                "the prefix once (\"\" for BOS alone).\n"
                "--ape-temp T: APE's attention temperature: recomputed rows attend to chunk\n"
                "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
-               "--kv-quant q8|q4|k5v3: each chunk's K/V through the 8-bit, 4-bit or 5/3-bit codec (index/\n"
+               "--kv-quant q8|q4|q4s: each chunk's K/V through that codec (index/\n"
                "kvquant.h), as if stored quantized (the full prefill stays exact);\n"
                "--kv-quant-keep N leaves each chunk's first N rows exact; --kv-quant-part k|v\n"
                "puts only the keys or only the values through the codec (where the error comes from).\n"
@@ -199,7 +199,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         return 2;
     }
     if (a->kv_quant && (!kvfs_kvq_parse(a->kv_quant) || strcmp(a->backend, "cpu"))) {
-        fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8, q4 or k5v3, on the cpu backend\n", a->kv_quant);
+        fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8, q4 or q4s, on the cpu backend\n", a->kv_quant);
         return 2;
     }
     if (!(a->bo.pos_prior >= 0.0f && a->bo.pos_prior <= 4.0f)) {

@@ -23,10 +23,10 @@ static void usage(FILE *f)
                "                      token boundaries, as an engine holds it)\n"
                "  --pos0 N            position of the first token (default 0)\n"
                "  --bos               prepend BOS if the model asks for it\n"
-               "  --dtype f16|f32|bf16|q8|q4|k5v3  stored precision (default f16); q8, q4 and\n"
-               "                      k5v3 are block-quantized (kvfs(5)): 0.53x, 0.30x and 0.30x of\n"
-               "                      f16's bytes (k5v3: 5-bit keys, 3-bit values)\n"
-               "  --kv-quant q8|q4|k5v3|none  the same as --dtype q8|q4|k5v3|f16\n"
+               "  --dtype f16|f32|bf16|q8|q4|q4s  stored precision (default f16); q8, q4 and\n"
+               "                      q4s are block-quantized (kvfs(5)): 0.53x, 0.30x and 0.30x of\n"
+               "                      f16's bytes (q4s: q4 with finer key groups)\n"
+               "  --kv-quant q8|q4|q4s|none  the same as --dtype q8|q4|q4s|f16\n"
                "  --backend NAME      cpu, cuda, auto (default cpu)\n"
                "  -t, --threads N     CPU threads (default: all cores)\n");
 }

@@ -67,7 +67,7 @@ int cmd_synth(int argc, char **argv)
     if (size_mib > 0) {
         double per_token = 2.0 * layers * kvh * hd *
                            (dtype == KVFS_DTYPE_F32 ? 4 : dtype == KVFS_DTYPE_Q8 ? 34.0 / 32
-                            : dtype == KVFS_DTYPE_Q4 || dtype == KVFS_DTYPE_K5V3 ? 38.0 / 64 : 2);
+                            : dtype == KVFS_DTYPE_Q4 || dtype == KVFS_DTYPE_Q4S ? 38.0 / 64 : 2);
         tokens = (unsigned long)(size_mib * 1048576.0 / per_token);
         if (!tokens)
             tokens = 1;

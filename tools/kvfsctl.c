@@ -22,7 +22,7 @@ static const struct command commands[] = {
     {"blend", cmd_blend, "blend chunks through a mounted kvfs"},
     {"eval", cmd_eval, "compare blending against full prefill"},
     {"compare", cmd_compare, "how far apart two KV caches of the same prompt are"},
-    {"convert", cmd_convert, "re-encode a chunk file in another dtype (q8, q4, k5v3, f16, ...)"},
+    {"convert", cmd_convert, "re-encode a chunk file in another dtype (q8, q4, q4s, f16, ...)"},
     {"import", cmd_import, "a llama.cpp sequence-state file as a chunk of a named model"},
     {"dequant", cmd_dequant, "decode ggml blocks or round-trip activations to f32 (for tests)"},
 };

@@ -144,8 +144,8 @@ int tool_usage_error(const struct tool_cmd *cmd)
 
 int tool_opt_kv_quant(void *dst, const char *arg)
 {
-    if (strcmp(arg, "q8") && strcmp(arg, "q4") && strcmp(arg, "k5v3") && strcmp(arg, "none")) {
-        fprintf(stderr, "kvfsctl: --kv-quant %s: want q8, q4, k5v3 or none\n", arg);
+    if (strcmp(arg, "q8") && strcmp(arg, "q4") && strcmp(arg, "q4s") && strcmp(arg, "none")) {
+        fprintf(stderr, "kvfsctl: --kv-quant %s: want q8, q4, q4s or none\n", arg);
         return -EINVAL;
     }
     *(uint32_t *)dst = strcmp(arg, "none") ? kvfs_dtype_parse(arg) : KVFS_DTYPE_F16;
@@ -156,7 +156,7 @@ int tool_opt_dtype(void *dst, const char *arg)
 {
     uint32_t d = kvfs_dtype_parse(arg);
     if (!d) {
-        fprintf(stderr, "kvfsctl: unknown dtype '%s' (f16, f32, bf16, q8, q4 or k5v3)\n", arg);
+        fprintf(stderr, "kvfsctl: unknown dtype '%s' (f16, f32, bf16, q8, q4 or q4s)\n", arg);
         return -EINVAL;
     }
     *(uint32_t *)dst = d;

@@ -953,13 +953,12 @@ static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, i
     return 0;
 }
 
-/* Blocks [b0, b0 + nb) of a q8/q4/k5v3 layer's keys (which 0) or values (1)
+/* Blocks [b0, b0 + nb) of a q8/q4/q4s layer's keys (which 0) or values (1)
  * (kvfs(5), index/kvquant.h), g values of bs bytes each, one thread per
  * value: a key block is one channel of g tokens, a value block g channels
- * of one token.  q4 and k5v3: f16 step, f16 min, then `bits`-bit codes,
- * least significant bit first. */
+ * of one token.  q4 and q4s: f16 step, f16 min, then nibbles, low first. */
 __global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, unsigned g, unsigned bs, int which,
-                             float *out, unsigned n_tokens, unsigned kv_dim, int codec, unsigned bits)
+                             float *out, unsigned n_tokens, unsigned kv_dim, int codec)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nb * g)
@@ -968,14 +967,10 @@ __global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, uns
     unsigned pos = (unsigned)(i % g);
     const unsigned char *p = blk + (i / g) * bs;
     float d = __half2float(*(const __half *)p), x;
-    if (codec == 1) {
+    if (codec == 1)
         x = d * (float)(signed char)p[2 + pos];
-    } else {
-        unsigned bit = pos * bits, shift = bit % 8, w = p[4 + bit / 8];
-        if (shift + bits > 8)
-            w |= (unsigned)p[4 + bit / 8 + 1] << 8;
-        x = __half2float(*(const __half *)(p + 2)) + d * (float)((w >> shift) & ((1u << bits) - 1));
-    }
+    else
+        x = __half2float(*(const __half *)(p + 2)) + d * (float)((p[4 + pos / 2] >> (4 * (pos & 1))) & 15);
     if (!which) {
         size_t t = (b / kv_dim) * g + pos;
         if (t < n_tokens) /* the last token group's padding is not returned */
@@ -996,10 +991,9 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
         return -EINVAL;
     const char *at = (const char *)src;
     for (int which = 0; which < 2; which++) {
-        /* kvquant.c's group_of, bits_of, block_of */
-        size_t g = codec != 1 && !which ? 64 : 32;
-        unsigned bits = codec == 1 ? 8 : codec == 2 ? 4 : which ? 3 : 5;
-        size_t bs = codec == 1 ? 34 : 4 + g * bits / 8;
+        /* kvquant.c's group_of and block_of */
+        size_t g = codec == 2 ? (which ? 32 : 64) : codec == 3 ? (which ? 64 : 32) : 32;
+        size_t bs = codec == 1 ? 34 : 4 + g / 2;
         size_t total = which ? (size_t)n_tokens * (kv_dim / g) : ((n_tokens + g - 1) / g) * kv_dim;
         size_t per = STAGE_BYTES / bs;
         for (size_t done = 0; done < total; done += per) {
@@ -1010,7 +1004,7 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
                 return rc;
             k_kvq_decode<<<blocks(nb * g, 256), 256, 0, c->stream>>>((const unsigned char *)sl->dev, done, nb,
                                                                       (unsigned)g, (unsigned)bs, which, which ? v : k,
-                                                                      n_tokens, kv_dim, codec, bits);
+                                                                      n_tokens, kv_dim, codec);
             if ((rc = stage_done(c, sl, "kvq_decode")))
                 return rc;
         }

@@ -22,17 +22,17 @@ MAX_LAYERS = 1024
 MAX_TOKENS = 1 << 24
 LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
 
-DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4, DTYPE_K5V3 = 1, 2, 3, 4, 5, 6
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4, DTYPE_Q4S = 1, 2, 3, 4, 5, 6
 FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL = 0x1, 0x2, 0x4
 ROPE_NORM, ROPE_NEOX = 0, 2
 
 # bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
 _NP_DTYPE = {DTYPE_F32: np.dtype("<f4"), DTYPE_F16: np.dtype("<f2"), DTYPE_BF16: np.dtype("<u2")}
 _DTYPE_NAME = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_Q8: "q8", DTYPE_Q4: "q4",
-               DTYPE_K5V3: "k5v3"}
+               DTYPE_Q4S: "q4s"}
 # block-quantized dtypes (kvfs(5)): values per group and bytes per block,
 # of keys (per channel over tokens) and of values (per token over channels)
-_QUANT = {DTYPE_Q8: (32, 34, 32, 34), DTYPE_Q4: (64, 36, 32, 20), DTYPE_K5V3: (64, 44, 32, 16)}
+_QUANT = {DTYPE_Q8: (32, 34, 32, 34), DTYPE_Q4: (64, 36, 32, 20), DTYPE_Q4S: (32, 20, 64, 36)}
 
 
 def _decode_blocks(dtype, blocks, g):
@@ -41,11 +41,8 @@ def _decode_blocks(dtype, blocks, g):
     if dtype == DTYPE_Q8:
         return d * np.ascontiguousarray(blocks[..., 2:2 + g]).view(np.int8).astype(np.float32)
     m = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").astype(np.float32)
-    # min/step codes of `bits` bits, least significant bit first (q4: low nibble first)
-    bits = 4 if dtype == DTYPE_Q4 else 5 if g == 64 else 3
-    raw = np.unpackbits(blocks[..., 4:4 + g * bits // 8], axis=-1, bitorder="little")
-    raw = raw.reshape(blocks.shape[:-1] + (g, bits)).astype(np.uint8)
-    q = (raw << np.arange(bits, dtype=np.uint8)).sum(axis=-1, dtype=np.uint8)
+    nib = blocks[..., 4:4 + g // 2]
+    q = np.stack((nib & 15, nib >> 4), axis=-1).reshape(blocks.shape[:-1] + (g,))  # low nibble first
     return m + d * q.astype(np.float32)
 
 # magic, version, header_size, file_size, dtype, flags, n_tokens, pos0, then
@@ -94,7 +91,7 @@ class ChunkFile:
             raise self._bad(errno.EPROTO, "unsupported format version %d (this reader reads %d)"
                             % (self.version, VERSION))
         if self.dtype not in _DTYPE_NAME:
-            raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=k5v3)" % self.dtype)
+            raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=q4s)" % self.dtype)
         if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Quantized chunks (issue 18, kvfs(5) dtypes q8, q4 and k5v3): prefill writes them
+# Quantized chunks (issue 18, kvfs(5) dtypes q8, q4 and q4s): prefill writes them
 # at 0.53x / 0.28x of f16's bytes, the mount stores and serves them like any
 # chunk (ls -l, cmp, user.kvfs.dtype), a blend mixes dtypes, ratio 1.0 from
 # quantized chunks is byte for byte the blend of f16 chunks (every row is
@@ -84,38 +84,42 @@ EOF
 check "a q4 chunk with a corrupt scale is refused" sh -c "! cp '$T/bad.kv' '$M/incoming/bad.kv' 2>/dev/null"
 check "... with a checksum error in the log" grep -q "checksum" "$T/a.log"
 check "... and nothing new in chunks/" test "$(ls "$M/chunks" | wc -l)" -eq 9
-# k5v3 (keys 5 bits, values 3): q4's size, finer keys; the Python reader
-# decodes exactly what kvfs decodes (an f32 conversion holds those values)
+# q4s (q4 with 32-token key groups, 64-channel value groups): q4's size,
+# finer keys; the Python reader decodes exactly what kvfs decodes (an f32
+# conversion holds those values)
 for i in 1 2 3; do
-    "$KVFSCTL" convert --dtype k5v3 "$T/d$i.f16.kv" "$T/d$i.k5v3.kv" > "$T/d$i.k5v3.hash" || fail "convert d$i to k5v3"
+    "$KVFSCTL" convert --dtype q4s "$T/d$i.f16.kv" "$T/d$i.q4s.kv" > "$T/d$i.q4s.hash" || fail "convert d$i to q4s"
 done
-"$KVFSCTL" convert --dtype f32 "$T/d1.k5v3.kv" "$T/d1.k5v3.f32.kv" > /dev/null || fail "convert k5v3 to f32"
-s53=$(lb "$T/d1.k5v3.kv")
-check "k5v3 layer <= 0.30x of f16's bytes ($s53 / $s16)" python3 -c "import sys; sys.exit(not $s53 <= 0.30 * $s16)"
-check "the Python reader decodes k5v3 as kvfs does, keys closer than q4's" env PYTHONPATH="$KVFS_ROOT/python" python3 - "$T/d1.f16.kv" "$T/d1.q4.kv" "$T/d1.k5v3.kv" "$T/d1.k5v3.f32.kv" <<'EOF'
+"$KVFSCTL" convert --dtype f32 "$T/d1.q4s.kv" "$T/d1.q4s.f32.kv" > /dev/null || fail "convert q4s to f32"
+s4s=$(lb "$T/d1.q4s.kv")
+check "q4s layer <= 0.30x of f16's bytes ($s4s / $s16)" python3 -c "import sys; sys.exit(not $s4s <= 0.30 * $s16)"
+check "the Python reader decodes q4s as kvfs does; its keys closer than q4's" env PYTHONPATH="$KVFS_ROOT/python" python3 - "$T/d1.f16.kv" "$T/d1.q4.kv" "$T/d1.q4s.kv" "$T/d1.q4s.f32.kv" <<'EOF'
 import sys, numpy as np, kvfs
-a, q4, k5, ref = (kvfs.open(p) for p in sys.argv[1:])
-assert k5.dtype_name == "k5v3" and k5.quantized
+a, q4, q4s, ref = (kvfs.open(p) for p in sys.argv[1:])
+assert q4s.dtype_name == "q4s" and q4s.quantized
+err = {"q4": [], "q4s": []}
 for layer in range(a.n_layer):
     for get in ("k", "v"):
-        y = getattr(k5, get)(layer)
+        y = getattr(q4s, get)(layer)
         assert np.array_equal(y, getattr(ref, get)(layer)), (get, layer)
         x = getattr(a, get)(layer).astype(np.float32)
         e = np.linalg.norm(x - y) / np.linalg.norm(x)
-        assert e < (0.08 if get == "k" else 0.30), (get, layer, e)
+        assert e < 0.16, (get, layer, e)
         if get == "k":
-            e4 = np.linalg.norm(x - q4.k(layer)) / np.linalg.norm(x)
-            assert e < 0.7 * e4, (layer, e, e4)
+            err["q4s"].append(e)
+            err["q4"].append(np.linalg.norm(x - q4.k(layer)) / np.linalg.norm(x))
+# measured 0.85x on this chunk (BENCHMARKS.md: the blend's KL, 0.97x of f16 chunks' against q4's 1.15x)
+assert np.mean(err["q4s"]) < 0.9 * np.mean(err["q4"]), (np.mean(err["q4s"]), np.mean(err["q4"]))
 EOF
 for i in 1 2 3; do
-    h=$(cut -d' ' -f1 "$T/d$i.k5v3.hash"); eval "h_${i}_k5v3=$h"
-    cp "$T/d$i.k5v3.kv" "$M/chunks/$h.kv" || fail "cp d$i.k5v3 into chunks/"
+    h=$(cut -d' ' -f1 "$T/d$i.q4s.hash"); eval "h_${i}_q4s=$h"
+    cp "$T/d$i.q4s.kv" "$M/chunks/$h.kv" || fail "cp d$i.q4s into chunks/"
 done
-check "user.kvfs.dtype is k5v3" test "$(getfattr --absolute-names --only-values -n user.kvfs.dtype "$M/chunks/$h_1_k5v3.kv")" = k5v3
-"$KVFSCTL" blend -M "$M" --name full53 --ratio 1 --suffix "$Q" $h_1_k5v3 $h_2_k5v3 $h_3_k5v3 > /dev/null
-check "ratio 1.0 from k5v3 chunks == ratio 1.0 from f16 chunks, byte for byte" cmp "$M/blends/full16.kv" "$M/blends/full53.kv"
-"$KVFSCTL" blend -M "$M" --name r53 --suffix "$Q" $h_1_k5v3 $h_2_k5v3 $h_3_k5v3 > /dev/null
-check "a blend of k5v3 chunks verifies" "$KVFSCTL" info "$M/blends/r53.kv"
+check "user.kvfs.dtype is q4s" test "$(getfattr --absolute-names --only-values -n user.kvfs.dtype "$M/chunks/$h_1_q4s.kv")" = q4s
+"$KVFSCTL" blend -M "$M" --name full4s --ratio 1 --suffix "$Q" $h_1_q4s $h_2_q4s $h_3_q4s > /dev/null
+check "ratio 1.0 from q4s chunks == ratio 1.0 from f16 chunks, byte for byte" cmp "$M/blends/full16.kv" "$M/blends/full4s.kv"
+"$KVFSCTL" blend -M "$M" --name r4s --suffix "$Q" $h_1_q4s $h_2_q4s $h_3_q4s > /dev/null
+check "a blend of q4s chunks verifies" "$KVFSCTL" info "$M/blends/r4s.kv"
 unmount_kvfs a
 # -o kv_quant=q4: what the mount names itself is stored as q4
 mount_kvfs b "model=$MODEL,kv_quant=q4" || exit 1
@@ -129,5 +133,5 @@ check "... a chunk copied under its name keeps its dtype (the hash covers it)" t
 check "... blend results are q4" sh -c "'$KVFSCTL' info --json '$B/blends/r.kv' | grep -q '\"dtype\": \"q4\"'"
 unmount_kvfs b
 mkdir -p "$T/c.mnt" "$T/c.store"
-check "kv_quant=q3 refused at mount" sh -c "! '$KVFS' -f -o store=$T/c.store,kv_quant=q3 $T/c.mnt 2>$T/c.err && grep -q 'kv_quant=q3: expected q8, q4, k5v3 or none' $T/c.err"
+check "kv_quant=q3 refused at mount" sh -c "! '$KVFS' -f -o store=$T/c.store,kv_quant=q3 $T/c.mnt 2>$T/c.err && grep -q 'kv_quant=q3: expected q8, q4, q4s or none' $T/c.err"
 finish

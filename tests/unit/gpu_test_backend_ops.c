@@ -190,7 +190,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     free(h16);
     /* upload_kvq: a q8/q4 chunk layer decoded on the device as the CPU
      * decodes it (FMA contraction may move the last bit) */
-    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_K5V3 && kv % 64 == 0; codec++) {
+    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_Q4S && kv % 64 == 0; codec++) {
         size_t qb = kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kv);
         uint8_t *blk = malloc(qb);
         float *kc = malloc(sizeof(float) * cnt), *vc = malloc(sizeof(float) * cnt);

@@ -37,7 +37,8 @@ static void span(const float *x, size_t stride, uint32_t n, uint32_t g, float *l
 /* 0 when every value is within its group's bound; else the count over */
 static int over_bound(int codec, const float *x, const float *y, uint32_t nt, uint32_t kvd, int keys, double *worst)
 {
-    uint32_t g = codec != KVFS_KVQ_Q8 && keys ? 64 : 32; /* q4, k5v3: 64 tokens per key group, 32 channels per value one */
+    /* q4: 64 tokens per key group, 32 channels per value one; q4s: 32 and 64 */
+    uint32_t g = codec == KVFS_KVQ_Q4 ? (keys ? 64 : 32) : codec == KVFS_KVQ_Q4S ? (keys ? 32 : 64) : 32;
     int over = 0;
     for (uint32_t t = 0; t < nt; t++)
         for (uint32_t c = 0; c < kvd; c++) {
@@ -48,7 +49,7 @@ static int over_bound(int codec, const float *x, const float *y, uint32_t nt, ui
             } else {
                 span(x + (size_t)t * kvd + c / g * g, 1, g, g, &lo, &hi);
             }
-            double e = fabs((double)x[(size_t)t * kvd + c] - y[(size_t)t * kvd + c]), b = kvfs_kvq_bound(codec, !keys, lo, hi);
+            double e = fabs((double)x[(size_t)t * kvd + c] - y[(size_t)t * kvd + c]), b = kvfs_kvq_bound(codec, lo, hi);
             if (e / b > *worst)
                 *worst = e / b;
             over += e > b;
@@ -81,7 +82,7 @@ static void check_split_decoders(int codec, const uint8_t *buf, uint32_t nt, uin
     free(k3), free(v3);
 }
 
-/* A chunk file in q8/q4/k5v3: written from f32 values, verified, each layer
+/* A chunk file in q8/q4/q4s: written from f32 values, verified, each layer
  * decoded as the codec decodes it; converted to f16 and back; a flipped
  * scale byte fails the layer checksum; a kv_dim not a multiple of 64 is
  * refused by the writer and by the converter. */
@@ -152,7 +153,7 @@ static void check_chunk_dtype(uint32_t dtype)
 int main(void)
 {
     const uint32_t tokens[] = {1, 31, 32, 33, 100, 129}, dims[] = {64, 192, 1024};
-    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_K5V3; codec++) {
+    for (int codec = KVFS_KVQ_Q8; codec <= KVFS_KVQ_Q4S; codec++) {
         double worst_k = 0, worst_v = 0;
         for (size_t a = 0; a < sizeof(tokens) / sizeof(tokens[0]); a++)
             for (size_t b = 0; b < sizeof(dims) / sizeof(dims[0]); b++) {
@@ -184,8 +185,8 @@ int main(void)
                 check_split_decoders(codec, buf, nt, kvd, k2, v2);
                 free(k), free(v), free(k2), free(v2), free(buf);
             }
-        /* bits per value on a full group: q8 8.5, q4 and k5v3 4.75 (q4: keys 4.5, values 5; k5v3: keys 5.5,
-         * values 4; 0.53x and 0.30x of f16) */
+        /* bits per value on a full group: q8 8.5, q4 and q4s 4.75 (q4: keys 4.5, values 5; q4s: keys 5,
+         * values 4.5; 0.53x and 0.30x of f16) */
         double bits = 8.0 * (double)kvfs_kvq_layer_bytes(codec, 512, 1024) / (2.0 * 512 * 1024);
         printf("%s: %.3f bits per value (%.3fx f16), worst error / its bound: keys %.3f, values %.3f\n",
                kvfs_kvq_name(codec), bits, bits / 16, worst_k, worst_v);
@@ -201,13 +202,13 @@ int main(void)
     CHECK_EQ(kvfs_kvq_parse("q8"), KVFS_KVQ_Q8);
     CHECK_EQ(kvfs_kvq_parse("q4"), KVFS_KVQ_Q4);
     CHECK_EQ(kvfs_kvq_parse("q2"), 0);
-    CHECK_EQ(kvfs_kvq_parse("k5v3"), KVFS_KVQ_K5V3);
+    CHECK_EQ(kvfs_kvq_parse("q4s"), KVFS_KVQ_Q4S);
     CHECK(!strcmp(kvfs_kvq_name(KVFS_KVQ_Q4), "q4"));
     check_chunk_dtype(KVFS_DTYPE_Q8);
     check_chunk_dtype(KVFS_DTYPE_Q4);
-    check_chunk_dtype(KVFS_DTYPE_K5V3);
+    check_chunk_dtype(KVFS_DTYPE_Q4S);
     CHECK_EQ(kvfs_dtype_parse("q4"), (uint32_t)KVFS_DTYPE_Q4);
-    CHECK_EQ(kvfs_dtype_parse("k5v3"), (uint32_t)KVFS_DTYPE_K5V3);
+    CHECK_EQ(kvfs_dtype_parse("q4s"), (uint32_t)KVFS_DTYPE_Q4S);
     CHECK_EQ(kvfs_dtype_parse("q3"), 0u);
     CHECK_DONE();
 }

@@ -19,6 +19,16 @@ static uint32_t group_of(int codec, int which)
     return codec == KVFS_KVQ_Q4 ? (which ? 32 : 64) : codec == KVFS_KVQ_Q4S ? (which ? 64 : 32) : 32;
 }
 static size_t block_of(int codec, int which) { return codec == KVFS_KVQ_Q8 ? 34 : 4 + group_of(codec, which) / 2; }
+/* Rows stored exactly (f16) before the blocks: q4s keeps a chunk's first
+ * row, whose keys are the largest (an attention sink's) and which the
+ * query attends to most; quantized, it cost q4s's whole loss on 6-chunk
+ * prompts (BENCHMARKS.md: 1.43x of f16 chunks' blend KL with it, 0.97x
+ * without).  Its bytes: 4 per channel, K then V. */
+static uint32_t exact_rows(int codec, uint32_t n_tokens) { return codec == KVFS_KVQ_Q4S && n_tokens ? 1 : 0; }
+static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+{
+    return 4 * (size_t)exact_rows(codec, n_tokens) * kv_dim;
+}
 
 int kvfs_kvq_parse(const char *name)
 {
@@ -41,8 +51,10 @@ size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
 {
     if (!shape_ok(codec, n_tokens, kv_dim))
         return 0;
+    size_t head = exact_bytes(codec, n_tokens, kv_dim);
+    n_tokens -= exact_rows(codec, n_tokens);
     size_t gk = group_of(codec, 0), gv = group_of(codec, 1), token_groups = (n_tokens + gk - 1) / gk;
-    return block_of(codec, 0) * token_groups * kv_dim + block_of(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
+    return head + block_of(codec, 0) * token_groups * kv_dim + block_of(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
 }
 
 /* lrintf (to nearest, ties to even) for |x| < 2^22, without libm: libkvfs
@@ -121,6 +133,22 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
 {
     if (!shape_ok(codec, n_tokens, kv_dim) || n_parts == 0 || part >= n_parts)
         return -EINVAL;
+    uint32_t r = exact_rows(codec, n_tokens);
+    if (r && part == 0) /* the exact rows: K's, then V's, as f16 */
+        for (size_t i = 0; i < (size_t)r * kv_dim; i++) {
+            if (decode) {
+                k[i] = get16(blocks + 2 * i);
+                v[i] = get16(blocks + 2 * ((size_t)r * kv_dim + i));
+            } else {
+                put16(blocks + 2 * i, k[i]);
+                put16(blocks + 2 * ((size_t)r * kv_dim + i), v[i]);
+            }
+        }
+    blocks += exact_bytes(codec, n_tokens, kv_dim);
+    k += (size_t)r * kv_dim;
+    v += (size_t)r * kv_dim;
+    if (!(n_tokens -= r))
+        return 0;
     uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
     size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
     uint32_t tg0 = (uint32_t)((uint64_t)n_tg * part / n_parts), tg1 = (uint32_t)((uint64_t)n_tg * (part + 1) / n_parts);
@@ -167,6 +195,12 @@ int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32
 float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
                     uint32_t c)
 {
+    uint32_t r = exact_rows(codec, n_tokens);
+    if (t < r)
+        return get16(in + 2 * ((size_t)which * r * kv_dim + (size_t)t * kv_dim + c));
+    in += exact_bytes(codec, n_tokens, kv_dim);
+    t -= r;
+    n_tokens -= r;
     uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
     size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
     const uint8_t *b = which ? in + bk * (size_t)n_tg * kv_dim + bv * ((size_t)t * (kv_dim / gv) + c / gv)

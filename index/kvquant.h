@@ -10,14 +10,17 @@
  *   q4s: as q4, other groups                                       20 / 36
  *                                                                   bytes
  * with groups of 32 for q8, for q4 64 tokens (keys) and 32 channels
- * (values), for q4s 32 tokens (keys) and 64 channels (values).  The layer is the key blocks, token group by token group and in
- * each channel by channel, then the value blocks, token by token and in each
- * group by group.  A last token group shorter than the group is padded with
- * zeros (decoded, not returned).  kv_dim must be a multiple of 64.  Per
- * value: q8 8.5 bits (0.53x of f16), q4 4.75 (keys 4.5, values 5; 0.30x),
- * q4s 4.75 (keys 5, values 4.5; 0.30x).  Error: q8 at most d/2 per value,
- * q4 and q4s at most d/2 plus the f16 rounding of m and d
- * (kvfs_kvq_bound). */
+ * (values), for q4s 32 tokens (keys) and 64 channels (values).  The layer
+ * is the key blocks, token group by token group and in each channel by
+ * channel, then the value blocks, token by token and in each group by
+ * group; q4s first stores its first row exactly (f16 K, then f16 V: 4
+ * bytes per channel) and codes the rows after it.  A last token group
+ * shorter than the group is padded with zeros (decoded, not returned).
+ * kv_dim must be a multiple of 64.  Per value: q8 8.5 bits (0.53x of f16),
+ * q4 4.75 (keys 4.5, values 5; 0.30x), q4s 4.75 (keys 5, values 4.5) plus
+ * its first row (4.77 on 512 rows; 0.30x).  Error: q8 at most d/2 per
+ * value, q4 and q4s at most d/2 plus the f16 rounding of m and d
+ * (kvfs_kvq_bound); q4s's first row f16 rounding only. */
 #ifndef KVFS_KVQUANT_H
 #define KVFS_KVQUANT_H
 

@@ -990,6 +990,17 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
     if ((codec != 1 && codec != 2 && codec != 3) || !n_tokens || !kv_dim || kv_dim % 64)
         return -EINVAL;
     const char *at = (const char *)src;
+    if (codec == 3) { /* q4s: its first row exact, K's then V's f16, before the blocks (kvquant.c's exact_rows) */
+        int rc;
+        if ((rc = c_upload_kv(vctx, k, at, kv_dim, KVFS_HOST_F16)) ||
+            (rc = c_upload_kv(vctx, v, at + 2 * (size_t)kv_dim, kv_dim, KVFS_HOST_F16)))
+            return rc;
+        at += 4 * (size_t)kv_dim;
+        k += kv_dim;
+        v += kv_dim;
+        if (!--n_tokens)
+            return 0;
+    }
     for (int which = 0; which < 2; which++) {
         /* kvquant.c's group_of and block_of */
         size_t g = codec == 2 ? (which ? 32 : 64) : codec == 3 ? (which ? 64 : 32) : 32;

@@ -119,7 +119,9 @@ class ChunkFile:
                 raise self._bad(errno.EINVAL, "dtype %s needs kv_dim a multiple of 64, not %d"
                                 % (_DTYPE_NAME[self.dtype], kv_dim))
             self.elem_size = 0
-            self.layer_bytes = bk * -(-self.n_tokens // gk) * kv_dim + bv * self.n_tokens * (kv_dim // gv)
+            r = 1 if self.dtype == DTYPE_Q4S else 0  # rows stored exactly (f16) before the blocks
+            nq = self.n_tokens - r
+            self.layer_bytes = 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
         else:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
             self.layer_bytes = 2 * self.n_tokens * kv_dim * self.elem_size
@@ -228,15 +230,21 @@ class ChunkFile:
     def _decoded(self, layer, second):
         gk, bk, gv, bv = _QUANT[self.dtype]
         kv_dim, n = self.n_kv_head * self.head_dim, self.n_tokens
-        n_tg = -(-n // gk)
         off = self._layer_at(layer)
+        # q4s: the first row exact, K's then V's f16, before the blocks of the other rows
+        r = 1 if self.dtype == DTYPE_Q4S else 0
+        exact = np.frombuffer(self._mapped(), "<f2", r * kv_dim, off + 2 * r * kv_dim * second).astype(np.float32)
+        off += 4 * r * kv_dim
+        n -= r
+        n_tg = -(-n // gk)
         if not second:  # keys: per channel over token groups, blocks [token group][channel]
             b = np.frombuffer(self._mapped(), np.uint8, n_tg * kv_dim * bk, off).reshape(n_tg, kv_dim, bk)
             x = _decode_blocks(self.dtype, b, gk).transpose(0, 2, 1).reshape(n_tg * gk, kv_dim)[:n]
         else:  # values: per token over channel groups, blocks [token][channel group]
             b = np.frombuffer(self._mapped(), np.uint8, n * (kv_dim // gv) * bv, off + n_tg * kv_dim * bk)
             x = _decode_blocks(self.dtype, b.reshape(n, kv_dim // gv, bv), gv).reshape(n, kv_dim)
-        return np.ascontiguousarray(x).reshape(n, self.n_kv_head, self.head_dim)
+        x = np.concatenate((exact.reshape(r, kv_dim), x)) if r else x
+        return np.ascontiguousarray(x).reshape(n + r, self.n_kv_head, self.head_dim)
 
     def _view(self, layer, second):
         if self.dtype in _QUANT:

@@ -1183,7 +1183,7 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
  * one token keeps the plain path (transposing every key per token would
  * cost more than its attention). */
 #define ATT_INVARIANT_MIN_Q 16
-#define PV_RUN 128 /* keys per P.V product: below any core's k block */
+#define PV_RUN 256 /* keys per P.V product: every one has this k, so the BLAS splits them alike */
 
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
 static int positions_sorted(const int32_t *kv_pos, int n_kv)

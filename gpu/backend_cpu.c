@@ -1317,8 +1317,10 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
                 row[j] = k[(size_t)j * kstride + d];
             memset(row + n_kv, 0, sizeof(float) * (size_t)(pad - n_kv));
         }
-        memcpy(v_tail, v + (size_t)last * kstride, sizeof(float) * (size_t)(n_kv - last) * kstride);
-        memset(v_tail + (size_t)(n_kv - last) * kstride, 0, sizeof(float) * (size_t)(pad - n_kv) * kstride);
+        if (pad > n_kv) { /* else no run reads past the keys */
+            memcpy(v_tail, v + (size_t)last * kstride, sizeof(float) * (size_t)(n_kv - last) * kstride);
+            memset(v_tail + (size_t)(n_kv - last) * kstride, 0, sizeof(float) * (size_t)(pad - n_kv) * kstride);
+        }
         c.kt = kt->p;
         c.v_tail = v_tail;
         c.n_kv_pad = pad;

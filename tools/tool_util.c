@@ -144,11 +144,14 @@ int tool_usage_error(const struct tool_cmd *cmd)
 
 int tool_opt_kv_quant(void *dst, const char *arg)
 {
-    if (strcmp(arg, "q8") && strcmp(arg, "q4") && strcmp(arg, "q4s") && strcmp(arg, "none")) {
+    /* the quantized dtypes by the format's own table, as the mount's kv_quant= */
+    int none = !strcmp(arg, "none");
+    uint32_t d = none ? KVFS_DTYPE_F16 : kvfs_dtype_parse(arg);
+    if (!none && !kvfs_dtype_quantized(d)) {
         fprintf(stderr, "kvfsctl: --kv-quant %s: want q8, q4, q4s or none\n", arg);
         return -EINVAL;
     }
-    *(uint32_t *)dst = strcmp(arg, "none") ? kvfs_dtype_parse(arg) : KVFS_DTYPE_F16;
+    *(uint32_t *)dst = d;
     return 0;
 }
 

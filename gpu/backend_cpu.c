@@ -1181,8 +1181,19 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
  * the key index (zero tails) give identical rows for any block shape.  From
  * ATT_INVARIANT_MIN_Q queries on (a prefill, a blend's recompute); decoding
  * one token keeps the plain path (transposing every key per token would
- * cost more than its attention). */
+ * cost more than its attention).  KVFS_ATT_INVARIANT_MIN_Q=N overrides (for
+ * analyses that run a short question alone and compare it with a prefill:
+ * bench/oracle.c). */
 #define ATT_INVARIANT_MIN_Q 16
+static int att_invariant_min_q(void)
+{
+    static int min_q = -1;
+    if (min_q < 0) {
+        const char *e = getenv("KVFS_ATT_INVARIANT_MIN_Q");
+        min_q = e && atoi(e) > 0 ? atoi(e) : ATT_INVARIANT_MIN_Q;
+    }
+    return min_q;
+}
 #define PV_RUN 256 /* keys per P.V product: every one has this k, so the BLAS splits them alike */
 
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
@@ -1306,7 +1317,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
                           head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0};
     struct scratch *kt = NULL;
-    if (n_q >= ATT_INVARIANT_MIN_Q) {
+    if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
         if (!(kt = scratch_get(ctx, (size_t)kstride * pad + (size_t)PV_RUN * kstride)))
             return -ENOMEM;

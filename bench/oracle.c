@@ -1,0 +1,528 @@
+/* oracle - where a blend's error comes from: the KL from a full prefill of
+ * a plain reuse whose chosen (layer, row) K/V are replaced by the full
+ * prefill's own, for several choices (an analysis for issues 17 and 21;
+ * BENCHMARKS.md).  CPU backend only: the cache is read as host memory.
+ *
+ * Each passage is prefilled alone (BOS as the model wants, as kvfsctl eval
+ * --bos each), stored rounded to f16 and re-positioned as a blend reuses
+ * it; the whole prompt plus the question is prefilled in full.  For every
+ * mask, the question then runs over the mixed cache (reused rows, exact
+ * rows where the mask says) and its next-token distribution is compared
+ * with the full prefill's.  A mask makes rows *exact*, which a blend's
+ * recompute does not (a recomputed row attends to reused rows below it):
+ * "exact: the served rows" against the blend's own KL says what that costs.
+ *
+ * Budgets are the served blend's: ratio x chunk rows (at least 96), taken
+ * from the later chunks only.  Scores for the row choices (per row):
+ *   mass      the query's attention over the reused cache, layers from a
+ *             third up, global layers only (the served selection)
+ *   dev       sum over layers of |V_full - V_reused|
+ *   mass.dev  sum over voting layers of mass_l x |dV_l|
+ *   all.dev   the same over every layer, sliding-window ones through their
+ *             window
+ *
+ * usage: oracle MODEL RATIO QUESTION PASSAGE...   (prints one line per mask) */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blend.h"
+#include "runtime.h"
+
+#define MAX_FILES 64
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    *len = s ? fread(s, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (s)
+        s[*len] = '\0';
+    return s;
+}
+
+struct run {
+    const struct kvfs_model *m;
+    int n_rows, nq, kvd, n_layer;
+    float **rk, **rv;      /* reused, re-positioned: [layer][n_rows * kvd] */
+    struct kvfs_kv_cache *full;
+    struct kvfs_kv_cache mix;
+    const int32_t *qids, *all;
+    float *full_logits, *logits;
+    float **mass;          /* [layer][n_rows + nq], filled by the reuse pass */
+};
+
+/* The question over the mixed cache: rows (l, r) with exact[l][r] from the
+ * full prefill, the others reused.  mass != NULL: record every layer's
+ * attention of the question rows.  Returns KL(full || this). */
+static double question_kl(struct run *R, unsigned char **exact, float **mass)
+{
+    const struct kvfs_model *m = R->m;
+    const struct kvfs_backend_iface *be = m->be.iface;
+    void *ctx = m->be.ctx;
+    const struct kvfs_hparams *hp = &m->hp;
+    int kvd = R->kvd, n_ctx = R->n_rows + R->nq;
+    for (int l = 0; l < R->n_layer; l++)
+        for (int r = 0; r < R->n_rows; r++) {
+            int ex = exact && exact[l][r];
+            memcpy(R->mix.k[l] + (size_t)r * kvd, (ex ? R->full->k[l] : R->rk[l]) + (size_t)r * kvd,
+                   sizeof(float) * (size_t)kvd);
+            memcpy(R->mix.v[l] + (size_t)r * kvd, (ex ? R->full->v[l] : R->rv[l]) + (size_t)r * kvd,
+                   sizeof(float) * (size_t)kvd);
+        }
+    struct kvfs_work w;
+    if (kvfs_work_alloc(m, R->nq, &w))
+        return NAN;
+    int32_t pos[4096];
+    for (int i = 0; i < R->nq; i++)
+        pos[i] = R->n_rows + i;
+    memcpy(R->mix.host_pos + R->n_rows, pos, sizeof(int32_t) * (size_t)R->nq);
+    memcpy(R->mix.pos + R->n_rows, pos, sizeof(int32_t) * (size_t)R->nq);
+    memcpy(w.ids, R->qids, sizeof(int32_t) * (size_t)R->nq);
+    memcpy(w.pos, pos, sizeof(int32_t) * (size_t)R->nq);
+    float scale = hp->scale_q ? 1.0f : hp->attn_scale;
+    int rc = kvfs_embed(m, w.ids, w.x, R->nq);
+    for (int l = 0; !rc && l < R->n_layer; l++) {
+        if ((rc = kvfs_layer_qkv(m, l, &w, R->nq)))
+            break;
+        memcpy(R->mix.k[l] + (size_t)R->n_rows * kvd, w.k, sizeof(float) * (size_t)R->nq * kvd);
+        memcpy(R->mix.v[l] + (size_t)R->n_rows * kvd, w.v, sizeof(float) * (size_t)R->nq * kvd);
+        if (mass) {
+            memset(mass[l], 0, sizeof(float) * (size_t)n_ctx);
+            rc = be->attn_mass(ctx, w.q, w.pos, R->nq, R->mix.k[l], R->mix.pos, n_ctx, hp->n_head, hp->n_kv_head,
+                               hp->head_dim, scale, m->layers[l].window, mass[l]);
+        }
+        if (!rc)
+            rc = kvfs_layer_finish(m, l, &w, R->nq, &R->mix, n_ctx);
+    }
+    if (!rc)
+        rc = kvfs_output_logits(m, &w, R->nq - 1, R->logits);
+    kvfs_work_free(m, &w);
+    return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, hp->n_vocab);
+}
+
+/* A blend without the chunk shift: rows with sel[r] recomputed from layer 0
+ * over the reused cache (their own K/V replacing the reused ones layer by
+ * layer), the question with them; KL(full || its next token). */
+static double blend_kl(struct run *R, const unsigned char *sel)
+{
+    const struct kvfs_model *m = R->m;
+    int kvd = R->kvd, n_ctx = R->n_rows + R->nq, n = R->nq;
+    for (int r = 0; r < R->n_rows; r++)
+        n += sel[r] != 0;
+    for (int l = 0; l < R->n_layer; l++) {
+        memcpy(R->mix.k[l], R->rk[l], sizeof(float) * (size_t)R->n_rows * kvd);
+        memcpy(R->mix.v[l], R->rv[l], sizeof(float) * (size_t)R->n_rows * kvd);
+    }
+    struct kvfs_work w;
+    if (kvfs_work_alloc(m, n, &w))
+        return NAN;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)n);
+    for (int r = 0, i = 0; r < n_ctx; r++)
+        if (r >= R->n_rows || sel[r])
+            rows[i] = r, w.ids[i] = R->all[r], w.pos[i] = r, i++;
+    int rc = kvfs_embed(m, w.ids, w.x, n);
+    for (int l = 0; !rc && l < R->n_layer; l++) {
+        if ((rc = kvfs_layer_qkv(m, l, &w, n)))
+            break;
+        for (int i = 0; i < n; i++) {
+            memcpy(R->mix.k[l] + (size_t)rows[i] * kvd, w.k + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
+            memcpy(R->mix.v[l] + (size_t)rows[i] * kvd, w.v + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
+        }
+        rc = kvfs_layer_finish(m, l, &w, n, &R->mix, n_ctx);
+    }
+    if (!rc)
+        rc = kvfs_output_logits(m, &w, n - 1, R->logits);
+    kvfs_work_free(m, &w);
+    free(rows);
+    return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, m->hp.n_vocab);
+}
+
+struct scored {
+    float s;
+    int r;
+};
+static int by_score_desc(const void *a, const void *b)
+{
+    float x = ((const struct scored *)a)->s, y = ((const struct scored *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* A blend whose recomputed set shrinks going up: cand[0..) ranked by the
+ * query's mass; n_at[l] rows at layer l (non-increasing).  Dropping keeps
+ * the best by crit: 0 mass, 1 mass x the row's summed fresh-V deviation so
+ * far (what the recompute found wrong), 2 that deviation alone. */
+static double blend_gradual_kl(struct run *R, const int *cand, const float *mass, const int *n_at, int crit)
+{
+    const struct kvfs_model *m = R->m;
+    int kvd = R->kvd, n_ctx = R->n_rows + R->nq, nq = R->nq, na = n_at[0];
+    for (int l = 0; l < R->n_layer; l++) {
+        memcpy(R->mix.k[l], R->rk[l], sizeof(float) * (size_t)R->n_rows * kvd);
+        memcpy(R->mix.v[l], R->rv[l], sizeof(float) * (size_t)R->n_rows * kvd);
+    }
+    struct kvfs_work w;
+    if (kvfs_work_alloc(m, na + nq, &w))
+        return NAN;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)(na + nq));
+    double *cum = calloc((size_t)(na + nq), sizeof(double));
+    struct scored *sc = malloc(sizeof(*sc) * (size_t)na);
+    for (int i = 0; i < na + nq; i++) {
+        rows[i] = i < na ? cand[i] : R->n_rows + (i - na);
+        w.ids[i] = R->all[rows[i]], w.pos[i] = rows[i];
+    }
+    int rc = kvfs_embed(m, w.ids, w.x, na + nq), E = m->hp.n_embd;
+    for (int l = 0; !rc && l < R->n_layer; l++) {
+        int n = na + nq;
+        if ((rc = kvfs_layer_qkv(m, l, &w, n)))
+            break;
+        for (int i = 0; i < n; i++) {
+            if (i < na) {
+                double d = 0;
+                for (int c = 0; c < kvd; c++) {
+                    double x = w.v[(size_t)i * kvd + c] - R->rv[l][(size_t)rows[i] * kvd + c];
+                    d += x * x;
+                }
+                cum[i] += sqrt(d);
+            }
+            memcpy(R->mix.k[l] + (size_t)rows[i] * kvd, w.k + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
+            memcpy(R->mix.v[l] + (size_t)rows[i] * kvd, w.v + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
+        }
+        if ((rc = kvfs_layer_finish(m, l, &w, n, &R->mix, n_ctx)))
+            break;
+        int nn = l + 1 < R->n_layer ? n_at[l + 1] : na;
+        if (nn < na) { /* keep the best nn, in their order, then the question */
+            for (int i = 0; i < na; i++)
+                sc[i] = (struct scored){crit == 0 ? mass[rows[i]] : crit == 1 ? mass[rows[i]] * (float)cum[i]
+                                                                               : (float)cum[i], i};
+            qsort(sc, (size_t)na, sizeof(*sc), by_score_desc);
+            unsigned char *keep = calloc((size_t)na, 1);
+            for (int i = 0; i < nn; i++)
+                keep[sc[i].r] = 1;
+            int j = 0;
+            for (int i = 0; i < n; i++)
+                if (i >= na || keep[i]) {
+                    memmove(w.x + (size_t)j * E, w.x + (size_t)i * E, sizeof(float) * (size_t)E);
+                    rows[j] = rows[i], w.ids[j] = w.ids[i], w.pos[j] = w.pos[i], cum[j] = cum[i];
+                    j++;
+                }
+            free(keep);
+            na = nn;
+        }
+    }
+    if (!rc)
+        rc = kvfs_output_logits(m, &w, na + nq - 1, R->logits);
+    kvfs_work_free(m, &w);
+    free(rows);
+    free(cum);
+    free(sc);
+    return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, m->hp.n_vocab);
+}
+
+
+/* mark the k rows of [from, n) with the highest score exact at every layer */
+static void top_rows(struct run *R, const float *score, int from, int k, unsigned char **exact)
+{
+    int n = R->n_rows - from;
+    struct scored *s = malloc(sizeof(*s) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        s[i] = (struct scored){score[from + i], from + i};
+    qsort(s, (size_t)n, sizeof(*s), by_score_desc);
+    for (int l = 0; l < R->n_layer; l++)
+        memset(exact[l], 0, (size_t)R->n_rows);
+    for (int i = 0; i < k && i < n; i++)
+        for (int l = 0; l < R->n_layer; l++)
+            exact[l][s[i].r] = 1;
+    free(s);
+}
+
+static double vdev(struct run *R, int l, int r)
+{
+    double d = 0;
+    for (int c = 0; c < R->kvd; c++) {
+        double x = R->full->v[l][(size_t)r * R->kvd + c] - R->rv[l][(size_t)r * R->kvd + c];
+        d += x * x;
+    }
+    return sqrt(d);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: oracle MODEL RATIO QUESTION PASSAGE...\n");
+        return 2;
+    }
+    char err[256];
+    struct kvfs_model *m = NULL;
+    struct kvfs_tokenizer *tok = NULL;
+    int rc = kvfs_model_load(argv[1], "cpu", 0, &m, err, sizeof(err));
+    if (rc || (rc = kvfs_tokenizer_load(m->gguf, &tok, err, sizeof(err)))) {
+        fprintf(stderr, "oracle: %s\n", err);
+        return 1;
+    }
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = m->be.iface;
+    void *ctx = m->be.ctx;
+    float ratio = strtof(argv[2], NULL);
+    int n_files = argc - 4, n_rows = 0, kvd = hp->n_kv_head * hp->head_dim, L = hp->n_layer;
+    if (n_files > MAX_FILES || n_files < 2)
+        return 2;
+    int32_t *ids[MAX_FILES + 1];
+    size_t nids[MAX_FILES + 1];
+    int row0[MAX_FILES + 1];
+    struct kvfs_kv_cache cc[MAX_FILES];
+    for (int f = 0; f <= n_files; f++) {
+        size_t len = 0;
+        char *text = f < n_files ? read_file(argv[4 + f], &len) : strdup(argv[3]);
+        if (!text || kvfs_tokenize(tok, text, f < n_files ? len : strlen(text), f < n_files, 0, &ids[f], &nids[f])) {
+            fprintf(stderr, "oracle: cannot read or tokenize %s\n", f < n_files ? argv[4 + f] : "the question");
+            return 1;
+        }
+        free(text);
+        row0[f] = n_rows;
+        if (f < n_files) {
+            if (kvfs_kv_cache_init(m, (int)nids[f], &cc[f]) ||
+                kvfs_forward(m, &cc[f], ids[f], (int)nids[f], 0, NULL)) {
+                fprintf(stderr, "oracle: cannot prefill %s\n", argv[4 + f]);
+                return 1;
+            }
+            n_rows += (int)nids[f];
+        }
+    }
+    int nq = (int)nids[n_files], n_ctx = n_rows + nq;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    for (int f = 0, r = 0; f <= n_files; f++)
+        for (size_t t = 0; t < nids[f]; t++, r++)
+            all[r] = ids[f][t];
+    struct kvfs_kv_cache fc;
+    struct run R = {.m = m, .n_rows = n_rows, .nq = nq, .kvd = kvd, .n_layer = L, .full = &fc, .qids = ids[n_files],
+                    .all = all};
+    R.full_logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    R.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    if (kvfs_kv_cache_init(m, n_ctx, &fc) || kvfs_forward(m, &fc, all, n_ctx, 0, R.full_logits) ||
+        kvfs_kv_cache_init(m, n_ctx, &R.mix)) {
+        fprintf(stderr, "oracle: cannot prefill the prompt\n");
+        return 1;
+    }
+    for (int r = 0; r < n_ctx; r++)
+        R.mix.host_pos[r] = r;
+    memcpy(R.mix.pos, R.mix.host_pos, sizeof(int32_t) * (size_t)n_ctx);
+    R.mix.n = n_ctx;
+    /* the reused cache: each chunk rounded to f16 (as stored), keys rotated by the chunk's offset */
+    R.rk = calloc((size_t)L, sizeof(float *));
+    R.rv = calloc((size_t)L, sizeof(float *));
+    R.mass = calloc((size_t)L, sizeof(float *));
+    unsigned char **exact = calloc((size_t)L, sizeof(unsigned char *));
+    int32_t *shift = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int *t_in_chunk = malloc(sizeof(int) * (size_t)n_rows);
+    for (int l = 0; l < L; l++) {
+        R.rk[l] = malloc(sizeof(float) * (size_t)n_rows * kvd);
+        R.rv[l] = malloc(sizeof(float) * (size_t)n_rows * kvd);
+        R.mass[l] = calloc((size_t)n_ctx, sizeof(float));
+        exact[l] = calloc((size_t)n_rows, 1);
+        for (int f = 0; f < n_files; f++) {
+            size_t cnt = nids[f] * (size_t)kvd;
+            memcpy(R.rk[l] + (size_t)row0[f] * kvd, cc[f].k[l], sizeof(float) * cnt);
+            memcpy(R.rv[l] + (size_t)row0[f] * kvd, cc[f].v[l], sizeof(float) * cnt);
+            for (size_t t = 0; t < nids[f]; t++)
+                shift[row0[f] + t] = row0[f], t_in_chunk[row0[f] + t] = (int)t;
+        }
+        be->round_f16(ctx, R.rk[l], (size_t)n_rows * kvd);
+        be->round_f16(ctx, R.rv[l], (size_t)n_rows * kvd);
+        be->rope(ctx, R.rk[l], shift, n_rows, hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[l].rope_theta,
+                 hp->rope_style);
+    }
+    int first = (int)nids[0], n_later = n_rows - first;
+    int k = (int)ceilf(ratio * (float)n_rows - 1e-4f);
+    if (k < 96)
+        k = 96;
+    if (k > n_later)
+        k = n_later;
+    int win = 0;
+    for (int l = 0; l < L; l++)
+        if (m->layers[l].window > win)
+            win = m->layers[l].window;
+    printf("tokens %d, chunks %d, question %d, budget %d rows (%.3f of the chunk rows)\n", n_ctx, n_files, nq, k,
+           (double)k / n_rows);
+
+    double kl_reuse = question_kl(&R, NULL, R.mass);
+    printf("%-40s %.4f\n", "reuse", kl_reuse);
+#define MASK(label, cond)                                                                                          \
+    do {                                                                                                           \
+        for (int l = 0; l < L; l++)                                                                                \
+            for (int r = 0; r < n_rows; r++)                                                                       \
+                exact[l][r] = (cond);                                                                              \
+        printf("%-40s %.4f\n", label, question_kl(&R, exact, NULL));                                             \
+    } while (0)
+    MASK("exact: every row (sanity, 0)", 1);
+    if (win) {
+        MASK("exact: global layers", m->layers[l].window == 0);
+        MASK("exact: sliding-window layers", m->layers[l].window != 0);
+        MASK("exact: the question's window", r >= n_ctx - win);
+        MASK("exact: the question's window, local layers", r >= n_ctx - win && m->layers[l].window != 0);
+    }
+    MASK("exact: the last chunk", r >= row0[n_files - 1]);
+    MASK("exact: the first 32 rows of each later chunk", r >= first && t_in_chunk[r] < 32);
+    /* scores */
+    float *score = calloc((size_t)n_rows, sizeof(float));
+    int from = (int)(L / 3.0f + 1e-4f), n_global = 0;
+    for (int l = from; l < L; l++)
+        n_global += m->layers[l].window == 0;
+    for (int l = from; l < L; l++)
+        if (m->layers[l].window == 0 || n_global == 0)
+            for (int r = 0; r < n_rows; r++)
+                score[r] += R.mass[l][r];
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: top mass (the served rows)", question_kl(&R, exact, NULL));
+    printf("%-40s %.4f\n", "blend: top mass (the served rows)", blend_kl(&R, exact[0]));
+    memset(score, 0, sizeof(float) * (size_t)n_rows);
+    for (int l = 0; l < L; l++)
+        for (int r = first; r < n_rows; r++)
+            score[r] += (float)vdev(&R, l, r);
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: top dev", question_kl(&R, exact, NULL));
+    memset(score, 0, sizeof(float) * (size_t)n_rows);
+    for (int l = from; l < L; l++)
+        if (m->layers[l].window == 0 || n_global == 0)
+            for (int r = first; r < n_rows; r++)
+                score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: top mass.dev", question_kl(&R, exact, NULL));
+    memset(score, 0, sizeof(float) * (size_t)n_rows);
+    for (int l = 0; l < L; l++)
+        for (int r = first; r < n_rows; r++)
+            score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: top all.dev", question_kl(&R, exact, NULL));
+    printf("%-40s %.4f\n", "blend: top all.dev", blend_kl(&R, exact[0]));
+    /* attention alone, sliding-window layers voting through their window */
+    for (int lo = 0; lo < 2; lo++) {
+        memset(score, 0, sizeof(float) * (size_t)n_rows);
+        for (int l = lo ? 0 : from; l < L; l++)
+            for (int r = first; r < n_rows; r++)
+                score[r] += R.mass[l][r];
+        top_rows(&R, score, first, k, exact);
+        printf("%-40s %.4f\n", lo ? "exact: top all-layer mass" : "exact: top mass, local layers too",
+               question_kl(&R, exact, NULL));
+        printf("%-40s %.4f\n", lo ? "blend: top all-layer mass" : "blend: top mass, local layers too",
+               blend_kl(&R, exact[0]));
+    }
+    memset(score, 0, sizeof(float) * (size_t)n_rows);
+    for (int l = from; l < L; l++)
+        for (int r = first; r < n_rows; r++)
+            score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: top all.dev from a third", question_kl(&R, exact, NULL));
+    /* the served mass with the sliding-window layers' votes weighted by wl,
+     * and spans: every row scored by the mean over +-h rows of its chunk */
+    static const float wls[] = {0.1f, 0.3f};
+    for (int i = 0; i < 2; i++) {
+        memset(score, 0, sizeof(float) * (size_t)n_rows);
+        for (int l = from; l < L; l++)
+            for (int r = first; r < n_rows; r++)
+                score[r] += R.mass[l][r] * (m->layers[l].window ? wls[i] : 1.0f);
+        top_rows(&R, score, first, k, exact);
+        char label[64];
+        snprintf(label, sizeof(label), "blend: local votes x %.1f", wls[i]);
+        printf("%-40s %.4f\n", label, blend_kl(&R, exact[0]));
+    }
+    static const int hs[] = {2, 8};
+    float *base = calloc((size_t)n_rows, sizeof(float));
+    for (int l = from; l < L; l++)
+        if (m->layers[l].window == 0 || n_global == 0)
+            for (int r = first; r < n_rows; r++)
+                base[r] += R.mass[l][r];
+    for (int i = 0; i < 2; i++) {
+        for (int r = first; r < n_rows; r++) {
+            double sum = 0;
+            int cnt = 0;
+            for (int d = -hs[i]; d <= hs[i]; d++)
+                if (r + d >= first && r + d < n_rows && r + d - t_in_chunk[r + d] == r - t_in_chunk[r])
+                    sum += base[r + d], cnt++;
+            score[r] = (float)(sum / cnt);
+        }
+        top_rows(&R, score, first, k, exact);
+        char label[64];
+        snprintf(label, sizeof(label), "blend: spans of +-%d", hs[i]);
+        printf("%-40s %.4f\n", label, blend_kl(&R, exact[0]));
+    }
+    free(base);
+    /* gradual: 1.3k rows held for the first third of the layers, then fewer
+     * going up to 0.4k at the top (mean k), kept by mass, mass x deviation
+     * found, or that deviation */
+    {
+        memset(score, 0, sizeof(float) * (size_t)n_rows);
+        for (int l = from; l < L; l++)
+            if (m->layers[l].window == 0 || n_global == 0)
+                for (int r = first; r < n_rows; r++)
+                    score[r] += R.mass[l][r];
+        struct scored *sc = malloc(sizeof(*sc) * (size_t)n_later);
+        for (int i = 0; i < n_later; i++)
+            sc[i] = (struct scored){score[first + i], first + i};
+        qsort(sc, (size_t)n_later, sizeof(*sc), by_score_desc);
+        int *n_at = malloc(sizeof(int) * (size_t)L), *cand = malloc(sizeof(int) * (size_t)n_later);
+        for (int i = 0; i < n_later; i++)
+            cand[i] = sc[i].r;
+        static const float his[] = {1.3f, 1.5f};
+        for (int h = 0; h < 2; h++) {
+            int hold = h ? 0 : L / 3, hi = (int)(his[h] * k);
+            if (hi > n_later)
+                hi = n_later;
+            double lo = 2.0 * ((double)L * k - (double)hold * hi) / (L - hold) - hi;
+            for (int l = 0; l < L; l++)
+                n_at[l] = l < hold ? hi : (int)lround(hi + (lo - hi) * (l - hold) / (double)(L - 1 - hold));
+            for (int l = 1; l < L; l++) /* non-increasing, at least one row */
+                n_at[l] = n_at[l] < 1 ? 1 : n_at[l] > n_at[l - 1] ? n_at[l - 1] : n_at[l];
+            for (int crit = 0; crit < 3; crit++) {
+                char label[64];
+                snprintf(label, sizeof(label), "blend: gradual %.1fk%s, by %s", his[h], h ? "" : " held",
+                         crit == 0 ? "mass" : crit == 1 ? "mass x dev" : "dev");
+                printf("%-40s %.4f\n", label, blend_gradual_kl(&R, cand, score, n_at, crit));
+            }
+        }
+        /* the same, every layer voting (sliding-window ones through their window) */
+        memset(score, 0, sizeof(float) * (size_t)n_rows);
+        for (int l = 0; l < L; l++)
+            for (int r = first; r < n_rows; r++)
+                score[r] += R.mass[l][r];
+        for (int i = 0; i < n_later; i++)
+            sc[i] = (struct scored){score[first + i], first + i};
+        qsort(sc, (size_t)n_later, sizeof(*sc), by_score_desc);
+        for (int i = 0; i < n_later; i++)
+            cand[i] = sc[i].r;
+        {
+            int hold = L / 3, hi = (int)(1.3f * k);
+            if (hi > n_later)
+                hi = n_later;
+            double lo = 2.0 * ((double)L * k - (double)hold * hi) / (L - hold) - hi;
+            for (int l = 0; l < L; l++)
+                n_at[l] = l < hold ? hi : (int)lround(hi + (lo - hi) * (l - hold) / (double)(L - 1 - hold));
+            for (int l = 1; l < L; l++)
+                n_at[l] = n_at[l] < 1 ? 1 : n_at[l] > n_at[l - 1] ? n_at[l - 1] : n_at[l];
+            printf("%-40s %.4f\n", "blend: all-layer mass, gradual, mass x dev",
+                   blend_gradual_kl(&R, cand, score, n_at, 1));
+        }
+        free(sc);
+        free(n_at);
+        free(cand);
+    }
+    /* the global layers' mass with the question's window forced */
+    memset(score, 0, sizeof(float) * (size_t)n_rows);
+    for (int l = from; l < L; l++)
+        if (m->layers[l].window == 0 || n_global == 0)
+            for (int r = first; r < n_rows; r++)
+                score[r] += R.mass[l][r];
+    for (int r = first; r < n_rows; r++)
+        if (win && r >= n_ctx - win)
+            score[r] += 1e6f;
+    top_rows(&R, score, first, k, exact);
+    printf("%-40s %.4f\n", "exact: window first, then top mass", question_kl(&R, exact, NULL));
+    return 0;
+}

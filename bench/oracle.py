@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Run build/oracle (bench/oracle.c) over the first BLEND_PROMPTS prompts
+of BLEND_SET (rag_set.py) and print each mask's mean KL and its share of
+plain reuse's.  MODEL as for bench/blend_eval.py (KVFS_ORACLE_MODEL)."""
+import os, statistics, subprocess, sys, tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rag_set import prompt_files
+from paths import MODEL
+
+ORACLE = os.environ.get('ORACLE', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build', 'oracle'))
+RATIO = os.environ.get('BLEND_IDEAS_RATIO', '0.15')
+rows = {}
+with tempfile.TemporaryDirectory() as td:
+    for i, files, q in prompt_files(td):
+        r = subprocess.run([ORACLE, MODEL, RATIO, q] + files, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f'oracle failed: {r.stderr.strip()}')
+        lines = r.stdout.strip().split('\n')
+        print(f'prompt {i + 1}: {lines[0]}', file=sys.stderr)
+        for ln in lines[1:]:
+            label, kl = ln.rsplit(None, 1)
+            rows.setdefault(label.strip(), []).append(float(kl))
+            print(f'  {ln}', file=sys.stderr)
+reuse = statistics.mean(rows['reuse'])
+print(f'{len(rows["reuse"])} prompts, {os.path.basename(MODEL)}, budget ratio {RATIO}')
+print('| what is exact | mean KL | x reuse | prompts better than reuse |')
+print('|---|---|---|---|')
+for label, v in rows.items():
+    better = sum(a < b for a, b in zip(v, rows['reuse']))
+    print(f'| {label} | {statistics.mean(v):.4f} | {statistics.mean(v) / reuse:.2f}x | {better}/{len(v)} |')

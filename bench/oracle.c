@@ -20,6 +20,13 @@
  *   mass.dev  sum over voting layers of mass_l x |dV_l|
  *   all.dev   the same over every layer, sliding-window ones through their
  *             window
+ * "blend:" lines simulate a blend of those rows instead (recomputed from
+ * layer 0 over the reused cache, without the chunk shift); "gradual" ones
+ * recompute more rows low and fewer high (mean: the budget), dropping rows
+ * by mass, by the fresh-V deviation the recompute found, or both.
+ * Run it with KVFS_QMM_INT_ROWS=0 KVFS_ATT_INVARIANT_MIN_Q=2 (bench/oracle.py
+ * says so): the question then runs through the same kernels as in the full
+ * prefill, and "every row exact" reads 0.
  *
  * usage: oracle MODEL RATIO QUESTION PASSAGE...   (prints one line per mask) */
 #include <errno.h>

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Run build/oracle (bench/oracle.c) over the first BLEND_PROMPTS prompts
 of BLEND_SET (rag_set.py) and print each mask's mean KL and its share of
-plain reuse's.  MODEL as for bench/blend_eval.py (KVFS_ORACLE_MODEL)."""
+plain reuse's.  MODEL as for bench/blend_eval.py (KVFS_ORACLE_MODEL).
+The question runs through the full prefill's kernels (f32 products,
+batch-invariant attention), so that "every row exact" reads 0."""
 import os, statistics, subprocess, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rag_set import prompt_files
@@ -9,6 +11,9 @@ from paths import MODEL
 
 ORACLE = os.environ.get('ORACLE', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build', 'oracle'))
 RATIO = os.environ.get('BLEND_IDEAS_RATIO', '0.15')
+# the question alone through the same kernels as inside the full prefill
+os.environ.setdefault('KVFS_QMM_INT_ROWS', '0')
+os.environ.setdefault('KVFS_ATT_INVARIANT_MIN_Q', '2')
 rows = {}
 with tempfile.TemporaryDirectory() as td:
     for i, files, q in prompt_files(td):

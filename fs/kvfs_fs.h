@@ -174,6 +174,7 @@ struct pending *pending_open(struct kvfs_mount *m, fuse_ino_t parent, const char
 struct pending *pending_hold(struct kvfs_mount *m, fuse_ino_t ino);
 /* one hold less: the last one frees the draft (and logs a rejected recipe) */
 void pending_put(struct kvfs_mount *m, struct pending *p);
+int pending_uncommitted(struct pending *p);
 void pending_attr(struct pending *p, struct stat *st);
 int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size);
 /* size bytes at off (-EFBIG past max_ingest, logged) */

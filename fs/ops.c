@@ -166,7 +166,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (parent == INO_CHUNKS || parent == INO_INCOMING || parent == INO_BLENDS || parent == INO_LLAMA) {
         pthread_mutex_lock(&m->lock);
         struct pending *p = pending_by_name(m, parent, name);
-        if (p && !p->committed)
+        if (p && pending_uncommitted(p))
             pending_attr(p, &st);
         else
             p = NULL;
@@ -686,7 +686,7 @@ static int named_entries(struct kvfs_mount *m, fuse_ino_t ino, struct dir_snapsh
             return rc;
         pthread_mutex_lock(&m->lock);
         for (struct pending *p = m->pending; p && !rc; p = p->next)
-            if (p->parent == ino && !p->committed)
+            if (p->parent == ino && pending_uncommitted(p))
                 rc = add_named(d, p->name, p->ino);
         pthread_mutex_unlock(&m->lock);
     }
@@ -937,8 +937,11 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, cons
         /* a draft (cp -a copies our xattrs along): keep the pin, ignore the rest */
         pthread_mutex_lock(&m->lock);
         struct pending *p = ino > INO_CONTROL ? pending_by_ino(m, ino) : NULL;
-        if (p && !strcmp(name, "user.kvfs.pinned") && parse_bool(value, size) >= 0)
+        if (p && !strcmp(name, "user.kvfs.pinned") && parse_bool(value, size) >= 0) {
+            pthread_mutex_lock(&p->lock); /* read by the commit under it */
             p->pin_after = parse_bool(value, size);
+            pthread_mutex_unlock(&p->lock);
+        }
         pthread_mutex_unlock(&m->lock);
         fuse_reply_err(req, p ? 0 : EPERM);
         return;

@@ -3,7 +3,9 @@
  * list while it has open handles; its bytes grow in memory as writes come,
  * and each flush (close) commits it: a chunk is verified and stored (only
  * then visible in chunks/), a recipe goes to the blends service.  The list
- * is protected by the mount's lock, a draft's bytes by its own. */
+ * (and each draft's opens) is protected by the mount's lock, a draft's
+ * bytes and state (len, dirty, committed, pin_after) by its own, taken
+ * after the mount's where both are held. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,6 +33,15 @@ struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const c
         if (p->parent == parent && !strcmp(p->name, name))
             return p;
     return NULL;
+}
+
+/* Whether the draft is still uncommitted (listed, looked up as a draft). */
+int pending_uncommitted(struct pending *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int draft = !p->committed;
+    pthread_mutex_unlock(&p->lock);
+    return draft;
 }
 
 void pending_attr(struct pending *p, struct stat *st)
@@ -81,7 +92,7 @@ struct pending *pending_open(struct kvfs_mount *m, fuse_ino_t parent, const char
 {
     pthread_mutex_lock(&m->lock);
     struct pending *p = pending_by_name(m, parent, name);
-    if (p && p->committed && p->opens == 0) {
+    if (p && p->opens == 0 && !pending_uncommitted(p)) {
         pending_unlink_free(m, p);
         p = NULL;
     }
@@ -107,8 +118,10 @@ void pending_put(struct kvfs_mount *m, struct pending *p)
 {
     pthread_mutex_lock(&m->lock);
     if (--p->opens == 0) {
+        pthread_mutex_lock(&p->lock);
         if (p->parent == INO_BLENDS && !p->committed && p->len)
             kvfs_log(KVFS_LOG_ERR, "rejected recipe blends/%s: %s", p->name, p->err);
+        pthread_mutex_unlock(&p->lock);
         pending_unlink_free(m, p); /* committed or rejected: the draft goes */
     }
     pthread_mutex_unlock(&m->lock);

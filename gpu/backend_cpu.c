@@ -830,10 +830,14 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
  * KVFS_QMM_INT_ROWS=N overrides (for such comparisons). */
 static int int_path_max_rows(const struct kvfs_weight *w)
 {
-    static int forced = -2;
+    /* read once, by whichever thread comes first (atomic: blends run on
+     * several threads at once; TSan, 2026-11-26) */
+    static atomic_int forced_once = -2;
+    int forced = atomic_load_explicit(&forced_once, memory_order_relaxed);
     if (forced == -2) {
         const char *e = getenv("KVFS_QMM_INT_ROWS");
         forced = e && *e ? atoi(e) : -1;
+        atomic_store_explicit(&forced_once, forced, memory_order_relaxed);
     }
     if (forced >= 0)
         return forced;
@@ -1187,10 +1191,12 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 #define ATT_INVARIANT_MIN_Q 16
 static int att_invariant_min_q(void)
 {
-    static int min_q = -1;
+    static atomic_int min_q_once = -1; /* as int_path_max_rows's */
+    int min_q = atomic_load_explicit(&min_q_once, memory_order_relaxed);
     if (min_q < 0) {
         const char *e = getenv("KVFS_ATT_INVARIANT_MIN_Q");
         min_q = e && atoi(e) > 0 ? atoi(e) : ATT_INVARIANT_MIN_Q;
+        atomic_store_explicit(&min_q_once, min_q, memory_order_relaxed);
     }
     return min_q;
 }

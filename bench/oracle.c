@@ -28,6 +28,12 @@
  * says so): the question then runs through the same kernels as in the full
  * prefill, and "every row exact" reads 0.
  *
+ * ORACLE_SLICES=N instead prints how far the same prompt prefilled in
+ * slices of N rows is from the one-shot prefill (run it without the two
+ * variables above: below their row threshold the matmuls take integer dot
+ * products, as llama.cpp does, instead of f32 tiles): the spread of two
+ * equally valid computations, a floor for any blend.
+ *
  * usage: oracle MODEL RATIO QUESTION PASSAGE...   (prints one line per mask) */
 #include <errno.h>
 #include <math.h>
@@ -317,6 +323,22 @@ int main(int argc, char **argv)
         kvfs_kv_cache_init(m, n_ctx, &R.mix)) {
         fprintf(stderr, "oracle: cannot prefill the prompt\n");
         return 1;
+    }
+    if (getenv("ORACLE_SLICES")) {
+        /* the arithmetic's own spread: the same prompt prefilled in slices of
+         * N rows (other matmul kernels below their row threshold: integer
+         * dot products instead of f32 tiles), against the one-shot prefill */
+        int step = atoi(getenv("ORACLE_SLICES"));
+        struct kvfs_kv_cache sc;
+        if (step < 1 || kvfs_kv_cache_init(m, n_ctx, &sc))
+            return 1;
+        for (int at = 0; at < n_ctx; at += step) {
+            int n = n_ctx - at < step ? n_ctx - at : step;
+            if (kvfs_forward(m, &sc, all + at, n, at, at + n == n_ctx ? R.logits : NULL))
+                return 1;
+        }
+        printf("tokens %d\n%-40s %.4f\n", n_ctx, "full prefill in slices", kvfs_logits_kl(R.full_logits, R.logits, hp->n_vocab));
+        return 0;
     }
     for (int r = 0; r < n_ctx; r++)
         R.mix.host_pos[r] = r;

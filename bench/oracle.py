@@ -12,8 +12,10 @@ from paths import MODEL
 ORACLE = os.environ.get('ORACLE', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build', 'oracle'))
 RATIO = os.environ.get('BLEND_IDEAS_RATIO', '0.15')
 # the question alone through the same kernels as inside the full prefill
-os.environ.setdefault('KVFS_QMM_INT_ROWS', '0')
-os.environ.setdefault('KVFS_ATT_INVARIANT_MIN_Q', '2')
+# (ORACLE_SLICES=N: the arithmetic's own spread instead; oracle.c)
+if not os.environ.get('ORACLE_SLICES'):
+    os.environ.setdefault('KVFS_QMM_INT_ROWS', '0')
+    os.environ.setdefault('KVFS_ATT_INVARIANT_MIN_Q', '2')
 rows = {}
 with tempfile.TemporaryDirectory() as td:
     for i, files, q in prompt_files(td):
@@ -26,10 +28,11 @@ with tempfile.TemporaryDirectory() as td:
             label, kl = ln.rsplit(None, 1)
             rows.setdefault(label.strip(), []).append(float(kl))
             print(f'  {ln}', file=sys.stderr)
-reuse = statistics.mean(rows['reuse'])
-print(f'{len(rows["reuse"])} prompts, {os.path.basename(MODEL)}, budget ratio {RATIO}')
+base = rows.get('reuse') or next(iter(rows.values()))  # ORACLE_SLICES: one line, no reuse
+reuse = statistics.mean(base)
+print(f'{len(base)} prompts, {os.path.basename(MODEL)}, budget ratio {RATIO}')
 print('| what is exact | mean KL | x reuse | prompts better than reuse |')
 print('|---|---|---|---|')
 for label, v in rows.items():
-    better = sum(a < b for a, b in zip(v, rows['reuse']))
+    better = sum(a < b for a, b in zip(v, base))
     print(f'| {label} | {statistics.mean(v):.4f} | {statistics.mean(v) / reuse:.2f}x | {better}/{len(v)} |')

@@ -15,7 +15,8 @@ must clear), how many prompts the blend is worse than that reuse, and top-1.
   BLEND_REF_CACHE: a directory where kvfsctl eval keeps full prefills and
   chunk caches (--ref-cache) across runs; by default one per run, so the
   variants after the first reuse them (the same figures, ~3-4x faster);
-  a shared one must be emptied when the runtime or the codecs change.
+  its keys cover kvfsctl's build (and the KVFS_* kernel overrides), so
+  another BUILD= shares nothing with it.
 
 Prints one markdown table; progress on stderr.  KL does not depend on the
 machine's load, so this may run beside other work."""

@@ -109,8 +109,8 @@ static void usage(FILE *f)
                "--ref-cache DIR keeps each full prefill's logits and greedy continuation,\n"
                "and each chunk's cache, in DIR (by model, tokens and how they were made)\n"
                "and reuses them when they come again (comparing variants of a blend; the\n"
-               "full prefill's TTFT is then the first run's; the key is not kvfsctl's\n"
-               "build: empty DIR when the runtime or the codecs change).\n",
+               "full prefill's TTFT is then the first run's; the key covers this kvfsctl's\n"
+               "own bytes and the KVFS_* kernel overrides, so another build never reads them).\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT,
             KVFS_BLEND_MIN_ROWS);
 }
@@ -293,11 +293,44 @@ out:
     return rc;
 }
 
-/* --ref-cache: DIR/<XXH3-128 of the model's fingerprint, what is kept
- * (kind: "ref" or "chunk"), how it was made (variant) and the tokens>.kvc
- * holds a full prefill's reference (TTFT, logits, greedy continuation) or a
- * chunk's file image; tool_write_file writes a temporary name and renames
- * it, so a reader sees a whole file or none */
+/* What decides the arithmetic besides the model and the tokens: this
+ * kvfsctl's own bytes (another build may round otherwise: a cache shared
+ * across builds once mixed two arithmetics, BENCHMARKS.md) and the
+ * environment's overrides of the kernels' choices.  Computed once. */
+static uint64_t build_identity(void)
+{
+    static uint64_t id;
+    if (id)
+        return id;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st || XXH3_64bits_reset(st) != XXH_OK) {
+        XXH3_freeState(st);
+        return 0;
+    }
+    FILE *f = fopen("/proc/self/exe", "rb");
+    char buf[1 << 16];
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+        XXH3_64bits_update(st, buf, n);
+    if (f)
+        fclose(f);
+    static const char *vars[] = {"KVFS_QMM_INT_ROWS", "KVFS_ATT_INVARIANT_MIN_Q", "KVFS_F32_WEIGHTS", "KVFS_BLAS_CORE"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        XXH3_64bits_update(st, vars[i], strlen(vars[i]) + 1);
+        XXH3_64bits_update(st, v ? v : "", v ? strlen(v) + 1 : 1);
+    }
+    id = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return id;
+}
+
+/* --ref-cache: DIR/<XXH3-128 of the model's fingerprint, the build
+ * (build_identity), what is kept (kind: "ref" or "chunk"), how it was made
+ * (variant) and the tokens>.kvc holds a full prefill's reference (TTFT,
+ * logits, greedy continuation) or a chunk's file image; tool_write_file
+ * writes a temporary name and renames it, so a reader sees a whole file or
+ * none */
 static void cache_path(const struct eval *e, const char *kind, const char *variant, const int32_t *ids, size_t n,
                        char *path, size_t cap)
 {
@@ -306,7 +339,9 @@ static void cache_path(const struct eval *e, const char *kind, const char *varia
     XXH3_state_t *st = XXH3_createState();
     XXH128_hash_t h = {0, 0};
     if (st && XXH3_128bits_reset(st) == XXH_OK) {
+        uint64_t build = build_identity();
         XXH3_128bits_update(st, fp, sizeof(fp));
+        XXH3_128bits_update(st, &build, sizeof(build));
         XXH3_128bits_update(st, kind, strlen(kind) + 1);
         XXH3_128bits_update(st, variant, strlen(variant) + 1);
         XXH3_128bits_update(st, ids, sizeof(int32_t) * n);

@@ -216,8 +216,9 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
     int rc = 0;
     pthread_mutex_lock(&p->lock);
     if (!p->dirty) {
+        rc = p->committed ? 0 : -EIO;
         pthread_mutex_unlock(&p->lock);
-        return p->committed ? 0 : -EIO;
+        return rc;
     }
     const uint8_t *data = p->buf ? p->buf : (const uint8_t *)""; /* an empty draft has no buffer */
     if (p->parent == INO_BLENDS) {

@@ -7,24 +7,9 @@
 #include "kvformat.h"
 #include "kvquant.h"
 
-/* Values per group and bytes per block, keys (which 0) and values (1).
- * q4's values take groups of 32, whose extra scales (5 bits per value
- * against 4.5) halve what 4 bits lose on a token's outlier channels.  q4s
- * moves those scales to the keys, where q4 loses (BENCHMARKS.md: q4's keys
- * alone cost its whole KL loss, its values nothing): keys over 32 tokens (a
- * chunk's first, large keys no longer set the step of 64 rows), values over
- * 64 channels; the same 4.75 bits per value. */
-static uint32_t group_of(int codec, int which)
-{
-    return codec == KVFS_KVQ_Q4 ? (which ? 32 : 64) : codec == KVFS_KVQ_Q4S ? (which ? 64 : 32) : 32;
-}
-static size_t block_of(int codec, int which) { return codec == KVFS_KVQ_Q8 ? 34 : 4 + group_of(codec, which) / 2; }
-/* Rows stored exactly (f16) before the blocks: q4s keeps a chunk's first
- * row, whose keys are the largest (an attention sink's) and which the
- * query attends to most; quantized, it cost q4s's whole loss on 6-chunk
- * prompts (BENCHMARKS.md: 1.43x of f16 chunks' blend KL with it, 0.97x
- * without).  Its bytes: 4 per channel, K then V. */
-static uint32_t exact_rows(int codec, uint32_t n_tokens) { return codec == KVFS_KVQ_Q4S && n_tokens ? 1 : 0; }
+static uint32_t group_of(int codec, int which) { return kvfs_kvq_group(codec, which); }
+static size_t block_of(int codec, int which) { return kvfs_kvq_block_bytes(codec, which); }
+static uint32_t exact_rows(int codec, uint32_t n_tokens) { return kvfs_kvq_exact_rows(codec, n_tokens); }
 static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
 {
     return 4 * (size_t)exact_rows(codec, n_tokens) * kv_dim;

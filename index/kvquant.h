@@ -29,6 +29,33 @@
 
 enum kvfs_kvq { KVFS_KVQ_Q8 = 1, KVFS_KVQ_Q4 = 2, KVFS_KVQ_Q4S = 3 };
 
+/* The codecs' shapes, inline so that decoders built apart from this file
+ * (the CUDA backend's plugin) read them rather than restate them.  Values
+ * per group and bytes per block, keys (which 0) and values (1).  q4's
+ * values take groups of 32, whose extra scales (5 bits per value against
+ * 4.5) halve what 4 bits lose on a token's outlier channels.  q4s moves
+ * those scales to the keys, where q4 loses (BENCHMARKS.md: q4's keys alone
+ * cost its whole KL loss, its values nothing): keys over 32 tokens (a
+ * chunk's first, large keys no longer set the step of 64 rows), values over
+ * 64 channels; the same 4.75 bits per value. */
+static inline uint32_t kvfs_kvq_group(int codec, int which)
+{
+    return codec == KVFS_KVQ_Q4 ? (which ? 32 : 64) : codec == KVFS_KVQ_Q4S ? (which ? 64 : 32) : 32;
+}
+static inline size_t kvfs_kvq_block_bytes(int codec, int which)
+{
+    return codec == KVFS_KVQ_Q8 ? 34 : 4 + kvfs_kvq_group(codec, which) / 2;
+}
+/* Rows stored exactly (f16) before the blocks: q4s keeps a chunk's first
+ * row, whose keys are the largest (an attention sink's) and which the
+ * query attends to most; quantized, it cost q4s's whole loss on 6-chunk
+ * prompts (BENCHMARKS.md: 1.43x of f16 chunks' blend KL with it, 0.97x
+ * without).  Its bytes: 4 per channel, K (f16) then V (f16). */
+static inline uint32_t kvfs_kvq_exact_rows(int codec, uint32_t n_tokens)
+{
+    return codec == KVFS_KVQ_Q4S && n_tokens ? 1 : 0;
+}
+
 /* "q8", "q4", "q4s" -> codec; 0 for anything else */
 int kvfs_kvq_parse(const char *name);
 const char *kvfs_kvq_name(int codec);

@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "kvquant.h"
 #include "log.h"
 }
 
@@ -967,7 +968,7 @@ __global__ void k_kvq_decode(const unsigned char *blk, size_t b0, size_t nb, uns
     unsigned pos = (unsigned)(i % g);
     const unsigned char *p = blk + (i / g) * bs;
     float d = __half2float(*(const __half *)p), x;
-    if (codec == 1)
+    if (codec == KVFS_KVQ_Q8)
         x = d * (float)(signed char)p[2 + pos];
     else
         x = __half2float(*(const __half *)(p + 2)) + d * (float)((p[4 + pos / 2] >> (4 * (pos & 1))) & 15);
@@ -987,10 +988,10 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
                         int codec)
 {
     struct cuda_ctx *c = CTX;
-    if ((codec != 1 && codec != 2 && codec != 3) || !n_tokens || !kv_dim || kv_dim % 64)
+    if ((codec != KVFS_KVQ_Q8 && codec != KVFS_KVQ_Q4 && codec != KVFS_KVQ_Q4S) || !n_tokens || !kv_dim || kv_dim % 64)
         return -EINVAL;
     const char *at = (const char *)src;
-    if (codec == 3) { /* q4s: its first row exact, K's then V's f16, before the blocks (kvquant.c's exact_rows) */
+    if (kvfs_kvq_exact_rows(codec, n_tokens)) { /* q4s: its first row exact, K's then V's f16, before the blocks */
         int rc;
         if ((rc = c_upload_kv(vctx, k, at, kv_dim, KVFS_HOST_F16)) ||
             (rc = c_upload_kv(vctx, v, at + 2 * (size_t)kv_dim, kv_dim, KVFS_HOST_F16)))
@@ -1002,9 +1003,7 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
             return 0;
     }
     for (int which = 0; which < 2; which++) {
-        /* kvquant.c's group_of and block_of */
-        size_t g = codec == 2 ? (which ? 32 : 64) : codec == 3 ? (which ? 64 : 32) : 32;
-        size_t bs = codec == 1 ? 34 : 4 + g / 2;
+        size_t g = kvfs_kvq_group(codec, which), bs = kvfs_kvq_block_bytes(codec, which);
         size_t total = which ? (size_t)n_tokens * (kv_dim / g) : ((n_tokens + g - 1) / g) * kv_dim;
         size_t per = STAGE_BYTES / bs;
         for (size_t done = 0; done < total; done += per) {

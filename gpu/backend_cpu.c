@@ -828,17 +828,24 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
  * shapes' K-quants (all forced; the rule covers their 16M-59M-weight matrices) took
  * 0.38x / 0.63x / 0.91x of the time at 38 / 152 / 512 rows.
  * KVFS_QMM_INT_ROWS=N overrides (for such comparisons). */
+/* An integer override from the environment, at least lo (else fallback),
+ * read once by whichever thread comes first: atomic, since blends run on
+ * several threads at once (TSan, 2026-11-26).  *once starts at INT_MIN. */
+static int env_int_once(atomic_int *once, const char *name, int lo, int fallback)
+{
+    int v = atomic_load_explicit(once, memory_order_relaxed);
+    if (v == INT_MIN) {
+        const char *e = getenv(name);
+        v = e && *e && atoi(e) >= lo ? atoi(e) : fallback;
+        atomic_store_explicit(once, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static int int_path_max_rows(const struct kvfs_weight *w)
 {
-    /* read once, by whichever thread comes first (atomic: blends run on
-     * several threads at once; TSan, 2026-11-26) */
-    static atomic_int forced_once = -2;
-    int forced = atomic_load_explicit(&forced_once, memory_order_relaxed);
-    if (forced == -2) {
-        const char *e = getenv("KVFS_QMM_INT_ROWS");
-        forced = e && *e ? atoi(e) : -1;
-        atomic_store_explicit(&forced_once, forced, memory_order_relaxed);
-    }
+    static atomic_int forced_once = INT_MIN;
+    int forced = env_int_once(&forced_once, "KVFS_QMM_INT_ROWS", 0, -1);
     if (forced >= 0)
         return forced;
 #ifdef __AVX2__
@@ -1191,14 +1198,8 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 #define ATT_INVARIANT_MIN_Q 16
 static int att_invariant_min_q(void)
 {
-    static atomic_int min_q_once = -1; /* as int_path_max_rows's */
-    int min_q = atomic_load_explicit(&min_q_once, memory_order_relaxed);
-    if (min_q < 0) {
-        const char *e = getenv("KVFS_ATT_INVARIANT_MIN_Q");
-        min_q = e && atoi(e) > 0 ? atoi(e) : ATT_INVARIANT_MIN_Q;
-        atomic_store_explicit(&min_q_once, min_q, memory_order_relaxed);
-    }
-    return min_q;
+    static atomic_int min_q_once = INT_MIN;
+    return env_int_once(&min_q_once, "KVFS_ATT_INVARIANT_MIN_Q", 1, ATT_INVARIANT_MIN_Q);
 }
 #define PV_RUN 256 /* keys per P.V product: every one has this k, so the BLAS splits them alike */
 

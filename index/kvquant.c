@@ -7,12 +7,9 @@
 #include "kvformat.h"
 #include "kvquant.h"
 
-static uint32_t group_of(int codec, int which) { return kvfs_kvq_group(codec, which); }
-static size_t block_of(int codec, int which) { return kvfs_kvq_block_bytes(codec, which); }
-static uint32_t exact_rows(int codec, uint32_t n_tokens) { return kvfs_kvq_exact_rows(codec, n_tokens); }
 static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
 {
-    return 4 * (size_t)exact_rows(codec, n_tokens) * kv_dim;
+    return 4 * (size_t)kvfs_kvq_exact_rows(codec, n_tokens) * kv_dim;
 }
 
 int kvfs_kvq_parse(const char *name)
@@ -37,9 +34,10 @@ size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
     if (!shape_ok(codec, n_tokens, kv_dim))
         return 0;
     size_t head = exact_bytes(codec, n_tokens, kv_dim);
-    n_tokens -= exact_rows(codec, n_tokens);
-    size_t gk = group_of(codec, 0), gv = group_of(codec, 1), token_groups = (n_tokens + gk - 1) / gk;
-    return head + block_of(codec, 0) * token_groups * kv_dim + block_of(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
+    n_tokens -= kvfs_kvq_exact_rows(codec, n_tokens);
+    size_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), token_groups = (n_tokens + gk - 1) / gk;
+    return head + kvfs_kvq_block_bytes(codec, 0) * token_groups * kv_dim +
+           kvfs_kvq_block_bytes(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
 }
 
 /* lrintf (to nearest, ties to even) for |x| < 2^22, without libm: libkvfs
@@ -118,7 +116,7 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
 {
     if (!shape_ok(codec, n_tokens, kv_dim) || n_parts == 0 || part >= n_parts)
         return -EINVAL;
-    uint32_t r = exact_rows(codec, n_tokens);
+    uint32_t r = kvfs_kvq_exact_rows(codec, n_tokens);
     if (r && part == 0) /* the exact rows: K's, then V's, as f16 */
         for (size_t i = 0; i < (size_t)r * kv_dim; i++) {
             if (decode) {
@@ -134,8 +132,8 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
     v += (size_t)r * kv_dim;
     if (!(n_tokens -= r))
         return 0;
-    uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
-    size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
+    uint32_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
+    size_t bk = kvfs_kvq_block_bytes(codec, 0), bv = kvfs_kvq_block_bytes(codec, 1);
     uint32_t tg0 = (uint32_t)((uint64_t)n_tg * part / n_parts), tg1 = (uint32_t)((uint64_t)n_tg * (part + 1) / n_parts);
     for (uint32_t tg = tg0; tg < tg1; tg++) {
         uint32_t t0 = tg * gk, n = n_tokens - t0 < gk ? n_tokens - t0 : gk;
@@ -180,14 +178,14 @@ int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32
 float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
                     uint32_t c)
 {
-    uint32_t r = exact_rows(codec, n_tokens);
+    uint32_t r = kvfs_kvq_exact_rows(codec, n_tokens);
     if (t < r)
         return get16(in + 2 * ((size_t)which * r * kv_dim + (size_t)t * kv_dim + c));
     in += exact_bytes(codec, n_tokens, kv_dim);
     t -= r;
     n_tokens -= r;
-    uint32_t gk = group_of(codec, 0), gv = group_of(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
-    size_t bk = block_of(codec, 0), bv = block_of(codec, 1);
+    uint32_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
+    size_t bk = kvfs_kvq_block_bytes(codec, 0), bv = kvfs_kvq_block_bytes(codec, 1);
     const uint8_t *b = which ? in + bk * (size_t)n_tg * kv_dim + bv * ((size_t)t * (kv_dim / gv) + c / gv)
                              : in + bk * ((size_t)(t / gk) * kv_dim + c);
     uint32_t i = which ? c % gv : t % gk;

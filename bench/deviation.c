@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_util.h"
 #include "runtime.h"
 
 #define MAX_FILES 64
@@ -30,22 +31,6 @@ static int pos_band(int t)
     while (b + 1 < N_POS_BANDS && t >= pos_band_lo[b + 1])
         b++;
     return b;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    *len = s ? fread(s, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (s)
-        s[*len] = '\0';
-    return s;
 }
 
 struct acc {
@@ -74,13 +59,11 @@ int main(int argc, char **argv)
     size_t nids[MAX_FILES + 1];
     struct kvfs_kv_cache cc[MAX_FILES];
     for (int f = 0; f <= n_files; f++) {
-        size_t len = 0;
-        char *text = f < n_files ? read_file(argv[3 + f], &len) : strdup(argv[2]);
-        if (!text || kvfs_tokenize(tok, text, f < n_files ? len : strlen(text), f < n_files, 0, &ids[f], &nids[f])) {
+        if (f < n_files ? tool_tokenize_file(tok, argv[3 + f], 1, &ids[f], &nids[f])
+                        : kvfs_tokenize(tok, argv[2], strlen(argv[2]), 0, 0, &ids[f], &nids[f])) {
             fprintf(stderr, "deviation: cannot read or tokenize %s\n", f < n_files ? argv[3 + f] : "the question");
             return 1;
         }
-        free(text);
         if (f < n_files && (kvfs_kv_cache_init(m, (int)nids[f], &cc[f]) ||
                             kvfs_forward(m, &cc[f], ids[f], (int)nids[f], 0, NULL))) {
             fprintf(stderr, "deviation: cannot prefill %s\n", argv[3 + f]);

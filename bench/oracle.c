@@ -25,14 +25,16 @@
  * recompute more rows low and fewer high (mean: the budget), dropping rows
  * by mass, by the fresh-V deviation the recompute found, or both.
  * Run it with KVFS_QMM_INT_ROWS=0 KVFS_ATT_INVARIANT_MIN_Q=2 (bench/oracle.py
- * says so): the question then runs through the same kernels as in the full
- * prefill, and "every row exact" reads 0.
+ * sets them): the question then runs through the same kernels as in the full
+ * prefill, and "every row exact" reads 0 (for the prompt sets' questions of
+ * 13-16 tokens; one of a few tokens still takes other kernels, which that
+ * line then shows).
  *
  * ORACLE_SLICES=N instead prints how far the same prompt prefilled in
  * slices of N rows is from the one-shot prefill (run it without the two
  * variables above: below their row threshold the matmuls take integer dot
  * products, as llama.cpp does, instead of f32 tiles): the spread of two
- * equally valid computations, a floor for any blend.
+ * equally valid computations, against which a blend's KL is best read.
  *
  * usage: oracle MODEL RATIO QUESTION PASSAGE...   (prints one line per mask) */
 #include <errno.h>
@@ -42,25 +44,10 @@
 #include <string.h>
 
 #include "blend.h"
+#include "model_util.h"
 #include "runtime.h"
 
 #define MAX_FILES 64
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    *len = s ? fread(s, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (s)
-        s[*len] = '\0';
-    return s;
-}
 
 struct run {
     const struct kvfs_model *m;
@@ -240,20 +227,19 @@ static double blend_gradual_kl(struct run *R, const int *cand, const float *mass
 }
 
 
+static void rank_rows(const struct run *R, const float *score, int first, int *cand);
+
 /* mark the k rows of [from, n) with the highest score exact at every layer */
 static void top_rows(struct run *R, const float *score, int from, int k, unsigned char **exact)
 {
-    int n = R->n_rows - from;
-    struct scored *s = malloc(sizeof(*s) * (size_t)n);
-    for (int i = 0; i < n; i++)
-        s[i] = (struct scored){score[from + i], from + i};
-    qsort(s, (size_t)n, sizeof(*s), by_score_desc);
+    int *cand = malloc(sizeof(int) * (size_t)(R->n_rows - from));
+    rank_rows(R, score, from, cand);
     for (int l = 0; l < R->n_layer; l++)
         memset(exact[l], 0, (size_t)R->n_rows);
-    for (int i = 0; i < k && i < n; i++)
+    for (int i = 0; i < k && i < R->n_rows - from; i++)
         for (int l = 0; l < R->n_layer; l++)
-            exact[l][s[i].r] = 1;
-    free(s);
+            exact[l][cand[i]] = 1;
+    free(cand);
 }
 
 static double vdev(struct run *R, int l, int r)
@@ -264,6 +250,52 @@ static double vdev(struct run *R, int l, int r)
         d += x * x;
     }
     return sqrt(d);
+}
+
+/* Row scores from the question's attention (R->mass, filled by the reuse
+ * pass) over layers [from, L): sliding-window layers weigh local_w (0: they
+ * do not vote), global ones 1; by_dev multiplies each layer's vote by the
+ * row's true |dV| there (known only to this oracle), and dev_only scores
+ * that deviation alone.  Rows before `first` (the exact first chunk) score 0. */
+static void score_rows(struct run *R, float *score, int first, int from, float local_w, int by_dev, int dev_only)
+{
+    memset(score, 0, sizeof(float) * (size_t)R->n_rows);
+    for (int l = from; l < R->n_layer; l++) {
+        float w = R->m->layers[l].window ? local_w : 1.0f;
+        if (w == 0.0f)
+            continue;
+        for (int r = first; r < R->n_rows; r++)
+            score[r] += dev_only ? (float)vdev(R, l, r)
+                                 : R->mass[l][r] * w * (by_dev ? (float)vdev(R, l, r) : 1.0f);
+    }
+}
+
+/* rows [first, n_rows) by descending score into cand */
+static void rank_rows(const struct run *R, const float *score, int first, int *cand)
+{
+    int n = R->n_rows - first;
+    struct scored *s = malloc(sizeof(*s) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        s[i] = (struct scored){score[first + i], first + i};
+    qsort(s, (size_t)n, sizeof(*s), by_score_desc);
+    for (int i = 0; i < n; i++)
+        cand[i] = s[i].r;
+    free(s);
+}
+
+/* Rows per layer for a gradual blend of mean k: hi = hi_x k rows (at most
+ * n_max) for the first `hold` layers, then linearly down so that the mean
+ * is k; non-increasing, at least one row. */
+static void gradual_rows(int *n_at, int L, int k, float hi_x, int hold, int n_max)
+{
+    int hi = (int)(hi_x * k);
+    if (hi > n_max)
+        hi = n_max;
+    double lo = 2.0 * ((double)L * k - (double)hold * hi) / (L - hold) - hi;
+    for (int l = 0; l < L; l++)
+        n_at[l] = l < hold ? hi : (int)lround(hi + (lo - hi) * (l - hold) / (double)(L - 1 - hold));
+    for (int l = 1; l < L; l++)
+        n_at[l] = n_at[l] < 1 ? 1 : n_at[l] > n_at[l - 1] ? n_at[l - 1] : n_at[l];
 }
 
 int main(int argc, char **argv)
@@ -292,13 +324,11 @@ int main(int argc, char **argv)
     int row0[MAX_FILES + 1];
     struct kvfs_kv_cache cc[MAX_FILES];
     for (int f = 0; f <= n_files; f++) {
-        size_t len = 0;
-        char *text = f < n_files ? read_file(argv[4 + f], &len) : strdup(argv[3]);
-        if (!text || kvfs_tokenize(tok, text, f < n_files ? len : strlen(text), f < n_files, 0, &ids[f], &nids[f])) {
+        if (f < n_files ? tool_tokenize_file(tok, argv[4 + f], 1, &ids[f], &nids[f])
+                        : kvfs_tokenize(tok, argv[3], strlen(argv[3]), 0, 0, &ids[f], &nids[f])) {
             fprintf(stderr, "oracle: cannot read or tokenize %s\n", f < n_files ? argv[4 + f] : "the question");
             return 1;
         }
-        free(text);
         row0[f] = n_rows;
         if (f < n_files) {
             if (kvfs_kv_cache_init(m, (int)nids[f], &cc[f]) ||
@@ -337,7 +367,8 @@ int main(int argc, char **argv)
             if (kvfs_forward(m, &sc, all + at, n, at, at + n == n_ctx ? R.logits : NULL))
                 return 1;
         }
-        printf("tokens %d\n%-40s %.4f\n", n_ctx, "full prefill in slices", kvfs_logits_kl(R.full_logits, R.logits, hp->n_vocab));
+        printf("tokens %d\n%-40s %.4f\n", n_ctx, "full prefill in slices",
+               kvfs_logits_kl(R.full_logits, R.logits, hp->n_vocab));
         return 0;
     }
     for (int r = 0; r < n_ctx; r++)
@@ -399,64 +430,40 @@ int main(int argc, char **argv)
     }
     MASK("exact: the last chunk", r >= row0[n_files - 1]);
     MASK("exact: the first 32 rows of each later chunk", r >= first && t_in_chunk[r] < 32);
-    /* scores */
+    /* row choices: the served selection's voters are the layers from a
+     * third up, global ones only (all of them where there are none) */
     float *score = calloc((size_t)n_rows, sizeof(float));
     int from = (int)(L / 3.0f + 1e-4f), n_global = 0;
     for (int l = from; l < L; l++)
         n_global += m->layers[l].window == 0;
-    for (int l = from; l < L; l++)
-        if (m->layers[l].window == 0 || n_global == 0)
-            for (int r = 0; r < n_rows; r++)
-                score[r] += R.mass[l][r];
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: top mass (the served rows)", question_kl(&R, exact, NULL));
-    printf("%-40s %.4f\n", "blend: top mass (the served rows)", blend_kl(&R, exact[0]));
-    memset(score, 0, sizeof(float) * (size_t)n_rows);
-    for (int l = 0; l < L; l++)
-        for (int r = first; r < n_rows; r++)
-            score[r] += (float)vdev(&R, l, r);
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: top dev", question_kl(&R, exact, NULL));
-    memset(score, 0, sizeof(float) * (size_t)n_rows);
-    for (int l = from; l < L; l++)
-        if (m->layers[l].window == 0 || n_global == 0)
-            for (int r = first; r < n_rows; r++)
-                score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: top mass.dev", question_kl(&R, exact, NULL));
-    memset(score, 0, sizeof(float) * (size_t)n_rows);
-    for (int l = 0; l < L; l++)
-        for (int r = first; r < n_rows; r++)
-            score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: top all.dev", question_kl(&R, exact, NULL));
-    printf("%-40s %.4f\n", "blend: top all.dev", blend_kl(&R, exact[0]));
+    float served_local = n_global ? 0.0f : 1.0f;
+#define CHOICE(label, blend_too)                                                                                   \
+    do {                                                                                                           \
+        top_rows(&R, score, first, k, exact);                                                                      \
+        printf("%-40s %.4f\n", "exact: " label, question_kl(&R, exact, NULL));                                   \
+        if (blend_too)                                                                                             \
+            printf("%-40s %.4f\n", "blend: " label, blend_kl(&R, exact[0]));                                     \
+    } while (0)
+    score_rows(&R, score, first, from, served_local, 0, 0);
+    CHOICE("top mass (the served rows)", 1);
+    score_rows(&R, score, first, 0, 1.0f, 0, 1);
+    CHOICE("top dev", 0);
+    score_rows(&R, score, first, from, served_local, 1, 0);
+    CHOICE("top mass.dev", 0);
+    score_rows(&R, score, first, 0, 1.0f, 1, 0);
+    CHOICE("top all.dev", 1);
     /* attention alone, sliding-window layers voting through their window */
-    for (int lo = 0; lo < 2; lo++) {
-        memset(score, 0, sizeof(float) * (size_t)n_rows);
-        for (int l = lo ? 0 : from; l < L; l++)
-            for (int r = first; r < n_rows; r++)
-                score[r] += R.mass[l][r];
-        top_rows(&R, score, first, k, exact);
-        printf("%-40s %.4f\n", lo ? "exact: top all-layer mass" : "exact: top mass, local layers too",
-               question_kl(&R, exact, NULL));
-        printf("%-40s %.4f\n", lo ? "blend: top all-layer mass" : "blend: top mass, local layers too",
-               blend_kl(&R, exact[0]));
-    }
-    memset(score, 0, sizeof(float) * (size_t)n_rows);
-    for (int l = from; l < L; l++)
-        for (int r = first; r < n_rows; r++)
-            score[r] += R.mass[l][r] * (float)vdev(&R, l, r);
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: top all.dev from a third", question_kl(&R, exact, NULL));
+    score_rows(&R, score, first, from, 1.0f, 0, 0);
+    CHOICE("top mass, local layers too", 1);
+    score_rows(&R, score, first, 0, 1.0f, 0, 0);
+    CHOICE("top all-layer mass", 1);
+    score_rows(&R, score, first, from, 1.0f, 1, 0);
+    CHOICE("top all.dev from a third", 0);
     /* the served mass with the sliding-window layers' votes weighted by wl,
      * and spans: every row scored by the mean over +-h rows of its chunk */
     static const float wls[] = {0.1f, 0.3f};
     for (int i = 0; i < 2; i++) {
-        memset(score, 0, sizeof(float) * (size_t)n_rows);
-        for (int l = from; l < L; l++)
-            for (int r = first; r < n_rows; r++)
-                score[r] += R.mass[l][r] * (m->layers[l].window ? wls[i] : 1.0f);
+        score_rows(&R, score, first, from, wls[i], 0, 0);
         top_rows(&R, score, first, k, exact);
         char label[64];
         snprintf(label, sizeof(label), "blend: local votes x %.1f", wls[i]);
@@ -464,10 +471,7 @@ int main(int argc, char **argv)
     }
     static const int hs[] = {2, 8};
     float *base = calloc((size_t)n_rows, sizeof(float));
-    for (int l = from; l < L; l++)
-        if (m->layers[l].window == 0 || n_global == 0)
-            for (int r = first; r < n_rows; r++)
-                base[r] += R.mass[l][r];
+    score_rows(&R, base, first, from, served_local, 0, 0);
     for (int i = 0; i < 2; i++) {
         for (int r = first; r < n_rows; r++) {
             double sum = 0;
@@ -484,74 +488,33 @@ int main(int argc, char **argv)
     }
     free(base);
     /* gradual: 1.3k rows held for the first third of the layers, then fewer
-     * going up to 0.4k at the top (mean k), kept by mass, mass x deviation
-     * found, or that deviation */
-    {
-        memset(score, 0, sizeof(float) * (size_t)n_rows);
-        for (int l = from; l < L; l++)
-            if (m->layers[l].window == 0 || n_global == 0)
-                for (int r = first; r < n_rows; r++)
-                    score[r] += R.mass[l][r];
-        struct scored *sc = malloc(sizeof(*sc) * (size_t)n_later);
-        for (int i = 0; i < n_later; i++)
-            sc[i] = (struct scored){score[first + i], first + i};
-        qsort(sc, (size_t)n_later, sizeof(*sc), by_score_desc);
-        int *n_at = malloc(sizeof(int) * (size_t)L), *cand = malloc(sizeof(int) * (size_t)n_later);
-        for (int i = 0; i < n_later; i++)
-            cand[i] = sc[i].r;
-        static const float his[] = {1.3f, 1.5f};
-        for (int h = 0; h < 2; h++) {
-            int hold = h ? 0 : L / 3, hi = (int)(his[h] * k);
-            if (hi > n_later)
-                hi = n_later;
-            double lo = 2.0 * ((double)L * k - (double)hold * hi) / (L - hold) - hi;
-            for (int l = 0; l < L; l++)
-                n_at[l] = l < hold ? hi : (int)lround(hi + (lo - hi) * (l - hold) / (double)(L - 1 - hold));
-            for (int l = 1; l < L; l++) /* non-increasing, at least one row */
-                n_at[l] = n_at[l] < 1 ? 1 : n_at[l] > n_at[l - 1] ? n_at[l - 1] : n_at[l];
-            for (int crit = 0; crit < 3; crit++) {
-                char label[64];
-                snprintf(label, sizeof(label), "blend: gradual %.1fk%s, by %s", his[h], h ? "" : " held",
-                         crit == 0 ? "mass" : crit == 1 ? "mass x dev" : "dev");
-                printf("%-40s %.4f\n", label, blend_gradual_kl(&R, cand, score, n_at, crit));
-            }
+     * going up (mean k), or 1.5k falling from layer 0; kept by mass, mass x
+     * the deviation found, or that deviation; then the first with every
+     * layer voting (sliding-window ones through their window) */
+    int *n_at = malloc(sizeof(int) * (size_t)L), *cand = malloc(sizeof(int) * (size_t)n_later);
+    score_rows(&R, score, first, from, served_local, 0, 0);
+    rank_rows(&R, score, first, cand);
+    static const float his[] = {1.3f, 1.5f};
+    for (int h = 0; h < 2; h++) {
+        gradual_rows(n_at, L, k, his[h], h ? 0 : L / 3, n_later);
+        for (int crit = 0; crit < 3; crit++) {
+            char label[64];
+            snprintf(label, sizeof(label), "blend: gradual %.1fk%s, by %s", his[h], h ? "" : " held",
+                     crit == 0 ? "mass" : crit == 1 ? "mass x dev" : "dev");
+            printf("%-40s %.4f\n", label, blend_gradual_kl(&R, cand, score, n_at, crit));
         }
-        /* the same, every layer voting (sliding-window ones through their window) */
-        memset(score, 0, sizeof(float) * (size_t)n_rows);
-        for (int l = 0; l < L; l++)
-            for (int r = first; r < n_rows; r++)
-                score[r] += R.mass[l][r];
-        for (int i = 0; i < n_later; i++)
-            sc[i] = (struct scored){score[first + i], first + i};
-        qsort(sc, (size_t)n_later, sizeof(*sc), by_score_desc);
-        for (int i = 0; i < n_later; i++)
-            cand[i] = sc[i].r;
-        {
-            int hold = L / 3, hi = (int)(1.3f * k);
-            if (hi > n_later)
-                hi = n_later;
-            double lo = 2.0 * ((double)L * k - (double)hold * hi) / (L - hold) - hi;
-            for (int l = 0; l < L; l++)
-                n_at[l] = l < hold ? hi : (int)lround(hi + (lo - hi) * (l - hold) / (double)(L - 1 - hold));
-            for (int l = 1; l < L; l++)
-                n_at[l] = n_at[l] < 1 ? 1 : n_at[l] > n_at[l - 1] ? n_at[l - 1] : n_at[l];
-            printf("%-40s %.4f\n", "blend: all-layer mass, gradual, mass x dev",
-                   blend_gradual_kl(&R, cand, score, n_at, 1));
-        }
-        free(sc);
-        free(n_at);
-        free(cand);
     }
-    /* the global layers' mass with the question's window forced */
-    memset(score, 0, sizeof(float) * (size_t)n_rows);
-    for (int l = from; l < L; l++)
-        if (m->layers[l].window == 0 || n_global == 0)
-            for (int r = first; r < n_rows; r++)
-                score[r] += R.mass[l][r];
+    score_rows(&R, score, first, 0, 1.0f, 0, 0);
+    rank_rows(&R, score, first, cand);
+    gradual_rows(n_at, L, k, 1.3f, L / 3, n_later);
+    printf("%-40s %.4f\n", "blend: all-layer mass, gradual, mass x dev", blend_gradual_kl(&R, cand, score, n_at, 1));
+    free(n_at);
+    free(cand);
+    /* the served mass with the question's window forced */
+    score_rows(&R, score, first, from, served_local, 0, 0);
     for (int r = first; r < n_rows; r++)
         if (win && r >= n_ctx - win)
             score[r] += 1e6f;
-    top_rows(&R, score, first, k, exact);
-    printf("%-40s %.4f\n", "exact: window first, then top mass", question_kl(&R, exact, NULL));
+    CHOICE("window first, then top mass", 0);
     return 0;
 }

@@ -109,43 +109,6 @@ static double question_kl(struct run *R, unsigned char **exact, float **mass)
     return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, hp->n_vocab);
 }
 
-/* A blend without the chunk shift: rows with sel[r] recomputed from layer 0
- * over the reused cache (their own K/V replacing the reused ones layer by
- * layer), the question with them; KL(full || its next token). */
-static double blend_kl(struct run *R, const unsigned char *sel)
-{
-    const struct kvfs_model *m = R->m;
-    int kvd = R->kvd, n_ctx = R->n_rows + R->nq, n = R->nq;
-    for (int r = 0; r < R->n_rows; r++)
-        n += sel[r] != 0;
-    for (int l = 0; l < R->n_layer; l++) {
-        memcpy(R->mix.k[l], R->rk[l], sizeof(float) * (size_t)R->n_rows * kvd);
-        memcpy(R->mix.v[l], R->rv[l], sizeof(float) * (size_t)R->n_rows * kvd);
-    }
-    struct kvfs_work w;
-    if (kvfs_work_alloc(m, n, &w))
-        return NAN;
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)n);
-    for (int r = 0, i = 0; r < n_ctx; r++)
-        if (r >= R->n_rows || sel[r])
-            rows[i] = r, w.ids[i] = R->all[r], w.pos[i] = r, i++;
-    int rc = kvfs_embed(m, w.ids, w.x, n);
-    for (int l = 0; !rc && l < R->n_layer; l++) {
-        if ((rc = kvfs_layer_qkv(m, l, &w, n)))
-            break;
-        for (int i = 0; i < n; i++) {
-            memcpy(R->mix.k[l] + (size_t)rows[i] * kvd, w.k + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
-            memcpy(R->mix.v[l] + (size_t)rows[i] * kvd, w.v + (size_t)i * kvd, sizeof(float) * (size_t)kvd);
-        }
-        rc = kvfs_layer_finish(m, l, &w, n, &R->mix, n_ctx);
-    }
-    if (!rc)
-        rc = kvfs_output_logits(m, &w, n - 1, R->logits);
-    kvfs_work_free(m, &w);
-    free(rows);
-    return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, m->hp.n_vocab);
-}
-
 struct scored {
     float s;
     int r;
@@ -159,7 +122,8 @@ static int by_score_desc(const void *a, const void *b)
 /* A blend whose recomputed set shrinks going up: cand[0..) ranked by the
  * query's mass; n_at[l] rows at layer l (non-increasing).  Dropping keeps
  * the best by crit: 0 mass, 1 mass x the row's summed fresh-V deviation so
- * far (what the recompute found wrong), 2 that deviation alone. */
+ * far (what the recompute found wrong), 2 that deviation alone (mass may
+ * be NULL where n_at never falls). */
 static double blend_gradual_kl(struct run *R, const int *cand, const float *mass, const int *n_at, int crit)
 {
     const struct kvfs_model *m = R->m;
@@ -226,6 +190,24 @@ static double blend_gradual_kl(struct run *R, const int *cand, const float *mass
     return rc ? NAN : kvfs_logits_kl(R->full_logits, R->logits, m->hp.n_vocab);
 }
 
+
+/* A blend without the chunk shift: rows with sel[r] recomputed from layer 0
+ * over the reused cache (their own K/V replacing the reused ones layer by
+ * layer), the question with them; KL(full || its next token).  The gradual
+ * blend above with the same rows at every layer. */
+static double blend_kl(struct run *R, const unsigned char *sel)
+{
+    int n = 0, *rows = malloc(sizeof(int) * (size_t)R->n_rows), *n_at = malloc(sizeof(int) * (size_t)R->n_layer);
+    for (int r = 0; r < R->n_rows; r++)
+        if (sel[r])
+            rows[n++] = r;
+    for (int l = 0; l < R->n_layer; l++)
+        n_at[l] = n;
+    double kl = blend_gradual_kl(R, rows, NULL, n_at, 0);
+    free(rows);
+    free(n_at);
+    return kl;
+}
 
 static void rank_rows(const struct run *R, const float *score, int first, int *cand);
 

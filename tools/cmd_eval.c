@@ -307,13 +307,11 @@ static uint64_t build_identity(void)
         XXH3_freeState(st);
         return 0;
     }
-    FILE *f = fopen("/proc/self/exe", "rb");
-    char buf[1 << 16];
-    size_t n;
-    while (f && (n = fread(buf, 1, sizeof(buf), f)) > 0)
-        XXH3_64bits_update(st, buf, n);
-    if (f)
-        fclose(f);
+    uint8_t *exe = NULL;
+    size_t len = 0;
+    if (!tool_read_file("/proc/self/exe", &exe, &len))
+        XXH3_64bits_update(st, exe, len);
+    free(exe);
     static const char *vars[] = {"KVFS_QMM_INT_ROWS", "KVFS_ATT_INVARIANT_MIN_Q", "KVFS_F32_WEIGHTS", "KVFS_BLAS_CORE"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *v = getenv(vars[i]);

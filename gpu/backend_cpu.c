@@ -988,14 +988,20 @@ static int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads,
 {
     (void)ctx;
     int half = rope_dim / 2;
-    float *inv = malloc(sizeof(float) * (size_t)(half ? half : 1));
+    float *inv = malloc(sizeof(float) * 3 * (size_t)(half ? half : 1));
     if (!inv)
         return -ENOMEM;
+    float *cs = inv + half, *sn = cs + half; /* the last row's angles: a re-rotation's rows share their chunk's */
     for (int j = 0; j < half; j++)
         inv[j] = powf(theta, -2.0f * (float)j / (float)rope_dim);
     for (int i = 0; i < n; i++) {
+        if (!i || pos[i] != pos[i - 1])
+            for (int j = 0; j < half; j++) {
+                float a = (float)pos[i] * inv[j];
+                cs[j] = cosf(a), sn[j] = sinf(a);
+            }
         for (int j = 0; j < half; j++) {
-            float a = (float)pos[i] * inv[j], c = cosf(a), s = sinf(a);
+            float c = cs[j], s = sn[j];
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((size_t)i * n_heads + h) * head_dim;
                 int i0 = style == KVFS_ROPE_STYLE_NEOX ? j : 2 * j;
@@ -1227,6 +1233,8 @@ struct attn_call {
     float scale;
     atomic_int next; /* the next unit */
     atomic_int rc;
+    const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
+    int n_blocks;
 };
 
 /* The keys a block of queries [i0, i1) can see: [*kb, *nk) (positions in
@@ -1248,9 +1256,9 @@ static void block_keys(const struct attn_call *c, int i0, int i1, int *kb, int *
         *kb = visible_end(c->kv_pos, *nk, window_hides(minq, c->window));
 }
 
-static void attn_unit(struct attn_call *c, float *sc, int i0, int h)
+static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
 {
-    int i1 = i0 + ATT_BLOCK < c->n_q ? i0 + ATT_BLOCK : c->n_q, rows = i1 - i0;
+    int rows = i1 - i0;
     int qstride = c->n_head * c->head_dim, kstride = c->n_kv_head * c->head_dim;
     int kh = h / (c->n_head / c->n_kv_head);
     float *out = c->out + (size_t)i0 * qstride + h * c->head_dim;
@@ -1299,17 +1307,37 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int h)
 static void *attn_job(void *arg)
 {
     struct attn_call *c = *(struct attn_call **)arg;
-    int n_units = (c->n_q + ATT_BLOCK - 1) / ATT_BLOCK * c->n_head;
+    int n_units = c->n_blocks * c->n_head;
     struct scratch *buf = NULL;
     for (int u; (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
         if (!buf && !(buf = scratch_get(c->ctx, (size_t)ATT_BLOCK * c->n_kv_pad))) {
             atomic_store(&c->rc, -ENOMEM);
             break;
         }
-        attn_unit(c, buf->p, u / c->n_head * ATT_BLOCK, u % c->n_head);
+        int b = u / c->n_head;
+        attn_unit(c, buf->p, c->block_at[b], c->block_at[b + 1], u % c->n_head);
     }
     scratch_put(c->ctx, buf);
     return NULL;
+}
+
+/* Query blocks of at most ATT_BLOCK rows spanning at most ATT_BLOCK
+ * positions; their starts go to block_at (n_q + 1 entries), the count is
+ * returned.  A block computes every key its last query can see for all of
+ * its rows, so the rows a blend recomputes, scattered over the prompt, go
+ * in blocks of nearby positions rather than 256 rows spanning thousands
+ * (their products over keys they cannot see were ~1/3 of a blend's
+ * attention).  A prefill's consecutive rows make the same blocks as before;
+ * attention is batch-invariant, so no row's result changes. */
+static int query_blocks(const int32_t *q_pos, int n_q, int by_position, int *block_at)
+{
+    int n = 0;
+    for (int i = 0; i < n_q; i++)
+        if (!n || i - block_at[n - 1] >= ATT_BLOCK ||
+            (by_position && (int64_t)q_pos[i] - q_pos[block_at[n - 1]] >= ATT_BLOCK))
+            block_at[n++] = i;
+    block_at[n] = n_q;
+    return n;
 }
 
 static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
@@ -1322,7 +1350,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -1343,13 +1371,21 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         c.v_tail = v_tail;
         c.n_kv_pad = pad;
     }
+    int *block_at = malloc(sizeof(int) * ((size_t)n_q + 1));
+    if (!block_at) {
+        scratch_put(ctx, kt);
+        return -ENOMEM;
+    }
+    c.n_blocks = query_blocks(q_pos, n_q, c.sorted, block_at);
+    c.block_at = block_at;
     struct attn_call *jobs[KVFS_PARALLEL_MAX];
-    int units = (n_q + ATT_BLOCK - 1) / ATT_BLOCK * n_head;
+    int units = c.n_blocks * n_head;
     int nt = pool_jobs(ctx);
     nt = nt > units ? units : nt;
     for (int t = 0; t < nt; t++)
         jobs[t] = &c;
     cpu_pool_run(ctx->pool, attn_job, jobs, sizeof(jobs[0]), nt);
+    free(block_at);
     if (kt)
         scratch_put(ctx, kt);
     return atomic_load(&c.rc);

@@ -181,6 +181,48 @@ static void check_attention_invariance(const struct kvfs_backend *b)
     }
 }
 
+/* The same for a blend's recompute: a scattered subset of the queries
+ * (every 7th row from 100 on, then a dense run: blocks by position, of
+ * many sizes) over all the keys gives, bit for bit, the rows of the call
+ * with every query, causal and windowed. */
+static void check_sparse_query_invariance(const struct kvfs_backend *b)
+{
+    enum { N = 1500, H = 4, KH = 2, D = 64 };
+    float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * N * KH * D);
+    float *v = malloc(sizeof(float) * N * KH * D), *o1 = malloc(sizeof(float) * N * H * D);
+    float *qs = malloc(sizeof(float) * N * H * D), *o2 = malloc(sizeof(float) * N * H * D);
+    int32_t *pos = malloc(sizeof(int32_t) * N), *qpos = malloc(sizeof(int32_t) * N), *row = malloc(sizeof(int32_t) * N);
+    uint32_t seed = 5;
+    for (int i = 0; i < N; i++)
+        pos[i] = i;
+    for (int i = 0; i < N * H * D; i++)
+        q[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    for (int i = 0; i < N * KH * D; i++) {
+        k[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+        v[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    }
+    int n = 0;
+    for (int i = 100; i < N; i += i < 1200 ? 7 : 1)
+        row[n++] = i;
+    for (int j = 0; j < n; j++) {
+        qpos[j] = pos[row[j]];
+        memcpy(qs + (size_t)j * H * D, q + (size_t)row[j] * H * D, sizeof(float) * H * D);
+    }
+    const int windows[] = {0, 512};
+    for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, windows[w], o1), 0);
+        CHECK_EQ(b->iface->attention(b->ctx, qs, qpos, n, k, v, pos, N, H, KH, D, 0.125f, windows[w], o2), 0);
+        int bad = 0;
+        for (int j = 0; j < n; j++)
+            bad += !!memcmp(o1 + (size_t)row[j] * H * D, o2 + (size_t)j * H * D, sizeof(float) * H * D);
+        if (bad)
+            fprintf(stderr, "attention: %d of %d scattered rows (window %d) differ from the full call's\n", bad, n,
+                    windows[w]);
+        CHECK_EQ(bad, 0);
+    }
+    free(q); free(k); free(v); free(o1); free(qs); free(o2); free(pos); free(qpos); free(row);
+}
+
 /* The backend's attention with a sliding window against its definition,
  * computed here in double: positions in order (the skipping paths) and
  * shuffled, several windows, GQA. */
@@ -357,6 +399,7 @@ int main(void)
     if (kvfs_backend_cpu_init(2, &cpu) == 0) {
         check_window_attention(&cpu);
         check_attention_invariance(&cpu);
+        check_sparse_query_invariance(&cpu);
         kvfs_backend_free(&cpu);
     }
     /* malformed model files are rejected, not crashed on */

@@ -264,8 +264,8 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);
         return 0;
     }
+    size_t len = p->len; /* another handle may write the draft again once it is unlocked */
     pthread_mutex_unlock(&p->lock);
-    kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, p->len, err,
-             strerror(-rc));
+    kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, len, err, strerror(-rc));
     return rc;
 }

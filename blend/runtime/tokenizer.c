@@ -394,12 +394,12 @@ static int cand_before(const struct sym *s, const struct pair_cand *a, const str
     return a->prio != b->prio ? a->prio > b->prio : s[a->left].start < s[b->left].start;
 }
 
-static int cand_push(struct pair_cand *h, int *n, const struct sym *s, const void *ctx, pair_prio_fn prio, int left)
+static void cand_push(struct pair_cand *h, int *n, const struct sym *s, const void *ctx, pair_prio_fn prio, int left)
 {
     int right = s[left].next;
     double pr;
     if (right == -1 || !prio(ctx, s, left, right, &pr))
-        return 0;
+        return;
     int i = (*n)++;
     h[i] = (struct pair_cand){pr, left, right, s[left].len + s[right].len};
     for (; i > 0 && cand_before(s, &h[i], &h[(i - 1) / 2]); i = (i - 1) / 2) {
@@ -407,7 +407,6 @@ static int cand_push(struct pair_cand *h, int *n, const struct sym *s, const voi
         h[i] = h[(i - 1) / 2];
         h[(i - 1) / 2] = t;
     }
-    return 0;
 }
 
 static struct pair_cand cand_pop(struct pair_cand *h, int *n, const struct sym *s)

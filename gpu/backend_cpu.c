@@ -1235,6 +1235,7 @@ struct attn_call {
     atomic_int rc;
     const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
     int n_blocks;
+    int stack; /* batch-invariant path: query heads per product (attn_stack) */
 };
 
 /* The keys a block of queries [i0, i1) can see: [*kb, *nk) (positions in
@@ -1271,54 +1272,107 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
             memset(out + (size_t)i * qstride, 0, sizeof(float) * c->head_dim);
         return;
     }
-    if (!c->kt) {
-        /* from here on the keys are [kb, nk): nk of them from kb */
-        const float *kk = c->k + (size_t)kb * kstride + kh * c->head_dim;
-        const float *vv = c->v + (size_t)kb * kstride + kh * c->head_dim;
-        nk -= kb;
-        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale, qq, qstride, kk,
-                    kstride, 0.0f, sc, nk);
-        struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
-        softmax_rows(&job);
-        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride,
-                    0.0f, out, qstride);
+    /* from here on the keys are [kb, nk): nk of them from kb */
+    const float *kk = c->k + (size_t)kb * kstride + kh * c->head_dim;
+    const float *vv = c->v + (size_t)kb * kstride + kh * c->head_dim;
+    nk -= kb;
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale, qq, qstride, kk, kstride,
+                0.0f, sc, nk);
+    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
+    softmax_rows(&job);
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride, 0.0f,
+                out, qstride);
+}
+
+/* The batch-invariant path for a block of queries [i0, i1) and query heads
+ * [h0, h0 + c->stack) (one kv head's): those heads' queries stacked as rows
+ * of one product, so the keys (and each run of values) are packed once for
+ * them, not once per head: a blend's blocks hold few rows, and packing was a
+ * tenth of its time.  Every product has the same shape in k whatever the
+ * block: whole runs of PV_RUN keys on run bounds, the keys outside a row's
+ * view (and the padding past the last key) at exact zero.  buf: scores
+ * [stack * rows][width], then the stacked queries and outputs,
+ * [stack * rows][head_dim] each. */
+static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int h0)
+{
+    int rows = i1 - i0, g = c->stack, hd = c->head_dim, gr = g * rows;
+    int qstride = c->n_head * hd, kstride = c->n_kv_head * hd, kh = h0 / (c->n_head / c->n_kv_head);
+    const struct kvfs_blas *blas = c->ctx->blas;
+    int kb, nk;
+    block_keys(c, i0, i1, &kb, &nk);
+    if (nk == kb) { /* nothing visible: zero output */
+        for (int i = 0; i < rows; i++)
+            memset(c->out + (size_t)(i0 + i) * qstride + (size_t)h0 * hd, 0, sizeof(float) * (size_t)g * hd);
         return;
     }
-    /* Batch-invariant: every product has the same shape in k whatever the
-     * block: whole runs of PV_RUN keys on run bounds, the keys outside a
-     * row's view (and the padding past the last key) at exact zero. */
     kb = kb / PV_RUN * PV_RUN;
     int end = (nk + PV_RUN - 1) / PV_RUN * PV_RUN, width = end - kb;
-    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, width, c->head_dim, c->scale, qq, qstride,
-                c->kt + (size_t)kh * c->head_dim * c->n_kv_pad + kb, c->n_kv_pad, 0.0f, sc, width);
-    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk - kb, width, c->sorted, c->window};
-    softmax_rows(&job);
-    for (int i = 0; i < rows; i++)
+    float *sc = buf, *qs = sc + (size_t)gr * width, *os = qs + (size_t)gr * hd;
+    for (int hh = 0; hh < g; hh++)
+        for (int i = 0; i < rows; i++)
+            memcpy(qs + (size_t)(hh * rows + i) * hd, c->q + (size_t)(i0 + i) * qstride + (size_t)(h0 + hh) * hd,
+                   sizeof(float) * hd);
+    blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, gr, width, hd, c->scale, qs, hd,
+                c->kt + (size_t)kh * hd * c->n_kv_pad + kb, c->n_kv_pad, 0.0f, sc, width);
+    for (int hh = 0; hh < g; hh++) {
+        struct softmax_job job = {sc + (size_t)hh * rows * width, c->q_pos, c->kv_pos + kb, i0, i1, nk - kb, width,
+                                  c->sorted, c->window};
+        softmax_rows(&job);
+    }
+    for (int i = 0; i < gr; i++)
         memset(sc + (size_t)i * width + (nk - kb), 0, sizeof(float) * (size_t)(width - (nk - kb)));
     for (int j0 = kb; j0 < end; j0 += PV_RUN) {
         /* the last run past the keys reads the zero-padded copy */
-        const float *vv = j0 + PV_RUN <= c->n_kv ? c->v + (size_t)j0 * kstride + kh * c->head_dim
-                                                 : c->v_tail + kh * c->head_dim;
-        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, PV_RUN, 1.0f, sc + (j0 - kb),
-                    width, vv, kstride, j0 > kb ? 1.0f : 0.0f, out, qstride);
+        const float *vv = j0 + PV_RUN <= c->n_kv ? c->v + (size_t)j0 * kstride + kh * hd : c->v_tail + kh * hd;
+        blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, gr, hd, PV_RUN, 1.0f, sc + (j0 - kb), width, vv,
+                    kstride, j0 > kb ? 1.0f : 0.0f, os, hd);
     }
+    for (int hh = 0; hh < g; hh++)
+        for (int i = 0; i < rows; i++)
+            memcpy(c->out + (size_t)(i0 + i) * qstride + (size_t)(h0 + hh) * hd, os + (size_t)(hh * rows + i) * hd,
+                   sizeof(float) * hd);
+}
+
+/* Units: (block, head), or on the batch-invariant path (block, c->stack heads). */
+static int attn_units(const struct attn_call *c)
+{
+    return c->n_blocks * (c->kt ? c->n_head / c->stack : c->n_head);
 }
 
 static void *attn_job(void *arg)
 {
     struct attn_call *c = *(struct attn_call **)arg;
-    int n_units = c->n_blocks * c->n_head;
+    int per_block = c->kt ? c->n_head / c->stack : c->n_head;
+    size_t floats = c->kt ? (size_t)ATT_BLOCK * ((size_t)c->n_kv_pad + 2 * (size_t)c->head_dim)
+                          : (size_t)ATT_BLOCK * c->n_kv_pad;
     struct scratch *buf = NULL;
-    for (int u; (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
-        if (!buf && !(buf = scratch_get(c->ctx, (size_t)ATT_BLOCK * c->n_kv_pad))) {
+    for (int u, n_units = attn_units(c); (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
+        if (!buf && !(buf = scratch_get(c->ctx, floats))) {
             atomic_store(&c->rc, -ENOMEM);
             break;
         }
-        int b = u / c->n_head;
-        attn_unit(c, buf->p, c->block_at[b], c->block_at[b + 1], u % c->n_head);
+        int b = u / per_block;
+        if (c->kt)
+            attn_group(c, buf->p, c->block_at[b], c->block_at[b + 1], u % per_block * c->stack);
+        else
+            attn_unit(c, buf->p, c->block_at[b], c->block_at[b + 1], u % per_block);
     }
     scratch_put(c->ctx, buf);
     return NULL;
+}
+
+/* How many heads of a kv head's group go in one product: as many as keep
+ * it within ATT_BLOCK rows for the fullest block (a prefill's blocks are
+ * full: one head at a time, as before; a blend's hold a few dozen rows). */
+static int attn_stack(const int *block_at, int n_blocks, int group)
+{
+    int most = 1;
+    for (int b = 0; b < n_blocks; b++)
+        most = block_at[b + 1] - block_at[b] > most ? block_at[b + 1] - block_at[b] : most;
+    int s = group;
+    while (s > 1 && (group % s || s * most > ATT_BLOCK))
+        s--;
+    return s;
 }
 
 /* Query blocks of at most ATT_BLOCK rows spanning at most ATT_BLOCK
@@ -1350,7 +1404,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, 1};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -1378,8 +1432,9 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     }
     c.n_blocks = query_blocks(q_pos, n_q, c.sorted, block_at);
     c.block_at = block_at;
+    c.stack = attn_stack(block_at, c.n_blocks, n_head / n_kv_head);
     struct attn_call *jobs[KVFS_PARALLEL_MAX];
-    int units = c.n_blocks * n_head;
+    int units = attn_units(&c);
     int nt = pool_jobs(ctx);
     nt = nt > units ? units : nt;
     for (int t = 0; t < nt; t++)

@@ -1208,6 +1208,7 @@ static int att_invariant_min_q(void)
     return env_int_once(&min_q_once, "KVFS_ATT_INVARIANT_MIN_Q", 1, ATT_INVARIANT_MIN_Q);
 }
 #define PV_RUN 256 /* keys per P.V product: every one has this k, so the BLAS splits them alike */
+#define ATT_STACK_ROWS (2 * ATT_BLOCK) /* rows of one product when query heads are stacked */
 
 /* Whether kv positions ascend: then each query sees a prefix of the keys. */
 static int positions_sorted(const int32_t *kv_pos, int n_kv)
@@ -1235,7 +1236,7 @@ struct attn_call {
     atomic_int rc;
     const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
     int n_blocks;
-    int stack; /* batch-invariant path: query heads per product (attn_stack) */
+    const int *stack, *unit_at; /* batch-invariant path: per block (attn_stacks) */
 };
 
 /* The keys a block of queries [i0, i1) can see: [*kb, *nk) (positions in
@@ -1285,7 +1286,7 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
 }
 
 /* The batch-invariant path for a block of queries [i0, i1) and query heads
- * [h0, h0 + c->stack) (one kv head's): those heads' queries stacked as rows
+ * [h0, h0 + g) (one kv head's): those heads' queries stacked as rows
  * of one product, so the keys (and each run of values) are packed once for
  * them, not once per head: a blend's blocks hold few rows, and packing was a
  * tenth of its time.  Every product has the same shape in k whatever the
@@ -1293,9 +1294,9 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
  * view (and the padding past the last key) at exact zero.  buf: scores
  * [stack * rows][width], then the stacked queries and outputs,
  * [stack * rows][head_dim] each. */
-static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int h0)
+static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int g, int h0)
 {
-    int rows = i1 - i0, g = c->stack, hd = c->head_dim, gr = g * rows;
+    int rows = i1 - i0, hd = c->head_dim, gr = g * rows;
     int qstride = c->n_head * hd, kstride = c->n_kv_head * hd, kh = h0 / (c->n_head / c->n_kv_head);
     const struct kvfs_blas *blas = c->ctx->blas;
     int kb, nk;
@@ -1333,17 +1334,17 @@ static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int h0)
                    sizeof(float) * hd);
 }
 
-/* Units: (block, head), or on the batch-invariant path (block, c->stack heads). */
+/* Units: (block, head), or on the batch-invariant path (block, its
+ * stack[b] heads): unit_at[b] is block b's first unit. */
 static int attn_units(const struct attn_call *c)
 {
-    return c->n_blocks * (c->kt ? c->n_head / c->stack : c->n_head);
+    return c->kt ? c->unit_at[c->n_blocks] : c->n_blocks * c->n_head;
 }
 
 static void *attn_job(void *arg)
 {
     struct attn_call *c = *(struct attn_call **)arg;
-    int per_block = c->kt ? c->n_head / c->stack : c->n_head;
-    size_t floats = c->kt ? (size_t)ATT_BLOCK * ((size_t)c->n_kv_pad + 2 * (size_t)c->head_dim)
+    size_t floats = c->kt ? (size_t)ATT_STACK_ROWS * ((size_t)c->n_kv_pad + 2 * (size_t)c->head_dim)
                           : (size_t)ATT_BLOCK * c->n_kv_pad;
     struct scratch *buf = NULL;
     for (int u, n_units = attn_units(c); (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
@@ -1351,28 +1352,35 @@ static void *attn_job(void *arg)
             atomic_store(&c->rc, -ENOMEM);
             break;
         }
-        int b = u / per_block;
-        if (c->kt)
-            attn_group(c, buf->p, c->block_at[b], c->block_at[b + 1], u % per_block * c->stack);
-        else
-            attn_unit(c, buf->p, c->block_at[b], c->block_at[b + 1], u % per_block);
+        if (c->kt) {
+            int b = 0;
+            while (c->unit_at[b + 1] <= u)
+                b++;
+            attn_group(c, buf->p, c->block_at[b], c->block_at[b + 1], c->stack[b], (u - c->unit_at[b]) * c->stack[b]);
+        } else {
+            int b = u / c->n_head;
+            attn_unit(c, buf->p, c->block_at[b], c->block_at[b + 1], u % c->n_head);
+        }
     }
     scratch_put(c->ctx, buf);
     return NULL;
 }
 
-/* How many heads of a kv head's group go in one product: as many as keep
- * it within ATT_BLOCK rows for the fullest block (a prefill's blocks are
- * full: one head at a time, as before; a blend's hold a few dozen rows). */
-static int attn_stack(const int *block_at, int n_blocks, int group)
+/* How many of a kv head's query heads go in one product, block by block:
+ * as many as keep it within ATT_STACK_ROWS rows (a prefill's full blocks:
+ * one head at a time, as before, since stacking them measured slower; a
+ * blend's blocks hold from a few to a hundred rows).  Fills stack[] and
+ * unit_at[] (n_blocks + 1 entries). */
+static void attn_stacks(const int *block_at, int n_blocks, int n_head, int group, int *stack, int *unit_at)
 {
-    int most = 1;
-    for (int b = 0; b < n_blocks; b++)
-        most = block_at[b + 1] - block_at[b] > most ? block_at[b + 1] - block_at[b] : most;
-    int s = group;
-    while (s > 1 && (group % s || s * most > ATT_BLOCK))
-        s--;
-    return s;
+    unit_at[0] = 0;
+    for (int b = 0; b < n_blocks; b++) {
+        int rows = block_at[b + 1] - block_at[b], s = group;
+        while (s > 1 && (group % s || s * rows > ATT_STACK_ROWS))
+            s--;
+        stack[b] = s;
+        unit_at[b + 1] = unit_at[b] + n_head / s;
+    }
 }
 
 /* Query blocks of at most ATT_BLOCK rows spanning at most ATT_BLOCK
@@ -1404,7 +1412,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, 1};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, NULL, NULL};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -1425,14 +1433,16 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
         c.v_tail = v_tail;
         c.n_kv_pad = pad;
     }
-    int *block_at = malloc(sizeof(int) * ((size_t)n_q + 1));
+    int *block_at = malloc(sizeof(int) * (3 * (size_t)n_q + 2));
     if (!block_at) {
         scratch_put(ctx, kt);
         return -ENOMEM;
     }
     c.n_blocks = query_blocks(q_pos, n_q, c.sorted, block_at);
     c.block_at = block_at;
-    c.stack = attn_stack(block_at, c.n_blocks, n_head / n_kv_head);
+    attn_stacks(block_at, c.n_blocks, n_head, n_head / n_kv_head, block_at + n_q + 1, block_at + 2 * n_q + 1);
+    c.stack = block_at + n_q + 1;
+    c.unit_at = block_at + 2 * n_q + 1;
     struct attn_call *jobs[KVFS_PARALLEL_MAX];
     int units = attn_units(&c);
     int nt = pool_jobs(ctx);

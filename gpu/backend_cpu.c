@@ -150,6 +150,45 @@ static int pool_jobs(const struct cpu_ctx *ctx)
     return ctx->n_threads < 1 ? 1 : ctx->n_threads > KVFS_PARALLEL_MAX ? KVFS_PARALLEL_MAX : ctx->n_threads;
 }
 
+/* Row-wise and elementwise work (norms, RoPE, activation rounding, gating,
+ * adds) on the pool: units [0, n) in one share per job, when there are at
+ * least PAR_MIN_VALUES values to pay for waking the workers (a decoded
+ * token's single row stays on the caller).  Each unit's arithmetic is the
+ * same whichever share it falls in.  On one thread these were two fifths of
+ * a prefill's time. */
+#define PAR_MIN_VALUES 32768
+struct par_job {
+    void (*fn)(void *arg, size_t lo, size_t hi);
+    void *arg;
+    size_t lo, hi;
+};
+
+static void *par_job_run(void *a)
+{
+    struct par_job *j = a;
+    if (j->lo < j->hi)
+        j->fn(j->arg, j->lo, j->hi);
+    return NULL;
+}
+
+static void par_for(struct cpu_ctx *ctx, size_t n, size_t values_per_unit, void (*fn)(void *, size_t, size_t),
+                    void *arg)
+{
+    int nt = pool_jobs(ctx);
+    if (nt < 2 || n < 2 || n * values_per_unit < PAR_MIN_VALUES) {
+        if (n)
+            fn(arg, 0, n);
+        return;
+    }
+    struct par_job jobs[KVFS_PARALLEL_MAX];
+    size_t per = (n + (size_t)nt - 1) / (size_t)nt;
+    for (int t = 0; t < nt; t++) {
+        size_t lo = (size_t)t * per < n ? (size_t)t * per : n, hi = lo + per < n ? lo + per : n;
+        jobs[t] = (struct par_job){fn, arg, lo, hi};
+    }
+    cpu_pool_run(ctx->pool, par_job_run, jobs, sizeof(jobs[0]), nt);
+}
+
 /* A scratch buffer of at least `floats` (a spare one when there is; NULL:
  * out of memory).  Give it back with scratch_put. */
 static struct scratch *scratch_get(struct cpu_ctx *ctx, size_t floats)
@@ -967,78 +1006,131 @@ static int cpu_matmul_act(void *vctx, const struct kvfs_weight *w, const float *
     return rc ? rc : matmul_impl(vctx, w, bias, tmp, y, n, 0);
 }
 
-static int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int dim, float eps)
+struct rmsnorm_args {
+    const float *x, *g;
+    float *y;
+    int dim;
+    float eps;
+};
+
+static void rmsnorm_rows(void *arg, size_t lo, size_t hi)
 {
-    (void)ctx;
-    for (int i = 0; i < n; i++) {
-        const float *xr = x + (size_t)i * dim;
-        float *yr = y + (size_t)i * dim;
+    const struct rmsnorm_args *a = arg;
+    int dim = a->dim;
+    for (size_t i = lo; i < hi; i++) {
+        const float *xr = a->x + i * dim;
+        float *yr = a->y + i * dim;
         double ss = 0;
         for (int j = 0; j < dim; j++)
             ss += (double)xr[j] * xr[j];
-        float scale = (float)(1.0 / sqrt(ss / dim + eps));
+        float scale = (float)(1.0 / sqrt(ss / dim + a->eps));
         for (int j = 0; j < dim; j++)
-            yr[j] = xr[j] * scale * g[j];
+            yr[j] = xr[j] * scale * a->g[j];
     }
+}
+
+static int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int dim, float eps)
+{
+    struct rmsnorm_args a = {x, g, y, dim, eps};
+    if (n > 0)
+        par_for(ctx, (size_t)n, (size_t)dim, rmsnorm_rows, &a);
     return 0;
 }
 
-static int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
-                    float theta, int style)
+struct rope_args {
+    float *x;
+    const int32_t *pos;
+    const float *inv;
+    int n_heads, head_dim, half, style;
+};
+
+static void rope_rows(void *arg, size_t lo, size_t hi)
 {
-    (void)ctx;
-    int half = rope_dim / 2;
-    float *inv = malloc(sizeof(float) * 3 * (size_t)(half ? half : 1));
-    if (!inv)
-        return -ENOMEM;
-    float *cs = inv + half, *sn = cs + half; /* the last row's angles: a re-rotation's rows share their chunk's */
-    for (int j = 0; j < half; j++)
-        inv[j] = powf(theta, -2.0f * (float)j / (float)rope_dim);
-    for (int i = 0; i < n; i++) {
-        if (!i || pos[i] != pos[i - 1])
+    const struct rope_args *a = arg;
+    int half = a->half;
+    float cs[2048], sn[2048]; /* the last row's angles: a re-rotation's rows share their chunk's */
+    for (size_t i = lo; i < hi; i++) {
+        if (i == lo || a->pos[i] != a->pos[i - 1])
             for (int j = 0; j < half; j++) {
-                float a = (float)pos[i] * inv[j];
-                cs[j] = cosf(a), sn[j] = sinf(a);
+                float t = (float)a->pos[i] * a->inv[j];
+                cs[j] = cosf(t), sn[j] = sinf(t);
             }
         for (int j = 0; j < half; j++) {
             float c = cs[j], s = sn[j];
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + ((size_t)i * n_heads + h) * head_dim;
-                int i0 = style == KVFS_ROPE_STYLE_NEOX ? j : 2 * j;
-                int i1 = style == KVFS_ROPE_STYLE_NEOX ? j + half : 2 * j + 1;
+            for (int h = 0; h < a->n_heads; h++) {
+                float *v = a->x + (i * a->n_heads + h) * a->head_dim;
+                int i0 = a->style == KVFS_ROPE_STYLE_NEOX ? j : 2 * j;
+                int i1 = a->style == KVFS_ROPE_STYLE_NEOX ? j + half : 2 * j + 1;
                 float x0 = v[i0], x1 = v[i1];
                 v[i0] = x0 * c - x1 * s;
                 v[i1] = x0 * s + x1 * c;
             }
         }
     }
-    free(inv);
+}
+
+static int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
+                    float theta, int style)
+{
+    int half = rope_dim / 2;
+    if (half > 2048)
+        return -EINVAL;
+    float inv[2048];
+    for (int j = 0; j < half; j++)
+        inv[j] = powf(theta, -2.0f * (float)j / (float)rope_dim);
+    struct rope_args a = {x, pos, inv, n_heads, head_dim, half, style};
+    if (n > 0)
+        par_for(ctx, (size_t)n, (size_t)n_heads * head_dim, rope_rows, &a);
     return 0;
+}
+
+struct ew_args { /* an elementwise op's operands */
+    const float *a, *b;
+    float *out;
+    float s;
+};
+
+static void add_range(void *arg, size_t lo, size_t hi)
+{
+    const struct ew_args *e = arg;
+    for (size_t i = lo; i < hi; i++)
+        e->out[i] = e->a[i] + e->b[i];
 }
 
 static int cpu_add(void *ctx, const float *a, const float *b, float *out, size_t count)
 {
-    (void)ctx;
-    for (size_t i = 0; i < count; i++)
-        out[i] = a[i] + b[i];
+    struct ew_args e = {a, b, out, 0.0f};
+    par_for(ctx, count, 1, add_range, &e);
     return 0;
+}
+
+static void swiglu_range(void *arg, size_t lo, size_t hi)
+{
+    const struct ew_args *e = arg;
+    for (size_t i = lo; i < hi; i++) {
+        float g = e->a[i];
+        e->out[i] = g / (1.0f + expf(-g)) * e->b[i];
+    }
 }
 
 static int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out, size_t count)
 {
-    (void)ctx;
-    for (size_t i = 0; i < count; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    struct ew_args e = {gate, up, out, 0.0f};
+    par_for(ctx, count, 1, swiglu_range, &e);
     return 0;
+}
+
+static void scale_range(void *arg, size_t lo, size_t hi)
+{
+    const struct ew_args *e = arg;
+    for (size_t i = lo; i < hi; i++)
+        e->out[i] = e->a[i] * e->s;
 }
 
 static int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count)
 {
-    (void)ctx;
-    for (size_t i = 0; i < count; i++)
-        y[i] = x[i] * s;
+    struct ew_args e = {x, NULL, y, s};
+    par_for(ctx, count, 1, scale_range, &e);
     return 0;
 }
 
@@ -1056,14 +1148,20 @@ static void gelu_table_init(void)
     }
 }
 
+static void geglu_range(void *arg, size_t lo, size_t hi)
+{
+    const struct ew_args *e = arg;
+    for (size_t i = lo; i < hi; i++) {
+        float g = e->a[i];
+        e->out[i] = g <= -10.0f ? 0.0f : g >= 10.0f ? g * e->b[i] : gelu_table[kvfs_f32_to_f16(g)] * e->b[i];
+    }
+}
+
 static int cpu_geglu(void *ctx, const float *gate, const float *up, float *out, size_t count)
 {
-    (void)ctx;
     pthread_once(&gelu_once, gelu_table_init);
-    for (size_t i = 0; i < count; i++) {
-        float g = gate[i];
-        out[i] = g <= -10.0f ? 0.0f : g >= 10.0f ? g * up[i] : gelu_table[kvfs_f32_to_f16(g)] * up[i];
-    }
+    struct ew_args e = {gate, up, out, 0.0f};
+    par_for(ctx, count, 1, geglu_range, &e);
     return 0;
 }
 
@@ -1519,41 +1617,99 @@ static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, flo
     return 0;
 }
 
+/* blocks of 256: whole blocks, so the round trip has nothing to refuse */
+static void q8k_round_range(void *arg, size_t lo, size_t hi)
+{
+    const struct ew_args *e = arg;
+    (void)kvfs_ggml_act_roundtrip(KVFS_GGML_Q8_K, e->a + lo * 256, e->out + lo * 256, (uint64_t)(hi - lo) * 256);
+}
+
+/* One block of 32 values rounded through Q8_0 / Q8_1 as ggml does: d =
+ * max|x| / 127 (to f16), x / d to the nearest integer, times d. */
+static void q8_round_block(const float *xb, float *yb)
+{
+#ifdef __AVX2__
+    /* the scalar loop's values, 8 at a time (it compiled to scalar code: a
+     * tenth of a prefill): max_ps(a, m) is a > m ? a : m, NaN included;
+     * round_ps is nearbyintf; truncating an integral value is the (int)
+     * cast, 0 for -0 as it is (test_qmm compares the two) */
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 32; j += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)), m);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    float amax = _mm_cvtss_f32(m4);
+    float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
+    __m256 dh = _mm256_set1_ps(kvfs_f16_to_f32(kvfs_f32_to_f16(d))), scale = _mm256_set1_ps(id);
+    for (int j = 0; j < 32; j += 8) {
+        __m256 t = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + j), scale),
+                                   _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+        _mm256_storeu_ps(yb + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvttps_epi32(t)), dh));
+    }
+#else
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) { /* not fmaxf: a libm call per value */
+        float a = fabsf(xb[j]);
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
+    float dh = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
+    for (int j = 0; j < 32; j++)
+        yb[j] = (float)(int)nearbyintf(xb[j] * id) * dh; /* via int, as ggml: 0, never -0 */
+#endif
+}
+
+static void q8_round_range(void *arg, size_t lo, size_t hi) /* blocks of 32 */
+{
+    const struct ew_args *e = arg;
+    for (size_t b = lo; b < hi; b++)
+        q8_round_block(e->a + b * 32, e->out + b * 32);
+}
+
 static int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type)
 {
-    (void)ctx;
-    if (type == KVFS_GGML_Q8_K) /* the K-quants' partner: blocks of 256 */
-        return dim % 256 ? -EINVAL : kvfs_ggml_act_roundtrip(KVFS_GGML_Q8_K, x, y, (uint64_t)n * dim);
+    struct ew_args e = {x, NULL, y, 0.0f};
+    if (n <= 0)
+        return 0;
+    if (type == KVFS_GGML_Q8_K) { /* the K-quants' partner: blocks of 256 */
+        if (dim % 256)
+            return -EINVAL;
+        par_for(ctx, (size_t)n * dim / 256, 256, q8k_round_range, &e);
+        return 0;
+    }
     if (type != KVFS_GGML_Q8_0 && type != KVFS_GGML_Q8_1) /* these two quantize the values the same way */
         return -ENOTSUP;
     if (dim % 32)
         return -EINVAL;
-    for (size_t b = 0; b < (size_t)n * dim / 32; b++) {
-        const float *xb = x + b * 32;
-        float *yb = y + b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) { /* not fmaxf: a libm call per value */
-            float a = fabsf(xb[j]);
-            amax = a > amax ? a : amax;
-        }
-        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
-        float dh = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
-        for (int j = 0; j < 32; j++)
-            yb[j] = (float)(int)nearbyintf(xb[j] * id) * dh; /* via int, as ggml: 0, never -0 */
-    }
+    par_for(ctx, (size_t)n * dim / 32, 32, q8_round_range, &e);
     return 0;
+}
+
+struct round_args {
+    float *x;
+    size_t count;
+};
+
+/* units of 8 values: each value takes the path (vector or tail) it took on one thread */
+static void round_f16_range(void *arg, size_t lo, size_t hi)
+{
+    const struct round_args *r = arg;
+    size_t i = lo * 8, end = hi * 8 < r->count ? hi * 8 : r->count;
+    float *x = r->x;
+#ifdef __F16C__
+    for (; i + 8 <= end; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < end; i++)
+        x[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(x[i]));
 }
 
 static int cpu_round_f16(void *ctx, float *x, size_t count)
 {
-    (void)ctx;
-    size_t i = 0;
-#ifdef __F16C__
-    for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-#endif
-    for (; i < count; i++)
-        x[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(x[i]));
+    struct round_args r = {x, count};
+    par_for(ctx, (count + 7) / 8, 8, round_f16_range, &r);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
@@ -190,6 +191,39 @@ out:
     free(wq), free(wf), free(x), free(xr), free(tmp), free(y), free(y2), free(ref), free(mag);
 }
 
+/* act_quant against its definition (kvfs_ggml_act_roundtrip) bit for bit:
+ * one row and 100 (which the backend splits over its threads), blocks of
+ * every magnitude, zero blocks, -0, subnormals and values at a rounding
+ * tie (0.5 steps of a block whose max is 127). */
+static void check_act_quant(const struct kvfs_backend *be)
+{
+    enum { DIM = 768, NMAXQ = 100 };
+    static float x[NMAXQ * DIM], y[NMAXQ * DIM], ref[NMAXQ * DIM];
+    for (int i = 0; i < NMAXQ * DIM; i++) {
+        int blk = i / 32;
+        float mag = blk % 7 == 0 ? 1e-40f : blk % 7 == 1 ? 1e4f : blk % 7 == 2 ? 0.0f : (float)(blk % 5 + 1) * 0.3f;
+        x[i] = blk % 11 == 3 ? (float)((int)(rnd() % 255) - 127) * 0.5f + (i % 32 == 0 ? 63.5f : 0.0f)
+                             : unif() * mag;
+        if (i % 97 == 5)
+            x[i] = -0.0f;
+    }
+    static const uint32_t types[] = {KVFS_GGML_Q8_0, KVFS_GGML_Q8_1, KVFS_GGML_Q8_K};
+    static const int rows[] = {1, NMAXQ};
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < 2; r++) {
+            int n = rows[r];
+            memset(y, 0xff, sizeof(y));
+            CHECK_EQ(be->iface->act_quant(be->ctx, x, y, n, DIM, (int)types[t]), 0);
+            CHECK_EQ(kvfs_ggml_act_roundtrip(types[t], x, ref, (uint64_t)n * DIM), 0);
+            int bad = 0;
+            for (int i = 0; i < n * DIM; i++)
+                bad += memcmp(&y[i], &ref[i], sizeof(float)) != 0;
+            if (bad)
+                fprintf(stderr, "act_quant type %u, %d rows: %d values differ from the definition\n", types[t], n, bad);
+            CHECK_EQ(bad, 0);
+        }
+}
+
 int main(void)
 {
     struct kvfs_backend be;
@@ -198,6 +232,7 @@ int main(void)
         printf("SKIP: no encoded weights\n");
         return 77;
     }
+    check_act_quant(&be);
     static const uint32_t k_types[] = {KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
     for (int t = 0; t < 3; t++) {
         check_type(&be, k_types[t], KVFS_GGML_Q8_K, 256);

@@ -188,13 +188,15 @@ static int recompute(const struct kvfs_model *m, struct kvfs_kv_cache *c, const 
     int n_sel = 0; /* the chunk rows among them (the query's rows come last) */
     while (n_sel < n_run && idx[n_sel] < L->n_rows)
         n_sel++;
+    struct blend_shift_cache angles = {0};
     for (int l = 0; l < hp->n_layer && !rc; l++)
         if (!(rc = kvfs_layer_qkv(m, l, &ws, n_run)) &&
             !(rc = blend_shift_layer(m, c, l, L->chunk_of, L->n_chunks, row_lo, L->n_rows, idx, d_idx, n_sel, ws.k,
-                                     ws.v, shift)) &&
+                                     ws.v, shift, &angles)) &&
             !(rc = BE(m)->scatter_rows(CTX(m), ws.k, d_idx, c->k[l], n_run, c->kv_dim)) &&
             !(rc = BE(m)->scatter_rows(CTX(m), ws.v, d_idx, c->v[l], n_run, c->kv_dim)))
             rc = kvfs_layer_finish(m, l, &ws, n_run, c, c->n);
+    blend_shift_cache_free(&angles);
 out:
     if (d_idx)
         BE(m)->free(CTX(m), d_idx);

@@ -365,6 +365,7 @@ struct blend_run {
     struct kvfs_work w, ws;     /* every row; the rows being recomputed */
     int n_sel, n_run, first_layer, n_sparse, by_query, n_selected_total;
     int n_forced, full_prefill;
+    struct blend_shift_cache shift_cache; /* the chunk shift's RoPE angles, layer to layer */
 };
 
 int blend_check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
@@ -697,7 +698,8 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
             (rc = kvfs_layer_qkv(m, l, &b->ws, b->n_run)) ||
             (n_next < b->n_sel && (rc = narrow(b, l))) ||
             (b->by_query && (rc = blend_shift_layer(m, b->c, l, b->chunk_of, kvfs_loader_count(b->ld), 0, b->n_rows,
-                                                    b->idx, b->d_idx, b->n_sel, b->ws.k, b->ws.v, b->o.shift))) ||
+                                                    b->idx, b->d_idx, b->n_sel, b->ws.k, b->ws.v, b->o.shift,
+                                                    &b->shift_cache))) ||
             (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
             (rc = finish_selected(b, l)))
@@ -735,6 +737,7 @@ static void run_free(struct blend_run *b)
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i])
             be->free(ctx, dev[i]);
+    blend_shift_cache_free(&b->shift_cache);
     free(b->tokens);
     free(b->delta);
     free(b->chunk_of);

@@ -50,8 +50,24 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
  * ones: every other row r in [row_lo, n_rows) of a later chunk
  * (chunk_of[r] >= 1) moves by shift x the mean deviation (fresh - cached) of
  * its chunk's recomputed rows.  shift 0: nothing. */
+/* cache: each row's RoPE angles, kept from layer to layer (the rows and
+ * their positions do not change within a blend); zero-initialized by the
+ * caller, freed with blend_shift_cache_free; NULL: computed every layer. */
+#define BLEND_SHIFT_BASES 2 /* Gemma 3: local and global layers */
+struct shift_angles { /* one RoPE base, one set of rows: cos and sin of each selected
+                       * row's -position, and of each row of [row_lo, n_rows) at its
+                       * position (what a row that does not move leaves unset) */
+    float theta;
+    int n_sel, row_lo, n_rows, half;
+    uint64_t idx_hash;
+    double *sel_cs, *sel_sn, *add_cs, *add_sn; /* [n_sel][half], [n_rows - row_lo][half] */
+};
+struct blend_shift_cache {
+    struct shift_angles a[BLEND_SHIFT_BASES];
+};
 int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
-                      const float *fresh_k, const float *fresh_v, float shift);
+                      const float *fresh_k, const float *fresh_v, float shift, struct blend_shift_cache *cache);
+void blend_shift_cache_free(struct blend_shift_cache *cache);
 
 #endif

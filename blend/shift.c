@@ -10,7 +10,11 @@
  * rotated back to each row's position; the rotations run here on the host
  * (a chunk's rows have consecutive positions: one angle step per row), so
  * a layer costs two small downloads, one upload and one add per K and V.
- * The first chunk is exact and the query is recomputed: neither moves. */
+ * The rows and their positions are the same at every layer, so each row's
+ * angles are computed at the first layer of each RoPE base and kept in the
+ * caller's blend_shift_cache (on Gemma 3 the trigonometry was a third of
+ * the shift's time).  The first chunk is exact and the query is
+ * recomputed: neither moves. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +31,64 @@ struct shift_bufs {
     int *cnt;
     uint8_t *recomputed;                   /* [n_rows] */
     float *d_sel, *d_add;                  /* device: [n_sel][kvd], [n_add][kvd] */
+    struct shift_angles *ang;              /* this layer's angles (cached), or NULL: computed here */
+    int ang_fill;                          /* ang is being filled by this layer */
 };
+
+static uint64_t idx_hash(const int32_t *idx, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < n; k++)
+        h = (h ^ (uint32_t)idx[k]) * 1099511628211ull;
+    return h;
+}
+
+static void angles_free(struct shift_angles *a)
+{
+    free(a->sel_cs), free(a->sel_sn), free(a->add_cs), free(a->add_sn);
+    memset(a, 0, sizeof(*a));
+}
+
+void blend_shift_cache_free(struct blend_shift_cache *sc)
+{
+    for (int i = 0; i < BLEND_SHIFT_BASES; i++)
+        angles_free(&sc->a[i]);
+}
+
+/* The cached angles for this layer's base and rows, else a slot filled in
+ * by this layer (*fill = 1), else NULL (out of memory: computed as without
+ * a cache). */
+static struct shift_angles *angles_for(struct blend_shift_cache *sc, float theta, int n_sel, int row_lo, int n_rows,
+                                       int half, const int32_t *idx, int *fill)
+{
+    *fill = 0;
+    if (!sc)
+        return NULL;
+    uint64_t h = idx_hash(idx, n_sel);
+    struct shift_angles *free_slot = NULL;
+    for (int i = 0; i < BLEND_SHIFT_BASES; i++) {
+        struct shift_angles *a = &sc->a[i];
+        if (a->sel_cs && a->theta == theta && a->n_sel == n_sel && a->row_lo == row_lo && a->n_rows == n_rows &&
+            a->half == half && a->idx_hash == h)
+            return a;
+        if (!free_slot && !a->sel_cs)
+            free_slot = a;
+    }
+    struct shift_angles *a = free_slot ? free_slot : &sc->a[0]; /* a third base, or other rows: replace */
+    angles_free(a);
+    size_t ns = (size_t)n_sel * half, na = (size_t)(n_rows - row_lo) * half;
+    a->sel_cs = malloc(sizeof(double) * (ns ? ns : 1));
+    a->sel_sn = malloc(sizeof(double) * (ns ? ns : 1));
+    a->add_cs = malloc(sizeof(double) * (na ? na : 1));
+    a->add_sn = malloc(sizeof(double) * (na ? na : 1));
+    if (!a->sel_cs || !a->sel_sn || !a->add_cs || !a->add_sn) {
+        angles_free(a);
+        return NULL;
+    }
+    *a = (struct shift_angles){theta, n_sel, row_lo, n_rows, half, h, a->sel_cs, a->sel_sn, a->add_cs, a->add_sn};
+    *fill = 1;
+    return a;
+}
 
 /* pair j of a head: its two indices under the model's RoPE style */
 static void pair_of(const struct kvfs_hparams *hp, int j, int *i0, int *i1)
@@ -78,10 +139,19 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
         for (size_t i = 0; i < kvd; i++)
             d[i] -= o[i];
         if (is_k) { /* into position 0's frame */
-            double p = -(double)c->host_pos[idx[k]];
-            for (int j = 0; j < half; j++)
-                cs[j] = cos(p * s->inv[j]), sn[j] = sin(p * s->inv[j]);
-            rotate_row(hp, d, cs, sn);
+            const double *kc = cs, *ks = sn;
+            if (s->ang && !s->ang_fill) {
+                kc = s->ang->sel_cs + (size_t)k * half, ks = s->ang->sel_sn + (size_t)k * half;
+            } else {
+                double p = -(double)c->host_pos[idx[k]];
+                for (int j = 0; j < half; j++)
+                    cs[j] = cos(p * s->inv[j]), sn[j] = sin(p * s->inv[j]);
+                if (s->ang) {
+                    memcpy(s->ang->sel_cs + (size_t)k * half, cs, sizeof(double) * half);
+                    memcpy(s->ang->sel_sn + (size_t)k * half, sn, sizeof(double) * half);
+                }
+            }
+            rotate_row(hp, d, kc, ks);
         }
         int ch = chunk_of[idx[k]];
         s->cnt[ch]++;
@@ -105,6 +175,10 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
         memcpy(dst, s->h_mean + (size_t)ch * kvd, sizeof(float) * kvd);
         if (!is_k)
             continue;
+        if (s->ang && !s->ang_fill) {
+            rotate_row(hp, dst, s->ang->add_cs + r * half, s->ang->add_sn + r * half);
+            continue;
+        }
         int32_t p = c->host_pos[row];
         if (p == prev_pos + 1) /* the next position: one step of each pair's angle */
             for (int j = 0; j < half; j++) {
@@ -117,6 +191,10 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
                 cs[j] = cos((double)p * s->inv[j]), sn[j] = sin((double)p * s->inv[j]);
         prev_pos = p;
         rotate_row(hp, dst, cs, sn);
+        if (s->ang) {
+            memcpy(s->ang->add_cs + r * half, cs, sizeof(double) * half);
+            memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
+        }
     }
     if ((rc = be->upload(ctx, s->d_add, s->h_add, sizeof(float) * n_add * kvd)))
         return rc;
@@ -125,7 +203,7 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
 
 int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
-                      const float *fresh_k, const float *fresh_v, float shift)
+                      const float *fresh_k, const float *fresh_v, float shift, struct blend_shift_cache *cache)
 {
     if (shift == 0.0f || n_sel <= 0 || n_chunks < 2)
         return 0;
@@ -151,6 +229,8 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
         s.recomputed[idx[k]] = 1;
     for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */
         s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim);
+    if (!rc)
+        s.ang = angles_for(cache, m->layers[l].rope_theta, n_sel, row_lo, n_rows, half, idx, &s.ang_fill);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||
         (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add)) ||
         (rc = shift_one(m, c, 1, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_k, shift, &s)))

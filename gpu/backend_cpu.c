@@ -1554,6 +1554,48 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     return atomic_load(&c.rc);
 }
 
+/* The query's attention over the reused cache (the blend's votes): per
+ * block of queries, each head's probabilities on the pool (a head per
+ * unit), then summed into out key range by key range, every key's terms in
+ * the order one thread took them (block, head, query): the same sums. */
+struct mass_call {
+    struct cpu_ctx *ctx;
+    const float *q, *k;
+    const int32_t *q_pos, *kv_pos;
+    float *sc; /* [n_head][rows][n_kv] */
+    float *out;
+    int i0, rows, n_kv, n_head, group, head_dim, window, sorted;
+    float scale;
+    atomic_int next;
+};
+
+static void *mass_heads(void *arg)
+{
+    struct mass_call *c = *(struct mass_call **)arg;
+    int qstride = c->n_head * c->head_dim, kstride = c->n_head / c->group * c->head_dim;
+    for (int h; (h = atomic_fetch_add(&c->next, 1)) < c->n_head;) {
+        float *sc = c->sc + (size_t)h * c->rows * c->n_kv;
+        c->ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, c->n_kv, c->head_dim, c->scale,
+                            c->q + (size_t)c->i0 * qstride + h * c->head_dim, qstride,
+                            c->k + (h / c->group) * c->head_dim, kstride, 0.0f, sc, c->n_kv);
+        struct softmax_job job = {sc, c->q_pos, c->kv_pos, c->i0, c->i0 + c->rows, c->n_kv, c->n_kv, c->sorted,
+                                  c->window};
+        softmax_rows(&job);
+    }
+    return NULL;
+}
+
+static void mass_sum(void *arg, size_t lo, size_t hi)
+{
+    const struct mass_call *c = arg;
+    for (int h = 0; h < c->n_head; h++)
+        for (int r = 0; r < c->rows; r++) {
+            const float *row = c->sc + ((size_t)h * c->rows + r) * c->n_kv;
+            for (size_t j = lo; j < hi; j++)
+                c->out[j] += row[j];
+        }
+}
+
 static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                          int window, float *out)
@@ -1563,25 +1605,24 @@ static int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n
         return 0;
     if (n_head % n_kv_head)
         return -EINVAL;
-    int group = n_head / n_kv_head, qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
     /* the queries are few (a prompt's suffix): a block of them per sgemm */
-    struct scratch *buf = scratch_get(ctx, (size_t)ATT_BLOCK * n_kv);
+    int block = n_q < ATT_BLOCK ? n_q : ATT_BLOCK;
+    struct scratch *buf = scratch_get(ctx, (size_t)n_head * block * n_kv);
     if (!buf)
         return -ENOMEM;
-    float *sc = buf->p;
-    int sorted = positions_sorted(kv_pos, n_kv);
+    struct mass_call c = {ctx, q, k, q_pos, kv_pos, buf->p, out, 0, 0, n_kv, n_head, n_head / n_kv_head, head_dim,
+                          window, positions_sorted(kv_pos, n_kv), scale, 0};
+    struct mass_call *jobs[KVFS_PARALLEL_MAX];
+    int nt = pool_jobs(ctx);
+    nt = nt > n_head ? n_head : nt;
+    for (int t = 0; t < nt; t++)
+        jobs[t] = &c;
     for (int i0 = 0; i0 < n_q; i0 += ATT_BLOCK) {
-        int rows = n_q - i0 < ATT_BLOCK ? n_q - i0 : ATT_BLOCK;
-        for (int h = 0; h < n_head; h++) {
-            ctx->blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_kv, head_dim, scale,
-                             q + (size_t)i0 * qstride + h * head_dim, qstride, k + (h / group) * head_dim, kstride,
-                             0.0f, sc, n_kv);
-            struct softmax_job job = {sc, q_pos, kv_pos, i0, i0 + rows, n_kv, n_kv, sorted, window};
-            softmax_rows(&job);
-            for (int r = 0; r < rows; r++)
-                for (int j = 0; j < n_kv; j++)
-                    out[j] += sc[(size_t)r * n_kv + j];
-        }
+        c.i0 = i0;
+        c.rows = n_q - i0 < ATT_BLOCK ? n_q - i0 : ATT_BLOCK;
+        atomic_store(&c.next, 0);
+        cpu_pool_run(ctx->pool, mass_heads, jobs, sizeof(jobs[0]), nt);
+        par_for(ctx, (size_t)n_kv, (size_t)n_head * c.rows, mass_sum, &c);
     }
     scratch_put(ctx, buf);
     return 0;

@@ -90,25 +90,28 @@ static struct shift_angles *angles_for(struct blend_shift_cache *sc, float theta
     return a;
 }
 
-/* pair j of a head: its two indices under the model's RoPE style */
-static void pair_of(const struct kvfs_hparams *hp, int j, int *i0, int *i1)
+/* rotate one row (every head) by pos * inv[j], with cos/sin given per pair;
+ * a loop per RoPE style, each of which the compiler vectorizes (the same
+ * operations on each pair, so the same values as pair by pair) */
+__attribute__((optimize("O3"))) static void rotate_row(const struct kvfs_hparams *hp, float *x, const double *c,
+                                                        const double *s)
 {
-    int neox = hp->rope_style == KVFS_ROPE_STYLE_NEOX;
-    *i0 = neox ? j : 2 * j;
-    *i1 = neox ? j + hp->rope_dim / 2 : 2 * j + 1;
-}
-
-/* rotate one row (every head) by pos * inv[j], with cos/sin given per pair */
-static void rotate_row(const struct kvfs_hparams *hp, float *x, const double *c, const double *s)
-{
+    int half = hp->rope_dim / 2;
     for (int h = 0; h < hp->n_kv_head; h++) {
         float *v = x + (size_t)h * hp->head_dim;
-        for (int j = 0; j < hp->rope_dim / 2; j++) {
-            int i0, i1;
-            pair_of(hp, j, &i0, &i1);
-            double x0 = v[i0], x1 = v[i1];
-            v[i0] = (float)(x0 * c[j] - x1 * s[j]);
-            v[i1] = (float)(x0 * s[j] + x1 * c[j]);
+        if (hp->rope_style == KVFS_ROPE_STYLE_NEOX) {
+            float *a = v, *b = v + half;
+            for (int j = 0; j < half; j++) {
+                double x0 = a[j], x1 = b[j];
+                a[j] = (float)(x0 * c[j] - x1 * s[j]);
+                b[j] = (float)(x0 * s[j] + x1 * c[j]);
+            }
+        } else {
+            for (int j = 0; j < half; j++) {
+                double x0 = v[2 * j], x1 = v[2 * j + 1];
+                v[2 * j] = (float)(x0 * c[j] - x1 * s[j]);
+                v[2 * j + 1] = (float)(x0 * s[j] + x1 * c[j]);
+            }
         }
     }
 }

@@ -504,16 +504,21 @@ QMM_AI int q32_block(uint32_t type, const uint8_t *q, __m256i *wq, float *dw, fl
     return five ? 22 + 2 * has_min : 18 + 2 * has_min;
 }
 
-/* the 32 products of a weight block and an x block, summed in pairs into
- * eight int32 (signed w: |w| times x with w's sign) */
+/* the 32 products of a weight block and an x block, summed by fours into
+ * eight int32 (signed w: |w| times x with w's sign).  With AVX-512 VNNI one
+ * vpdpbusd makes the same eight sums as maddubs + madd (no pair reaches
+ * maddubs' 16-bit saturation: |w| <= 128, |x| <= 127). */
 QMM_AI __m256i q32_dot(uint32_t type, __m256i wq, const int8_t *xq)
 {
-    __m256i x = _mm256_loadu_si256((const __m256i *)xq), p16;
+    __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+    __m256i u = wq;
     if (type != KVFS_GGML_Q4_1 && type != KVFS_GGML_Q5_1)
-        p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(x, wq));
-    else
-        p16 = _mm256_maddubs_epi16(wq, x);
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+        u = _mm256_sign_epi8(wq, wq), x = _mm256_sign_epi8(x, wq);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+#endif
 }
 
 static int q32_type(uint32_t type)

@@ -1340,6 +1340,7 @@ struct attn_call {
     const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
     int n_blocks;
     const int *stack, *unit_at; /* batch-invariant path: per block (attn_stacks) */
+    int stack_rows;             /* ...and the largest stacked product's rows */
 };
 
 /* The keys a block of queries [i0, i1) can see: [*kb, *nk) (positions in
@@ -1395,8 +1396,8 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
  * tenth of its time.  Every product has the same shape in k whatever the
  * block: whole runs of PV_RUN keys on run bounds, the keys outside a row's
  * view (and the padding past the last key) at exact zero.  buf: scores
- * [stack * rows][width], then the stacked queries and outputs,
- * [stack * rows][head_dim] each. */
+ * [g * rows][width], then the stacked queries and outputs,
+ * [g * rows][head_dim] each. */
 static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int g, int h0)
 {
     int rows = i1 - i0, hd = c->head_dim, gr = g * rows;
@@ -1447,7 +1448,7 @@ static int attn_units(const struct attn_call *c)
 static void *attn_job(void *arg)
 {
     struct attn_call *c = *(struct attn_call **)arg;
-    size_t floats = c->kt ? (size_t)ATT_STACK_ROWS * ((size_t)c->n_kv_pad + 2 * (size_t)c->head_dim)
+    size_t floats = c->kt ? (size_t)c->stack_rows * ((size_t)c->n_kv_pad + 2 * (size_t)c->head_dim)
                           : (size_t)ATT_BLOCK * c->n_kv_pad;
     struct scratch *buf = NULL;
     for (int u, n_units = attn_units(c); (u = atomic_fetch_add(&c->next, 1)) < n_units;) {
@@ -1473,9 +1474,11 @@ static void *attn_job(void *arg)
  * as many as keep it within ATT_STACK_ROWS rows (a prefill's full blocks:
  * one head at a time, as before, since stacking them measured slower; a
  * blend's blocks hold from a few to a hundred rows).  Fills stack[] and
- * unit_at[] (n_blocks + 1 entries). */
-static void attn_stacks(const int *block_at, int n_blocks, int n_head, int group, int *stack, int *unit_at)
+ * unit_at[] (n_blocks + 1 entries); returns the largest product's rows,
+ * which size each job's scratch (ATT_BLOCK where nothing is stacked). */
+static int attn_stacks(const int *block_at, int n_blocks, int n_head, int group, int *stack, int *unit_at)
 {
+    int most = 1;
     unit_at[0] = 0;
     for (int b = 0; b < n_blocks; b++) {
         int rows = block_at[b + 1] - block_at[b], s = group;
@@ -1483,7 +1486,9 @@ static void attn_stacks(const int *block_at, int n_blocks, int n_head, int group
             s--;
         stack[b] = s;
         unit_at[b + 1] = unit_at[b] + n_head / s;
+        most = s * rows > most ? s * rows : most;
     }
+    return most;
 }
 
 /* Query blocks of at most ATT_BLOCK rows spanning at most ATT_BLOCK
@@ -1515,7 +1520,7 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     if (n_kv <= 0 || n_head % n_kv_head || window < 0)
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, NULL, NULL};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, NULL, NULL, 0};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -1543,7 +1548,8 @@ static int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n
     }
     c.n_blocks = query_blocks(q_pos, n_q, c.sorted, block_at);
     c.block_at = block_at;
-    attn_stacks(block_at, c.n_blocks, n_head, n_head / n_kv_head, block_at + n_q + 1, block_at + 2 * n_q + 1);
+    c.stack_rows = attn_stacks(block_at, c.n_blocks, n_head, n_head / n_kv_head, block_at + n_q + 1,
+                               block_at + 2 * n_q + 1);
     c.stack = block_at + n_q + 1;
     c.unit_at = block_at + 2 * n_q + 1;
     struct attn_call *jobs[KVFS_PARALLEL_MAX];

@@ -152,7 +152,12 @@ check "... and once the cluster returns, the same read gives the chunk whole" \
 unmount_kvfs $M
 rm -f "$T/big.kv" "$T/big.out"
 
-# bad objects in the pool are rejected like bad local files
+# bad objects in the pool are rejected like bad local files.  B lists the
+# pool every second, so the stopped cluster above marked its tier down too;
+# while down a miss fails fast without asking the pool, so wait for B's
+# worker to reconnect (its retry backs off to 5 s) before asking.
+for _ in $(seq 60); do [ "$(remote "$B" 'r["state"]')" = connected ] && break; sleep 0.25; done
+check "B's tier is connected again after the stop" test "$(remote "$B" 'r["state"]')" = connected
 hbad=$(synth "$T/c4.kv" --tokens 64 --layers 8 --seed 44)
 head -c 5000 /dev/urandom > "$T/garbage"
 rados -p kvfs put "$hbad" "$T/garbage"

@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "blas.h"
+#include "dequant_simd.h"
 #include "gguf.h" /* ggml row sizes and dequantization */
 #include "kvformat.h"
 #include "kvquant.h"
@@ -100,6 +101,14 @@ static int cpu_weight_create(void *vctx, const float *host, int out_dim, int in_
     return 0;
 }
 
+/* n values of a weight row to f32: the SIMD decoder where this build has one
+ * for the type (the same values), else the definition */
+static int decode_row(uint32_t type, const void *src, float *dst, uint64_t n)
+{
+    int rc = kvfs_dequant_simd(type, src, dst, (size_t)n);
+    return rc == -ENOTSUP ? kvfs_ggml_dequantize(type, src, dst, n) : rc;
+}
+
 static int cpu_weight_create_quant(void *vctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
                                    int in_dim, struct kvfs_weight **out)
 {
@@ -128,7 +137,7 @@ static int cpu_weight_rows(void *vctx, const struct kvfs_weight *w, const int32_
         if (ids[i] < 0 || ids[i] >= w->out_dim)
             return -EINVAL;
         int rc = w->w ? (memcpy(o, w->w + (size_t)ids[i] * w->in_dim, sizeof(float) * w->in_dim), 0)
-                      : kvfs_ggml_dequantize(w->type, w->q + (size_t)ids[i] * w->row_bytes, o, (uint64_t)w->in_dim);
+                      : decode_row(w->type, w->q + (size_t)ids[i] * w->row_bytes, o, (uint64_t)w->in_dim);
         if (rc)
             return rc;
     }
@@ -310,8 +319,8 @@ static void *qmm_decode(void *arg) /* rows [r0, r1) into tile */
     struct qmm_job *j = arg;
     const struct kvfs_weight *w = j->w;
     for (int r = j->r0; r < j->r1 && !j->rc; r++)
-        j->rc = kvfs_ggml_dequantize(w->type, w->q + (size_t)r * w->row_bytes, j->tile + (size_t)r * w->in_dim,
-                                     (uint64_t)w->in_dim);
+        j->rc = decode_row(w->type, w->q + (size_t)r * w->row_bytes, j->tile + (size_t)r * w->in_dim,
+                           (uint64_t)w->in_dim);
     return NULL;
 }
 
@@ -841,7 +850,7 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
             j->rc = -ENOMEM;
             break;
         }
-        if ((j->rc = kvfs_ggml_dequantize(w->type, q, row, (uint64_t)in)))
+        if ((j->rc = decode_row(w->type, q, row, (uint64_t)in)))
             break;
         for (int i = 0; i < j->n; i++) {
             const float *xi = j->x + (size_t)i * in;

@@ -1216,6 +1216,59 @@ static inline float exp_nonpos(float x)
     return p * two.f;
 }
 
+#ifdef __AVX512F__
+/* The softmax's 16 lanes in one register.  GCC left the max loop scalar and
+ * ran the exponentials 8 wide under masks; these compute the same values in
+ * the same order per lane (exp_nonpos's operations one by one, unfused), so
+ * a row's probabilities are bit for bit the portable loops'. */
+static inline __m512 exp_nonpos16(__m512 x)
+{
+    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), _mm512_set1_ps(-87.0f));
+    const __m512 big = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), big), big);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187e-06f)));
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 120));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 24));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    __m512i two = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(two));
+}
+
+/* lane[l] = max over row[c + l] of whole 16-blocks below end; returns the
+ * first column left (the scalar tail's) */
+static inline int lane_max16(const float *row, int end, float lane[16])
+{
+    __m512 m = _mm512_loadu_ps(lane);
+    int c = 0;
+    for (; c + 16 <= end; c += 16) /* max_ps(a, b) is a > b ? a : b */
+        m = _mm512_max_ps(_mm512_loadu_ps(row + c), m);
+    _mm512_storeu_ps(lane, m);
+    return c;
+}
+
+/* row[c] = e^(row[c] - mx) (0 where -inf) over whole 16-blocks, summed
+ * per lane into lane[]; returns the first column left */
+static inline int lane_exp16(float *row, int end, float mx, float lane[16])
+{
+    __m512 sum = _mm512_loadu_ps(lane), vmx = _mm512_set1_ps(mx), ninf = _mm512_set1_ps(-INFINITY);
+    int c = 0;
+    for (; c + 16 <= end; c += 16) {
+        __m512 v = _mm512_loadu_ps(row + c);
+        __m512 e = exp_nonpos16(_mm512_sub_ps(v, vmx));
+        e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_UQ), e);
+        _mm512_storeu_ps(row + c, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    _mm512_storeu_ps(lane, sum);
+    return c;
+}
+#endif
+
 /* visible keys of a query at position qp when kv positions are sorted: [0, end) */
 static int visible_end(const int32_t *kv_pos, int n_kv, int32_t qp)
 {
@@ -1264,9 +1317,13 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
         int c = 0;
         for (int l = 0; l < 16; l++)
             lane[l] = -INFINITY;
+#ifdef __AVX512F__
+        c = lane_max16(row, end, lane);
+#else
         for (; c + 16 <= end; c += 16)
             for (int l = 0; l < 16; l++)
                 lane[l] = row[c + l] > lane[l] ? row[c + l] : lane[l];
+#endif
         for (; c < end; c++)
             mx = row[c] > mx ? row[c] : mx;
         for (int l = 0; l < 16; l++)
@@ -1278,12 +1335,16 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
         float sum = 0.0f;
         for (int l = 0; l < 16; l++)
             lane[l] = 0.0f;
+#ifdef __AVX512F__
+        c = lane_exp16(row, end, mx, lane);
+#else
         for (c = 0; c + 16 <= end; c += 16)
             for (int l = 0; l < 16; l++) {
                 float e = row[c + l] == -INFINITY ? 0.0f : exp_nonpos(row[c + l] - mx);
                 row[c + l] = e;
                 lane[l] += e;
             }
+#endif
         for (; c < end; c++) {
             float e = row[c] == -INFINITY ? 0.0f : exp_nonpos(row[c] - mx);
             row[c] = e;

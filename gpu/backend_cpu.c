@@ -1165,7 +1165,22 @@ static void gelu_table_init(void)
 static void geglu_range(void *arg, size_t lo, size_t hi)
 {
     const struct ew_args *e = arg;
-    for (size_t i = lo; i < hi; i++) {
+    size_t i = lo;
+#ifdef __F16C__
+    /* 8 at a time, the same values: cvtps_ph rounds to nearest even as
+     * kvfs_f32_to_f16 does (round_f16 relies on it too); the table read by
+     * a gather.  The scalar loop was 4% of a Gemma 3 blend. */
+    const __m256 lo10 = _mm256_set1_ps(-10.0f), hi10 = _mm256_set1_ps(10.0f);
+    for (; i + 8 <= hi; i += 8) {
+        __m256 g = _mm256_loadu_ps(e->a + i), b = _mm256_loadu_ps(e->b + i);
+        __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
+        __m256 r = _mm256_mul_ps(_mm256_i32gather_ps(gelu_table, h, 4), b);
+        r = _mm256_blendv_ps(r, _mm256_mul_ps(g, b), _mm256_cmp_ps(g, hi10, _CMP_GE_OQ));
+        r = _mm256_andnot_ps(_mm256_cmp_ps(g, lo10, _CMP_LE_OQ), r);
+        _mm256_storeu_ps(e->out + i, r);
+    }
+#endif
+    for (; i < hi; i++) {
         float g = e->a[i];
         e->out[i] = g <= -10.0f ? 0.0f : g >= 10.0f ? g * e->b[i] : gelu_table[kvfs_f32_to_f16(g)] * e->b[i];
     }

@@ -269,6 +269,40 @@ static void check_decode(void)
     printf("SIMD decode checked on %d of 16 type/pass runs\n", tested);
 }
 
+/* GeGLU (Gemma 3's FFN gate) against ggml's definition, bit for bit: GELU
+ * in its tanh form evaluated at the gate rounded to f16, rounded to f16
+ * again (GGML_GELU_FP16's table), times up; 0 at or below -10, the gate
+ * itself at or above 10.  Gates around both bounds, tiny, huge and ties of
+ * the f16 rounding; counts that leave a scalar tail. */
+static void check_geglu(const struct kvfs_backend *be)
+{
+    enum { N = 4099 };
+    static float g[N], u[N], y[N];
+    for (int i = 0; i < N; i++) {
+        int kind = i % 9;
+        g[i] = kind == 0 ? -10.0f + 0.001f * (float)(i % 7 - 3) : kind == 1 ? 10.0f + 0.001f * (float)(i % 7 - 3)
+             : kind == 2 ? unif() * 1e-6f : kind == 3 ? unif() * 1e5f
+             : kind == 4 ? kvfs_f16_to_f32((uint16_t)(rnd() & 0x7bff)) + ldexpf(1.0f, -12) * (float)(i % 2) /* near ties */
+             : unif() * 4.0f;
+        u[i] = unif() * 3.0f;
+    }
+    static const int counts[] = {1, 7, 8, 100, N};
+    for (int c = 0; c < 5; c++) {
+        int n = counts[c], bad = 0;
+        memset(y, 0xff, sizeof(y));
+        CHECK_EQ(be->iface->geglu(be->ctx, g, u, y, (size_t)n), 0);
+        for (int i = 0; i < n; i++) {
+            float x = kvfs_f16_to_f32(kvfs_f32_to_f16(g[i]));
+            float gl = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+            float want = g[i] <= -10.0f ? 0.0f : g[i] >= 10.0f ? g[i] * u[i] : kvfs_f16_to_f32(kvfs_f32_to_f16(gl)) * u[i];
+            bad += memcmp(&want, &y[i], sizeof(float)) != 0;
+        }
+        if (bad)
+            fprintf(stderr, "geglu over %d values: %d differ from the definition\n", n, bad);
+        CHECK_EQ(bad, 0);
+    }
+}
+
 int main(void)
 {
     struct kvfs_backend be;
@@ -279,6 +313,7 @@ int main(void)
     }
     check_act_quant(&be);
     check_decode();
+    check_geglu(&be);
     static const uint32_t k_types[] = {KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
     for (int t = 0; t < 3; t++) {
         check_type(&be, k_types[t], KVFS_GGML_Q8_K, 256);

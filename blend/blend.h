@@ -80,8 +80,8 @@ struct kvfs_blend_opts {
                          * of its recomputed rows, layer by layer (0: off; blend/shift.c) */
     float vote_from;    /* select=query: the share of layers, from the bottom, whose attention does not
                          * count (default 1/3: they attend mostly by position and locally) */
-    int vote_local;     /* select=query: sliding-window layers vote too, through their window (0: global
-                         * layers only, unless there are none) */
+    int vote_local;     /* select=query: sliding-window layers vote too, through their window (the
+                         * default; 0: global layers only, unless there are none) */
     int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
                          * the default: they are exact, a prefix computed alone is a full prefill's) */
     float pos_prior;    /* select=query: row t of a chunk (0: its first) ranks by its mass x (t + 1)^-pos_prior:

@@ -27,7 +27,7 @@ struct eval_args {
     float ratios[MAX_RATIOS];
     int n_ratios;
     int selects[MAX_SELECTS], n_selects;
-    int json, greedy, threads, no_prefix, no_floor;
+    int json, greedy, threads, no_prefix, no_floor, no_vote_local;
     const char *bos;           /* each, first or none */
     const char *shared_prefix; /* --shared-prefix: every chunk prefilled after it, the prompt has it once */
     const char *kv_quant;      /* --kv-quant q8|q4|q4s: chunks' K/V through that codec, as if stored so */
@@ -84,8 +84,8 @@ static void usage(FILE *f)
                "0: off), --select-first (the first chunk's rows compete for the budget too,\n"
                "as before 2026-11-26; by default they are never recomputed: they are exact),\n"
                "--vote-from F (the share of layers, from the bottom, whose attention does not\n"
-               "count, default 0.333), --vote-local (sliding-window layers vote too, through\n"
-               "their window), --pos-prior B (row t of a chunk ranks by its attention x\n"
+               "count, default 0.333), --no-vote-local (only global layers vote; by default\n"
+               "sliding-window layers vote too, through their window), --pos-prior B (row t of a chunk ranks by its attention x\n"
                "(t + 1)^-B: a chunk's first rows deviate most; default 0: off).\n"
                "The fidelity floor, as kvfs serves (kvfs(8)): --min-rows N (at least N chunk rows\n"
                "recomputed, default %d), --full-below N (prompts of at most N tokens prefilled in\n"
@@ -170,7 +170,8 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
         TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
         TOOL_OPT("shift", 0, FLOAT, &a->bo.shift), TOOL_OPT("select-first", 0, FLAG, &a->bo.select_first),
-        TOOL_OPT("vote-from", 0, FLOAT, &a->bo.vote_from), TOOL_OPT("vote-local", 0, FLAG, &a->bo.vote_local),
+        TOOL_OPT("vote-from", 0, FLOAT, &a->bo.vote_from), TOOL_OPT("no-vote-local", 0, FLAG, &a->no_vote_local),
+        TOOL_OPT("vote-local", 0, FLAG, &a->bo.vote_local), /* the default; kept for old command lines */
         TOOL_OPT("pos-prior", 0, FLOAT, &a->bo.pos_prior),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         TOOL_OPT("kv-quant-part", 0, STR, &a->kv_quant_part),
@@ -186,6 +187,8 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         return tool_usage_error(&cmd);
     if (a->no_floor)
         a->bo.min_rows = a->bo.full_below = 0;
+    if (a->no_vote_local)
+        a->bo.vote_local = 0;
     if (strcmp(a->bos, "each") && strcmp(a->bos, "first") && strcmp(a->bos, "none")) {
         fprintf(stderr, "kvfsctl eval: --bos %s: want each, first or none\n", a->bos);
         return 2;

@@ -2,7 +2,8 @@
  * prefill, ratio 0 equals plain reuse of re-positioned caches, quality
  * improves between them, and the shapes issue 4 lists (one chunk, the same
  * chunk twice, reordered chunks, many chunks) work; bad input is refused;
- * sliding-window layers (gemma3) blend exactly at ratio 1 too. */
+ * sliding-window layers (gemma3) blend exactly at ratio 1 too, and vote in
+ * the query selection through their window. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,7 +88,8 @@ static float max_diff(const struct batch_out *b, int i, const struct kvfs_kv_cac
  * so every seam is crossed by windows).  Each layer's keys are re-positioned
  * with its own base and the recomputed rows attend through their window at
  * their place in the prompt: every selection at ratio 1 is the full
- * prefill (logits and every layer's K/V), and at 0.3 beats plain reuse. */
+ * prefill (logits and every layer's K/V), and at 0.3 beats plain reuse;
+ * the local layers' votes choose the rows in the suffix's window. */
 static void check_sliding_window(void)
 {
     char path[64], err[256];
@@ -167,6 +169,43 @@ static void check_sliding_window(void)
     }
     CHECK(dev[0] > 1e-2);
     CHECK(dev[1] < 0.7 * dev[0]);
+    /* local layers vote by default, through their window: the suffix sees
+     * only the last chunk's last W - 1 rows there, and with those votes they
+     * are recomputed; the global layers alone choose another set.  A row is
+     * recomputed where its last-layer K differs from plain reuse's (the
+     * chunk shift off, so reused rows are reuse's bit for bit). */
+    {
+        struct kvfs_blend_opts vo;
+        kvfs_blend_opts_init(&vo, 0.3f);
+        CHECK_EQ(vo.vote_local, 1);
+        vo.shift = 0.0f;
+        struct kvfs_kv_cache rc0, sel[2];
+        int32_t *t0 = NULL, *ts[2] = {NULL, NULL};
+        struct kvfs_blend_opts ro;
+        kvfs_blend_opts_init(&ro, 0.0f); /* plain reuse */
+        ro.shift = 0.0f;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &ro, &rc0, &t0, out, &st, err, sizeof(err)), 0);
+        int L = m->hp.n_layer - 1, kvd = rc0.kv_dim, differ = 0, window_rows = 0;
+        for (int v = 0; v < 2; v++) {
+            vo.vote_local = !v;
+            CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &vo, &sel[v], &ts[v], out, &st, err, sizeof(err)), 0);
+        }
+        for (int r = LEN; r < NC * LEN; r++) {
+            int re[2];
+            for (int v = 0; v < 2; v++)
+                re[v] = memcmp(sel[v].k[L] + (size_t)r * kvd, rc0.k[L] + (size_t)r * kvd, sizeof(float) * kvd) != 0;
+            differ += re[0] != re[1];
+            if (r >= NC * LEN - 3)
+                window_rows += re[0];
+        }
+        fprintf(stderr, "gemma3 local votes: %d of the last 3 chunk rows recomputed, %d rows chosen differently "
+                        "without them\n", window_rows, differ);
+        CHECK_EQ(window_rows, 3);
+        CHECK(differ > 0);
+        kvfs_kv_cache_free(m, &rc0), free(t0);
+        for (int v = 0; v < 2; v++)
+            kvfs_kv_cache_free(m, &sel[v]), free(ts[v]);
+    }
     kvfs_kv_cache_free(m, &fc);
     for (int i = 0; i < NC; i++)
         kvfs_writer_free(&w[i]);

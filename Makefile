@@ -16,7 +16,10 @@ OPT       ?= -O2
 ARCHFLAGS ?= -march=native
 CUDA_ARCH ?= sm_90
 CFLAGS    ?=
-CFLAGS    += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
+# -ffp-contract=off: never fuse a * b + c (GCC's default for -std=c11, not
+# every compiler's): the SIMD kernels reproduce the scalar definitions'
+# values bit for bit, which round each operation
+CFLAGS    += -std=c11 -ffp-contract=off -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
              -Wall -Wextra -Werror -MMD -MP -pthread \
              -Iindex -Ifs -Iblend -Iblend/runtime -Igpu -Itools
 SAN       ?=

@@ -1166,7 +1166,7 @@ static void geglu_range(void *arg, size_t lo, size_t hi)
 {
     const struct ew_args *e = arg;
     size_t i = lo;
-#ifdef __F16C__
+#if defined(__F16C__) && defined(__AVX2__) /* the gather and the widening are AVX2 */
     /* 8 at a time, the same values: cvtps_ph rounds to nearest even as
      * kvfs_f32_to_f16 does (round_f16 relies on it too); the table read by
      * a gather.  The scalar loop was 4% of a Gemma 3 blend. */
@@ -1760,8 +1760,9 @@ static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, flo
  * 2-3% of a Gemma 3 prefill or blend.  The same values (test_qmm compares
  * them): max_ps(a, m) is a > m ? a : m, so NaN is skipped as the scalar
  * `a > amax` skips it; the sign comes from the first value of that
- * magnitude; round_ps is round-half-even as nearest_int is for |v| <= 127;
- * NaN products become 0 either way. */
+ * magnitude; round_ps is round-half-even as nearest_int is for |v| <= 127.
+ * A NaN input is outside the definition's domain (the scalar q of a NaN
+ * depends on its payload; this gives 0). */
 static void q8k_round_block(const float *x, float *y)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -1787,7 +1788,7 @@ static void q8k_round_block(const float *x, float *y)
     for (int j = 0; j < 256; j += 8) {
         __m256 t = _mm256_round_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256i q = _mm256_min_epi32(_mm256_cvttps_epi32(t), top);
-        /* a NaN product truncates to INT_MIN, whose int8 is 0: the scalar 0 */
+        /* a NaN product truncates to INT_MIN: 0 here (never a large q) */
         q = _mm256_andnot_si256(_mm256_cmpeq_epi32(q, _mm256_set1_epi32(INT_MIN)), q);
         _mm256_storeu_ps(y + j, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q)));
     }

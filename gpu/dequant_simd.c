@@ -1,7 +1,8 @@
 /* dequant_simd.c - see dequant_simd.h.  Each value is the scalar decode's:
  * an exact small integer converted to float, then the same one or two float
  * operations in the same order (a multiply, then an add or subtract; never
- * fused, as -std=c11 keeps the scalar code unfused too). */
+ * fused: the Makefile builds with -ffp-contract=off, so the scalar code is
+ * unfused too, whatever the compiler). */
 #include <errno.h>
 
 #include "dequant_simd.h"

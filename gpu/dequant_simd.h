@@ -11,8 +11,9 @@
 #include <stdint.h>
 
 /* n values (a whole number of blocks) of ggml type `type` at src into dst:
- * 0, or -ENOTSUP where this build has no SIMD decoder for the type (the
- * caller then takes kvfs_ggml_dequantize). */
+ * 0; -EINVAL when n is not a whole number of blocks; -ENOTSUP where this
+ * build has no SIMD decoder for the type (the caller then takes
+ * kvfs_ggml_dequantize). */
 int kvfs_dequant_simd(uint32_t type, const void *src, float *dst, size_t n);
 
 #endif

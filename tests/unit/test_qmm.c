@@ -194,8 +194,9 @@ out:
 
 /* act_quant against its definition (kvfs_ggml_act_roundtrip) bit for bit:
  * one row and 100 (which the backend splits over its threads), blocks of
- * every magnitude, zero blocks, -0, subnormal values and values at a
- * rounding tie (0.5 steps of a block whose max is 127).  Not a block whose
+ * every magnitude, zero blocks, -0, subnormal values, values at a
+ * rounding tie (0.5 steps of a block whose max is 127) and blocks whose
+ * largest magnitude comes with both signs.  Not a block whose
  * largest value is itself below 127 / FLT_MAX: 1 / d overflows there, and
  * what its values round to is undefined (ggml's and ours differ). */
 static void check_act_quant(const struct kvfs_backend *be)
@@ -212,6 +213,13 @@ static void check_act_quant(const struct kvfs_backend *be)
         if (i % 89 == 7 && blk % 7 > 2) /* beside normal values */
             x[i] = 3e-41f;
     }
+    /* row 1's three blocks of 256 (Q8_K's size): all zero (-0 among them),
+     * and two whose largest magnitude comes twice with both signs: the sign
+     * of d is the first one's */
+    for (int i = DIM; i < 2 * DIM; i++)
+        x[i] = i < DIM + 256 ? (i % 3 ? 0.0f : -0.0f) : unif() * 2.0f;
+    x[DIM + 256 + 6] = -3.0f, x[DIM + 256 + 176] = 3.0f;
+    x[DIM + 512 + 10] = 2.5f, x[DIM + 512 + 20] = -2.5f;
     static const uint32_t types[] = {KVFS_GGML_Q8_0, KVFS_GGML_Q8_1, KVFS_GGML_Q8_K};
     static const int rows[] = {1, NMAXQ};
     for (int t = 0; t < 3; t++)
@@ -237,9 +245,9 @@ static void check_decode(void)
 {
     static const uint32_t types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
                                      KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
-    enum { N = 4096 };
+    enum { N = 4096, PAD = 64 };
     static uint8_t q[N / 32 * 34 + N / 256 * 210];
-    static float y[N], ref[N];
+    static float y[N + PAD], ref[N];
     int tested = 0;
     for (int t = 0; t < 8; t++)
         for (int pass = 0; pass < 2; pass++) {
@@ -257,16 +265,33 @@ static void check_decode(void)
                 continue; /* no SIMD decoder in this build: the definition serves */
             CHECK_EQ(rc, 0);
             CHECK_EQ(kvfs_ggml_dequantize(types[t], q, ref, N), 0);
-            int bad = 0;
+            int bad = 0, past = 0;
             for (int i = 0; i < N; i++)
                 bad += memcmp(&y[i], &ref[i], sizeof(float)) != 0;
-            if (bad)
-                fprintf(stderr, "decode of %s (pass %d): %d of %d values differ from the definition\n",
-                        kvfs_ggml_type_name(types[t]), pass, bad, N);
+            for (int i = N; i < N + PAD; i++) { /* nothing written past the n values */
+                uint32_t u;
+                memcpy(&u, &y[i], sizeof(u));
+                past += u != 0xffffffffu;
+            }
+            if (bad || past)
+                fprintf(stderr, "decode of %s (pass %d): %d of %d values differ from the definition, %d written past\n",
+                        kvfs_ggml_type_name(types[t]), pass, bad, N, past);
             CHECK_EQ(bad, 0);
+            CHECK_EQ(past, 0);
             tested++;
         }
     printf("SIMD decode checked on %d of 16 type/pass runs\n", tested);
+}
+
+/* a value halfway between two neighbouring finite f16 values of any
+ * binade and sign (exact in f32): where rounding to f16 must break a tie */
+static float f16_tie(void)
+{
+    uint16_t h;
+    do
+        h = (uint16_t)rnd();
+    while ((h & 0x7c00) == 0x7c00 || (h & 0x7fff) == 0x7bff); /* finite, and its neighbour too */
+    return 0.5f * (kvfs_f16_to_f32(h) + kvfs_f16_to_f32((uint16_t)(h + 1)));
 }
 
 /* GeGLU (Gemma 3's FFN gate) against ggml's definition, bit for bit: GELU
@@ -282,8 +307,7 @@ static void check_geglu(const struct kvfs_backend *be)
         int kind = i % 9;
         g[i] = kind == 0 ? -10.0f + 0.001f * (float)(i % 7 - 3) : kind == 1 ? 10.0f + 0.001f * (float)(i % 7 - 3)
              : kind == 2 ? unif() * 1e-6f : kind == 3 ? unif() * 1e5f
-             : kind == 4 ? kvfs_f16_to_f32((uint16_t)(rnd() & 0x7bff)) + ldexpf(1.0f, -12) * (float)(i % 2) /* near ties */
-             : unif() * 4.0f;
+             : kind == 4 ? f16_tie() : unif() * 4.0f;
         u[i] = unif() * 3.0f;
     }
     static const int counts[] = {1, 7, 8, 100, N};

@@ -1755,24 +1755,31 @@ static int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, flo
 }
 
 #ifdef __AVX2__
-/* One block of 256 rounded through Q8_K as quant.c's act_q8_k does (ggml's
- * quantize_row_q8_K, then d * q), 8 values at a time: the scalar loops were
- * 2-3% of a Gemma 3 prefill or blend.  The same values (test_qmm compares
- * them): max_ps(a, m) is a > m ? a : m, so NaN is skipped as the scalar
- * `a > amax` skips it; the sign comes from the first value of that
- * magnitude; round_ps is round-half-even as nearest_int is for |v| <= 127.
- * A NaN input is outside the definition's domain (the scalar q of a NaN
- * depends on its payload; this gives 0). */
-static void q8k_round_block(const float *x, float *y)
+/* max |x[j]| over n (a multiple of 8) values, 8 at a time: max_ps(a, m) is
+ * a > m ? a : m, so a NaN is skipped as the scalar `a > amax` skips it
+ * (the 8-bit roundings below share it) */
+static float absmax_avx2(const float *x, int n)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < 256; j += 8)
+    for (int j = 0; j < n; j += 8)
         m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-    float amax = _mm_cvtss_f32(m4), max = 0.0f;
+    return _mm_cvtss_f32(m4);
+}
+
+/* One block of 256 rounded through Q8_K as quant.c's act_q8_k does (ggml's
+ * quantize_row_q8_K, then d * q), 8 values at a time: the scalar loops were
+ * 2-3% of a Gemma 3 prefill or blend.  The same values (test_qmm compares
+ * them): the sign comes from the first value of the largest magnitude;
+ * round_ps is round-half-even as nearest_int is for |v| <= 127.
+ * A NaN input is outside the definition's domain (the scalar q of a NaN
+ * depends on its payload; this gives 0). */
+static void q8k_round_block(const float *x, float *y)
+{
+    float amax = absmax_avx2(x, 256), max = 0.0f;
     if (amax == 0.0f) {
         memset(y, 0, sizeof(float) * 256);
         return;
@@ -1816,14 +1823,7 @@ static void q8_round_block(const float *xb, float *yb)
      * tenth of a prefill): max_ps(a, m) is a > m ? a : m, NaN included;
      * round_ps is nearbyintf; truncating an integral value is the (int)
      * cast, 0 for -0 as it is (test_qmm compares the two) */
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < 32; j += 8)
-        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)), m);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-    float amax = _mm_cvtss_f32(m4);
+    float amax = absmax_avx2(xb, 32);
     float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f; /* ggml: not 1 / d */
     __m256 dh = _mm256_set1_ps(kvfs_f16_to_f32(kvfs_f32_to_f16(d))), scale = _mm256_set1_ps(id);
     for (int j = 0; j < 32; j += 8) {

@@ -19,15 +19,23 @@ static float scale_f16(const uint8_t *p)
     return kvfs_f16_to_f32(h);
 }
 
-/* 32 signed bytes as 32 floats, times d (then plus m when add) */
-static inline void store32(__m256i v, float d, float m, int add, float *y)
+/* 32 signed bytes as four vectors of 8 floats, in order */
+static inline void widen32(__m256i v, __m256 f[4])
 {
     __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
     __m128i part[4] = {a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8)};
-    __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    for (int k = 0; k < 4; k++)
+        f[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
+}
+
+/* 32 signed bytes as 32 floats, times d (then plus m when add) */
+static inline void store32(__m256i v, float d, float m, int add, float *y)
+{
+    __m256 f[4], vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    widen32(v, f);
     for (int k = 0; k < 4; k++) {
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), vd);
-        _mm256_storeu_ps(y + 8 * k, add ? _mm256_add_ps(f, vm) : f);
+        __m256 p = _mm256_mul_ps(f[k], vd);
+        _mm256_storeu_ps(y + 8 * k, add ? _mm256_add_ps(p, vm) : p);
     }
 }
 
@@ -84,12 +92,10 @@ static void blocks32(uint32_t type, const uint8_t *s, float *y, size_t nb)
 /* 32 values (0..31 as bytes) times d1, minus m1: a Q4_K/Q5_K sub-block */
 static inline void store_k32(__m256i v, float d1, float m1, float *y)
 {
-    __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
-    __m128i part[4] = {a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8)};
-    __m256 vd = _mm256_set1_ps(d1), vm = _mm256_set1_ps(m1);
+    __m256 f[4], vd = _mm256_set1_ps(d1), vm = _mm256_set1_ps(m1);
+    widen32(v, f);
     for (int k = 0; k < 4; k++)
-        _mm256_storeu_ps(y + 8 * k,
-                         _mm256_sub_ps(_mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))), vm));
+        _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(vd, f[k]), vm));
 }
 
 static void blocks_q45k(const uint8_t *s, float *y, size_t nb, int five)
@@ -119,14 +125,11 @@ static void blocks_q6k(const uint8_t *s, float *y, size_t nb)
             kq_q6_half(s + 64 * h, s + 128 + 32 * h, v);
             for (int k = 0; k < 4; k++) {
                 /* values 0..15 of v[k] take scale 2k, 16..31 scale 2k + 1 */
-                __m256i q = _mm256_sub_epi8(v[k], _mm256_set1_epi8(32));
-                __m128i a = _mm256_castsi256_si128(q), c = _mm256_extracti128_si256(q, 1);
-                __m256 d0 = _mm256_set1_ps(d * (float)sc[8 * h + 2 * k]), d1 = _mm256_set1_ps(d * (float)sc[8 * h + 2 * k + 1]);
-                float *o = y + 32 * k;
-                _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a))));
-                _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)))));
-                _mm256_storeu_ps(o + 16, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c))));
-                _mm256_storeu_ps(o + 24, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8)))));
+                __m256 f[4], ds[2] = {_mm256_set1_ps(d * (float)sc[8 * h + 2 * k]),
+                                      _mm256_set1_ps(d * (float)sc[8 * h + 2 * k + 1])};
+                widen32(_mm256_sub_epi8(v[k], _mm256_set1_epi8(32)), f);
+                for (int p = 0; p < 4; p++)
+                    _mm256_storeu_ps(y + 32 * k + 8 * p, _mm256_mul_ps(ds[p / 2], f[p]));
             }
         }
     }

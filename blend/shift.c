@@ -9,7 +9,10 @@
  * than the rest's).  Keys are averaged in RoPE's frame of position 0 and
  * rotated back to each row's position; the rotations run here on the host
  * (a chunk's rows have consecutive positions: one angle step per row), so
- * a layer costs two small downloads, one upload and one add per K and V.
+ * a layer costs two small downloads, one upload and one add per K and V
+ * (on a backend whose buffers are host memory, the CPU's, each row's shift
+ * is added in place as it is made: no buffer of every row, no upload, no
+ * second pass over the cache).
  * The rows and their positions are the same at every layer, so each row's
  * angles are computed at the first layer of each RoPE base and kept in the
  * caller's blend_shift_cache (on Gemma 3 the trigonometry was a third of
@@ -33,6 +36,8 @@ struct shift_bufs {
     float *d_sel, *d_add;                  /* device: [n_sel][kvd], [n_add][kvd] */
     struct shift_angles *ang;              /* this layer's angles (cached), or NULL: computed here */
     int ang_fill;                          /* ang is being filled by this layer */
+    int direct;                            /* the cache is host memory: each row's shift added in place
+                                            * (h_add holds one row), no upload and no separate add */
 };
 
 static uint64_t idx_hash(const int32_t *idx, int n)
@@ -116,6 +121,12 @@ __attribute__((optimize("O3"))) static void rotate_row(const struct kvfs_hparams
     }
 }
 
+__attribute__((optimize("O3"))) static void add_row(float *x, const float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] + d[i];
+}
+
 /* one of K (is_k) or V: the chunk means of fresh - cached over the
  * recomputed rows, added to the chunk's other rows in [row_lo, n_rows) */
 static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is_k, float *cache, const int32_t *chunk_of,
@@ -170,35 +181,38 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
     int32_t prev_pos = INT32_MIN;
     for (size_t r = 0; r < n_add; r++) {
         int row = row_lo + (int)r, ch = chunk_of[row];
-        float *dst = s->h_add + r * kvd;
+        float *dst = s->direct ? s->h_add : s->h_add + r * kvd;
         if (ch < 1 || !s->cnt[ch] || s->recomputed[row]) {
-            memset(dst, 0, sizeof(float) * kvd);
+            if (!s->direct)
+                memset(dst, 0, sizeof(float) * kvd);
             continue;
         }
         memcpy(dst, s->h_mean + (size_t)ch * kvd, sizeof(float) * kvd);
-        if (!is_k)
-            continue;
-        if (s->ang && !s->ang_fill) {
+        if (is_k && s->ang && !s->ang_fill) {
             rotate_row(hp, dst, s->ang->add_cs + r * half, s->ang->add_sn + r * half);
-            continue;
-        }
-        int32_t p = c->host_pos[row];
-        if (p == prev_pos + 1) /* the next position: one step of each pair's angle */
-            for (int j = 0; j < half; j++) {
-                double c0 = cs[j], s0 = sn[j];
-                cs[j] = c0 * cstep[j] - s0 * sstep[j];
-                sn[j] = s0 * cstep[j] + c0 * sstep[j];
+        } else if (is_k) {
+            int32_t p = c->host_pos[row];
+            if (p == prev_pos + 1) /* the next position: one step of each pair's angle */
+                for (int j = 0; j < half; j++) {
+                    double c0 = cs[j], s0 = sn[j];
+                    cs[j] = c0 * cstep[j] - s0 * sstep[j];
+                    sn[j] = s0 * cstep[j] + c0 * sstep[j];
+                }
+            else
+                for (int j = 0; j < half; j++)
+                    cs[j] = cos((double)p * s->inv[j]), sn[j] = sin((double)p * s->inv[j]);
+            prev_pos = p;
+            rotate_row(hp, dst, cs, sn);
+            if (s->ang) {
+                memcpy(s->ang->add_cs + r * half, cs, sizeof(double) * half);
+                memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
             }
-        else
-            for (int j = 0; j < half; j++)
-                cs[j] = cos((double)p * s->inv[j]), sn[j] = sin((double)p * s->inv[j]);
-        prev_pos = p;
-        rotate_row(hp, dst, cs, sn);
-        if (s->ang) {
-            memcpy(s->ang->add_cs + r * half, cs, sizeof(double) * half);
-            memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
         }
+        if (s->direct) /* the backend's add, row by row: cache + shift */
+            add_row(cache + (size_t)row * kvd, dst, kvd);
     }
+    if (s->direct)
+        return 0;
     if ((rc = be->upload(ctx, s->d_add, s->h_add, sizeof(float) * n_add * kvd)))
         return rc;
     return be->add(ctx, cache + (size_t)row_lo * kvd, s->d_add, cache + (size_t)row_lo * kvd, n_add * kvd);
@@ -223,7 +237,8 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     s.h_sel = malloc(sizeof(float) * (size_t)n_sel * kvd);
     s.h_old = malloc(sizeof(float) * (size_t)n_sel * kvd);
     s.h_mean = malloc(sizeof(float) * (size_t)n_chunks * kvd);
-    s.h_add = malloc(sizeof(float) * n_add * kvd);
+    s.direct = be->host_memory;
+    s.h_add = malloc(sizeof(float) * (s.direct ? 1 : n_add) * kvd);
     s.inv = malloc(sizeof(double) * (size_t)(half > 0 ? half : 1));
     s.cnt = malloc(sizeof(int) * (size_t)n_chunks);
     s.recomputed = calloc((size_t)n_rows, 1);
@@ -235,7 +250,7 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     if (!rc)
         s.ang = angles_for(cache, m->layers[l].rope_theta, n_sel, row_lo, n_rows, half, idx, &s.ang_fill);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||
-        (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add)) ||
+        (!s.direct && (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add))) ||
         (rc = shift_one(m, c, 1, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_k, shift, &s)))
         goto out;
     rc = shift_one(m, c, 0, c->v[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &s);

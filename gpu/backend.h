@@ -163,6 +163,10 @@ struct kvfs_backend_iface {
      * quantized chunk reaches the device, on the backend's threads */
     int (*upload_kvq)(void *ctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim,
                       int codec);
+
+    /* 1: device buffers are host memory (the CPU backend), which host code
+     * may read and write in place between ops (the blend's chunk shift) */
+    int host_memory;
 };
 
 struct kvfs_backend {

@@ -2050,6 +2050,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .geglu = cpu_geglu,
     .trim = cpu_trim,
     .upload_kvq = cpu_upload_kvq,
+    .host_memory = 1,
 };
 
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out)

@@ -1081,6 +1081,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .geglu = */ NULL,
     /* .trim = */ NULL, /* its cache of device buffers is bounded instead (cache_limit) */
     /* .upload_kvq = */ c_upload_kvq,
+    /* .host_memory = */ 0, /* device memory: the host sees it through upload/download */
 };
 
 static int cuda_init(int device, struct kvfs_backend *out)

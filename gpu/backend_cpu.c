@@ -1935,28 +1935,44 @@ static int cpu_topk(void *ctx, const float *scores, const uint8_t *forced, int n
 
 /* f16/bf16 to f32 straight into the cache (host memory here): the hot loop
  * of loading a chunk, so it uses the F16C instructions where the CPU has them */
-static int cpu_upload_kv(void *ctx, float *dst, const void *host, size_t count, int type)
+struct kv_load {
+    float *dst;
+    const uint16_t *src;
+    int type;
+};
+
+static void kv_load_range(void *arg, size_t lo, size_t hi)
 {
-    (void)ctx;
-    const uint16_t *u = host;
-    size_t i = 0;
+    const struct kv_load *a = arg;
+    size_t i = lo;
+    if (a->type == KVFS_HOST_F16) {
+#ifdef __F16C__
+        for (; i + 8 <= hi; i += 8)
+            _mm256_storeu_ps(a->dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a->src + i))));
+#endif
+        for (; i < hi; i++)
+            a->dst[i] = kvfs_f16_to_f32(a->src[i]);
+    } else {
+        for (; i < hi; i++) {
+            uint32_t x = (uint32_t)a->src[i] << 16;
+            memcpy(&a->dst[i], &x, 4);
+        }
+    }
+}
+
+/* A chunk's layer into the cache, on the pool: the cache's pages are
+ * touched here first, so their faults are split too (a blend loads every
+ * layer of every chunk before the query's first pass) */
+static int cpu_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
+{
+    struct kv_load a = {dst, host, type};
     switch (type) {
     case KVFS_HOST_F32:
         memcpy(dst, host, sizeof(float) * count);
         return 0;
     case KVFS_HOST_F16:
-#ifdef __F16C__
-        for (; i + 8 <= count; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(u + i))));
-#endif
-        for (; i < count; i++)
-            dst[i] = kvfs_f16_to_f32(u[i]);
-        return 0;
     case KVFS_HOST_BF16:
-        for (; i < count; i++) {
-            uint32_t x = (uint32_t)u[i] << 16;
-            memcpy(&dst[i], &x, 4);
-        }
+        par_for(vctx, count, 1, kv_load_range, &a);
         return 0;
     default:
         return -EINVAL;

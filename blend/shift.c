@@ -29,11 +29,11 @@
 #define CTX(m) ((m)->be.ctx)
 
 struct shift_bufs {
-    float *h_sel, *h_old, *h_mean, *h_add; /* host: [n_sel][kvd] x2, [n_chunks][kvd], [n_add][kvd] */
+    float *h_sel, *h_old, *h_mean, *h_add; /* host: [n_sel][kvd] x2, [n_chunks][kvd], [n_add][kvd] (direct: [kvd]) */
     double *inv;                           /* RoPE's frequencies, [rope_dim / 2] */
     int *cnt;
     uint8_t *recomputed;                   /* [n_rows] */
-    float *d_sel, *d_add;                  /* device: [n_sel][kvd], [n_add][kvd] */
+    float *d_sel, *d_add;                  /* device: [n_sel][kvd], [n_add][kvd] (direct: NULL) */
     struct shift_angles *ang;              /* this layer's angles (cached), or NULL: computed here */
     int ang_fill;                          /* ang is being filled by this layer */
     int direct;                            /* the cache is host memory: each row's shift added in place
@@ -183,6 +183,8 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
         int row = row_lo + (int)r, ch = chunk_of[row];
         float *dst = s->direct ? s->h_add : s->h_add + r * kvd;
         if (ch < 1 || !s->cnt[ch] || s->recomputed[row]) {
+            /* direct: left as is, where zeros used to be added (a -0.0 then
+             * became +0.0; a recomputed row is overwritten after the shift) */
             if (!s->direct)
                 memset(dst, 0, sizeof(float) * kvd);
             continue;
@@ -208,7 +210,7 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
                 memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
             }
         }
-        if (s->direct) /* the backend's add, row by row: cache + shift */
+        if (s->direct) /* cache + shift, as the backend's add sums them */
             add_row(cache + (size_t)row * kvd, dst, kvd);
     }
     if (s->direct)

@@ -1596,7 +1596,8 @@ static int query_blocks(const int32_t *q_pos, int n_q, int by_position, int *blo
 }
 
 /* K^T for the batch-invariant path: kt[d][j] = k[j][d], zero for j in
- * [n_kv, pad).  Rows of dims [8 * lo, 8 * hi) (a unit: 8 of them),
+ * [n_kv, pad).  Rows of dims [8 * lo, 8 * hi) (a unit: 8 of them; the
+ * last unit may hold fewer),
  * through registers in 8 x 8 tiles: the column-by-column copy read K with
  * a stride of a row per value and was ~3% of a blend (built at every
  * layer, for the query's first pass and again for the recompute); tiles
@@ -1634,20 +1635,22 @@ static inline void transpose8(const float *src, size_t ss, float *dst, size_t ds
 static void kt_range(void *arg, size_t lo, size_t hi)
 {
     const struct kt_args *a = arg;
-    int d0 = (int)lo * 8, d1 = (int)hi * 8 < a->kstride ? (int)hi * 8 : a->kstride, j = 0;
     size_t ks = (size_t)a->kstride, pad = (size_t)a->pad;
+    int d0 = (int)lo * 8, d1 = (int)hi * 8 < a->kstride ? (int)hi * 8 : a->kstride;
+    int dt = d1 < a->kstride / 8 * 8 ? d1 : a->kstride / 8 * 8; /* dims [d0, dt) in whole tiles */
+    int jt = 0;                                                   /* ...for keys [0, jt) */
 #ifdef __AVX2__
-    /* key-major: 8 rows of K read whole, then the next 8 (dim-major tiles,
-     * or 16 x 16, measured slower: K^T's rows lie 11 KiB apart) */
-    if (d1 - d0 == 8 * (int)(hi - lo))
-        for (; j + 8 <= a->n_kv; j += 8)
-            for (int d = d0; d < d1; d += 8)
-                transpose8(a->k + (size_t)j * ks + d, ks, a->kt + (size_t)d * pad + j, pad);
+    /* key-major: 8 keys' rows of K in turn (dim-major tiles, or 16 x 16,
+     * measured slower: K^T's rows lie 11 KiB apart) */
+    if (dt > d0)
+        for (; jt + 8 <= a->n_kv; jt += 8)
+            for (int d = d0; d < dt; d += 8)
+                transpose8(a->k + (size_t)jt * ks + d, ks, a->kt + (size_t)d * pad + jt, pad);
 #endif
     for (int d = d0; d < d1; d++) {
         float *row = a->kt + (size_t)d * pad;
-        for (int jj = j; jj < a->n_kv; jj++)
-            row[jj] = a->k[(size_t)jj * ks + d];
+        for (int j = d < dt ? jt : 0; j < a->n_kv; j++)
+            row[j] = a->k[(size_t)j * ks + d];
         memset(row + a->n_kv, 0, sizeof(float) * (pad - (size_t)a->n_kv));
     }
 }
@@ -1986,14 +1989,15 @@ static int cpu_topk(void *ctx, const float *scores, const uint8_t *forced, int n
     return 0;
 }
 
-/* f16/bf16 to f32 straight into the cache (host memory here): the hot loop
- * of loading a chunk, so it uses the F16C instructions where the CPU has them */
 struct kv_load {
     float *dst;
     const uint16_t *src;
     int type;
 };
 
+/* f16/bf16 to f32 straight into the cache (host memory here), values
+ * [lo, hi): the hot loop of loading a chunk, so it uses the F16C
+ * instructions where the CPU has them */
 static void kv_load_range(void *arg, size_t lo, size_t hi)
 {
     const struct kv_load *a = arg;
@@ -2013,9 +2017,9 @@ static void kv_load_range(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* A chunk's layer into the cache, on the pool: the cache's pages are
- * touched here first, so their faults are split too (a blend loads every
- * layer of every chunk before the query's first pass) */
+/* A chunk's layer into the cache, f16/bf16 converted on the pool: the
+ * cache's pages are touched here first, so their faults are split too (a
+ * blend loads every layer of every chunk before the query's first pass) */
 static int cpu_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
 {
     struct kv_load a = {dst, host, type};

@@ -218,26 +218,33 @@ static void check_sliding_window(void)
 /* The chunk shift keeps each row's RoPE angles from layer to layer (one
  * set per base): a run of layers through the cache moves every row bit for
  * bit as a run that computes them at each layer, keys and values, with
- * selections that change in between (the cache then starts again). */
+ * selections that change in between (the cache then starts again).  And
+ * the CPU backend's in-place adds (host_memory) move every row bit for bit
+ * as the path of a device backend (a buffer of every row, uploaded, added). */
 static void check_shift_angle_cache(void)
 {
     enum { ROWS = 300, CHUNKS = 3, NSEL = 45 };
-    struct kvfs_kv_cache a, b;
+    struct kvfs_kv_cache a, b, c;
+    struct kvfs_backend_iface staged = *m->be.iface;
+    const struct kvfs_backend_iface *cpu = m->be.iface;
+    staged.host_memory = 0;
+    CHECK(cpu->host_memory);
     CHECK_EQ(kvfs_kv_cache_init(m, ROWS, &a), 0);
     CHECK_EQ(kvfs_kv_cache_init(m, ROWS, &b), 0);
+    CHECK_EQ(kvfs_kv_cache_init(m, ROWS, &c), 0);
     int kvd = a.kv_dim;
     int32_t chunk_of[ROWS], idx[NSEL], *d_idx = NULL;
     float *fk = NULL, *fv = NULL;
     uint32_t r = 12345;
     for (int i = 0; i < ROWS; i++) {
         chunk_of[i] = i * CHUNKS / ROWS;
-        a.host_pos[i] = b.host_pos[i] = i + (chunk_of[i] == 2 ? 7 : 0); /* a gap: not one run of positions */
+        a.host_pos[i] = b.host_pos[i] = c.host_pos[i] = i + (chunk_of[i] == 2 ? 7 : 0); /* a gap: not one run of positions */
     }
     CHECK_EQ(m->be.iface->alloc(m->be.ctx, sizeof(int32_t) * NSEL, (void **)&d_idx), 0);
     CHECK_EQ(m->be.iface->alloc(m->be.ctx, sizeof(float) * NSEL * kvd, (void **)&fk), 0);
     CHECK_EQ(m->be.iface->alloc(m->be.ctx, sizeof(float) * NSEL * kvd, (void **)&fv), 0);
     struct blend_shift_cache cache = {0};
-    int same = 1;
+    int same = 1, staged_same = 1;
     for (int round = 0; round < 2; round++) {
         for (int k = 0; k < NSEL; k++) /* ascending, from the later chunks */
             idx[k] = 100 + k * 4 + round;
@@ -245,21 +252,27 @@ static void check_shift_angle_cache(void)
         for (int l = 0; l < a.n_layer; l++) {
             for (int i = 0; i < ROWS * kvd; i++) {
                 r = r * 1664525u + 1013904223u;
-                a.k[l][i] = b.k[l][i] = (float)(r >> 8) / (float)(1 << 24) - 0.5f;
-                a.v[l][i] = b.v[l][i] = -a.k[l][i];
+                a.k[l][i] = b.k[l][i] = c.k[l][i] = (float)(r >> 8) / (float)(1 << 24) - 0.5f;
+                a.v[l][i] = b.v[l][i] = c.v[l][i] = -a.k[l][i];
             }
             for (int i = 0; i < NSEL * kvd; i++)
                 fk[i] = 0.25f * (float)(i % 7), fv[i] = -0.125f * (float)(i % 5);
             CHECK_EQ(blend_shift_layer(m, &a, l, chunk_of, CHUNKS, 0, ROWS, idx, d_idx, NSEL, fk, fv, 0.6f, &cache), 0);
             CHECK_EQ(blend_shift_layer(m, &b, l, chunk_of, CHUNKS, 0, ROWS, idx, d_idx, NSEL, fk, fv, 0.6f, NULL), 0);
+            m->be.iface = &staged;
+            CHECK_EQ(blend_shift_layer(m, &c, l, chunk_of, CHUNKS, 0, ROWS, idx, d_idx, NSEL, fk, fv, 0.6f, NULL), 0);
+            m->be.iface = cpu;
             same &= !memcmp(a.k[l], b.k[l], sizeof(float) * ROWS * kvd) &&
                     !memcmp(a.v[l], b.v[l], sizeof(float) * ROWS * kvd);
+            staged_same &= !memcmp(a.k[l], c.k[l], sizeof(float) * ROWS * kvd) &&
+                           !memcmp(a.v[l], c.v[l], sizeof(float) * ROWS * kvd);
         }
     }
     CHECK(same);
+    CHECK(staged_same);
     blend_shift_cache_free(&cache);
     m->be.iface->free(m->be.ctx, d_idx), m->be.iface->free(m->be.ctx, fk), m->be.iface->free(m->be.ctx, fv);
-    kvfs_kv_cache_free(m, &a), kvfs_kv_cache_free(m, &b);
+    kvfs_kv_cache_free(m, &a), kvfs_kv_cache_free(m, &b), kvfs_kv_cache_free(m, &c);
 }
 
 int main(void)

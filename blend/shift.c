@@ -121,12 +121,6 @@ __attribute__((optimize("O3"))) static void rotate_row(const struct kvfs_hparams
     }
 }
 
-__attribute__((optimize("O3"))) static void add_row(float *x, const float *d, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = x[i] + d[i];
-}
-
 /* one of K (is_k) or V: the chunk means of fresh - cached over the
  * recomputed rows, added to the chunk's other rows in [row_lo, n_rows) */
 static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is_k, float *cache, const int32_t *chunk_of,
@@ -210,8 +204,9 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
                 memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
             }
         }
-        if (s->direct) /* cache + shift, as the backend's add sums them */
-            add_row(cache + (size_t)row * kvd, dst, kvd);
+        float *at = cache + (size_t)row * kvd;
+        if (s->direct && (rc = be->add(ctx, at, dst, at, kvd))) /* dst: host memory, which the backend's is */
+            return rc;
     }
     if (s->direct)
         return 0;

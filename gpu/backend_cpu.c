@@ -1104,7 +1104,9 @@ struct ew_args { /* an elementwise op's operands */
     float s;
 };
 
-static void add_range(void *arg, size_t lo, size_t hi)
+/* O3: at -O2 GCC 12 left this scalar (out may alias a, and its cheap cost
+ * model does not version loops for that); the same sums, 8 or 16 at a time */
+__attribute__((optimize("O3"))) static void add_range(void *arg, size_t lo, size_t hi)
 {
     const struct ew_args *e = arg;
     for (size_t i = lo; i < hi; i++)
@@ -1596,13 +1598,13 @@ static int query_blocks(const int32_t *q_pos, int n_q, int by_position, int *blo
 }
 
 /* K^T for the batch-invariant path: kt[d][j] = k[j][d], zero for j in
- * [n_kv, pad).  Rows of dims [8 * lo, 8 * hi) (a unit: 8 of them; the
- * last unit may hold fewer),
- * through registers in 8 x 8 tiles: the column-by-column copy read K with
- * a stride of a row per value and was ~3% of a blend (built at every
- * layer, for the query's first pass and again for the recompute); tiles
- * take 0.39 ms for SmolLM2's 2705 x 192 keys against 0.71, 1.0 ms for
- * Gemma 3's 2682 x 256 against 2.8 (one thread, best of 50). */
+ * [n_kv, pad), for the rows of dims [8 * lo, 8 * hi) (a unit: 8 dims; the
+ * last unit may hold fewer), through registers in 8 x 8 tiles.  The
+ * column-by-column copy read K with a stride of a row per value and was ~3%
+ * of a blend (built at every layer, for the query's first pass and again
+ * for the recompute); tiles take 0.39 ms for SmolLM2's 2705 x 192 keys
+ * against 0.71, 1.0 ms for Gemma 3's 2682 x 256 against 2.8 (one thread,
+ * best of 50). */
 struct kt_args {
     const float *k;
     float *kt;

@@ -296,15 +296,13 @@ static void parallel_gemm(struct cpu_ctx *ctx, const float *x, int m, const floa
 #endif
 
 /* x rows as ggml's 8-bit activation blocks, quantized exactly as
- * cpu_act_quant does: per 32 values int8 q, the f16-rounded scale d and
- * the sum of q (for the offsets of Q4_0, Q4_1, Q5_0, Q5_1) */
+ * cpu_act_quant does: per 32 values int8 q [row][in]; the f16-rounded scale
+ * d and (as a float, exact) the sum of q (for the offsets of Q4_0, Q4_1,
+ * Q5_0, Q5_1) by groups of QMM_GEMM_MIN_ROWS rows, [group][block][row in
+ * group], zero past the last row: the gemv kernel scales a block's products
+ * for all of a group's rows in one vector op */
 struct q8x {
     int8_t *q;
-    float *d;
-    int32_t *sum;
-    /* d and (float)sum again, by groups of QMM_GEMM_MIN_ROWS rows, [group][block][row in group]
-     * (zero past the last row): the gemv kernel scales a block's products for
-     * all of a group's rows in one vector op */
     float *dt, *st;
 };
 
@@ -399,23 +397,28 @@ static int dot_rows_avx2(uint32_t type, const uint8_t *q, const float *x, int in
 
 
 static void q8x_free(struct q8x *o);
-static void q8x_group(struct q8x *o, int n, int in);
 
 /* room for n rows of `in` values as 8-bit blocks of 32 */
 static int q8x_alloc(int n, int in, struct q8x *o)
 {
-    size_t nb = (size_t)n * in / 32, groups = ((size_t)n + QMM_GEMM_MIN_ROWS - 1) / QMM_GEMM_MIN_ROWS;
+    size_t groups = ((size_t)n + QMM_GEMM_MIN_ROWS - 1) / QMM_GEMM_MIN_ROWS;
     size_t nt = groups * QMM_GEMM_MIN_ROWS * (size_t)(in / 32);
     o->q = malloc((size_t)n * in);
-    o->d = malloc(sizeof(float) * nb);
-    o->sum = malloc(sizeof(int32_t) * nb);
     o->dt = calloc(nt, sizeof(float));
     o->st = calloc(nt, sizeof(float));
-    if (!o->q || !o->d || !o->sum || !o->dt || !o->st) {
+    if (!o->q || !o->dt || !o->st) {
         q8x_free(o);
         return -ENOMEM;
     }
     return 0;
+}
+
+/* where block b of the rows (row b / nbr, its block b % nbr; nbr blocks a
+ * row) keeps its scale and sum in dt and st */
+static size_t q8x_at(size_t b, size_t nbr)
+{
+    size_t row = b / nbr;
+    return (row / QMM_GEMM_MIN_ROWS * nbr + b % nbr) * QMM_GEMM_MIN_ROWS + row % QMM_GEMM_MIN_ROWS;
 }
 
 /* the largest |v| of a block of 32 */
@@ -431,7 +434,7 @@ static float amax32(const float *xb)
 
 static int q8x_make(const float *x, int n, int in, struct q8x *o)
 {
-    size_t nb = (size_t)n * in / 32;
+    size_t nb = (size_t)n * in / 32, nbr = (size_t)in / 32;
     if (q8x_alloc(n, in, o))
         return -ENOMEM;
     for (size_t b = 0; b < nb; b++) {
@@ -444,31 +447,16 @@ static int q8x_make(const float *x, int n, int in, struct q8x *o)
             o->q[b * 32 + k] = (int8_t)v;
             s += v;
         }
-        o->d[b] = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
-        o->sum[b] = s;
+        o->dt[q8x_at(b, nbr)] = kvfs_f16_to_f32(kvfs_f32_to_f16(d));
+        o->st[q8x_at(b, nbr)] = (float)s;
     }
-    q8x_group(o, n, in);
     return 0;
 }
 
 static void q8x_free(struct q8x *o)
 {
-    free(o->q), free(o->d), free(o->sum), free(o->dt), free(o->st);
+    free(o->q), free(o->dt), free(o->st);
     *o = (struct q8x){0};
-}
-
-/* dt and st from d and sum (q8x_alloc zeroed the padding) */
-static void q8x_group(struct q8x *o, int n, int in)
-{
-    size_t nb = (size_t)in / 32;
-    for (int i = 0; i < n; i++) {
-        float *dt = o->dt + (size_t)(i / QMM_GEMM_MIN_ROWS) * nb * QMM_GEMM_MIN_ROWS + i % QMM_GEMM_MIN_ROWS;
-        float *st = o->st + (dt - o->dt);
-        for (size_t b = 0; b < nb; b++) {
-            dt[b * QMM_GEMM_MIN_ROWS] = o->d[(size_t)i * nb + b];
-            st[b * QMM_GEMM_MIN_ROWS] = (float)o->sum[(size_t)i * nb + b];
-        }
-    }
 }
 
 /* x rows that cpu_act_quant(Q8_0 / Q8_1) already rounded (q * d, d an f16
@@ -477,7 +465,7 @@ static void q8x_group(struct q8x *o, int n, int in)
  * largest |x| is 127 d: d is its f16 rounding of |x| / 127. */
 static int q8x_recover(const float *x, int n, int in, struct q8x *o)
 {
-    size_t nb = (size_t)n * in / 32;
+    size_t nb = (size_t)n * in / 32, nbr = (size_t)in / 32;
     if (q8x_alloc(n, in, o))
         return -ENOMEM;
     for (size_t b = 0; b < nb; b++) {
@@ -494,10 +482,9 @@ static int q8x_recover(const float *x, int n, int in, struct q8x *o)
             o->q[b * 32 + k] = (int8_t)v;
             s += v;
         }
-        o->d[b] = d;
-        o->sum[b] = s;
+        o->dt[q8x_at(b, nbr)] = d;
+        o->st[q8x_at(b, nbr)] = (float)s;
     }
-    q8x_group(o, n, in);
     return 1;
 }
 
@@ -879,7 +866,7 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
                 dot_rows_qk(w->type, q, j->xk + (size_t)g * (in / 256), in / 256, m, dots);
             } else if (j->xq) {
                 /* rows [g, g + m): group g / QMM_GEMM_MIN_ROWS of dt and st */
-                struct q8x xg = {j->xq->q + (size_t)g * in, NULL, NULL, j->xq->dt + (size_t)g * (in / 32),
+                struct q8x xg = {j->xq->q + (size_t)g * in, j->xq->dt + (size_t)g * (in / 32),
                                  j->xq->st + (size_t)g * (in / 32)};
                 dot_rows_q8(w->type, q, &xg, in, m, dots);
             } else {

@@ -106,7 +106,7 @@ endif
 
 .PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
-all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN)
+all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
 
 $(LIBCORE): $(CORE_OBJ)
@@ -114,7 +114,7 @@ $(LIBCORE): $(CORE_OBJ)
 $(LIBMODEL): $(MODEL_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
 $(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o
-	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread -lm
 
 $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)

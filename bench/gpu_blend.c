@@ -5,7 +5,12 @@
  * 32-token query.  Also: the layer-wise loader's bandwidth from store files
  * to GPU memory vs the host-to-device copy limit, and blend TTFT with the
  * chunks read from the store (page cache dropped where permitted).
- * Usage: gpu_blend [backend] */
+ * With a GGUF (e.g. the 8B-shaped Q4_K_M file of tools/mkmodel-8b.py) the
+ * same runs use that model, weights kept as the file has them, and the
+ * device memory it takes and full-prefill tokens/s at 512 and 3,104 tokens
+ * are printed too (what bench/device.sh sets beside llama.cpp's llama-bench).
+ * Usage: gpu_blend [backend [MODEL.gguf]] */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -162,16 +167,30 @@ static double stream_blend(struct kvfs_model *m, struct kvfs_store *st, const ch
     return t;
 }
 
-int main(int argc, char **argv)
+/* device memory in use (bytes), or 0 when it cannot be read */
+static size_t device_used(void)
 {
-    const char *backend = argc > 1 ? argv[1] : "cuda";
+#ifdef KVFS_HAVE_CUDA
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) == cudaSuccess)
+        return total - free_b;
+    cudaGetLastError();
+#endif
+    return 0;
+}
+
+static struct kvfs_model *synthetic_model(const char *backend)
+{
     struct kvfs_model *m = calloc(1, sizeof(*m));
     struct kvfs_hparams *hp = &m->hp;
-    *hp = (struct kvfs_hparams){"llama", 32, 4096, 32, 8, 128, 14336, 32768, 8192, 1e-5f, 500000.0f, 128,
-                                KVFS_ROPE_STYLE_NORM};
+    *hp = (struct kvfs_hparams){.arch = "llama", .n_layer = 32, .n_embd = 4096, .n_head = 32, .n_kv_head = 8,
+                                .head_dim = 128, .n_ff = 14336, .n_vocab = 32768, .n_ctx_train = 8192,
+                                .rms_eps = 1e-5f, .rope_theta = 500000.0f, .rope_dim = 128,
+                                .rope_style = KVFS_ROPE_STYLE_NORM, .q_dim = 4096,
+                                .attn_scale = 1.0f / sqrtf(128.0f)};
     if (kvfs_backend_init_by_name(backend, 0, &m->be) != 0) {
-        printf("skip: backend %s unavailable\n", backend);
-        return 77;
+        free(m);
+        return NULL;
     }
     double t0 = now();
     size_t big = (size_t)14336 * 4096;
@@ -202,17 +221,75 @@ int main(int argc, char **argv)
     struct kvfs_fingerprint *fp = &m->fp;
     *fp = (struct kvfs_fingerprint){32, 8, 128, KVFS_ROPE_NORM, 500000.0f, 128, "llama", {0}, 32, 4096};
     memcpy(fp->model_id, "synthetic-llama-3-8b-shapes.....", 32);
+    free(h);
+    free(ones);
+    free(emb);
     printf("model built in %.1f s (backend %s)\n", now() - t0, m->be.iface->name);
+    return m;
+}
+
+/* median seconds of a full prefill of the first n tokens */
+static double prefill_s(struct kvfs_model *m, const int32_t *toks, int n, float *logits)
+{
+    double t[5];
+    for (int rep = 0; rep < 5; rep++) {
+        struct kvfs_kv_cache c;
+        if (kvfs_kv_cache_init(m, n, &c)) {
+            fprintf(stderr, "cache alloc failed\n");
+            exit(1);
+        }
+        double t0 = now();
+        if (kvfs_forward(m, &c, toks, n, 0, logits)) {
+            fprintf(stderr, "prefill of %d tokens failed\n", n);
+            exit(1);
+        }
+        t[rep] = now() - t0;
+        kvfs_kv_cache_free(m, &c);
+    }
+    return median(t, 5);
+}
+
+int main(int argc, char **argv)
+{
+    const char *backend = argc > 1 ? argv[1] : "cuda";
+    const char *path = argc > 2 ? argv[2] : NULL;
+    struct kvfs_model *m = NULL;
+    if (path) {
+        char lerr[256];
+        size_t before = device_used();
+        double t0 = now();
+        int rc = kvfs_model_load(path, backend, 0, &m, lerr, sizeof(lerr));
+        if (rc == -ENODEV) {
+            printf("skip: backend %s unavailable\n", backend);
+            return 77;
+        }
+        if (rc) {
+            fprintf(stderr, "gpu_blend: %s: %s\n", path, lerr);
+            return 1;
+        }
+        struct stat sb;
+        size_t used = device_used() - before;
+        printf("model %s loaded in %.1f s (backend %s)\n", path, now() - t0, m->be.iface->name);
+        if (used && stat(path, &sb) == 0)
+            printf("device memory for the model: %.2f GiB for a %.2f GiB file (%.2fx)\n", used / 1073741824.0,
+                   sb.st_size / 1073741824.0, (double)used / (double)sb.st_size);
+    } else if (!(m = synthetic_model(backend))) {
+        printf("skip: backend %s unavailable\n", backend);
+        return 77;
+    }
+    struct kvfs_hparams *hp = &m->hp;
     int32_t *toks = malloc(sizeof(int32_t) * (K * L + Q));
-    for (int i = 0; i < K * L + Q; i++)
-        toks[i] = (int32_t)((i * 7919u) % (unsigned)hp->n_vocab);
-    struct kvfs_writer w[K];
+    for (int i = 0; i < K * L + Q; i++) /* ids past the byte tokens, as llama-bench's random ones */
+        toks[i] = hp->n_vocab > 600 ? (int32_t)(300 + (i * 7919u) % (unsigned)(hp->n_vocab - 300))
+                                    : (int32_t)((i * 7919u) % (unsigned)hp->n_vocab);
+    struct kvfs_writer w[K], w4[K];
     struct kvfs_blend_chunk ch[K];
     for (int i = 0; i < K; i++) {
         struct kvfs_kv_cache c;
         kvfs_kv_cache_init(m, L, &c);
-        if (kvfs_forward(m, &c, toks + i * L, L, 0, NULL) || kvfs_kv_cache_to_chunk(m, &c, 0, L, toks + i * L,
-                                                                                    KVFS_DTYPE_F16, &w[i])) {
+        if (kvfs_forward(m, &c, toks + i * L, L, 0, NULL) ||
+            kvfs_kv_cache_to_chunk(m, &c, 0, L, toks + i * L, KVFS_DTYPE_F16, &w[i]) ||
+            kvfs_kv_cache_to_chunk(m, &c, 0, L, toks + i * L, KVFS_DTYPE_Q4S, &w4[i])) {
             fprintf(stderr, "chunk prefill failed\n");
             return 1;
         }
@@ -223,14 +300,20 @@ int main(int argc, char **argv)
     char dir[256], err0[256], hashes[K][KVFS_HASH_HEX_LEN + 1];
     const char *hp_[K];
     snprintf(dir, sizeof(dir), "%s/kvfs-gpu-bench.%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-    char dir_ram[300], dir_raw[300];
+    char dir_ram[300], dir_raw[300], dir_q4[300];
     snprintf(dir_ram, sizeof(dir_ram), "%s.ram", dir);
     snprintf(dir_raw, sizeof(dir_raw), "%s.raw", dir);
-    struct kvfs_store_opts so = {dir, 0, 0, 1, 0, 1}, so_ram = {dir_ram, 0, (uint64_t)2 << 30, 1, 0, 1},
-                           so_raw = {dir_raw, 0, 0, 0, 0, 1};
-    struct kvfs_store *store, *store_ram, *store_raw;
+    snprintf(dir_q4, sizeof(dir_q4), "%s.q4s", dir);
+    struct kvfs_store_opts so = {.dir = dir, .zstd_level = 1, .no_sync = 1},
+                           so_ram = {.dir = dir_ram, .ram_bytes = (uint64_t)2 << 30, .zstd_level = 1, .no_sync = 1},
+                           so_raw = {.dir = dir_raw, .no_sync = 1},
+                           so_q4 = {.dir = dir_q4, .zstd_level = 1, .no_sync = 1};
+    struct kvfs_store *store, *store_ram, *store_raw, *store_q4;
+    char hashes_q4[K][KVFS_HASH_HEX_LEN + 1];
+    const char *hq_[K];
     if (kvfs_store_open(&so, &store, err0, sizeof(err0)) || kvfs_store_open(&so_ram, &store_ram, err0, sizeof(err0)) ||
-        kvfs_store_open(&so_raw, &store_raw, err0, sizeof(err0))) {
+        kvfs_store_open(&so_raw, &store_raw, err0, sizeof(err0)) ||
+        kvfs_store_open(&so_q4, &store_q4, err0, sizeof(err0))) {
         fprintf(stderr, "store: %s\n", err0);
         return 1;
     }
@@ -241,6 +324,11 @@ int main(int argc, char **argv)
             return 1;
         }
         hp_[i] = hashes[i];
+        if (kvfs_store_put(store_q4, w4[i].buf, w4[i].size, NULL, hashes_q4[i], err0, sizeof(err0))) {
+            fprintf(stderr, "store put (q4s): %s\n", err0);
+            return 1;
+        }
+        hq_[i] = hashes_q4[i];
         struct kvfs_chunk_ref *ref; /* the second store keeps it in its RAM tier */
         if (kvfs_store_put(store_raw, w[i].buf, w[i].size, NULL, NULL, err0, sizeof(err0)) ||
             kvfs_store_put(store_ram, w[i].buf, w[i].size, NULL, NULL, err0, sizeof(err0)) ||
@@ -249,9 +337,9 @@ int main(int argc, char **argv)
             return 1;
         }
         kvfs_chunk_release(ref);
-        layer_bytes += (uint64_t)hp->n_layer * 2 * L * 1024 * 2; /* f16 K and V */
+        layer_bytes += (uint64_t)hp->n_layer * 2 * L * hp->n_kv_head * hp->head_dim * 2; /* f16 K and V */
     }
-    double pin_gbs, page_gbs, cold[3], warm[3], st_bl[5], st_wait[5], st_load[5], ram_bl[5], auto_bl[5], auto_ratio[5], auto_rows[5], raw_cold[3], raw_warm[3];
+    double q4_bl[5], pin_gbs, page_gbs, cold[3], warm[3], st_bl[5], st_wait[5], st_load[5], ram_bl[5], auto_bl[5], auto_ratio[5], auto_rows[5], raw_cold[3], raw_warm[3];
     int dropped = 1;
     h2d_limit(&pin_gbs, &page_gbs);
     for (int rep = 0; rep < 3; rep++) {
@@ -269,6 +357,9 @@ int main(int argc, char **argv)
     printf("the same from uncompressed objects (zstd=0): %.1f GB/s with the page cache %s, %.1f GB/s warm\n",
            median(raw_cold, 3), dropped ? "dropped" : "NOT dropped", median(raw_warm, 3));
     float *lf = malloc(sizeof(float) * hp->n_vocab), *lb = malloc(sizeof(float) * hp->n_vocab);
+    double p512 = prefill_s(m, toks, 512, lf), pfull = prefill_s(m, toks, K * L + Q, lf);
+    printf("full prefill: %d tokens %.1f ms (%.0f tokens/s), %d tokens %.1f ms (%.0f tokens/s) (medians of 5)\n", 512,
+           1e3 * p512, 512 / p512, K * L + Q, 1e3 * pfull, (K * L + Q) / pfull);
     enum { REPS = 5 };
     enum { NB = 4 };
     double full[REPS], bl[NB][REPS], qst_bl[REPS];
@@ -311,13 +402,18 @@ int main(int argc, char **argv)
         bo.select = KVFS_BLEND_SELECT_QUERY;
         drop_caches();
         qst_bl[rep] = stream_blend(m, store, hp_, toks + K * L, &bo, lb, &bs);
-        bo.select = KVFS_BLEND_SELECT_FIXED;
         ram_bl[rep] = stream_blend(m, store_ram, hp_, toks + K * L, &bo, lb, &bs);
+        bo.select = KVFS_BLEND_SELECT_FIXED;
         /* ratio 0.15 streaming the chunks from the store's files */
         drop_caches();
         st_bl[rep] = stream_blend(m, store, hp_, toks + K * L, &bo, lb, &bs);
         st_wait[rep] = bs.wait_s;
         st_load[rep] = bs.load_s;
+        /* the same from q4s chunks (4.25 bits a value on disk) */
+        drop_caches();
+        bo.select = KVFS_BLEND_SELECT_QUERY;
+        q4_bl[rep] = stream_blend(m, store_q4, hq_, toks + K * L, &bo, lb, &bs);
+        bo.select = KVFS_BLEND_SELECT_FIXED;
         /* ratio=auto from the same cold files: the controller spends the
          * time the disk takes anyway on a higher ratio */
         bo.auto_ratio = 1;
@@ -335,11 +431,13 @@ int main(int argc, char **argv)
                1e3 * MED(bl[r]), MED(full) / MED(bl[r]));
     printf("| blend ratio 0.15, query selection, chunks streamed from store files%s | %.1f | %.2fx |\n",
            dropped ? " (page cache dropped)" : "", 1e3 * MED(qst_bl), MED(full) / MED(qst_bl));
-    printf("| blend ratio 0.15, chunks in the store's RAM tier | %.1f | %.2fx |\n", 1e3 * MED(ram_bl),
+    printf("| blend ratio 0.15, query selection, q4s chunks streamed from store files%s | %.1f | %.2fx |\n",
+           dropped ? " (page cache dropped)" : "", 1e3 * MED(q4_bl), MED(full) / MED(q4_bl));
+    printf("| blend ratio 0.15, query selection, chunks in the store's RAM tier | %.1f | %.2fx |\n", 1e3 * MED(ram_bl),
            MED(full) / MED(ram_bl));
-    printf("| blend ratio 0.15, chunks streamed from store files%s | %.1f | %.2fx |\n",
+    printf("| blend ratio 0.15, fixed selection, chunks streamed from store files%s | %.1f | %.2fx |\n",
            dropped ? " (page cache dropped)" : "", 1e3 * MED(st_bl), MED(full) / MED(st_bl));
-    printf("| blend ratio=auto (picked %.2f, then %.0f rows per layer on average; medians), chunks streamed from store "
+    printf("| blend ratio=auto, fixed selection (picked %.2f, then %.0f rows per layer on average; medians), chunks streamed from store "
            "files%s | %.1f | %.2fx |\n",
            MED(auto_ratio), MED(auto_rows), dropped ? " (page cache dropped)" : "", 1e3 * MED(auto_bl), MED(full) / MED(auto_bl));
     printf("\nstreamed blend: loading took %.1f ms, of which the blend waited %.1f ms (medians)\n",
@@ -347,8 +445,9 @@ int main(int argc, char **argv)
     kvfs_store_close(store);
     kvfs_store_close(store_ram);
     kvfs_store_close(store_raw);
-    char cmd[1000];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", dir, dir_ram, dir_raw);
+    kvfs_store_close(store_q4);
+    char cmd[1400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s' '%s'", dir, dir_ram, dir_raw, dir_q4);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
     return 0;

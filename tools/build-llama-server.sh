@@ -13,8 +13,13 @@
 #                          with `pip download` when absent)
 #   JOBS                   parallel compile jobs (default: 2)
 #   FORCE=1                rebuild even when the binary is up to date
+#   CUDA_ARCH=90           build the CUDA engine instead, for that compute
+#                          capability (90: H100/H200), into $BUILD/llama-cuda:
+#                          llama-server, llama-bench and llama-quantize over
+#                          shared ggml libraries (the GPU device kit carries
+#                          them: tools/build-device-kit.sh); needs nvcc
 #
-# CPU only, Release, -march=native (GGML_NATIVE), no OpenSSL (this llama.cpp
+# By default CPU only, Release, -march=native (GGML_NATIVE), no OpenSSL (this llama.cpp
 # has no LLAMA_CURL any more: it is deprecated and ignored; LLAMA_OPENSSL is
 # the switch), no web UI (LLAMA_USE_PREBUILT_UI would download it from a
 # Hugging Face bucket at build time), static libraries so the binary stands
@@ -36,6 +41,22 @@ SRC=$TP/$NAME
 LLAMA=$SRC/vendor/llama.cpp
 OUT=$BUILD/llama-server
 BIN=$OUT/bin/llama-server
+TARGETS=llama-server
+# the CPU engine is tuned for this machine; the CUDA one runs elsewhere
+ENGINE_FLAGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF"
+if [ -n "${CUDA_ARCH:-}" ]; then
+    OUT=$BUILD/llama-cuda
+    BIN=$OUT/bin/llama-server
+    TARGETS="llama-server llama-bench llama-quantize"
+    NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    [ -x "$NVCC" ] || { echo "build-llama-server: error: CUDA_ARCH=$CUDA_ARCH but no nvcc" >&2; exit 1; }
+    # portable x86-64-v3 host code, one GPU architecture (a build for all of
+    # them takes hours on two cores), shared ggml so three binaries carry one
+    # copy of the CUDA kernels
+    ENGINE_FLAGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DCMAKE_CUDA_COMPILER=$NVCC
+        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DBUILD_SHARED_LIBS=ON
+        -DCMAKE_INSTALL_RPATH=\$ORIGIN:\$ORIGIN/../lib -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON"
+fi
 JOBS=${JOBS:-2}
 
 say() { echo "build-llama-server: $*" >&2; }
@@ -97,12 +118,11 @@ say "llama.cpp source: $LLAMA (commit $commit)"
 
 # 3. configure
 start=$(date +%s)
-say "configuring (cmake, Ninja, Release, CPU only) in $OUT ..."
+say "configuring (cmake, Ninja, Release) in $OUT ..."
+# shellcheck disable=SC2086 # ENGINE_FLAGS is a list of words
 nice -n 19 cmake -S "$LLAMA" -B "$OUT" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=OFF \
-    -DGGML_NATIVE=ON \
-    -DGGML_CUDA=OFF \
+    $ENGINE_FLAGS \
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -115,9 +135,10 @@ nice -n 19 cmake -S "$LLAMA" -B "$OUT" -G Ninja \
     >"$OUT.configure.log" 2>&1 ||
     { tail -n 40 "$OUT.configure.log" >&2; die "cmake configure failed (log: $OUT.configure.log)"; }
 
-# 4. build only llama-server
-say "building target llama-server (nice -n 19, -j$JOBS; takes a while) ..."
-nice -n 19 cmake --build "$OUT" --target llama-server -j "$JOBS" >&2 ||
+# 4. build only the targets wanted
+say "building $TARGETS (nice -n 19, -j$JOBS; takes a while) ..."
+# shellcheck disable=SC2086
+nice -n 19 cmake --build "$OUT" --target $TARGETS -j "$JOBS" >&2 ||
     die "build failed (see the compiler output above; build tree: $OUT)"
 [ -x "$BIN" ] || die "build finished but $BIN is missing"
 touch "$BIN"

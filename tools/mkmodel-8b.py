@@ -4,15 +4,20 @@
 with random weights, then quantize it to Q4_K_M with llama.cpp's own
 quantizer (llama_model_quantize from the pinned llama-cpp-python).
 
-Usage: tools/mkmodel-8b.py OUT.gguf [--layers N] [--keep-f16]
+Usage: tools/mkmodel-8b.py OUT.gguf [--layers N] [--keep-f16] [--quantizer PATH] [--fast]
 
 The F16 file (16 GB) is written beside OUT and removed once the Q4_K_M file
 (4.9 GB) is complete; OUT appears only when the quantizer succeeded.  The
 vocabulary is byte-level (256 byte tokens, <|endoftext|>, two spaces as one merge, then reserved
 control tokens up to 128256), so any text tokenizes, about one token per byte.
 Random weights: for speed and memory measurements, not for text quality.
-Needs numpy and llama_cpp (tools/install-oracle.sh); gguf-py comes from the
-llama.cpp source the llama-cpp-python sdist carries (build/third_party)."""
+Needs numpy and llama_cpp (tools/install-oracle.sh), or --quantizer naming
+llama.cpp's llama-quantize program (the GPU device kit carries one, and no
+llama_cpp); gguf-py comes from the llama.cpp source the llama-cpp-python sdist
+carries (build/third_party), or from GGUF_PY.  --fast draws 16M random values
+once and lays them out again with a random shift per tensor (seconds, not
+minutes: for a machine whose time is counted; the weights are as random for
+speed and memory measurements)."""
 import argparse
 import glob
 import os
@@ -25,6 +30,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 
 
 def gguf_module():
+    if os.environ.get('GGUF_PY'):
+        sys.path.insert(0, os.environ['GGUF_PY'])
     for p in sorted(glob.glob(os.path.join(ROOT, 'build', 'third_party', 'llama_cpp_python-*', 'vendor', 'llama.cpp',
                                            'gguf-py'))):
         sys.path.insert(0, p)
@@ -53,7 +60,7 @@ def vocabulary(n_vocab):
     return toks, types
 
 
-def write_f16(gguf, path, n_layer, seed):
+def write_f16(gguf, path, n_layer, seed, fast=False):
     E, H, KH, FF, V = 4096, 32, 8, 14336, 128256
     D = E // H
     w = gguf.GGUFWriter(path, 'llama')
@@ -92,10 +99,15 @@ def write_f16(gguf, path, n_layer, seed):
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
+    pool = rng.standard_normal(1 << 24, dtype=np.float32) if fast else None
     t0, done, total = time.time(), 0, sum(int(np.prod(s)) for _, s, _ in shapes)
     for name, shape, std in shapes:
         if std is None:
             a = (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        elif fast:
+            n = int(np.prod(shape))
+            a = np.resize(np.roll(pool * np.float32(std), int(rng.integers(1 << 24))).astype(np.float16), n)
+            a = a.reshape(shape)
         else:
             a = (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float16)
         w.write_tensor_data(a)
@@ -105,7 +117,16 @@ def write_f16(gguf, path, n_layer, seed):
     w.close()
 
 
-def quantize(src, dst):
+def quantize(src, dst, quantizer=None):
+    if quantizer:
+        import subprocess
+        t0 = time.time()
+        r = subprocess.run([quantizer, src, dst, 'Q4_K_M', str(os.cpu_count() or 1)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            sys.exit(f'mkmodel-8b: {quantizer} failed ({r.returncode}): {r.stderr[-2000:]}')
+        print(f'mkmodel-8b: Q4_K_M in {time.time() - t0:.0f} s ({quantizer})', file=sys.stderr)
+        return
     import llama_cpp
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
@@ -123,13 +144,15 @@ def main():
     ap.add_argument('--layers', type=int, default=32)
     ap.add_argument('--seed', type=int, default=8)
     ap.add_argument('--keep-f16', action='store_true')
+    ap.add_argument('--quantizer', help="llama.cpp's llama-quantize program (default: llama_cpp's binding)")
+    ap.add_argument('--fast', action='store_true', help='lay out 16M random values again (seconds)')
     a = ap.parse_args()
     gguf = gguf_module()
     f16 = a.out + '.f16.part'
     part = a.out + '.part'
     try:
-        write_f16(gguf, f16, a.layers, a.seed)
-        quantize(f16, part)
+        write_f16(gguf, f16, a.layers, a.seed, a.fast)
+        quantize(f16, part, a.quantizer)
         os.rename(part, a.out)
     finally:
         if os.path.exists(part):

@@ -15,8 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant_cuda.h"
+
 extern "C" {
 #include "backend.h"
+#include "gguf.h"
 #include "kvquant.h"
 #include "log.h"
 }
@@ -72,12 +75,25 @@ struct cuda_ctx {
     struct stage_slot stage[STAGE_SLOTS];
     int next_slot;
     int flash_smem_set;
+    /* f16 scratch of the tensor-core products of encoded weights: a slice
+     * of W's rows decoded, and x (one stream: reused call after call) */
+    __half *wh, *xh;
+    size_t wh_cap, xh_cap; /* elements */
+    size_t wh_max;         /* most elements of W decoded at once */
+    float *gelu_table;     /* geglu's, made on first use */
 };
 
 struct kvfs_weight {
-    float *w; /* device [out_dim][in_dim] */
+    float *w;   /* device [out_dim][in_dim] f32, or NULL when encoded: */
+    uint8_t *q; /* device, out_dim rows of row_bytes of ggml type `type` */
+    uint32_t type;
+    size_t row_bytes;
     int out_dim, in_dim;
 };
+
+/* most f16 elements of W decoded at once (256 MiB): a whole layer's
+ * projection for an 8B model, slices of the output embedding */
+#define WH_MAX ((size_t)128 << 20)
 
 static int cuda_err(cudaError_t e, const char *what)
 {
@@ -191,7 +207,7 @@ static int c_copy(void *vctx, void *dst, const void *src, size_t bytes)
 
 static int c_weight_create(void *vctx, const float *host, int out_dim, int in_dim, struct kvfs_weight **out)
 {
-    struct kvfs_weight *w = (struct kvfs_weight *)malloc(sizeof(*w));
+    struct kvfs_weight *w = (struct kvfs_weight *)calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
     size_t bytes = sizeof(float) * (size_t)out_dim * in_dim;
@@ -213,8 +229,64 @@ static void c_weight_free(void *vctx, struct kvfs_weight *w)
 {
     if (w) {
         c_free(vctx, w->w);
+        c_free(vctx, w->q);
         free(w);
     }
+}
+
+/* W kept encoded on the device: the file's bytes, decoded by kernels */
+static int c_weight_create_quant(void *vctx, uint32_t type, const void *data, size_t row_bytes, int out_dim,
+                                 int in_dim, struct kvfs_weight **out)
+{
+    uint32_t bytes, per = (uint32_t)kq_block(type, &bytes);
+    if (!per)
+        return -ENOTSUP; /* the model decodes it to f32 instead */
+    if (out_dim <= 0 || in_dim <= 0 || in_dim % per || row_bytes != (size_t)in_dim / per * bytes)
+        return -EINVAL;
+    struct kvfs_weight *w = (struct kvfs_weight *)calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    size_t total = row_bytes * (size_t)out_dim;
+    int rc = c_alloc(vctx, total, (void **)&w->q);
+    if (!rc)
+        rc = c_upload(vctx, w->q, data, total);
+    if (rc) {
+        c_free(vctx, w->q);
+        free(w);
+        return rc;
+    }
+    w->type = type;
+    w->row_bytes = row_bytes;
+    w->out_dim = out_dim;
+    w->in_dim = in_dim;
+    *out = w;
+    return 0;
+}
+
+static int c_weight_rows(void *vctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n)
+{
+    if (!w->q)
+        return -EINVAL;
+    if (n <= 0)
+        return 0;
+    return cuda_err(kq_decode_rows_f32(CTX->stream, w->type, w->q, w->row_bytes, ids, n, w->in_dim, out),
+                    "weight_rows");
+}
+
+/* device f16 scratch of at least n elements (grown, never shrunk) */
+static int scratch_half(struct cuda_ctx *c, __half **buf, size_t *cap, size_t n)
+{
+    if (*cap >= n)
+        return 0;
+    if (*buf) {
+        cudaStreamSynchronize(c->stream); /* the old one may still be read */
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
+    }
+    CK(cudaMalloc((void **)buf, n * sizeof(__half)));
+    *cap = n;
+    return 0;
 }
 
 __global__ void k_add_bias(float *y, const float *b, int n, int d)
@@ -226,10 +298,53 @@ __global__ void k_add_bias(float *y, const float *b, int n, int d)
 
 static unsigned blocks(size_t n, unsigned t) { return (unsigned)((n + t - 1) / t); }
 
+/* y = x . W^T for an encoded W: a few rows decode W as they go (f32); more
+ * decode W to f16 a slice of rows at a time and multiply on the tensor cores
+ * (f16 x and W, f32 sums: what llama.cpp's cuBLAS path does), so W's f32 or
+ * f16 copy never exists whole */
+static int matmul_encoded(struct cuda_ctx *c, const struct kvfs_weight *w, const float *x, float *y, int n)
+{
+    if (n <= KQ_GEMV_MAX_N)
+        return cuda_err(kq_gemv(c->stream, w->type, w->q, w->row_bytes, w->out_dim, w->in_dim, x, n, y), "gemv");
+    int rc, in = w->in_dim;
+    size_t slice = c->wh_max / (size_t)in;
+    if (slice < 1)
+        slice = 1;
+    if (slice > (size_t)w->out_dim)
+        slice = (size_t)w->out_dim;
+    if ((rc = scratch_half(c, &c->wh, &c->wh_cap, slice * in)) ||
+        (rc = scratch_half(c, &c->xh, &c->xh_cap, (size_t)n * in)) ||
+        (rc = cuda_err(kq_to_half(c->stream, x, c->xh, (size_t)n * in), "to_half")))
+        return rc;
+    const float one = 1.0f, zero = 0.0f;
+    for (int r0 = 0; r0 < w->out_dim; r0 += (int)slice) {
+        int rows = w->out_dim - r0 < (int)slice ? w->out_dim - r0 : (int)slice;
+        if ((rc = cuda_err(kq_decode_f16(c->stream, w->type, w->q, w->row_bytes, r0, rows, in, c->wh), "decode")))
+            return rc;
+        /* column-major Y[r0 .. r0 + rows)(n) = Wslice^T . X, ldc out_dim */
+        cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, in, &one, c->wh, CUDA_R_16F, in,
+                                        c->xh, CUDA_R_16F, in, &zero, y + r0, CUDA_R_32F, w->out_dim,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            kvfs_log(KVFS_LOG_ERR, "cuda: cublasGemmEx failed (%d)", (int)s);
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
 static int c_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
 {
     if (n <= 0)
         return 0;
+    if (w->q) {
+        int rc = matmul_encoded(CTX, w, x, y, n);
+        if (rc || !bias)
+            return rc;
+        size_t tot = (size_t)n * w->out_dim;
+        k_add_bias<<<blocks(tot, 256), 256, 0, CTX->stream>>>(y, bias, n, w->out_dim);
+        return LAUNCHED("add_bias");
+    }
     const float one = 1.0f, zero = 0.0f;
     /* row-major y[n][out] = x[n][in] . W[out][in]^T, i.e. column-major
      * Y(out x n) = W^T(out x in) . X(in x n) */
@@ -360,6 +475,60 @@ static int c_swiglu(void *vctx, const float *gate, const float *up, float *out, 
     return LAUNCHED("swiglu");
 }
 
+__global__ void k_scale(const float *x, float sc, float *y, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = x[i] * sc;
+}
+
+static int c_scale(void *vctx, const float *x, float s, float *y, size_t count)
+{
+    if (!count)
+        return 0;
+    k_scale<<<blocks(count, 256), 256, 0, CTX->stream>>>(x, s, y, count);
+    return LAUNCHED("scale");
+}
+
+/* GEGLU through ggml's table of GELU at every f16 value, rounded to f16 (as
+ * the CPU backend's cpu_geglu): built on the host with the same float
+ * operations and libm, so both backends read the same table */
+__global__ void k_geglu(const float *g, const float *u, float *o, const float *table, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = g[i];
+        o[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x * u[i] : table[__half_as_ushort(__float2half_rn(x))] * u[i];
+    }
+}
+
+static int c_geglu(void *vctx, const float *gate, const float *up, float *out, size_t count)
+{
+    struct cuda_ctx *c = CTX;
+    if (!count)
+        return 0;
+    if (!c->gelu_table) {
+        float *h = (float *)malloc(sizeof(float) << 16);
+        if (!h)
+            return -ENOMEM;
+        for (uint32_t i = 0; i < (1u << 16); i++) {
+            float x = __half2float(__ushort_as_half((unsigned short)i));
+            float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+            h[i] = __half2float(__float2half_rn(g));
+        }
+        int rc = c_alloc(vctx, sizeof(float) << 16, (void **)&c->gelu_table);
+        if (!rc && (rc = c_upload(vctx, c->gelu_table, h, sizeof(float) << 16))) {
+            c_free(vctx, c->gelu_table);
+            c->gelu_table = NULL;
+        }
+        free(h);
+        if (rc)
+            return rc;
+    }
+    k_geglu<<<blocks(count, 256), 256, 0, c->stream>>>(gate, up, out, c->gelu_table, count);
+    return LAUNCHED("geglu");
+}
+
 __global__ void k_gather(const float *src, const int32_t *idx, float *out, int n_idx, int dim)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -417,7 +586,7 @@ template <int D> static size_t flash_smem(void)
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
 k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-        int n_kv, int n_head, int n_kv_head, float scale, float *out)
+        int n_kv, int n_head, int n_kv_head, float scale, int window, float *out)
 {
     extern __shared__ float sm[];
     float *qs = sm;                        /* [BQ][D+1], pre-scaled */
@@ -435,9 +604,11 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
     if (t < FA_BQ)
         qp_s[t] = i0 + t < n_q ? q_pos[i0 + t] : INT_MIN;
     __syncthreads();
-    int32_t qmax = INT_MIN;
-    for (int rr = 0; rr < FA_BQ; rr++)
+    int32_t qmax = INT_MIN, qmin = INT_MAX;
+    for (int rr = 0; rr < FA_BQ; rr++) {
         qmax = max(qmax, qp_s[rr]);
+        qmin = min(qmin, qp_s[rr]);
+    }
     const int32_t my_pos = qp_s[r];
     float m = -INFINITY, l = 0.0f, acc[D / 4];
 #pragma unroll
@@ -448,11 +619,16 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         if (t < FA_BK)
             kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
         __syncthreads();
-        int32_t kmin = INT_MAX;
-        for (int c = 0; c < FA_BK; c++)
+        int32_t kmin = INT_MAX, kmax = INT_MIN;
+        for (int c = 0; c < FA_BK; c++) {
             kmin = min(kmin, kp_s[c]);
-        if (kmin > qmax)
-            continue; /* the same decision in every thread */
+            if (j0 + c < n_kv)
+                kmax = max(kmax, kp_s[c]);
+        }
+        /* the same decisions in every thread: the tile is past every query,
+         * or (a sliding-window layer) before every query's window */
+        if (kmin > qmax || (window > 0 && (long long)kmax <= (long long)qmin - window))
+            continue;
         for (int e = t; e < FA_BK * D; e += FA_THREADS) {
             int jj = e / D, d = e % D, j = j0 + jj;
             bool in = j < n_kv;
@@ -473,7 +649,8 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         float tmax = -INFINITY;
 #pragma unroll
         for (int cc = 0; cc < FA_BK / 4; cc++) {
-            if (kp_s[sub + 4 * cc] > my_pos)
+            int32_t kp = kp_s[sub + 4 * cc];
+            if (kp > my_pos || (window > 0 && kp <= my_pos - window))
                 sc[cc] = -INFINITY;
             tmax = fmaxf(tmax, sc[cc]);
         }
@@ -520,7 +697,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
 #define MAX_HD 256
 __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k, const float *v,
                             const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                            float *out)
+                            int window, float *out)
 {
     int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     int kh = h / (n_head / n_kv_head);
@@ -540,7 +717,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
     for (int j0 = 0; j0 < n_kv; j0 += ATT_T) {
         int j = j0 + t;
         float s = -INFINITY;
-        if (j < n_kv && kv_pos[j] <= qp) {
+        if (j < n_kv && kv_pos[j] <= qp && !(window > 0 && kv_pos[j] <= qp - window)) {
             const float *kr = k + (size_t)j * kstride + kh * head_dim;
             float dot = 0.0f;
             for (int d = 0; d < head_dim; d++)
@@ -590,7 +767,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
 template <int D>
 static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos, int n_q, const float *k,
                         const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                        float *out)
+                        int window, float *out)
 {
     size_t smem = flash_smem<D>();
     int bit = D == 64 ? 1 : 2;
@@ -603,7 +780,7 @@ static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos
     }
     dim3 grid((unsigned)((n_q + FA_BQ - 1) / FA_BQ), (unsigned)n_head);
     k_flash<D><<<grid, FA_THREADS, smem, c->stream>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                                      out);
+                                                      window, out);
     return LAUNCHED("flash attention");
 }
 
@@ -611,19 +788,17 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                        int window, float *out)
 {
-    if (window > 0) /* sliding-window layers (gemma3): not written for CUDA yet */
-        return -ENOTSUP;
     if (n_q <= 0)
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
         return -EINVAL;
     if (head_dim == 128)
-        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, out);
+        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
     if (head_dim == 64)
-        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, out);
+        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
     dim3 grid((unsigned)n_q, (unsigned)n_head);
     k_attention<<<grid, ATT_T, 0, CTX->stream>>>(q, q_pos, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
-                                                  out);
+                                                  window, out);
     return LAUNCHED("attention");
 }
 
@@ -720,7 +895,12 @@ __global__ void k_act_quant(const float *x, float *y, size_t n_blocks)
 
 static int c_act_quant(void *vctx, const float *x, float *y, int n, int dim, int type)
 {
-    if (type != 8 && type != 9) /* Q8_0, Q8_1; Q8_K (K-quant weights' partner): not written for CUDA */
+    if (type == KVFS_GGML_Q8_K) { /* the K-quant weights' partner */
+        if (dim % 256)
+            return -EINVAL;
+        return cuda_err(kq_act_q8k(CTX->stream, x, y, (size_t)n * dim / 256), "act_quant q8_k");
+    }
+    if (type != 8 && type != 9) /* Q8_0, Q8_1 */
         return -ENOTSUP;
     if (dim % 32)
         return -EINVAL;
@@ -1042,6 +1222,8 @@ static void c_destroy(void *vctx)
     for (int i = 0; i < c->n_live; i++) /* weights and buffers nobody freed */
         cudaFree(c->live[i].p);
     free(c->live);
+    cudaFree(c->wh);
+    cudaFree(c->xh);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);
@@ -1074,11 +1256,11 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .topk = */ c_topk,
     /* .upload_kv = */ c_upload_kv,
     /* .destroy = */ c_destroy,
-    /* .weight_create_quant = */ NULL, /* weights in f32 on the device */
-    /* .weight_rows = */ NULL,
+    /* .weight_create_quant = */ c_weight_create_quant, /* Q4_0..Q8_0, Q4_K, Q5_K, Q6_K; others in f32 */
+    /* .weight_rows = */ c_weight_rows,
     /* .matmul_act = */ NULL,
-    /* .scale = */ NULL, /* gemma3's ops: not written for CUDA yet */
-    /* .geglu = */ NULL,
+    /* .scale = */ c_scale,
+    /* .geglu = */ c_geglu,
     /* .trim = */ NULL, /* its cache of device buffers is bounded instead (cache_limit) */
     /* .upload_kvq = */ c_upload_kvq,
     /* .host_memory = */ 0, /* device memory: the host sees it through upload/download */
@@ -1119,6 +1301,8 @@ static int cuda_init(int device, struct kvfs_backend *out)
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
         c->cache_limit = total_b / 8; /* cached, unused device memory stays under 1/8 of the device */
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* full fp32: comparable with the CPU reference */
+    const char *e = getenv("KVFS_CUDA_DECODE_ELEMS"); /* tests: small slices, many of them */
+    c->wh_max = e && atol(e) > 0 ? (size_t)atol(e) : WH_MAX;
     out->iface = &cuda_iface;
     out->ctx = c;
     return 0;

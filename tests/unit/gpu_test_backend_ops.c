@@ -13,6 +13,8 @@
 #include "blend.h"
 #include "check.h"
 #include "forward.h"
+#include "gguf.h"
+#include "kvformat.h"
 #include "kvquant.h"
 #include "synth_model.h"
 
@@ -102,6 +104,17 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     BOTH(C->swiglu(cpu.ctx, x, wt, oc, (size_t)n * embd), G->swiglu(gpu.ctx, dx, dx2, dy, (size_t)n * embd));
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("swiglu", shape, nerr(oc, og, (size_t)n * embd), 1e-6);
+    /* geglu (gemma3) over gates spanning its table and both cut-offs */
+    for (size_t i = 0; i < (size_t)n * embd; i++)
+        oc[i] = x[i] * 12.0f;
+    float *dgate = dev_of(&gpu, oc, sizeof(float) * n * embd);
+    BOTH(C->geglu(cpu.ctx, oc, wt, oc, (size_t)n * embd), G->geglu(gpu.ctx, dgate, dx2, dy, (size_t)n * embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("geglu", shape, nerr(oc, og, (size_t)n * embd), 0);
+    G->free(gpu.ctx, dgate);
+    BOTH(C->scale(cpu.ctx, x, 0.37f, oc, (size_t)n * embd), G->scale(gpu.ctx, dx, 0.37f, dy, (size_t)n * embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("scale", shape, nerr(oc, og, (size_t)n * embd), 0);
     memcpy(oc, x, sizeof(float) * n * embd);
     G->upload(gpu.ctx, dy, x, sizeof(float) * n * embd);
     BOTH(C->round_f16(cpu.ctx, oc, (size_t)n * embd), G->round_f16(gpu.ctx, dy, (size_t)n * embd));
@@ -137,6 +150,11 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
          G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("attention", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
+    /* a sliding-window layer's (gemma3's local layers) */
+    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, oc),
+         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, dy));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("attn window", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
     int nsel = n / 7 + 1;
     for (int i = 0; i < nsel; i++)
         qp[i] = (i * 7919) % n;
@@ -252,11 +270,85 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     free(q); free(k); free(v); free(kvp); free(qp);
 }
 
-static void test_model(void)
+/* Weights kept encoded on the device: decoded rows equal the CPU decoder's
+ * bit for bit; products of a few rows (decoding as they go, f32) and of many
+ * (f16 tensor cores) against the f32 product of the decoded weight; Q8_K's
+ * activation round trip equals the CPU's. */
+static void test_quant(void)
 {
-    char path[64], err[256];
+    static const uint32_t types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
+                                     KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
+    const struct kvfs_backend_iface *C = cpu.iface, *G = gpu.iface;
+    int out = 300, in = 1024;
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        uint32_t type = types[t], per = kvfs_ggml_block_size(type);
+        size_t rb = kvfs_ggml_row_size(type, (uint64_t)in), bytes = rb / (in / per), total = rb * out;
+        uint8_t *raw = malloc(total);
+        for (size_t i = 0; i < total; i++)
+            raw[i] = (uint8_t)(frand() * 256.0f);
+        /* finite f16 scales where the type keeps them: d (and m / dmin) */
+        size_t d_at = type == KVFS_GGML_Q6_K ? 208 : 0;
+        int two = type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1 || type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K;
+        for (size_t b = 0; b < total / bytes; b++)
+            for (int k = 0; k <= two; k++) {
+                uint16_t h = kvfs_f32_to_f16(frand() * (per == 256 ? 0.002f : 0.05f));
+                memcpy(raw + b * bytes + d_at + 2 * k, &h, 2);
+            }
+        float *ref = malloc(sizeof(float) * total / bytes * per), *got = malloc(sizeof(float) * (size_t)out * in);
+        CHECK_EQ(kvfs_ggml_dequantize_rows(type, raw, ref, (uint64_t)out, (uint64_t)in), 0);
+        struct kvfs_weight *wg = NULL, *wc = NULL;
+        CHECK_EQ(G->weight_create_quant(gpu.ctx, type, raw, rb, out, in, &wg), 0);
+        CHECK_EQ(C->weight_create(cpu.ctx, ref, out, in, &wc), 0);
+        int32_t *ids = malloc(sizeof(int32_t) * out);
+        for (int i = 0; i < out; i++)
+            ids[i] = i;
+        int32_t *dids = dev_of(&gpu, ids, sizeof(int32_t) * out);
+        float *drows = dev_of(&gpu, NULL, sizeof(float) * (size_t)out * in);
+        CHECK_EQ(G->weight_rows(gpu.ctx, wg, dids, drows, out), 0);
+        G->download(gpu.ctx, got, drows, sizeof(float) * (size_t)out * in);
+        char shape[64];
+        snprintf(shape, sizeof(shape), "%s %dx%d", kvfs_ggml_type_name(type), out, in);
+        report("decode", shape, memcmp(ref, got, sizeof(float) * (size_t)out * in) ? 1.0 : 0.0, 0);
+        /* products: n <= 8 decodes as it goes; more go through f16 */
+        static const int ns[] = {1, 5, 8, 9, 200};
+        for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+            int n = ns[k];
+            float *x = fill((size_t)n * in), *yc = malloc(sizeof(float) * (size_t)n * out),
+                  *yg = malloc(sizeof(float) * (size_t)n * out);
+            float *dx = dev_of(&gpu, x, sizeof(float) * (size_t)n * in), *dy = dev_of(&gpu, NULL, sizeof(float) * n * out);
+            BOTH(C->matmul(cpu.ctx, wc, NULL, x, yc, n), G->matmul(gpu.ctx, wg, NULL, dx, dy, n));
+            G->download(gpu.ctx, yg, dy, sizeof(float) * (size_t)n * out);
+            char lab[80];
+            snprintf(lab, sizeof(lab), "%s n=%d", shape, n);
+            report(n <= 8 ? "matmul enc" : "matmul f16", lab, nerr(yc, yg, (size_t)n * out), n <= 8 ? 1e-5 : 2e-3);
+            G->free(gpu.ctx, dx);
+            G->free(gpu.ctx, dy);
+            free(x), free(yc), free(yg);
+        }
+        C->weight_free(cpu.ctx, wc);
+        G->weight_free(gpu.ctx, wg);
+        G->free(gpu.ctx, dids);
+        G->free(gpu.ctx, drows);
+        free(raw), free(ref), free(got), free(ids);
+    }
+    /* Q8_K activations (K-quant weights' partner), ties of magnitude included */
+    int n = 37, dim = 512;
+    float *x = fill((size_t)n * dim), *oc = malloc(sizeof(float) * n * dim), *og = malloc(sizeof(float) * n * dim);
+    x[3] = 1.5f, x[7] = -1.5f;        /* the first of equal magnitudes sets the sign */
+    memset(x + 256, 0, sizeof(float) * 256); /* an all-zero block */
+    float *dx = dev_of(&gpu, x, sizeof(float) * n * dim);
+    BOTH(C->act_quant(cpu.ctx, x, oc, n, dim, KVFS_GGML_Q8_K), G->act_quant(gpu.ctx, dx, dx, n, dim, KVFS_GGML_Q8_K));
+    G->download(gpu.ctx, og, dx, sizeof(float) * n * dim);
+    report("act_quant", "Q8_K 37x512 in place", memcmp(oc, og, sizeof(float) * n * dim) ? 1.0 : 0.0, 0);
+    G->free(gpu.ctx, dx);
+    free(x), free(oc), free(og);
+}
+
+static void test_model(const char *arch)
+{
+    char path[64], err[256], lab[64];
     snprintf(path, sizeof(path), "/tmp/kvfs-gpu-model.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {"llama", 4, 256, 8, 2, 512, 10000.0f, 3};
+    struct kvfs_synth_model_opts o = {arch, 4, 256, 8, 2, 512, 10000.0f, 3};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *mc, *mg;
     CHECK_EQ(kvfs_model_load(path, "cpu", 0, &mc, err, sizeof(err)), 0);
@@ -272,11 +364,13 @@ static void test_model(void)
     CHECK_EQ(kvfs_kv_cache_init(mg, n + 1, &cg), 0);
     CHECK_EQ(kvfs_forward(mc, &cc, t, n, 0, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, t, n, 0, lgp), 0);
-    report("model prefill", "synthetic 4x256, n=300", nerr(lc, lgp, V), 1e-3);
+    snprintf(lab, sizeof(lab), "%s synthetic 4x256, n=300", arch);
+    report("model prefill", lab, nerr(lc, lgp, V), 1e-3);
     int32_t nx = 7;
     CHECK_EQ(kvfs_forward(mc, &cc, &nx, 1, n, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, &nx, 1, n, lgp), 0);
-    report("model decode", "synthetic 4x256", nerr(lc, lgp, V), 1e-3);
+    snprintf(lab, sizeof(lab), "%s synthetic 4x256", arch);
+    report("model decode", lab, nerr(lc, lgp, V), 1e-3);
     /* blend on both backends from the same chunk images */
     struct kvfs_writer w1, w2;
     CHECK_EQ(kvfs_kv_cache_to_chunk(mc, &cc, 0, 150, t, KVFS_DTYPE_F16, &w1), 0);
@@ -289,7 +383,8 @@ static void test_model(void)
     int32_t *bt1, *bt2, suf[3] = {1, 2, 3};
     CHECK_EQ(kvfs_blend(mc, ch, 2, suf, 3, 0.15f, &bc, &bt1, lc, NULL, err, sizeof(err)), 0);
     CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 0.15f, &bg, &bt2, lgp, NULL, err, sizeof(err)), 0);
-    report("blend 0.15", "synthetic, 2 chunks x 150", nerr(lc, lgp, V), 1e-3);
+    snprintf(lab, sizeof(lab), "%s synthetic, 2 chunks x 150", arch);
+    report("blend 0.15", lab, nerr(lc, lgp, V), 1e-3);
     {
         /* the query selection on both backends */
         struct kvfs_kv_cache qc, qg;
@@ -299,7 +394,7 @@ static void test_model(void)
         bo.select = KVFS_BLEND_SELECT_QUERY;
         CHECK_EQ(kvfs_blend_ex(mc, ch, 2, suf, 3, &bo, &qc, &qt1, lc, NULL, err, sizeof(err)), 0);
         CHECK_EQ(kvfs_blend_ex(mg, ch, 2, suf, 3, &bo, &qg, &qt2, lgp, NULL, err, sizeof(err)), 0);
-        report("blend query", "synthetic, 2 chunks x 150", nerr(lc, lgp, V), 1e-3);
+        report("blend query", lab, nerr(lc, lgp, V), 1e-3);
         kvfs_kv_cache_free(mc, &qc); kvfs_kv_cache_free(mg, &qg);
         free(qt1); free(qt2);
     }
@@ -318,6 +413,9 @@ int main(void)
     printf("skip: built without CUDA\n");
     return 77;
 #else
+    /* encoded weights decode 64 rows of 1024 at a time: the slicing of a
+     * large weight (an 8B model's output embedding) is exercised here */
+    setenv("KVFS_CUDA_DECODE_ELEMS", "65536", 1);
     int rc = kvfs_backend_cuda_init(0, &gpu);
     if (rc == -ENODEV) {
         printf("skip: no CUDA device\n");
@@ -329,7 +427,10 @@ int main(void)
     test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
-    test_model();
+    test_quant();
+    test_model("llama");
+    test_model("qwen2");
+    test_model("gemma3");
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);
     CHECK_DONE();

@@ -1,0 +1,229 @@
+// quant_cuda.cu - decoding ggml block-quantized weights on the device.
+//
+// A weight stays on the device as the GGUF file has it (Q4_K_M's 8B file:
+// 4.6 GiB, not 30 GiB of f32).  Large products decode a slice of rows to f16
+// and multiply on the tensor cores (backend_cuda.cu); a product of a few
+// rows (decoding) reads the blocks directly (kq_gemv).  Every value is
+// computed with the float operations of blend/runtime/quant.c in the same
+// order, unfused (__fmul_rn, __fadd_rn), so a decoded weight equals the CPU's
+// bit for bit; gpu_test_backend_ops checks it.
+#include "quant_cuda.h"
+
+extern "C" {
+#include "gguf.h"
+}
+
+int kq_block(uint32_t type, uint32_t *bytes)
+{
+    switch (type) {
+    case KVFS_GGML_Q4_0: *bytes = 18; return 32;
+    case KVFS_GGML_Q4_1: *bytes = 20; return 32;
+    case KVFS_GGML_Q5_0: *bytes = 22; return 32;
+    case KVFS_GGML_Q5_1: *bytes = 24; return 32;
+    case KVFS_GGML_Q8_0: *bytes = 34; return 32;
+    case KVFS_GGML_Q4_K: *bytes = 144; return 256;
+    case KVFS_GGML_Q5_K: *bytes = 176; return 256;
+    case KVFS_GGML_Q6_K: *bytes = 210; return 256;
+    default: *bytes = 0; return 0;
+    }
+}
+
+// blocks are packed at 18/20/22-byte strides: read byte by byte
+__device__ __forceinline__ float f16_at(const uint8_t *p)
+{
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+}
+
+// Element e of a row of `type`: the value quant.c's decoder writes there.
+__device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int e)
+{
+    switch (type) {
+    case KVFS_GGML_Q8_0: {
+        const uint8_t *b = row + (size_t)(e >> 5) * 34;
+        return __fmul_rn((float)(int8_t)b[2 + (e & 31)], f16_at(b));
+    }
+    case KVFS_GGML_Q4_0: {
+        const uint8_t *b = row + (size_t)(e >> 5) * 18;
+        int i = e & 31, q = i < 16 ? b[2 + i] & 15 : b[2 + i - 16] >> 4;
+        return __fmul_rn((float)(q - 8), f16_at(b));
+    }
+    case KVFS_GGML_Q4_1: {
+        const uint8_t *b = row + (size_t)(e >> 5) * 20;
+        int i = e & 31, q = i < 16 ? b[4 + i] & 15 : b[4 + i - 16] >> 4;
+        return __fadd_rn(__fmul_rn((float)q, f16_at(b)), f16_at(b + 2));
+    }
+    case KVFS_GGML_Q5_0:
+    case KVFS_GGML_Q5_1: {
+        int has_min = type == KVFS_GGML_Q5_1;
+        const uint8_t *b = row + (size_t)(e >> 5) * (has_min ? 24 : 22), *qhp = b + (has_min ? 4 : 2), *qs = qhp + 4;
+        uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 | (uint32_t)qhp[3] << 24;
+        int i = e & 31, j = i & 15;
+        int x = i < 16 ? (qs[j] & 0x0f) | (int)((qh >> j) << 4 & 0x10) : (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
+        return has_min ? __fadd_rn(__fmul_rn((float)x, f16_at(b)), f16_at(b + 2)) : __fmul_rn((float)(x - 16), f16_at(b));
+    }
+    case KVFS_GGML_Q4_K:
+    case KVFS_GGML_Q5_K: {
+        int five = type == KVFS_GGML_Q5_K;
+        const uint8_t *b = row + (size_t)(e >> 8) * (five ? 176 : 144), *sc = b + 4;
+        int i = e & 255, s = i >> 5, l = i & 31; // sub-block s of 32; a pair of them shares 32 bytes of nibbles
+        const uint8_t *q = b + (five ? 48 : 16) + (s >> 1) * 32;
+        int v = s & 1 ? q[l] >> 4 : q[l] & 0x0f;
+        if (five && (b[16 + l] >> s & 1))
+            v += 16;
+        int scale, mn; // quant.c's scale_min_k4
+        if (s < 4) {
+            scale = sc[s] & 63;
+            mn = sc[s + 4] & 63;
+        } else {
+            scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+            mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+        float d1 = __fmul_rn(f16_at(b), (float)scale), m1 = __fmul_rn(f16_at(b + 2), (float)mn);
+        return __fsub_rn(__fmul_rn(d1, (float)v), m1);
+    }
+    case KVFS_GGML_Q6_K: {
+        const uint8_t *b = row + (size_t)(e >> 8) * 210;
+        int i = e & 255, h = i >> 7, r = i & 127, part = r >> 5, l = r & 31, is = l >> 4;
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
+        int lo = part & 1 ? ql[l + 32] : ql[l];
+        int q = ((part & 2 ? lo >> 4 : lo & 0x0f) | ((qh[l] >> (2 * part) & 3) << 4)) - 32;
+        return __fmul_rn(__fmul_rn(f16_at(b + 208), (float)sc[is + 2 * part]), (float)q);
+    }
+    default:
+        return 0.0f;
+    }
+}
+
+__global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int in_dim,
+                             __half *out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)rows * in_dim)
+        return;
+    size_t r = i / in_dim;
+    int c = (int)(i % in_dim);
+    out[i] = __float2half_rn(kq_value(type, w + (r0 + r) * row_bytes, c));
+}
+
+__global__ void k_decode_rows_f32(uint32_t type, const uint8_t *w, size_t row_bytes, const int32_t *ids, int n,
+                                  int in_dim, float *out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * in_dim)
+        return;
+    size_t r = i / in_dim;
+    int c = (int)(i % in_dim);
+    out[i] = kq_value(type, w + (size_t)ids[r] * row_bytes, c);
+}
+
+static unsigned n_blocks(size_t n, unsigned t) { return (unsigned)((n + t - 1) / t); }
+
+cudaError_t kq_decode_f16(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows,
+                          int in_dim, __half *out)
+{
+    size_t tot = (size_t)rows * in_dim;
+    if (tot)
+        k_decode_f16<<<n_blocks(tot, 256), 256, 0, s>>>(type, w, row_bytes, r0, rows, in_dim, out);
+    return cudaGetLastError();
+}
+
+cudaError_t kq_decode_rows_f32(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes,
+                               const int32_t *ids, int n, int in_dim, float *out)
+{
+    size_t tot = (size_t)n * in_dim;
+    if (tot)
+        k_decode_rows_f32<<<n_blocks(tot, 256), 256, 0, s>>>(type, w, row_bytes, ids, n, in_dim, out);
+    return cudaGetLastError();
+}
+
+// one warp per output row, the n <= 8 x rows against it
+#define GEMV_WARPS 4
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+k_gemv(uint32_t type, const uint8_t *w, size_t row_bytes, int out_dim, int in_dim, const float *x, int n, float *y)
+{
+    int o = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (o >= out_dim)
+        return;
+    const uint8_t *row = w + (size_t)o * row_bytes;
+    float acc[KQ_GEMV_MAX_N] = {0};
+    for (int c = lane; c < in_dim; c += 32) {
+        float v = kq_value(type, row, c);
+#pragma unroll
+        for (int i = 0; i < KQ_GEMV_MAX_N; i++)
+            if (i < n)
+                acc[i] += v * x[(size_t)i * in_dim + c];
+    }
+#pragma unroll
+    for (int i = 0; i < KQ_GEMV_MAX_N; i++) {
+        float a = acc[i];
+        for (int off = 16; off > 0; off >>= 1)
+            a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0 && i < n)
+            y[(size_t)i * out_dim + o] = a;
+    }
+}
+
+cudaError_t kq_gemv(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int out_dim, int in_dim,
+                    const float *x, int n, float *y)
+{
+    if (n > KQ_GEMV_MAX_N)
+        return cudaErrorInvalidValue;
+    if (n > 0 && out_dim > 0)
+        k_gemv<<<n_blocks((size_t)out_dim, GEMV_WARPS), 32 * GEMV_WARPS, 0, s>>>(type, w, row_bytes, out_dim, in_dim,
+                                                                                  x, n, y);
+    return cudaGetLastError();
+}
+
+__global__ void k_to_half(const float *x, __half *y, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __float2half_rn(x[i]);
+}
+
+cudaError_t kq_to_half(cudaStream_t s, const float *x, __half *y, size_t n)
+{
+    if (n)
+        k_to_half<<<n_blocks(n, 256), 256, 0, s>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+// one block of 256 threads per Q8_K block: the first value of largest
+// magnitude sets the scale, as kvfs_ggml_quantize_q8_k
+__global__ void k_act_q8k(const float *x, float *y)
+{
+    __shared__ float mag[256];
+    __shared__ int at[256];
+    const float *xb = x + (size_t)blockIdx.x * 256;
+    int t = threadIdx.x;
+    float v = xb[t];
+    mag[t] = fabsf(v);
+    at[t] = t;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (t < s && (mag[t + s] > mag[t] || (mag[t + s] == mag[t] && at[t + s] < at[t]))) {
+            mag[t] = mag[t + s];
+            at[t] = at[t + s];
+        }
+        __syncthreads();
+    }
+    __shared__ float max_v; // read before any thread writes y, which may be x
+    if (t == 0)
+        max_v = xb[at[0]];
+    __syncthreads();
+    float amax = mag[0], max = max_v, out = 0.0f;
+    if (amax != 0.0f) {
+        float iscale = __fdiv_rn(-127.0f, max), d = __fdiv_rn(1.0f, iscale);
+        int q = __float2int_rn(__fmul_rn(iscale, v)); // round half to even, as ggml's nearest_int
+        out = __fmul_rn(d, (float)(q < 127 ? q : 127));
+    }
+    y[(size_t)blockIdx.x * 256 + t] = out;
+}
+
+cudaError_t kq_act_q8k(cudaStream_t s, const float *x, float *y, size_t n_blocks_)
+{
+    if (n_blocks_)
+        k_act_q8k<<<(unsigned)n_blocks_, 256, 0, s>>>(x, y);
+    return cudaGetLastError();
+}

@@ -1,0 +1,34 @@
+// quant_cuda.h - ggml block-quantized weights on the device: decoding kernels
+// (the same values as blend/runtime/quant.c, bit for bit) and the small-batch
+// product that decodes as it goes.  Used by backend_cuda.cu only.
+#ifndef KVFS_QUANT_CUDA_H
+#define KVFS_QUANT_CUDA_H
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// elements and bytes per block of a type the device decodes; 0: not one
+int kq_block(uint32_t type, uint32_t *bytes);
+
+// out[r][c] (f16, row-major, in_dim wide) = rows r0 .. r0 + rows - 1 of W
+cudaError_t kq_decode_f16(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows,
+                          int in_dim, __half *out);
+
+// out[i][c] (f32) = row ids[i] of W (ids on the device)
+cudaError_t kq_decode_rows_f32(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes,
+                               const int32_t *ids, int n, int in_dim, float *out);
+
+// y[i][o] = x[i] . W[o] for i < n <= KQ_GEMV_MAX_N, in f32, decoding W as it goes
+#define KQ_GEMV_MAX_N 8
+cudaError_t kq_gemv(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int out_dim, int in_dim,
+                    const float *x, int n, float *y);
+
+// y[i] = (half)x[i]
+cudaError_t kq_to_half(cudaStream_t s, const float *x, __half *y, size_t n);
+
+// Q8_K's round trip (ggml's quantize_row_q8_K_ref then dequantize), blocks of 256
+cudaError_t kq_act_q8k(cudaStream_t s, const float *x, float *y, size_t n_blocks);
+
+#endif

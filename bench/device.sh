@@ -1,0 +1,145 @@
+#!/bin/bash
+# bench/device.sh - everything a lent GPU machine does, in one run, building
+# nothing there: the CUDA checks (`make test-gpu`'s: every op against the CPU
+# backend, the daemon blending on CUDA through a mount, a quantized model on
+# CUDA vs the CPU, llama.cpp's CUDA server restoring a CUDA blend), then
+# kvfs's CUDA path side by side with llama.cpp's CUDA build on one 8B-shaped
+# Q4_K_M file made there (tools/mkmodel-8b.py --fast + llama-quantize):
+# full prefill at 512 and 3,104 tokens (llama-bench), kvfs's prefill, blend
+# TTFT and device memory (gpu_blend).  Every figure goes under $OUT.
+#
+#   here:   tools/build-device-kit.sh      (build-gpu/: binaries, libraries, llama.cpp CUDA)
+#   there:  bench/device.sh                (carry build-gpu; about 6 minutes on an H100/H200)
+#   here:   bench/device.sh --dry-run      (what runs without a GPU: the kit is complete and
+#                                           loads, the scripts parse; the CUDA parts skip)
+#
+# Environment: OUT (default build-gpu/out), KIT (default build-gpu),
+# MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1.
+# Exit: 0 done, 77 dry run or no GPU (nothing failed), 1 something failed.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+KIT=${KIT:-build-gpu}
+case $KIT in /*) ;; *) KIT=$ROOT/$KIT ;; esac
+OUT=${OUT:-$KIT/out}
+mkdir -p "$OUT"
+DRY=0
+[ "${1:-}" = --dry-run ] && DRY=1
+[ "${1:-}" = --help ] && { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+FAILED=0
+log() { echo "[device $(date -u +%T)] $*" | tee -a "$OUT/device.log" >&2; }
+bad() { log "FAIL: $*"; FAILED=1; }
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/kvfs-device.XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
+unpack() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$SCRATCH"; }
+
+# 1. the kit: complete, and every library resolves (but the driver's libcuda
+# where no driver is installed)
+for f in kvfs kvfsctl gpu_blend libkvfs-cuda.so tests/gpu_test_backend_ops bin/fusermount3 lib.tar.xz; do
+    [ -e "$KIT/$f" ] || bad "the kit lacks $KIT/$f (tools/build-device-kit.sh)"
+done
+[ $FAILED = 0 ] || exit 1
+unpack "$KIT/lib.tar.xz" || { bad "cannot unpack lib.tar.xz"; exit 1; }
+export PATH=$KIT/bin:$PATH LD_LIBRARY_PATH=$SCRATCH/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+missing=$(ldd "$KIT/kvfs" "$KIT/kvfsctl" "$KIT/gpu_blend" "$KIT/libkvfs-cuda.so" 2>&1 | grep 'not found' | sort -u)
+[ -z "$missing" ] || bad "libraries not found: $missing"
+"$KIT/kvfsctl" --help > /dev/null 2>&1 || bad "kvfsctl does not run"
+python3 "$ROOT/tools/mkmodel-8b.py" --help > /dev/null || bad "tools/mkmodel-8b.py does not parse"
+LLAMA=$SCRATCH/llama-cuda/bin
+if [ -f "$KIT/llama-cuda.tar.xz" ]; then
+    unpack "$KIT/llama-cuda.tar.xz" ||
+        bad "cannot unpack llama-cuda.tar.xz"
+    for b in llama-server llama-bench llama-quantize; do [ -x "$LLAMA/$b" ] || bad "llama-cuda lacks $b"; done
+    export LD_LIBRARY_PATH=$LLAMA:$LD_LIBRARY_PATH
+    missing=$(ldd "$LLAMA"/llama-bench "$LLAMA"/llama-server "$LLAMA"/llama-quantize 2>&1 | grep 'not found' |
+              grep -v 'libcuda.so' | sort -u)
+    [ -z "$missing" ] || bad "llama.cpp CUDA libraries not found: $missing"
+else
+    log "note: the kit carries no llama.cpp CUDA engine: the side-by-side rows are left out"
+    LLAMA=
+fi
+[ -d "$KIT/gguf-py" ] && export GGUF_PY=$KIT/gguf-py
+if [ $DRY = 1 ] || ! nvidia-smi -L > /dev/null 2>&1; then
+    [ $FAILED = 0 ] || exit 1
+    log "dry run: the kit is complete and loads; no GPU here, so the CUDA parts are skipped"
+    exit 77
+fi
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    grep -m1 'model name' /proc/cpuinfo
+    nproc
+} > "$OUT/machine.txt" 2>&1
+log "machine: $(tr '\n' ' ' < "$OUT/machine.txt")"
+
+# 2. the checks
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    log "make test-gpu's checks"
+    LLAMA_CUDA_BIN=$LLAMA LLAMA_QUANTIZE=$LLAMA/llama-quantize BUILD=$KIT tests/run.sh gpu > "$OUT/test-gpu.txt" 2>&1 ||
+        bad "tests/run.sh gpu: $(tail -n 1 "$OUT/test-gpu.txt")"
+    tar -czf "$OUT/test-logs.tar.gz" -C "$KIT" test-logs 2>/dev/null
+    tail -n 1 "$OUT/test-gpu.txt" | tee -a "$OUT/device.log"
+fi
+
+# 3. the 8B-shaped Q4_K_M file, in memory-backed /dev/shm where it fits
+M=${MODEL8B:-}
+if [ -z "$M" ]; then
+    [ -n "$LLAMA" ] || { bad "no llama-quantize to make the 8B file with"; exit 1; }
+    dir=/dev/shm
+    [ "$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $4}')" -gt 25000000 ] 2>/dev/null || dir=$OUT
+    M=$dir/kvfs-8b-q4_k_m.gguf
+    log "making $M"
+    python3 "$ROOT/tools/mkmodel-8b.py" "$M" --fast --quantizer "$LLAMA/llama-quantize" 2> "$OUT/mkmodel.txt" ||
+        { bad "mkmodel-8b: $(tail -n 2 "$OUT/mkmodel.txt")"; exit 1; }
+fi
+
+# 4. llama.cpp CUDA: prefill at 512 and 3,104 tokens, every layer on the GPU,
+# flash attention on and off (its default is automatic)
+if [ -n "$LLAMA" ]; then
+    log "llama-bench"
+    "$LLAMA/llama-bench" -m "$M" -ngl 99 -p 512,3104 -n 0 -b 4096 -ub 512 -fa 0,1 -r 3 -o md \
+        > "$OUT/llama-bench.md" 2> "$SCRATCH/llama-bench.err" || bad "llama-bench: $(tail -n 5 "$SCRATCH/llama-bench.err")"
+    cat "$OUT/llama-bench.md" >&2
+fi
+
+# 5. kvfs on CUDA: device memory, prefill tokens/s, blend TTFT (the chunks in
+# memory, in the RAM tier, streamed from files f16 and q4s)
+log "gpu_blend"
+"$KIT/gpu_blend" cuda "$M" > "$OUT/gpu_blend.txt" 2> "$SCRATCH/gpu_blend.err" || bad "gpu_blend: $(tail -n 5 "$SCRATCH/gpu_blend.err")"
+cat "$OUT/gpu_blend.txt" >&2
+
+# 6. side by side
+python3 - "$OUT" <<'PY' > "$OUT/summary.md" || bad "summary"
+import re, sys
+out = sys.argv[1]
+def read(n):
+    try:
+        return open(f"{out}/{n}").read()
+    except OSError:
+        return ""
+g, lb = read("gpu_blend.txt"), read("llama-bench.md")
+ll = {}  # (fa, tokens) -> tokens/s
+for line in lb.splitlines():
+    c = [x.strip() for x in line.strip().strip('|').split('|')]
+    m = re.match(r'pp(\d+)', c[-2]) if len(c) > 2 else None
+    if m:
+        fa = next((x for x in c if x in ('0', '1')), '?') if 'fa' in lb.splitlines()[0] else '?'
+        ll[(fa, int(m.group(1)))] = float(c[-1].split('±')[0])
+m = re.search(r'full prefill: 512 tokens ([\d.]+) ms \((\d+) tokens/s\), 3104 tokens ([\d.]+) ms \((\d+) tokens/s\)', g)
+print("| | kvfs CUDA | llama.cpp CUDA (best of fa 0/1) | kvfs / llama.cpp |\n|---|---|---|---|")
+for n, i in ((512, 2), (3104, 4)):
+    k = float(m.group(i)) if m else float('nan')
+    l = max([v for (fa, t), v in ll.items() if t == n] or [float('nan')])
+    print(f"| full prefill {n} tokens, tokens/s | {k:.0f} | {l:.0f} | {k / l:.2f}x |")
+l3104 = max([v for (fa, t), v in ll.items() if t == 3104] or [float('nan')])
+ttft_ll = 3104 / l3104 * 1e3
+for row in re.findall(r'\| (blend ratio 0\.15, query selection[^|]*) \| ([\d.]+) \|', g):
+    print(f"| {row[0]}: TTFT ms | {float(row[1]):.1f} | {ttft_ll:.1f} (full prefill) | {ttft_ll / float(row[1]):.2f}x faster |")
+mm = re.search(r'device memory for the model: ([\d.]+) GiB for a ([\d.]+) GiB file \(([\d.]+)x\)', g)
+if mm:
+    print(f"| device memory for the model | {mm.group(1)} GiB ({mm.group(3)}x the file) | | |")
+PY
+cat "$OUT/summary.md" >&2
+[ -n "${MODEL8B:-}" ] || rm -f "$M"
+log "done ($([ $FAILED = 0 ] && echo 'all passed' || echo 'with failures'))"
+exit $FAILED

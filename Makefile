@@ -100,7 +100,7 @@ TEST_BIN  += $(GPU_TEST_BIN)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 GPU_BENCH := $(BUILD)/gpu_blend
 NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
-             -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror
+             -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off,-Wall,-Wextra,-Werror
 endif
 endif
 
@@ -133,6 +133,13 @@ $(BUILD)/oracle: $(BUILD)/bench/oracle.o $(BENCH_TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/deviation: $(BUILD)/bench/deviation.o $(BENCH_TOOL_OBJ) $(LIBS_ALL)
 	$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+# the device's weight decoder run on the host, against the CPU's (no GPU needed)
+ifneq ($(CUDA_PLUGIN),)
+$(BUILD)/tests/test_cuda_decode: $(BUILD)/tests/unit/test_cuda_decode.o $(BUILD)/gpu/cuda/quant_cuda.o $(LIBS_ALL)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LINK_LIBS) $(CUDA_LIBS)
+$(BUILD)/tests/unit/test_cuda_decode.o: CFLAGS += -Igpu/cuda
+endif
 $(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL) $(CUDA_PLUGIN)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS) $(CUDA_LIBS)
 $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include

@@ -13,7 +13,7 @@ extern "C" {
 #include "gguf.h"
 }
 
-int kq_block(uint32_t type, uint32_t *bytes)
+extern "C" int kq_block(uint32_t type, uint32_t *bytes)
 {
     switch (type) {
     case KVFS_GGML_Q4_0: *bytes = 18; return 32;
@@ -28,29 +28,42 @@ int kq_block(uint32_t type, uint32_t *bytes)
     }
 }
 
+// Unfused IEEE float operations on both sides: the device's intrinsics, and
+// on the host (kq_value_host: test_cuda_decode checks this decoder against
+// quant.c here, with no GPU) plain operations, built -ffp-contract=off.
+#ifdef __CUDA_ARCH__
+#define FMUL(a, b) __fmul_rn(a, b)
+#define FADD(a, b) __fadd_rn(a, b)
+#define FSUB(a, b) __fsub_rn(a, b)
+#else
+#define FMUL(a, b) ((a) * (b))
+#define FADD(a, b) ((a) + (b))
+#define FSUB(a, b) ((a) - (b))
+#endif
+
 // blocks are packed at 18/20/22-byte strides: read byte by byte
-__device__ __forceinline__ float f16_at(const uint8_t *p)
+__host__ __device__ __forceinline__ float f16_at(const uint8_t *p)
 {
     return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
 }
 
 // Element e of a row of `type`: the value quant.c's decoder writes there.
-__device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int e)
+__host__ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int e)
 {
     switch (type) {
     case KVFS_GGML_Q8_0: {
         const uint8_t *b = row + (size_t)(e >> 5) * 34;
-        return __fmul_rn((float)(int8_t)b[2 + (e & 31)], f16_at(b));
+        return FMUL((float)(int8_t)b[2 + (e & 31)], f16_at(b));
     }
     case KVFS_GGML_Q4_0: {
         const uint8_t *b = row + (size_t)(e >> 5) * 18;
         int i = e & 31, q = i < 16 ? b[2 + i] & 15 : b[2 + i - 16] >> 4;
-        return __fmul_rn((float)(q - 8), f16_at(b));
+        return FMUL((float)(q - 8), f16_at(b));
     }
     case KVFS_GGML_Q4_1: {
         const uint8_t *b = row + (size_t)(e >> 5) * 20;
         int i = e & 31, q = i < 16 ? b[4 + i] & 15 : b[4 + i - 16] >> 4;
-        return __fadd_rn(__fmul_rn((float)q, f16_at(b)), f16_at(b + 2));
+        return FADD(FMUL((float)q, f16_at(b)), f16_at(b + 2));
     }
     case KVFS_GGML_Q5_0:
     case KVFS_GGML_Q5_1: {
@@ -59,7 +72,7 @@ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int
         uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 | (uint32_t)qhp[3] << 24;
         int i = e & 31, j = i & 15;
         int x = i < 16 ? (qs[j] & 0x0f) | (int)((qh >> j) << 4 & 0x10) : (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
-        return has_min ? __fadd_rn(__fmul_rn((float)x, f16_at(b)), f16_at(b + 2)) : __fmul_rn((float)(x - 16), f16_at(b));
+        return has_min ? FADD(FMUL((float)x, f16_at(b)), f16_at(b + 2)) : FMUL((float)(x - 16), f16_at(b));
     }
     case KVFS_GGML_Q4_K:
     case KVFS_GGML_Q5_K: {
@@ -78,8 +91,8 @@ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int
             scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
             mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
         }
-        float d1 = __fmul_rn(f16_at(b), (float)scale), m1 = __fmul_rn(f16_at(b + 2), (float)mn);
-        return __fsub_rn(__fmul_rn(d1, (float)v), m1);
+        float d1 = FMUL(f16_at(b), (float)scale), m1 = FMUL(f16_at(b + 2), (float)mn);
+        return FSUB(FMUL(d1, (float)v), m1);
     }
     case KVFS_GGML_Q6_K: {
         const uint8_t *b = row + (size_t)(e >> 8) * 210;
@@ -88,11 +101,16 @@ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int
         const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
         int lo = part & 1 ? ql[l + 32] : ql[l];
         int q = ((part & 2 ? lo >> 4 : lo & 0x0f) | ((qh[l] >> (2 * part) & 3) << 4)) - 32;
-        return __fmul_rn(__fmul_rn(f16_at(b + 208), (float)sc[is + 2 * part]), (float)q);
+        return FMUL(FMUL(f16_at(b + 208), (float)sc[is + 2 * part]), (float)q);
     }
     default:
         return 0.0f;
     }
+}
+
+extern "C" float kq_value_host(uint32_t type, const uint8_t *row, int e)
+{
+    return kq_value(type, row, e);
 }
 
 __global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int in_dim,

@@ -1,16 +1,25 @@
 // quant_cuda.h - ggml block-quantized weights on the device: decoding kernels
 // (the same values as blend/runtime/quant.c, bit for bit) and the small-batch
-// product that decodes as it goes.  Used by backend_cuda.cu only.
+// product that decodes as it goes.  Used by backend_cuda.cu; the two C
+// functions also by test_cuda_decode.
 #ifndef KVFS_QUANT_CUDA_H
 #define KVFS_QUANT_CUDA_H
 
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 // elements and bytes per block of a type the device decodes; 0: not one
 int kq_block(uint32_t type, uint32_t *bytes);
+// the device's decoder run on the host: element e of a row (test_cuda_decode)
+float kq_value_host(uint32_t type, const uint8_t *row, int e);
+#ifdef __cplusplus
+}
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 // out[r][c] (f16, row-major, in_dim wide) = rows r0 .. r0 + rows - 1 of W
 cudaError_t kq_decode_f16(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows,
@@ -30,5 +39,6 @@ cudaError_t kq_to_half(cudaStream_t s, const float *x, __half *y, size_t n);
 
 // Q8_K's round trip (ggml's quantize_row_q8_K_ref then dequantize), blocks of 256
 cudaError_t kq_act_q8k(cudaStream_t s, const float *x, float *y, size_t n_blocks);
+#endif /* __cplusplus */
 
 #endif

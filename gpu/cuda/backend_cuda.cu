@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_tc.h"
 #include "quant_cuda.h"
 
 extern "C" {
@@ -81,6 +82,7 @@ struct cuda_ctx {
     size_t wh_cap, xh_cap; /* elements */
     size_t wh_max;         /* most elements of W decoded at once */
     float *gelu_table;     /* geglu's, made on first use */
+    int attn_tc;           /* attention on the tensor cores (KVFS_CUDA_ATTN=f32: the f32 kernels) */
 };
 
 struct kvfs_weight {
@@ -792,6 +794,12 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
         return 0;
     if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
         return -EINVAL;
+    /* 16 rows and more (prefills, a blend's recomputed rows) on the tensor
+     * cores; a decoding step's row in f32 */
+    if (CTX->attn_tc && n_q >= 16 && (head_dim == 64 || head_dim == 128 || head_dim == 256))
+        return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
+                                window, out),
+                        "attention (tensor cores)");
     if (head_dim == 128)
         return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
     if (head_dim == 64)
@@ -1303,6 +1311,8 @@ static int cuda_init(int device, struct kvfs_backend *out)
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* full fp32: comparable with the CPU reference */
     const char *e = getenv("KVFS_CUDA_DECODE_ELEMS"); /* tests: small slices, many of them */
     c->wh_max = e && atol(e) > 0 ? (size_t)atol(e) : WH_MAX;
+    e = getenv("KVFS_CUDA_ATTN");
+    c->attn_tc = !(e && !strcmp(e, "f32"));
     out->iface = &cuda_iface;
     out->ctx = c;
     return 0;

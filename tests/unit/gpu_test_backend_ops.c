@@ -18,7 +18,7 @@
 #include "kvquant.h"
 #include "synth_model.h"
 
-static struct kvfs_backend cpu, gpu;
+static struct kvfs_backend cpu, gpu, gpu32; /* gpu32: attention in f32 only */
 static uint64_t rs = 12345;
 static float frand(void)
 {
@@ -146,50 +146,68 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
           *dv = dev_of(&gpu, v, sizeof(float) * n * kv);
     int32_t *dkvp = dev_of(&gpu, kvp, sizeof(int32_t) * n), *dqp = dev_of(&gpu, qp, sizeof(int32_t) * n);
     float sc = 1.0f / sqrtf((float)hd);
-    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
-    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
-    report("attention", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
-    /* a sliding-window layer's (gemma3's local layers) */
-    BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, oc),
-         G->attention(gpu.ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, dy));
-    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
-    report("attn window", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
     int nsel = n / 7 + 1;
-    for (int i = 0; i < nsel; i++)
-        qp[i] = (i * 7919) % n;
-    G->upload(gpu.ctx, dqp, qp, sizeof(int32_t) * nsel);
-    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
-    G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
-    report("attn sparse", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
-    /* attention mass of the sparse queries over every key (query selection) */
-    {
-        float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
-        float *dm = dev_of(&gpu, mc, sizeof(float) * n);
-        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, mc),
-             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, dm));
-        G->download(gpu.ctx, mg, dm, sizeof(float) * n);
-        report("attn_mass", shape, nerr(mc, mg, (size_t)n), 1e-5);
-        /* and through a sliding window (a local layer's votes) */
-        memset(mc, 0, sizeof(float) * n);
-        G->upload(gpu.ctx, dm, mc, sizeof(float) * n);
-        BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, mc),
-             G->attn_mass(gpu.ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, dm));
-        G->download(gpu.ctx, mg, dm, sizeof(float) * n);
-        report("attn_mass window", shape, nerr(mc, mg, (size_t)n), 1e-5);
-        G->free(gpu.ctx, dm);
-        free(mc);
-        free(mg);
+    /* twice: the f32 kernels (KVFS_CUDA_ATTN=f32), then the tensor cores'
+     * (f16 inputs: a looser bound), which the backend uses from 16 rows */
+    for (int pass = 0; pass < 2; pass++) {
+        struct kvfs_backend *B = pass ? &gpu : &gpu32;
+        const struct kvfs_backend_iface *G = B->iface;
+        double tol = pass ? 3e-3 : 1e-5;
+        char lab[96];
+        for (int i = 0; i < n; i++)
+            kvp[i] = qp[i] = i;
+        G->upload(B->ctx, dkvp, kvp, sizeof(int32_t) * n);
+        G->upload(B->ctx, dqp, qp, sizeof(int32_t) * n);
+        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * n * embd);
+        snprintf(lab, sizeof(lab), "%s%s", "attention", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
+        /* a sliding-window layer's (gemma3's local layers) */
+        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, oc),
+             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * n * embd);
+        snprintf(lab, sizeof(lab), "%s%s", "attn window", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
+        for (int i = 0; i < nsel; i++)
+            qp[i] = (i * 7919) % n;
+        G->upload(B->ctx, dqp, qp, sizeof(int32_t) * nsel);
+        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
+        snprintf(lab, sizeof(lab), "%s%s", "attn sparse", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
+        /* attention mass of the sparse queries over every key (query selection) */
+        {
+            float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
+            float *dm = dev_of(B, mc, sizeof(float) * n);
+            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, mc),
+                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, dm));
+            G->download(B->ctx, mg, dm, sizeof(float) * n);
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass", pass ? " (2)" : "");
+            report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5); /* one kernel, f32, on both passes */
+            /* and through a sliding window (a local layer's votes) */
+            memset(mc, 0, sizeof(float) * n);
+            G->upload(B->ctx, dm, mc, sizeof(float) * n);
+            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, mc),
+                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, dm));
+            G->download(B->ctx, mg, dm, sizeof(float) * n);
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", pass ? " (2)" : "");
+            report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
+            G->free(B->ctx, dm);
+            free(mc);
+            free(mg);
+        }
+        /* keys in no particular position order (a blend's rows after gathering) */
+        for (int i = 0; i < n; i++)
+            kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
+        G->upload(B->ctx, dkvp, kvp, sizeof(int32_t) * n);
+        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
+             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
+        snprintf(lab, sizeof(lab), "%s%s", "attn unsorted", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
     }
-    /* keys in no particular position order (a blend's rows after gathering) */
-    for (int i = 0; i < n; i++)
-        kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
-    G->upload(gpu.ctx, dkvp, kvp, sizeof(int32_t) * n);
-    BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-         G->attention(gpu.ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
-    G->download(gpu.ctx, og, dy, sizeof(float) * nsel * embd);
-    report("attn unsorted", shape, nerr(oc, og, (size_t)nsel * embd), 1e-5);
     /* upload_kv: a KV cache's f16 / bf16 / f32 bytes into f32 device rows */
     size_t cnt = (size_t)n * kv;
     uint16_t *h16 = malloc(2 * cnt);
@@ -344,7 +362,9 @@ static void test_quant(void)
     free(x), free(oc), free(og);
 }
 
-static void test_model(const char *arch)
+/* a whole synthetic model on both backends; tol: the bound on the logits
+ * (the tensor cores' attention rounds its inputs to f16) */
+static void test_model(const char *arch, double tol)
 {
     char path[64], err[256], lab[64];
     snprintf(path, sizeof(path), "/tmp/kvfs-gpu-model.%d.gguf", (int)getpid());
@@ -364,13 +384,14 @@ static void test_model(const char *arch)
     CHECK_EQ(kvfs_kv_cache_init(mg, n + 1, &cg), 0);
     CHECK_EQ(kvfs_forward(mc, &cc, t, n, 0, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, t, n, 0, lgp), 0);
-    snprintf(lab, sizeof(lab), "%s synthetic 4x256, n=300", arch);
-    report("model prefill", lab, nerr(lc, lgp, V), 1e-3);
+    const char *mode = getenv("KVFS_CUDA_ATTN") ? "f32 attn" : "tc attn";
+    snprintf(lab, sizeof(lab), "%s %s, n=300", arch, mode);
+    report("model prefill", lab, nerr(lc, lgp, V), tol);
     int32_t nx = 7;
     CHECK_EQ(kvfs_forward(mc, &cc, &nx, 1, n, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, &nx, 1, n, lgp), 0);
-    snprintf(lab, sizeof(lab), "%s synthetic 4x256", arch);
-    report("model decode", lab, nerr(lc, lgp, V), 1e-3);
+    snprintf(lab, sizeof(lab), "%s %s", arch, mode);
+    report("model decode", lab, nerr(lc, lgp, V), tol);
     /* blend on both backends from the same chunk images */
     struct kvfs_writer w1, w2;
     CHECK_EQ(kvfs_kv_cache_to_chunk(mc, &cc, 0, 150, t, KVFS_DTYPE_F16, &w1), 0);
@@ -383,8 +404,8 @@ static void test_model(const char *arch)
     int32_t *bt1, *bt2, suf[3] = {1, 2, 3};
     CHECK_EQ(kvfs_blend(mc, ch, 2, suf, 3, 0.15f, &bc, &bt1, lc, NULL, err, sizeof(err)), 0);
     CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 0.15f, &bg, &bt2, lgp, NULL, err, sizeof(err)), 0);
-    snprintf(lab, sizeof(lab), "%s synthetic, 2 chunks x 150", arch);
-    report("blend 0.15", lab, nerr(lc, lgp, V), 1e-3);
+    snprintf(lab, sizeof(lab), "%s %s, 2 x 150", arch, mode);
+    report("blend 0.15", lab, nerr(lc, lgp, V), tol);
     {
         /* the query selection on both backends */
         struct kvfs_kv_cache qc, qg;
@@ -394,7 +415,7 @@ static void test_model(const char *arch)
         bo.select = KVFS_BLEND_SELECT_QUERY;
         CHECK_EQ(kvfs_blend_ex(mc, ch, 2, suf, 3, &bo, &qc, &qt1, lc, NULL, err, sizeof(err)), 0);
         CHECK_EQ(kvfs_blend_ex(mg, ch, 2, suf, 3, &bo, &qg, &qt2, lgp, NULL, err, sizeof(err)), 0);
-        report("blend query", lab, nerr(lc, lgp, V), 1e-3);
+        report("blend query", lab, nerr(lc, lgp, V), tol);
         kvfs_kv_cache_free(mc, &qc); kvfs_kv_cache_free(mg, &qg);
         free(qt1); free(qt2);
     }
@@ -422,17 +443,25 @@ int main(void)
         return 77;
     }
     CHECK_EQ(rc, 0);
+    setenv("KVFS_CUDA_ATTN", "f32", 1);
+    CHECK_EQ(kvfs_backend_cuda_init(0, &gpu32), 0);
+    unsetenv("KVFS_CUDA_ATTN");
     CHECK_EQ(kvfs_backend_cpu_init(0, &cpu), 0);
     test_shapes(64, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_quant();
-    test_model("llama");
-    test_model("qwen2");
-    test_model("gemma3");
+    static const char *const arches[] = {"llama", "qwen2", "gemma3"};
+    setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */
+    for (int a = 0; a < 3; a++)
+        test_model(arches[a], 1e-3);
+    unsetenv("KVFS_CUDA_ATTN");
+    for (int a = 0; a < 3; a++)
+        test_model(arches[a], 1e-2);
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);
+    kvfs_backend_free(&gpu32);
     CHECK_DONE();
 #endif
 }

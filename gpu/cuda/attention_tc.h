@@ -1,0 +1,14 @@
+// attention_tc.h - flash attention on the tensor cores (attention_tc.cu):
+// the backend's attention op (backend.h's semantics) for head dims 64, 128
+// and 256, with f16 inputs and f32 sums.
+#ifndef KVFS_ATTENTION_TC_H
+#define KVFS_ATTENTION_TC_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                    const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
+                    int window, float *out);
+
+#endif

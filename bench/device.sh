@@ -107,6 +107,9 @@ fi
 log "gpu_blend"
 "$KIT/gpu_blend" cuda "$M" > "$OUT/gpu_blend.txt" 2> "$SCRATCH/gpu_blend.err" || bad "gpu_blend: $(tail -n 5 "$SCRATCH/gpu_blend.err")"
 cat "$OUT/gpu_blend.txt" >&2
+# the f32 attention kernels beside the tensor cores' (prefill only)
+KVFS_CUDA_ATTN=f32 GPU_BLEND_PREFILL_ONLY=1 "$KIT/gpu_blend" cuda "$M" 2>> "$OUT/device.log" | grep 'full prefill' \
+    >> "$OUT/gpu_blend.txt" || bad "gpu_blend with f32 attention"
 
 # 6. side by side
 python3 - "$OUT" <<'PY' > "$OUT/summary.md" || bad "summary"
@@ -118,14 +121,24 @@ def read(n):
     except OSError:
         return ""
 g, lb = read("gpu_blend.txt"), read("llama-bench.md")
-ll = {}  # (fa, tokens) -> tokens/s
+ll = {}  # (fa, tokens) -> tokens/s, from llama-bench's markdown table
+cols = None
 for line in lb.splitlines():
     c = [x.strip() for x in line.strip().strip('|').split('|')]
-    m = re.match(r'pp(\d+)', c[-2]) if len(c) > 2 else None
+    if 'test' in c and 't/s' in c:
+        cols = c
+        continue
+    if not cols or len(c) != len(cols):
+        continue
+    m = re.match(r'pp(\d+)$', c[cols.index('test')])
     if m:
-        fa = next((x for x in c if x in ('0', '1')), '?') if 'fa' in lb.splitlines()[0] else '?'
-        ll[(fa, int(m.group(1)))] = float(c[-1].split('±')[0])
-m = re.search(r'full prefill: 512 tokens ([\d.]+) ms \((\d+) tokens/s\), 3104 tokens ([\d.]+) ms \((\d+) tokens/s\)', g)
+        fa = c[cols.index('fa')] if 'fa' in cols else '?'
+        ll[(fa, int(m.group(1)))] = float(c[cols.index('t/s')].split('±')[0])
+for (fa, n), v in sorted(ll.items()):
+    print(f"llama.cpp CUDA, flash attention {fa}: pp{n} {v:.0f} tokens/s  ")
+print()
+m = re.search(r'full prefill: 512 tokens ([\d.]+) ms \((\d+) tokens/s\), 3104 tokens ([\d.]+) ms \((\d+) tokens/s\)'
+              r' \(medians of 5; attention default\)', g)
 print("| | kvfs CUDA | llama.cpp CUDA (best of fa 0/1) | kvfs / llama.cpp |\n|---|---|---|---|")
 for n, i in ((512, 2), (3104, 4)):
     k = float(m.group(i)) if m else float('nan')

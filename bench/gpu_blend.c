@@ -9,6 +9,7 @@
  * same runs use that model, weights kept as the file has them, and the
  * device memory it takes and full-prefill tokens/s at 512 and 3,104 tokens
  * are printed too (what bench/device.sh sets beside llama.cpp's llama-bench).
+ * GPU_BLEND_PREFILL_ONLY=1 stops after the prefill figures.
  * Usage: gpu_blend [backend [MODEL.gguf]] */
 #include <errno.h>
 #include <math.h>
@@ -282,6 +283,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < K * L + Q; i++) /* ids past the byte tokens, as llama-bench's random ones */
         toks[i] = hp->n_vocab > 600 ? (int32_t)(300 + (i * 7919u) % (unsigned)(hp->n_vocab - 300))
                                     : (int32_t)((i * 7919u) % (unsigned)hp->n_vocab);
+    float *lf0 = malloc(sizeof(float) * hp->n_vocab);
+    double p512 = prefill_s(m, toks, 512, lf0), pfull = prefill_s(m, toks, K * L + Q, lf0);
+    const char *attn = getenv("KVFS_CUDA_ATTN");
+    printf("full prefill: %d tokens %.1f ms (%.0f tokens/s), %d tokens %.1f ms (%.0f tokens/s) (medians of 5; "
+           "attention %s)\n", 512, 1e3 * p512, 512 / p512, K * L + Q, 1e3 * pfull, (K * L + Q) / pfull,
+           attn && !strcmp(attn, "f32") ? "f32" : "default");
+    free(lf0);
+    fflush(stdout);
+    if (getenv("GPU_BLEND_PREFILL_ONLY"))
+        return 0;
     struct kvfs_writer w[K], w4[K];
     struct kvfs_blend_chunk ch[K];
     for (int i = 0; i < K; i++) {
@@ -357,9 +368,6 @@ int main(int argc, char **argv)
     printf("the same from uncompressed objects (zstd=0): %.1f GB/s with the page cache %s, %.1f GB/s warm\n",
            median(raw_cold, 3), dropped ? "dropped" : "NOT dropped", median(raw_warm, 3));
     float *lf = malloc(sizeof(float) * hp->n_vocab), *lb = malloc(sizeof(float) * hp->n_vocab);
-    double p512 = prefill_s(m, toks, 512, lf), pfull = prefill_s(m, toks, K * L + Q, lf);
-    printf("full prefill: %d tokens %.1f ms (%.0f tokens/s), %d tokens %.1f ms (%.0f tokens/s) (medians of 5)\n", 512,
-           1e3 * p512, 512 / p512, K * L + Q, 1e3 * pfull, (K * L + Q) / pfull);
     enum { REPS = 5 };
     enum { NB = 4 };
     double full[REPS], bl[NB][REPS], qst_bl[REPS];

@@ -15,10 +15,18 @@
 #include "model.h"
 #include "tokenizer.h"
 
+/* A backend that is not thread_safe (CUDA) runs one blend at a time per
+ * context: the model then has a lane for each job slot, the model itself and
+ * views of it (kvfs_model_view: own stream and cuBLAS handle, shared
+ * weights), and a blend takes a free lane for its length. */
+#define MAX_LANES 32
 struct loaded_model {
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
     uint8_t fp[80];
+    struct kvfs_model *lane[MAX_LANES]; /* lane[0] = m; none when the backend is thread_safe */
+    int n_lanes;
+    uint32_t busy; /* lanes in use (svc->lock) */
 };
 
 /* A recipe being blended: later callers of the same key wait for it. */
@@ -185,12 +193,24 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
         kvfs_blend_service_close(svc);
         return rc;
     }
-    for (int i = 0; i < svc->n_models; i++)
-        if (!svc->models[i].m->be.iface->thread_safe && svc->jobs > 1) {
-            kvfs_log(KVFS_LOG_INFO, "backend %s runs one blend at a time (jobs=%d -> 1)",
-                     svc->models[i].m->be.iface->name, svc->jobs);
-            svc->jobs = 1;
+    if (svc->jobs > MAX_LANES)
+        svc->jobs = MAX_LANES;
+    for (int i = 0; i < svc->n_models; i++) {
+        struct loaded_model *lm = &svc->models[i];
+        if (lm->m->be.iface->thread_safe)
+            continue;
+        lm->lane[lm->n_lanes++] = lm->m;
+        while (lm->n_lanes < svc->jobs && kvfs_model_view(lm->m, &lm->lane[lm->n_lanes]) == 0)
+            lm->n_lanes++;
+        if (lm->n_lanes < svc->jobs) {
+            kvfs_log(KVFS_LOG_INFO, "backend %s: %d contexts for blends at once (jobs=%d -> %d)",
+                     lm->m->be.iface->name, lm->n_lanes, svc->jobs, lm->n_lanes);
+            svc->jobs = lm->n_lanes;
+        } else {
+            kvfs_log(KVFS_LOG_INFO, "backend %s: %d contexts (streams) for blends at once", lm->m->be.iface->name,
+                     lm->n_lanes);
         }
+    }
     if (svc->n_models > 0)
         svc->trimmer_started = pthread_create(&svc->trimmer, NULL, trimmer, svc) == 0;
     kvfs_store_add_stats(s, stats, svc);
@@ -212,6 +232,8 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
         pthread_join(svc->trimmer, NULL);
     for (int i = 0; i < svc->n_models; i++) {
         kvfs_tokenizer_free(svc->models[i].tok);
+        for (int k = svc->models[i].n_lanes - 1; k > 0; k--) /* the views before the model */
+            kvfs_model_free(svc->models[i].lane[k]);
         kvfs_model_free(svc->models[i].m);
     }
     free(svc->models);
@@ -326,9 +348,44 @@ static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const i
     return 0;
 }
 
+/* The model a blend runs on: lm's own where its backend is thread_safe,
+ * else a free lane (there is one for each job slot, so none waits long). */
+static struct kvfs_model *lane_take(struct kvfs_blend_service *svc, const struct loaded_model *clm)
+{
+    struct loaded_model *lm = (struct loaded_model *)clm; /* busy is the service's, under its lock */
+    if (!lm->n_lanes)
+        return lm->m;
+    pthread_mutex_lock(&svc->lock);
+    int k;
+    for (;;) {
+        for (k = 0; k < lm->n_lanes && (lm->busy >> k & 1); k++)
+            ;
+        if (k < lm->n_lanes)
+            break;
+        pthread_cond_wait(&svc->changed, &svc->lock);
+    }
+    lm->busy |= 1u << k;
+    pthread_mutex_unlock(&svc->lock);
+    return lm->lane[k];
+}
+
+static void lane_give(struct kvfs_blend_service *svc, const struct loaded_model *clm, struct kvfs_model *m)
+{
+    struct loaded_model *lm = (struct loaded_model *)clm;
+    if (!lm->n_lanes || !m)
+        return;
+    pthread_mutex_lock(&svc->lock);
+    for (int k = 0; k < lm->n_lanes; k++)
+        if (lm->lane[k] == m)
+            lm->busy &= ~(1u << k);
+    pthread_cond_broadcast(&svc->changed);
+    pthread_mutex_unlock(&svc->lock);
+}
+
 static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, uint8_t **img, size_t *len,
                      char *err, size_t errlen)
 {
+    struct kvfs_model *m = NULL;
     const char *hashes[KVFS_BLEND_MAX_CHUNKS];
     for (int i = 0; i < r->n; i++)
         hashes[i] = r->hashes[i];
@@ -347,11 +404,12 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
         (rc = query_tokens(lm, r, &suffix, &n_suffix, &owned, err, errlen)))
         goto out;
     blend_opts_of(svc, r, &bo);
-    if ((rc = kvfs_blend_stream(lm->m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen)))
+    m = lane_take(svc, lm);
+    if ((rc = kvfs_blend_stream(m, ld, suffix, (int)n_suffix, &bo, &c, &tokens, NULL, &st, err, errlen)))
         goto out;
     record(svc, &st);
-    rc = to_image(lm->m, &c, tokens, st.full_prefill, r->dtype ? r->dtype : svc->dtype, img, len, err, errlen);
-    kvfs_kv_cache_free(lm->m, &c);
+    rc = to_image(m, &c, tokens, st.full_prefill, r->dtype ? r->dtype : svc->dtype, img, len, err, errlen);
+    kvfs_kv_cache_free(m, &c);
     if (!rc)
         kvfs_log(KVFS_LOG_INFO,
                  "blended %d chunks + %zu query tokens (%d tokens, %d recomputed, ratio %.2f%s%s) in %.3f s "
@@ -360,6 +418,8 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
                  st.full_prefill ? ", short: prefilled in full" : "",
                  st.seconds, st.load_s, st.wait_s);
 out:
+    if (lm)
+        lane_give(svc, lm, m);
     free(tokens);
     free(owned);
     kvfs_loader_close(ld);
@@ -519,6 +579,7 @@ struct batch_run {
     struct kvfs_blend_service *svc;
     const struct loaded_model *lm;
     struct batch_item **members;
+    struct kvfs_model *m; /* the lane the batch runs on */
 };
 
 static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int32_t *tokens,
@@ -530,7 +591,7 @@ static int batch_done(void *ctx, int i, const struct kvfs_kv_cache *c, const int
     size_t len = 0;
     record(br->svc, st);
     uint32_t dtype = it->r->dtype ? it->r->dtype : br->svc->dtype;
-    int rc = to_image(br->lm->m, (struct kvfs_kv_cache *)c, tokens, st->full_prefill, dtype, &img, &len, it->err,
+    int rc = to_image(br->m, (struct kvfs_kv_cache *)c, tokens, st->full_prefill, dtype, &img, &len, it->err,
                       sizeof(it->err));
     it->done = 1;
     publish(br->svc, it->f, rc, img, len, it->err, sizeof(it->err));
@@ -605,8 +666,9 @@ static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int
             goto out;
         }
     }
-    struct batch_run br = {svc, lm, it};
-    rc = kvfs_blend_batch(lm->m, ld, mb, n, n_shared, &bo, batch_done, &br, err, errlen);
+    struct batch_run br = {svc, lm, it, lane_take(svc, lm)};
+    rc = kvfs_blend_batch(br.m, ld, mb, n, n_shared, &bo, batch_done, &br, err, errlen);
+    lane_give(svc, lm, br.m);
     if (!rc) {
         pthread_mutex_lock(&svc->lock);
         svc->n_batches++;

@@ -330,10 +330,31 @@ fail:
     return rc;
 }
 
+int kvfs_model_view(const struct kvfs_model *m, struct kvfs_model **out)
+{
+    struct kvfs_model *v = malloc(sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    *v = *m;
+    int rc = kvfs_backend_init_by_name(m->be.iface->name, 0, &v->be);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    v->view_of = m;
+    *out = v;
+    return 0;
+}
+
 void kvfs_model_free(struct kvfs_model *m)
 {
     if (!m)
         return;
+    if (m->view_of) { /* the weights are the model's it views */
+        kvfs_backend_free(&m->be);
+        free(m);
+        return;
+    }
     if (m->be.iface) {
         const struct kvfs_backend_iface *be = m->be.iface;
         void *c = m->be.ctx;

@@ -56,6 +56,7 @@ struct kvfs_model {
     int output_act_q;
     int ggml_compat;             /* emulate llama.cpp's activation quantization and f16 KV */
     struct kvfs_layer_weights *layers;
+    const struct kvfs_model *view_of; /* a view (kvfs_model_view): that model owns the weights */
 };
 
 /* Load a GGUF model onto the backend named `backend` ("cpu", "cuda", "auto").
@@ -63,5 +64,10 @@ struct kvfs_model {
 int kvfs_model_load(const char *path, const char *backend, int n_threads, struct kvfs_model **out,
                     char *err, size_t errlen);
 void kvfs_model_free(struct kvfs_model *m);
+/* A view of m on a context of its own of m's backend (CUDA: its own stream,
+ * cuBLAS handle and scratch) sharing m's weights, so that blends on a
+ * backend that is not thread_safe can run at once, one per view.  Freed by
+ * kvfs_model_free (its context only), before m. */
+int kvfs_model_view(const struct kvfs_model *m, struct kvfs_model **out);
 
 #endif

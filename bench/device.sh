@@ -14,7 +14,8 @@
 #                                           loads, the scripts parse; the CUDA parts skip)
 #
 # Environment: OUT (default build-gpu/out), KIT (default build-gpu),
-# MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1.
+# MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1,
+# QUICK=1 (the checks, then only the synthetic model's prefill).
 # Exit: 0 done, 77 dry run or no GPU (nothing failed), 1 something failed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -79,6 +80,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         bad "tests/run.sh gpu: $(tail -n 1 "$OUT/test-gpu.txt")"
     tar -czf "$OUT/test-logs.tar.gz" -C "$KIT" test-logs 2>/dev/null
     tail -n 1 "$OUT/test-gpu.txt" | tee -a "$OUT/device.log"
+fi
+
+# QUICK=1: then only the synthetic 8B-shaped model's prefill (f32 weights made
+# in memory, no llama.cpp needed), tensor-core and f32 attention
+if [ "${QUICK:-0}" = 1 ]; then
+    for attn in default f32; do
+        KVFS_CUDA_ATTN=$attn GPU_BLEND_PREFILL_ONLY=1 "$KIT/gpu_blend" cuda >> "$OUT/gpu_blend.txt" 2>> "$OUT/device.log" ||
+            bad "gpu_blend (synthetic, attention $attn)"
+    done
+    cat "$OUT/gpu_blend.txt" >&2
+    log "done, quick ($([ $FAILED = 0 ] && echo 'all passed' || echo 'with failures'))"
+    exit $FAILED
 fi
 
 # 3. the 8B-shaped Q4_K_M file, in memory-backed /dev/shm where it fits

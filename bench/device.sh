@@ -76,7 +76,8 @@ log "machine: $(tr '\n' ' ' < "$OUT/machine.txt")"
 # 2. the checks
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     log "make test-gpu's checks"
-    LLAMA_CUDA_BIN=$LLAMA LLAMA_QUANTIZE=$LLAMA/llama-quantize BUILD=$KIT tests/run.sh gpu > "$OUT/test-gpu.txt" 2>&1 ||
+    TEST_TIMEOUT=${TEST_TIMEOUT:-150} LLAMA_CUDA_BIN=$LLAMA LLAMA_QUANTIZE=$LLAMA/llama-quantize BUILD=$KIT \
+        tests/run.sh gpu > "$OUT/test-gpu.txt" 2>&1 ||
         bad "tests/run.sh gpu: $(tail -n 1 "$OUT/test-gpu.txt")"
     tar -czf "$OUT/test-logs.tar.gz" -C "$KIT" test-logs 2>/dev/null
     tail -n 1 "$OUT/test-gpu.txt" | tee -a "$OUT/device.log"

@@ -3,6 +3,8 @@
 # (tests/integration/*.sh, tests/oracle/*.sh).  Exit status of a test:
 # 0 pass, 77 skip, anything else fail.  Last line: "N passed, N failed, N skipped".
 # Usage: tests/run.sh [gpu|engines] [PATTERN]
+# TEST_TIMEOUT=S: a test still running after S seconds is killed and fails
+# (the GPU machine's time is counted: a hang must not eat it).
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 export BUILD KVFS_ROOT=$PWD
@@ -29,8 +31,11 @@ for t in "${tests[@]}"; do
     [ -n "$pattern" ] && [[ "$name" != *$pattern* ]] && continue
     log=$logdir/$name.log
     start=$EPOCHREALTIME
-    if [[ "$t" == *.sh ]]; then bash "$t" >"$log" 2>&1; else "$t" >"$log" 2>&1; fi
+    lim=()
+    [ -n "${TEST_TIMEOUT:-}" ] && lim=(timeout -k 5 "$TEST_TIMEOUT")
+    if [[ "$t" == *.sh ]]; then "${lim[@]}" bash "$t" >"$log" 2>&1; else "${lim[@]}" "$t" >"$log" 2>&1; fi
     rc=$?
+    [ $rc = 124 ] && [ -n "${TEST_TIMEOUT:-}" ] && echo "killed after ${TEST_TIMEOUT}s (TEST_TIMEOUT)" >> "$log"
     secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
     case $rc in
         0)  pass=$((pass+1)); echo "PASS $name (${secs}s)";;

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Blend lanes (what runs blends at once on a backend that is not thread_safe,
+# CUDA): with KVFS_BLEND_LANES=1 the CPU daemon takes the same path, each job
+# slot a lane of its own (the model, or a view of it on a context of its
+# own), so this runs on every machine; on a GPU tests/gpu/blend_mount_cuda.sh
+# does it on CUDA.  Eight blends at once through the mount with
+# blend_jobs=4: each equals the CPU's in-process blend bit for bit, and
+# several ran at once.
+. "$(dirname "$0")/../lib.sh"
+MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -s "$MODEL" ]; then # no real model here: a synthetic one of our own
+    MODEL=$T/synth.gguf
+    "$KVFSCTL" mkmodel -o "$MODEL" --layers 4 --embd 256 --heads 4 --kv-heads 2 --ff 512 || exit 1
+fi
+KVFS_BLEND_LANES=1 mount_kvfs c "model=$MODEL,blend_jobs=4" || exit 1
+C=$T/c.mnt
+check "the daemon made 4 lanes for blend_jobs=4" grep -q "4 contexts (streams) for blends at once" "$T/c.log"
+i=0
+for f in Apache-2.0 GPL-3 MPL-2.0; do
+    i=$((i + 1))
+    head -c 1200 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$C" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
+done
+check "three chunks prefilled into the mount" test -n "${h[3]}"
+Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
+pids=()
+for r in 1 2 3 4 1 2 3 4; do # twice each: a lane serves blend after blend
+    "$KVFSCTL" blend -M "$C" --name "c$r" --ratio 0.15 --suffix "$Q ($r)" ${h[$((r % 3 + 1))]} ${h[1]} ${h[2]} \
+        > /dev/null 2> "$T/c$r.err" &
+    pids+=($!)
+done
+wait "${pids[@]}" # not a bare wait: the daemon is this shell's child too
+for r in 1 2 3 4; do
+    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/c$r-cpu.kv" --ratio 0.15 --suffix "$Q ($r)" \
+        "$C/chunks/${h[$((r % 3 + 1))]}.kv" "$C/chunks/${h[1]}.kv" "$C/chunks/${h[2]}.kv" 2>/dev/null
+    check "blend $r through a lane: K/V identical to the in-process blend's" \
+        "$KVFSCTL" compare --max-err 0 "$C/blends/c$r.kv" "$T/c$r-cpu.kv"
+done
+check "blends ran at once ($(grep -o '"max_running": [0-9]*' "$C/.kvfs/stats"))" \
+    sh -c "grep -o '\"max_running\": [0-9]*' '$C/.kvfs/stats' | awk '{exit !(\$2 >= 2)}'"
+finish

@@ -125,7 +125,52 @@ cat "$OUT/gpu_blend.txt" >&2
 KVFS_CUDA_ATTN=f32 GPU_BLEND_PREFILL_ONLY=1 "$KIT/gpu_blend" cuda "$M" 2>> "$OUT/device.log" | grep 'full prefill' \
     >> "$OUT/gpu_blend.txt" || bad "gpu_blend with f32 attention"
 
-# 6. side by side
+# 6. llama-server (CUDA, 8 slots): 8 clients at once sending the same
+# 3,104-token prompts (a question of their own each time) for a full prefill
+if [ -n "$LLAMA" ]; then
+    log "llama-server, 8 slots, 8 clients"
+    PORT=$((20000 + RANDOM % 20000))
+    "$LLAMA/llama-server" -m "$M" -ngl 99 -np 8 -c 26624 -b 4096 -ub 512 --cache-ram 0 --port "$PORT" \
+        > "$SCRATCH/server.log" 2>&1 &
+    SRV=$!
+    python3 - "$PORT" <<'PY' >> "$OUT/gpu_blend.txt" 2>> "$OUT/device.log" || bad "llama-server, 8 clients: $(tail -n 5 "$SCRATCH/server.log")"
+import json, sys, threading, time, urllib.request
+port, V, K, L, Q = sys.argv[1], 128256, 6, 512, 32  # gpu_blend's prompt: the 8B-shaped file's vocabulary
+base = [300 + (i * 7919) % (V - 300) for i in range(K * L + Q)]
+def post(ids):
+    r = urllib.request.Request(f'http://localhost:{port}/completion', headers={'Content-Type': 'application/json'},
+                               data=json.dumps({'prompt': ids, 'n_predict': 1, 'cache_prompt': False}).encode())
+    return json.loads(urllib.request.urlopen(r, timeout=300).read())
+for _ in range(1200):
+    try:
+        urllib.request.urlopen(f'http://localhost:{port}/health', timeout=2)
+        break
+    except Exception:
+        time.sleep(0.1)
+post(base)  # warm
+done, lock, end = [0], threading.Lock(), time.time() + 20
+def client(k):
+    b = 0
+    while time.time() < end:
+        ids = base[:-1] + [300 + (k * 131 + b * 17) % 1000]
+        b += 1
+        d = post(ids)
+        assert d['timings']['prompt_n'] >= K * L, d['timings']
+        with lock:
+            done[0] += 1
+t = time.time()
+th = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+[x.start() for x in th]
+[x.join() for x in th]
+t = time.time() - t
+print(f'llama-server CUDA, 8 slots, 8 clients at once, full prefill of {K * L + Q}-token prompts: '
+      f'{done[0] / t:.2f} prompts/s ({done[0]} in {t:.1f} s)')
+PY
+    kill "$SRV" 2>/dev/null
+    wait "$SRV" 2>/dev/null
+fi
+
+# 7. side by side
 python3 - "$OUT" <<'PY' > "$OUT/summary.md" || bad "summary"
 import re, sys
 out = sys.argv[1]
@@ -162,6 +207,11 @@ l3104 = max([v for (fa, t), v in ll.items() if t == 3104] or [float('nan')])
 ttft_ll = 3104 / l3104 * 1e3
 for row in re.findall(r'\| (blend ratio 0\.15, query selection[^|]*) \| ([\d.]+) \|', g):
     print(f"| {row[0]}: TTFT ms | {float(row[1]):.1f} | {ttft_ll:.1f} (full prefill) | {ttft_ll / float(row[1]):.2f}x faster |")
+c8 = re.search(r'8 clients ([\d.]+) prompts/s', g)
+s8 = re.search(r'llama-server CUDA, 8 slots, 8 clients at once.*?: ([\d.]+) prompts/s', g)
+if c8 and s8:
+    print(f"| 8 clients at once: prompts/s | {float(c8.group(1)):.2f} (blend 0.15, 8 lanes) | {float(s8.group(1)):.2f} "
+          f"(llama-server, 8 slots, full prefill) | {float(c8.group(1)) / float(s8.group(1)):.2f}x |")
 mm = re.search(r'device memory for the model: ([\d.]+) GiB for a ([\d.]+) GiB file \(([\d.]+)x\)', g)
 if mm:
     print(f"| device memory for the model | {mm.group(1)} GiB ({mm.group(3)}x the file) | | |")

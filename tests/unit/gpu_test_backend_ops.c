@@ -419,6 +419,27 @@ static void test_model(const char *arch, double tol)
         kvfs_kv_cache_free(mc, &qc); kvfs_kv_cache_free(mg, &qg);
         free(qt1); free(qt2);
     }
+    {
+        /* ratio 1.0 on CUDA = a full prefill of the same tokens on CUDA */
+        struct kvfs_kv_cache fc, oc1;
+        int32_t *ft = malloc(sizeof(int32_t) * 303), *ot;
+        memcpy(ft, t, sizeof(int32_t) * 300);
+        memcpy(ft + 300, suf, sizeof(suf));
+        float *lf = malloc(sizeof(float) * V);
+        CHECK_EQ(kvfs_kv_cache_init(mg, 303, &fc), 0);
+        CHECK_EQ(kvfs_forward(mg, &fc, ft, 303, 0, lf), 0);
+        CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 1.0f, &oc1, &ot, lgp, NULL, err, sizeof(err)), 0);
+        int af = 0, ab = 0;
+        for (int i = 1; i < V; i++) {
+            af = lf[i] > lf[af] ? i : af;
+            ab = lgp[i] > lgp[ab] ? i : ab;
+        }
+        snprintf(lab, sizeof(lab), "%s %s, next token %d vs %d", arch, mode, ab, af);
+        report("blend 1.0 = full", lab, af == ab ? nerr(lf, lgp, V) : 1.0, 1e-3);
+        kvfs_kv_cache_free(mg, &fc);
+        kvfs_kv_cache_free(mg, &oc1);
+        free(ft), free(ot), free(lf);
+    }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);

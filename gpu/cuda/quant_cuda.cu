@@ -113,15 +113,22 @@ extern "C" float kq_value_host(uint32_t type, const uint8_t *row, int e)
     return kq_value(type, row, e);
 }
 
+/* 8 values a thread (rows are whole 32-blocks, so 8 never straddle one):
+ * the block's scales read once from cache, one 16-byte store */
 __global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int in_dim,
                              __half *out)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= (size_t)rows * in_dim)
         return;
     size_t r = i / in_dim;
     int c = (int)(i % in_dim);
-    out[i] = __float2half_rn(kq_value(type, w + (r0 + r) * row_bytes, c));
+    const uint8_t *row = w + (r0 + r) * row_bytes;
+    __align__(16) __half h[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        h[j] = __float2half_rn(kq_value(type, row, c + j));
+    *(uint4 *)(out + i) = *(const uint4 *)h;
 }
 
 __global__ void k_decode_rows_f32(uint32_t type, const uint8_t *w, size_t row_bytes, const int32_t *ids, int n,
@@ -140,9 +147,9 @@ static unsigned n_blocks(size_t n, unsigned t) { return (unsigned)((n + t - 1) /
 cudaError_t kq_decode_f16(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows,
                           int in_dim, __half *out)
 {
-    size_t tot = (size_t)rows * in_dim;
+    size_t tot = (size_t)rows * in_dim; /* a multiple of 32: whole blocks */
     if (tot)
-        k_decode_f16<<<n_blocks(tot, 256), 256, 0, s>>>(type, w, row_bytes, r0, rows, in_dim, out);
+        k_decode_f16<<<n_blocks(tot / 8, 256), 256, 0, s>>>(type, w, row_bytes, r0, rows, in_dim, out);
     return cudaGetLastError();
 }
 

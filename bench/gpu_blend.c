@@ -316,6 +316,7 @@ int main(int argc, char **argv)
 {
     const char *backend = argc > 1 ? argv[1] : "cuda";
     const char *path = argc > 2 ? argv[2] : NULL;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each figure lands in the file as it comes (a run may be cut short) */
     struct kvfs_model *m = NULL;
     if (path) {
         char lerr[256];

@@ -15,7 +15,8 @@
 #
 # Environment: OUT (default build-gpu/out), KIT (default build-gpu),
 # MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1,
-# QUICK=1 (the checks, then only the synthetic model's prefill).
+# QUICK=1 (the checks, then only the synthetic model's prefill), DEADLINE=S
+# (seconds into the run after which the last, optional steps are skipped).
 # Exit: 0 done, 77 dry run or no GPU (nothing failed), 1 something failed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -122,12 +123,14 @@ log "gpu_blend"
 "$KIT/gpu_blend" cuda "$M" > "$OUT/gpu_blend.txt" 2> "$SCRATCH/gpu_blend.err" || bad "gpu_blend: $(tail -n 5 "$SCRATCH/gpu_blend.err")"
 cat "$OUT/gpu_blend.txt" >&2
 # the f32 attention kernels beside the tensor cores' (prefill only)
-KVFS_CUDA_ATTN=f32 GPU_BLEND_PREFILL_ONLY=1 "$KIT/gpu_blend" cuda "$M" 2>> "$OUT/device.log" | grep 'full prefill' \
-    >> "$OUT/gpu_blend.txt" || bad "gpu_blend with f32 attention"
+late() { [ "$SECONDS" -ge "${DEADLINE:-1000000}" ] && log "skipped: $1 (past DEADLINE=$DEADLINE s)"; }
+late "f32 attention" ||
+    KVFS_CUDA_ATTN=f32 GPU_BLEND_PREFILL_ONLY=1 "$KIT/gpu_blend" cuda "$M" 2>> "$OUT/device.log" | grep 'full prefill' \
+        >> "$OUT/gpu_blend.txt" || bad "gpu_blend with f32 attention"
 
 # 6. llama-server (CUDA, 8 slots): 8 clients at once sending the same
 # 3,104-token prompts (a question of their own each time) for a full prefill
-if [ -n "$LLAMA" ]; then
+if [ -n "$LLAMA" ] && ! late "llama-server, 8 clients"; then
     log "llama-server, 8 slots, 8 clients"
     PORT=$((20000 + RANDOM % 20000))
     "$LLAMA/llama-server" -m "$M" -ngl 99 -np 8 -c 26624 -b 4096 -ub 512 --cache-ram 0 --port "$PORT" \

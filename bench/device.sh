@@ -15,6 +15,7 @@
 #
 # Environment: OUT (default build-gpu/out), KIT (default build-gpu),
 # MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1,
+# SKIP_LLAMA_BENCH=1,
 # QUICK=1 (the checks, then only the synthetic model's prefill), DEADLINE=S
 # (seconds into the run after which the last, optional steps are skipped).
 # Exit: 0 done, 77 dry run or no GPU (nothing failed), 1 something failed.
@@ -110,7 +111,7 @@ fi
 
 # 4. llama.cpp CUDA: prefill at 512 and 3,104 tokens, every layer on the GPU,
 # flash attention on and off (its default is automatic)
-if [ -n "$LLAMA" ]; then
+if [ -n "$LLAMA" ] && [ "${SKIP_LLAMA_BENCH:-0}" != 1 ]; then
     log "llama-bench"
     "$LLAMA/llama-bench" -m "$M" -ngl 99 -p 512,3104 -n 0 -b 4096 -ub 512 -fa 0,1 -r 3 -o md \
         > "$OUT/llama-bench.md" 2> "$SCRATCH/llama-bench.err" || bad "llama-bench: $(tail -n 5 "$SCRATCH/llama-bench.err")"

@@ -851,6 +851,73 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     }
 }
 
+/* attn_mass for the usual case (a question's few rows against every key), in
+ * three passes over the scores kept in a scratch buffer: scores with a warp
+ * per key (each key row read whole by one warp: coalesced; k_attn_mass had
+ * each thread read its own key, 256 rows at once, at every step of the dot
+ * product: ~10 ms a layer of an 8B blend), each score row's max and sum, then
+ * a thread per key adds up its probabilities over the rows (no atomics). */
+#define MASS_KEYS 64 /* keys per block of the score pass */
+__global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
+                              int n_head, int group, int head_dim, float scale, int window, float *S)
+{
+    __shared__ float qs[256];
+    int row = blockIdx.x, i = row / n_head, h = row % n_head, kstride = n_head / group * head_dim;
+    const float *qr = q + (size_t)row * head_dim, *kb = k + (size_t)(h / group) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        qs[d] = qr[d] * scale;
+    __syncthreads();
+    int32_t qp = q_pos[i];
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    for (int jj = w; jj < MASS_KEYS; jj += n_warps) {
+        int j = blockIdx.y * MASS_KEYS + jj;
+        if (j >= n_kv)
+            break;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0.0f;
+        for (int d = lane; d < head_dim; d += 32)
+            dot += qs[d] * kr[d];
+        for (int off = 16; off > 0; off >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0)
+            S[(size_t)row * n_kv + j] =
+                kv_pos[j] > qp || (window > 0 && kv_pos[j] <= qp - window) ? -INFINITY : dot;
+    }
+}
+
+__global__ void k_mass_rows(const float *S, int n_kv, float *m, float *inv)
+{
+    __shared__ float red[256];
+    const float *sr = S + (size_t)blockIdx.x * n_kv;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        mx = fmaxf(mx, sr[j]);
+    mx = block_max(red, mx);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+            sum += expf(sr[j] - mx); /* masked keys add exp(-inf) = 0 */
+    sum = block_sum(red, sum);
+    if (threadIdx.x == 0) {
+        m[blockIdx.x] = mx;
+        inv[blockIdx.x] = mx == -INFINITY ? 0.0f : 1.0f / sum; /* a row that sees nothing adds nothing */
+    }
+}
+
+__global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m, const float *inv, float *out)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_kv)
+        return;
+    float acc = 0.0f;
+    for (int r = 0; r < n_rows; r++) {
+        float sc = S[(size_t)r * n_kv + j];
+        if (sc != -INFINITY)
+            acc += expf(sc - m[r]) * inv[r];
+    }
+    out[j] += acc;
+}
+
 static int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
                        int window, float *out)
@@ -859,8 +926,22 @@ static int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q
         return 0;
     if (n_head % n_kv_head || head_dim > 256)
         return -EINVAL;
-    k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, n_head / n_kv_head,
-                                                       head_dim, scale, window, out);
+    int group = n_head / n_kv_head, rows = n_q * n_head;
+    size_t cells = (size_t)rows * n_kv;
+    float *S = NULL;
+    if (cells <= ((size_t)64 << 20) && c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows), (void **)&S) == 0) {
+        float *m = S + cells, *inv = m + rows;
+        k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
+            q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, S);
+        k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, m, inv);
+        k_mass_keys<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv, out);
+        int rc = LAUNCHED("attn_mass");
+        c_free(vctx, S); /* reused only by later work on this stream */
+        return rc;
+    }
+    /* many query rows: one block per (query, head), nothing kept */
+    k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale,
+                                                       window, out);
     return LAUNCHED("attn_mass");
 }
 

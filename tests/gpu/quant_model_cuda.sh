@@ -2,7 +2,8 @@
 # A quantized model on CUDA, its weights kept on the device as the file has
 # them: a synthetic model of our own quantized by llama.cpp's llama-quantize
 # (Q4_K_M: Q4_K and Q6_K rows; Q4_1; Q8_0) gives the CPU reference's
-# next-token log-probabilities on CUDA, for a few rows (products that decode
+# next token and, within 0.02 nats + 1e-3 of each value, its top 10
+# log-probabilities on CUDA, for a few rows (products that decode
 # as they go) and for 300 (f16 products on the tensor cores).  Skips (77)
 # without a GPU or without llama-quantize (the device kit carries it).
 . "$(dirname "$0")/../lib.sh"
@@ -22,11 +23,13 @@ for type in Q4_K_M Q4_1 Q8_0; do
 import json, math, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 top_b = dict((t, lp) for t, lp in b["top"])
-# the CPU's top 10 on CUDA: each log-probability within 0.02 nats
-worst = max(abs(lp - top_b.get(t, -math.inf)) for t, lp in a["top"])
+# the CPU's top 10 on CUDA: each log-probability within 0.02 nats plus 1e-3
+# of its size (a random model's logits span hundreds of nats, and f16
+# products agree with the CPU's to ~1e-3, as the op checks say)
+worst = max(abs(lp - top_b.get(t, -math.inf)) / (0.02 + 1e-3 * abs(lp)) for t, lp in a["top"])
 same = a["top"][0][0] == b["top"][0][0]
-print(f"top-1 {'same' if same else 'DIFFERENT'}, largest log-prob difference {worst:.2e}",
-      "ok" if same and worst <= 0.02 else "FAIL")
+print(f"top-1 {'same' if same else 'DIFFERENT'}, largest log-prob difference {worst:.2f} of its bound",
+      "ok" if same and worst <= 1 else "FAIL")
 PY
 )
         check "$type, $n tokens, CUDA vs CPU: $verdict" sh -c "echo '$verdict' | grep -q ' ok$'"

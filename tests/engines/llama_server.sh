@@ -15,9 +15,9 @@
 # On a GPU (tests/gpu/llama_server_cuda.sh) the same checks run with
 # KVFS_ENGINE_MODEL (another GGUF), KVFS_ENGINE_BACKEND=cuda (the daemon and
 # kvfsctl generate blend and decode on CUDA), LLAMA_SERVER (llama.cpp's CUDA
-# build), LLAMA_SERVER_ARGS (e.g. -ngl 99) and KVFS_ENGINE_CTX (the server's
-# context, default 4096: a byte-level synthetic model's documents are ~4x
-# longer in tokens).
+# build), LLAMA_SERVER_ARGS (e.g. -ngl 99), KVFS_ENGINE_CTX (the server's
+# context, default 4096) and KVFS_ENGINE_DOC_BYTES (each document's length,
+# default 1400: a byte-level synthetic model makes a token of every byte).
 . "$(dirname "$0")/../lib.sh"
 MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BACKEND=${KVFS_ENGINE_BACKEND:-cpu}
@@ -46,7 +46,7 @@ A=$T/a.mnt
 i=0
 for f in GPL-3 Apache-2.0 MPL-2.0; do
     i=$((i + 1))
-    head -c 1400 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
+    head -c "${KVFS_ENGINE_DOC_BYTES:-1400}" "/usr/share/common-licenses/$f" > "$T/d$i.txt"
     h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$A" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
 done
 SQ=$'\nQuestion: Which of these licenses was written by the Free Software Foundation?'

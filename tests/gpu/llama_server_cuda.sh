@@ -13,5 +13,5 @@ BIN=${LLAMA_CUDA_BIN:-$BUILD/llama-cuda/bin}
 "$KVFSCTL" mkmodel -o "$T/f32.gguf" --layers 4 --embd 512 --heads 8 --kv-heads 2 --ff 1536 --seed 11 || exit 1
 "$BIN/llama-quantize" "$T/f32.gguf" "$T/q4km.gguf" Q4_K_M > "$T/quantize.log" 2>&1 || { cat "$T/quantize.log"; exit 1; }
 KVFS_ENGINE_MODEL=$T/q4km.gguf KVFS_ENGINE_BACKEND=cuda LLAMA_SERVER=$BIN/llama-server LLAMA_SERVER_ARGS="-ngl 99" \
-    KVFS_ENGINE_CTX=16384 \
+    KVFS_ENGINE_CTX=4096 KVFS_ENGINE_DOC_BYTES=500 \
     bash "$KVFS_ROOT/tests/engines/llama_server.sh"

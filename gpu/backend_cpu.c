@@ -939,8 +939,12 @@ static int int_path_max_rows(const struct kvfs_weight *w)
         return (size_t)w->out_dim * w->in_dim >= ((size_t)8 << 20) ? INT_MAX : 128;
     return 64;
 #else
+    /* no integer kernels: each W row decoded once and dotted with every x
+     * row (a row's dot alone, whatever rows share the call) below 64 rows,
+     * as the 32-blocks' integer path; from 8 (as before) a 17-row product's
+     * rows differed from those of 16 on SkylakeX (its small-product kernels) */
     (void)w;
-    return QMM_GEMM_MIN_ROWS; /* no integer kernels: rows are decoded one by one */
+    return 64;
 #endif
 }
 

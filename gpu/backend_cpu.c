@@ -939,8 +939,12 @@ static int int_path_max_rows(const struct kvfs_weight *w)
         return (size_t)w->out_dim * w->in_dim >= ((size_t)8 << 20) ? INT_MAX : 128;
     return 64;
 #else
+    /* no integer kernels: each W row decoded once and dotted with every x
+     * row (a row's dot alone, whatever rows share the call) below 64 rows,
+     * as the 32-blocks' integer path; from 8 (as before) a 17-row product's
+     * rows differed from those of 16 on SkylakeX (its small-product kernels) */
     (void)w;
-    return QMM_GEMM_MIN_ROWS; /* no integer kernels: rows are decoded one by one */
+    return 64;
 #endif
 }
 
@@ -1418,8 +1422,9 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
  * other kernels for small products, whose sums differ in the last bits, and
  * it splits a long k by its length: measured on SkylakeX, only q.K^T with
  * K^T stored (no transpose) and P.V over runs of a fixed length aligned to
- * the key index (zero tails) give identical rows for any block shape.  From
- * ATT_INVARIANT_MIN_Q queries on (a prefill, a blend's recompute); decoding
+ * the key index (zero tails) give identical rows for any block shape (the
+ * kernel picked on other AVX CPUs, Sandybridge's, keeps one order in every
+ * shape; Haswell's in none: blas.c).  From ATT_INVARIANT_MIN_Q queries on (a prefill, a blend's recompute); decoding
  * one token keeps the plain path (transposing every key per token would
  * cost more than its attention).  KVFS_ATT_INVARIANT_MIN_Q=N overrides (for
  * analyses that run a short question alone and compare it with a prefill:

@@ -14,17 +14,26 @@ static struct kvfs_blas blas;
 static int load_rc = 1;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* The kernel for this CPU, one whose sums keep a row's bits whatever rows
+ * share its call (batch invariance: backend_cpu.c).  AVX-512: SkylakeX,
+ * whose products the attention path is shaped for.  Other AVX CPUs, AVX2
+ * included: Sandybridge, not OpenBLAS's choice (Haswell, for Zen too):
+ * Haswell's kernel takes rows 12 at a time and sums some (row, column)
+ * pairs of a tile as two interleaved halves of k, so a row's last bits
+ * depend on its index in the call mod 12.  Sandybridge's adds one rounded
+ * product per k, in order, in every tile shape.  Without AVX OpenBLAS
+ * picks: none of its SSE kernels keeps one order for every shape. */
 static const char *best_core(void)
 {
     unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return NULL;
-    int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
-        avx512vl = (b >> 31) & 1;
-    if (avx512f && avx512dq && avx512bw && avx512vl)
-        return "SkylakeX";
-    if (avx2)
-        return "Haswell";
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+        if (avx512f && avx512dq && avx512bw && avx512vl)
+            return "SkylakeX";
+    }
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx")) /* the CPU's and the OS's (XSAVE of the ymm state) */
+        return "Sandybridge";
     return NULL;
 }
 

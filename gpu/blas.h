@@ -4,8 +4,9 @@
  * "AMD EPYC" under KVM) and falls back to a slow kernel.  OpenBLAS reads its
  * core type once, when the library initialises, so kvfs sets it for its own
  * process just before dlopen(): KVFS_BLAS_CORE=NAME forces a core,
- * KVFS_BLAS_CORE=auto (default) picks SkylakeX on AVX-512 CPUs, Haswell on
- * AVX2 ones, and leaves OpenBLAS's own detection otherwise. */
+ * KVFS_BLAS_CORE=auto (default) picks SkylakeX on AVX-512 CPUs, Sandybridge
+ * on other AVX ones (AVX2 included: Haswell's kernel is not batch-invariant,
+ * blas.c), and leaves OpenBLAS's own detection otherwise. */
 #ifndef KVFS_BLAS_H
 #define KVFS_BLAS_H
 

@@ -1424,11 +1424,11 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
  * K^T stored (no transpose) and P.V over runs of a fixed length aligned to
  * the key index (zero tails) give identical rows for any block shape (the
  * kernel picked on other AVX CPUs, Sandybridge's, keeps one order in every
- * shape; Haswell's in none: blas.c).  From ATT_INVARIANT_MIN_Q queries on (a prefill, a blend's recompute); decoding
- * one token keeps the plain path (transposing every key per token would
- * cost more than its attention).  KVFS_ATT_INVARIANT_MIN_Q=N overrides (for
- * analyses that run a short question alone and compare it with a prefill:
- * bench/oracle.c). */
+ * shape; Haswell's in none: blas.c).  From ATT_INVARIANT_MIN_Q queries on
+ * (a prefill, a blend's recompute); decoding one token keeps the plain path
+ * (transposing every key per token would cost more than its attention).
+ * KVFS_ATT_INVARIANT_MIN_Q=N overrides (for analyses that run a short
+ * question alone and compare it with a prefill: bench/oracle.c). */
 #define ATT_INVARIANT_MIN_Q 16
 static int att_invariant_min_q(void)
 {

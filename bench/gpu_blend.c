@@ -332,7 +332,7 @@ int main(int argc, char **argv)
             return 1;
         }
         struct stat sb;
-        size_t used = device_used() - before;
+        size_t after = device_used(), used = after > before ? after - before : 0;
         printf("model %s loaded in %.1f s (backend %s)\n", path, now() - t0, m->be.iface->name);
         if (used && stat(path, &sb) == 0)
             printf("device memory for the model: %.2f GiB for a %.2f GiB file (%.2fx)\n", used / 1073741824.0,

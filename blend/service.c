@@ -198,7 +198,8 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
     for (int i = 0; i < svc->n_models; i++) {
         struct loaded_model *lm = &svc->models[i];
         /* KVFS_BLEND_LANES=1: lanes on a thread_safe backend too (tests) */
-        if (lm->m->be.iface->thread_safe && !getenv("KVFS_BLEND_LANES"))
+        const char *force = getenv("KVFS_BLEND_LANES");
+        if (lm->m->be.iface->thread_safe && !(force && !strcmp(force, "1")))
             continue;
         lm->lane[lm->n_lanes++] = lm->m;
         while (lm->n_lanes < svc->jobs && kvfs_model_view(lm->m, &lm->lane[lm->n_lanes]) == 0)

@@ -22,11 +22,12 @@ KIT=${KIT:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 MAX=${KIT_MAX_MIB:-60}
 say() { echo "build-device-kit: $*" >&2; }
-command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { say "error: no nvcc: the kit's point is CUDA"; exit 1; }
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$NVCC" ] || { say "error: no nvcc: the kit's point is CUDA"; exit 1; }
 # objects in a build tree of their own (kept: the next kit builds only what
 # changed); the kit holds only what runs
 OBJ=$KIT-obj
-make -j"$JOBS" BUILD="$OBJ" NO_RADOS=1 ARCHFLAGS=-march=x86-64-v3 "$OBJ/tests/gpu_test_backend_ops" "$OBJ/gpu_blend" \
+make -j"$JOBS" BUILD="$OBJ" NVCC="$NVCC" NO_RADOS=1 ARCHFLAGS=-march=x86-64-v3 "$OBJ/tests/gpu_test_backend_ops" "$OBJ/gpu_blend" \
     "$OBJ/kvfs" "$OBJ/kvfsctl" "$OBJ/libkvfs-cuda.so" >/dev/null
 rm -rf "$KIT"
 mkdir -p "$KIT/lib" "$KIT/bin" "$KIT/tests"

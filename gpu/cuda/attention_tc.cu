@@ -184,6 +184,16 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
     return cudaGetLastError();
 }
 
+size_t attn_tc_smem(int head_dim)
+{
+    switch (head_dim) {
+    case 64: return tc_layout<64>::bytes + 1024; /* + the static row stats and positions */
+    case 128: return tc_layout<128>::bytes + 1024;
+    case 256: return tc_layout<256>::bytes + 1024;
+    default: return 0;
+    }
+}
+
 cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
                     const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
                     int window, float *out)

@@ -83,6 +83,8 @@ struct cuda_ctx {
     size_t wh_max;         /* most elements of W decoded at once */
     float *gelu_table;     /* geglu's, made on first use */
     int attn_tc;           /* attention on the tensor cores (KVFS_CUDA_ATTN=f32: the f32 kernels) */
+    size_t smem_optin;     /* the device's shared memory per block, opted in */
+    int counted;           /* in live_contexts */
 };
 
 struct kvfs_weight {
@@ -158,6 +160,10 @@ static int c_alloc(void *vctx, size_t bytes, void **dev)
     return 0;
 }
 
+/* CUDA contexts of this process (the blend service's lanes): their caches of
+ * idle device memory share one bound, 1/8 of the device */
+static int live_contexts;
+
 static void c_free(void *vctx, void *dev)
 {
     struct cuda_ctx *c = CTX;
@@ -170,7 +176,8 @@ static void c_free(void *vctx, void *dev)
             c->live[i] = c->live[--c->n_live];
             break;
         }
-    if (len && c->cached_bytes + len <= c->cache_limit)
+    int lives = __atomic_load_n(&live_contexts, __ATOMIC_RELAXED);
+    if (len && c->cached_bytes + len <= c->cache_limit / (size_t)(lives > 1 ? lives : 1))
         for (int i = 0; i < CACHE_SLOTS; i++)
             if (!c->cached[i].p) {
                 c->cached[i] = (struct dev_block){dev, len};
@@ -265,12 +272,14 @@ static int c_weight_create_quant(void *vctx, uint32_t type, const void *data, si
     return 0;
 }
 
+static int c_gather(void *vctx, const float *src, const int32_t *idx, float *out, int n_idx, int dim);
+
 static int c_weight_rows(void *vctx, const struct kvfs_weight *w, const int32_t *ids, float *out, int n)
 {
-    if (!w->q)
-        return -EINVAL;
     if (n <= 0)
         return 0;
+    if (!w->q) /* a type the device does not keep encoded: the model made it f32 */
+        return c_gather(vctx, w->w, ids, out, n, w->in_dim);
     return cuda_err(kq_decode_rows_f32(CTX->stream, w->type, w->q, w->row_bytes, ids, n, w->in_dim, out),
                     "weight_rows");
 }
@@ -286,7 +295,12 @@ static int scratch_half(struct cuda_ctx *c, __half **buf, size_t *cap, size_t n)
         *buf = NULL;
         *cap = 0;
     }
-    CK(cudaMalloc((void **)buf, n * sizeof(__half)));
+    if (cudaMalloc((void **)buf, n * sizeof(__half)) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory: give the cache back and try once more */
+        cudaStreamSynchronize(c->stream);
+        cache_release(c);
+        CK(cudaMalloc((void **)buf, n * sizeof(__half)));
+    }
     *cap = n;
     return 0;
 }
@@ -796,7 +810,7 @@ static int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q
         return -EINVAL;
     /* 16 rows and more (prefills, a blend's recomputed rows) on the tensor
      * cores; a decoding step's row in f32 */
-    if (CTX->attn_tc && n_q >= 16 && (head_dim == 64 || head_dim == 128 || head_dim == 256))
+    if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin)
         return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
                                 window, out),
                         "attention (tensor cores)");
@@ -1311,6 +1325,8 @@ static void c_destroy(void *vctx)
     for (int i = 0; i < c->n_live; i++) /* weights and buffers nobody freed */
         cudaFree(c->live[i].p);
     free(c->live);
+    if (c->counted)
+        __atomic_sub_fetch(&live_contexts, 1, __ATOMIC_RELAXED);
     cudaFree(c->wh);
     cudaFree(c->xh);
     cublasDestroy(c->blas);
@@ -1320,7 +1336,7 @@ static void c_destroy(void *vctx)
 
 static const struct kvfs_backend_iface cuda_iface = {
     /* .name = */ "cuda",
-    /* .thread_safe = */ 0, /* one stream and one cuBLAS handle: the service runs one blend at a time */
+    /* .thread_safe = */ 0, /* one stream and one cuBLAS handle: blends at once take a context each (lanes) */
     /* .alloc = */ c_alloc,
     /* .free = */ c_free,
     /* .upload = */ c_upload,
@@ -1394,6 +1410,12 @@ static int cuda_init(int device, struct kvfs_backend *out)
     c->wh_max = e && atol(e) > 0 ? (size_t)atol(e) : WH_MAX;
     e = getenv("KVFS_CUDA_ATTN");
     c->attn_tc = !(e && !strcmp(e, "f32"));
+    int optin = 0; /* head dims whose tensor-core kernel does not fit (128 on sm_86/89, 256 on sm_80) use f32 */
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+        cudaGetLastError();
+    c->smem_optin = optin > 0 ? (size_t)optin : 48 << 10;
+    __atomic_add_fetch(&live_contexts, 1, __ATOMIC_RELAXED);
+    c->counted = 1;
     out->iface = &cuda_iface;
     out->ctx = c;
     return 0;

@@ -51,13 +51,13 @@ C=$T/c.mnt
 check "the daemon made 4 CUDA contexts for blend_jobs=4" grep -q "4 contexts (streams) for blends at once" "$T/c.log"
 cp "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" "$C/chunks/"
 jobs_=()
-for r in 1 2 3 4 1 2 3 4; do # twice each: a lane serves blend after blend
+for r in 1 2 3 4 5 6 7 8; do # 8 distinct recipes on 4 lanes: a lane serves blend after blend
     "$KVFSCTL" blend -M "$C" --name "c$r" --ratio 0.15 --suffix "$Q ($r)" ${h[$((r % 3 + 1))]} ${h[1]} ${h[2]} \
         > /dev/null 2> "$T/c$r.err" &
     jobs_+=($!)
 done
 wait "${jobs_[@]}" # not a bare wait: the daemons are this shell's children too
-for r in 1 2 3 4; do
+for r in 1 2 3 4 5 6 7 8; do
     "$KVFSCTL" blend --local -m "$MODEL" -o "$T/c$r-cpu.kv" --ratio 0.15 --suffix "$Q ($r)" \
         "$M/chunks/${h[$((r % 3 + 1))]}.kv" "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
     g1=$("$KVFSCTL" generate -m "$MODEL" --kv "$C/blends/c$r.kv" -n 8 --ids 2>/dev/null)

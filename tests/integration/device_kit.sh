@@ -6,7 +6,7 @@
 # nvcc; the sanitizer builds).
 . "$(dirname "$0")/../lib.sh"
 [ -e "$BUILD/libkvfs-cuda.so" ] || skip "built without CUDA"
-KIT=${KVFS_KIT:-$KVFS_ROOT/build-gpu}
+KIT=${KVFS_KIT:-$KVFS_ROOT/build-kit-test} # not build-gpu/: a kit built for a GPU run stays as it is
 check "tools/build-device-kit.sh builds the kit" sh -c "KIT='$KIT' JOBS=2 '$KVFS_ROOT/tools/build-device-kit.sh' > '$T/kit.log' 2>&1"
 tail -n 3 "$T/kit.log"
 KIT=$KIT OUT=$T/out bash "$KVFS_ROOT/bench/device.sh" --dry-run > "$T/dry.log" 2>&1

@@ -472,6 +472,7 @@ int main(void)
     test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
+    test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
     test_quant();
     static const char *const arches[] = {"llama", "qwen2", "gemma3"};
     setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */

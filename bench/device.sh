@@ -6,18 +6,21 @@
 # kvfs's CUDA path side by side with llama.cpp's CUDA build on one 8B-shaped
 # Q4_K_M file made there (tools/mkmodel-8b.py --fast + llama-quantize):
 # full prefill at 512 and 3,104 tokens (llama-bench), kvfs's prefill, blend
-# TTFT and device memory (gpu_blend).  Every figure goes under $OUT.
+# TTFT, 8 clients at once and device memory (gpu_blend), llama-server with 8
+# slots for the same 8 clients.  Every figure goes under $OUT.
 #
 #   here:   tools/build-device-kit.sh      (build-gpu/: binaries, libraries, llama.cpp CUDA)
-#   there:  bench/device.sh                (carry build-gpu; about 6 minutes on an H100/H200)
+#   there:  bench/device.sh                (carry build-gpu; about 4 minutes on an H200, 100 s of
+#                                           it making the 8B file)
 #   here:   bench/device.sh --dry-run      (what runs without a GPU: the kit is complete and
 #                                           loads, the scripts parse; the CUDA parts skip)
 #
 # Environment: OUT (default build-gpu/out), KIT (default build-gpu),
 # MODEL8B (an 8B Q4_K_M file to use instead of making one), SKIP_TESTS=1,
-# SKIP_LLAMA_BENCH=1,
-# QUICK=1 (the checks, then only the synthetic model's prefill), DEADLINE=S
-# (seconds into the run after which the last, optional steps are skipped).
+# SKIP_LLAMA_BENCH=1, TEST_TIMEOUT=S (per test, default 150), QUICK=1 (the
+# checks, then only the synthetic model's prefill), DEADLINE=S (seconds into
+# the run after which the optional last steps, f32 attention and llama-server,
+# are skipped).
 # Exit: 0 done, 77 dry run or no GPU (nothing failed), 1 something failed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -28,7 +31,7 @@ OUT=${OUT:-$KIT/out}
 mkdir -p "$OUT"
 DRY=0
 [ "${1:-}" = --dry-run ] && DRY=1
-[ "${1:-}" = --help ] && { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[ "${1:-}" = --help ] && { sed -n '2,/^# Exit:/p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 FAILED=0
 log() { echo "[device $(date -u +%T)] $*" | tee -a "$OUT/device.log" >&2; }
 bad() { log "FAIL: $*"; FAILED=1; }

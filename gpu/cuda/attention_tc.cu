@@ -15,6 +15,7 @@
 #include <mma.h>
 
 #include "attention_tc.h"
+#include "attn_mask.cuh"
 
 using namespace nvcuda;
 
@@ -60,25 +61,16 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
         row_l[t] = 0.0f;
     }
     __syncthreads();
-    int32_t qmax = INT_MIN, qmin = INT_MAX;
-    for (int r = 0; r < TQ; r++)
-        if (i0 + r < n_q) {
-            qmax = max(qmax, qp_s[r]);
-            qmin = min(qmin, qp_s[r]);
-        }
+    int32_t qmin, qmax;
+    pos_span(qp_s, min(TQ, n_q - i0), &qmin, &qmax);
     for (int j0 = 0; j0 < n_kv; j0 += TK) {
         __syncthreads(); /* the previous tile is read no more */
         if (t < TK)
             kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
         __syncthreads();
-        int32_t kmin = INT_MAX, kmax = INT_MIN;
-        for (int c = 0; c < TK && j0 + c < n_kv; c++) {
-            kmin = min(kmin, kp_s[c]);
-            kmax = max(kmax, kp_s[c]);
-        }
-        /* the same decisions in every thread: the tile is past every query,
-         * or before every query's window */
-        if (kmin > qmax || (window > 0 && (long long)kmax <= (long long)qmin - window))
+        int32_t kmin, kmax;
+        pos_span(kp_s, min(TK, n_kv - j0), &kmin, &kmax);
+        if (kv_tile_unseen(kmin, kmax, qmin, qmax, window))
             continue;
         for (int e = t; e < TK * D; e += 32 * WARPS) {
             int jj = e / D, d = e % D, j = j0 + jj;
@@ -118,7 +110,7 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
             for (int u = 0; u < 2; u++) {
                 int c = lane + 32 * u;
                 int32_t kp = kp_s[c];
-                bool seen = kp <= qp && !(window > 0 && (long long)kp <= (long long)qp - window) && j0 + c < n_kv;
+                bool seen = j0 + c < n_kv && kv_seen(kp, qp, window);
                 s2[u] = seen ? ss[r * Lay::SLD + c] : -INFINITY;
                 tmax = fmaxf(tmax, s2[u]);
             }
@@ -175,9 +167,13 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
                           int window, float *out)
 {
     size_t smem = tc_layout<D>::bytes;
-    cudaError_t e = cudaFuncSetAttribute(k_flash_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
-        return e;
+    static int smem_set; /* the attribute is the kernel's, process-wide: set once (setting it twice is harmless) */
+    if (!__atomic_load_n(&smem_set, __ATOMIC_ACQUIRE)) {
+        cudaError_t e = cudaFuncSetAttribute(k_flash_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+        __atomic_store_n(&smem_set, 1, __ATOMIC_RELEASE);
+    }
     dim3 grid((unsigned)((n_q + TQ - 1) / TQ), (unsigned)n_head);
     k_flash_tc<D><<<grid, 32 * WARPS, smem, s>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window,
                                                  out);

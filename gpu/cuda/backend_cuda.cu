@@ -16,10 +16,12 @@
 #include <string.h>
 
 #include "attention_tc.h"
+#include "attn_mask.cuh"
 #include "quant_cuda.h"
 
 extern "C" {
 #include "backend.h"
+#include "gelu.h"
 #include "gguf.h"
 #include "kvquant.h"
 #include "log.h"
@@ -127,6 +129,18 @@ static void cache_release(struct cuda_ctx *c)
     c->cached_bytes = 0;
 }
 
+/* cudaMalloc; when the device is full, the cache of idle blocks is given
+ * back (cudaFree waits for the device) and it is tried once more */
+static int dev_malloc(struct cuda_ctx *c, void **p, size_t len)
+{
+    if (cudaMalloc(p, len) == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    cache_release(c);
+    CK(cudaMalloc(p, len));
+    return 0;
+}
+
 static int c_alloc(void *vctx, size_t bytes, void **dev)
 {
     struct cuda_ctx *c = CTX;
@@ -150,10 +164,10 @@ static int c_alloc(void *vctx, size_t bytes, void **dev)
         len = c->cached[best].len;
         c->cached[best].p = NULL;
         c->cached_bytes -= len;
-    } else if (cudaMalloc(&p, len) != cudaSuccess) {
-        cudaGetLastError(); /* out of memory: give the cache back and try once more */
-        cache_release(c);
-        CK(cudaMalloc(&p, len));
+    } else {
+        int rc = dev_malloc(c, &p, len);
+        if (rc)
+            return rc;
     }
     c->live[c->n_live++] = (struct dev_block){p, len};
     *dev = p;
@@ -295,14 +309,10 @@ static int scratch_half(struct cuda_ctx *c, __half **buf, size_t *cap, size_t n)
         *buf = NULL;
         *cap = 0;
     }
-    if (cudaMalloc((void **)buf, n * sizeof(__half)) != cudaSuccess) {
-        cudaGetLastError(); /* out of memory: give the cache back and try once more */
-        cudaStreamSynchronize(c->stream);
-        cache_release(c);
-        CK(cudaMalloc((void **)buf, n * sizeof(__half)));
-    }
-    *cap = n;
-    return 0;
+    int rc = dev_malloc(c, (void **)buf, n * sizeof(__half));
+    if (!rc)
+        *cap = n;
+    return rc;
 }
 
 __global__ void k_add_bias(float *y, const float *b, int n, int d)
@@ -349,33 +359,31 @@ static int matmul_encoded(struct cuda_ctx *c, const struct kvfs_weight *w, const
     return 0;
 }
 
-static int c_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
+/* y = x . W^T in f32 (cuBLAS's sgemm) */
+static int matmul_f32(struct cuda_ctx *c, const struct kvfs_weight *w, const float *x, float *y, int n)
 {
-    if (n <= 0)
-        return 0;
-    if (w->q) {
-        int rc = matmul_encoded(CTX, w, x, y, n);
-        if (rc || !bias)
-            return rc;
-        size_t tot = (size_t)n * w->out_dim;
-        k_add_bias<<<blocks(tot, 256), 256, 0, CTX->stream>>>(y, bias, n, w->out_dim);
-        return LAUNCHED("add_bias");
-    }
     const float one = 1.0f, zero = 0.0f;
     /* row-major y[n][out] = x[n][in] . W[out][in]^T, i.e. column-major
      * Y(out x n) = W^T(out x in) . X(in x n) */
-    cublasStatus_t s = cublasSgemm(CTX->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->out_dim, n, w->in_dim, &one, w->w,
+    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->out_dim, n, w->in_dim, &one, w->w,
                                    w->in_dim, x, w->in_dim, &zero, y, w->out_dim);
     if (s != CUBLAS_STATUS_SUCCESS) {
         kvfs_log(KVFS_LOG_ERR, "cuda: cublasSgemm failed (%d)", (int)s);
         return -EIO;
     }
-    if (bias) {
-        size_t tot = (size_t)n * w->out_dim;
-        k_add_bias<<<blocks(tot, 256), 256, 0, CTX->stream>>>(y, bias, n, w->out_dim);
-        return LAUNCHED("add_bias");
-    }
     return 0;
+}
+
+static int c_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const float *x, float *y, int n)
+{
+    if (n <= 0)
+        return 0;
+    int rc = w->q ? matmul_encoded(CTX, w, x, y, n) : matmul_f32(CTX, w, x, y, n);
+    if (rc || !bias)
+        return rc;
+    size_t tot = (size_t)n * w->out_dim;
+    k_add_bias<<<blocks(tot, 256), 256, 0, CTX->stream>>>(y, bias, n, w->out_dim);
+    return LAUNCHED("add_bias");
 }
 
 /* Block-wide max / sum of one value per thread through shared red[blockDim.x];
@@ -507,8 +515,8 @@ static int c_scale(void *vctx, const float *x, float s, float *y, size_t count)
 }
 
 /* GEGLU through ggml's table of GELU at every f16 value, rounded to f16 (as
- * the CPU backend's cpu_geglu): built on the host with the same float
- * operations and libm, so both backends read the same table */
+ * the CPU backend's cpu_geglu): built on the host by the same function
+ * (gpu/gelu.c, linked into the plugin), so both backends read the same table */
 __global__ void k_geglu(const float *g, const float *u, float *o, const float *table, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -528,8 +536,7 @@ static int c_geglu(void *vctx, const float *gate, const float *up, float *out, s
         if (!h)
             return -ENOMEM;
         for (uint32_t i = 0; i < (1u << 16); i++) {
-            float x = __half2float(__ushort_as_half((unsigned short)i));
-            float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+            float g = kvfs_gelu_tanh(__half2float(__ushort_as_half((unsigned short)i)));
             h[i] = __half2float(__float2half_rn(g));
         }
         int rc = c_alloc(vctx, sizeof(float) << 16, (void **)&c->gelu_table);
@@ -620,11 +627,8 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
     if (t < FA_BQ)
         qp_s[t] = i0 + t < n_q ? q_pos[i0 + t] : INT_MIN;
     __syncthreads();
-    int32_t qmax = INT_MIN, qmin = INT_MAX;
-    for (int rr = 0; rr < FA_BQ; rr++) {
-        qmax = max(qmax, qp_s[rr]);
-        qmin = min(qmin, qp_s[rr]);
-    }
+    int32_t qmin, qmax;
+    pos_span(qp_s, min(FA_BQ, n_q - i0), &qmin, &qmax);
     const int32_t my_pos = qp_s[r];
     float m = -INFINITY, l = 0.0f, acc[D / 4];
 #pragma unroll
@@ -635,15 +639,9 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         if (t < FA_BK)
             kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
         __syncthreads();
-        int32_t kmin = INT_MAX, kmax = INT_MIN;
-        for (int c = 0; c < FA_BK; c++) {
-            kmin = min(kmin, kp_s[c]);
-            if (j0 + c < n_kv)
-                kmax = max(kmax, kp_s[c]);
-        }
-        /* the same decisions in every thread: the tile is past every query,
-         * or (a sliding-window layer) before every query's window */
-        if (kmin > qmax || (window > 0 && (long long)kmax <= (long long)qmin - window))
+        int32_t kmin, kmax;
+        pos_span(kp_s, min(FA_BK, n_kv - j0), &kmin, &kmax);
+        if (kv_tile_unseen(kmin, kmax, qmin, qmax, window))
             continue;
         for (int e = t; e < FA_BK * D; e += FA_THREADS) {
             int jj = e / D, d = e % D, j = j0 + jj;
@@ -665,8 +663,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         float tmax = -INFINITY;
 #pragma unroll
         for (int cc = 0; cc < FA_BK / 4; cc++) {
-            int32_t kp = kp_s[sub + 4 * cc];
-            if (kp > my_pos || (window > 0 && kp <= my_pos - window))
+            if (!kv_seen(kp_s[sub + 4 * cc], my_pos, window))
                 sc[cc] = -INFINITY;
             tmax = fmaxf(tmax, sc[cc]);
         }
@@ -733,7 +730,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
     for (int j0 = 0; j0 < n_kv; j0 += ATT_T) {
         int j = j0 + t;
         float s = -INFINITY;
-        if (j < n_kv && kv_pos[j] <= qp && !(window > 0 && kv_pos[j] <= qp - window)) {
+        if (j < n_kv && kv_seen(kv_pos[j], qp, window)) {
             const float *kr = k + (size_t)j * kstride + kh * head_dim;
             float dot = 0.0f;
             for (int d = 0; d < head_dim; d++)
@@ -840,7 +837,7 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     __syncthreads();
     /* scaled score of kv row j, -INFINITY where the mask hides it */
     auto score = [&](int j) {
-        if (kv_pos[j] > qp || (window > 0 && kv_pos[j] <= qp - window))
+        if (!kv_seen(kv_pos[j], qp, window))
             return -INFINITY;
         const float *kr = kb + (size_t)j * kstride;
         float dot = 0;
@@ -894,8 +891,7 @@ __global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float 
         for (int off = 16; off > 0; off >>= 1)
             dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0)
-            S[(size_t)row * n_kv + j] =
-                kv_pos[j] > qp || (window > 0 && kv_pos[j] <= qp - window) ? -INFINITY : dot;
+            S[(size_t)row * n_kv + j] = kv_seen(kv_pos[j], qp, window) ? dot : -INFINITY;
     }
 }
 

@@ -113,7 +113,7 @@ $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
 $(LIBMODEL): $(MODEL_OBJ)
 	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
-$(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o
+$(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o $(BUILD)/libkvfs-pic/gpu/gelu.o
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread -lm
 
 $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)

@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "blas.h"
+#include "gelu.h"
 #include "dequant_simd.h"
 #include "gguf.h" /* ggml row sizes and dequantization */
 #include "kvformat.h"
@@ -1195,8 +1196,7 @@ static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 static void gelu_table_init(void)
 {
     for (uint32_t i = 0; i < (1u << 16); i++) {
-        float x = kvfs_f16_to_f32((uint16_t)i);
-        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        float g = kvfs_gelu_tanh(kvfs_f16_to_f32((uint16_t)i));
         gelu_table[i] = kvfs_f16_to_f32(kvfs_f32_to_f16(g));
     }
 }

@@ -266,24 +266,13 @@ static void *client_run(void *arg)
 {
     struct client *c = arg;
     int32_t q[Q];
-    char err[256];
+    struct kvfs_blend_opts bo;
+    kvfs_blend_opts_init(&bo, 0.15f);
+    bo.select = KVFS_BLEND_SELECT_QUERY;
     for (int b = 0; b < c->n_blends; b++) {
         memcpy(q, c->query, sizeof(q));
         q[Q - 1] = (int32_t)((300u + (unsigned)(c->id * 131 + b * 17) % 1000u) % (unsigned)c->m->hp.n_vocab);
-        struct kvfs_loader *ld;
-        struct kvfs_kv_cache bc;
-        int32_t *bt;
-        struct kvfs_blend_opts bo;
-        kvfs_blend_opts_init(&bo, 0.15f);
-        bo.select = KVFS_BLEND_SELECT_QUERY;
-        if (kvfs_loader_open(c->st, c->hashes, K, NULL, &ld, err, sizeof(err)) ||
-            kvfs_blend_stream(c->m, ld, q, Q, &bo, &bc, &bt, NULL, NULL, err, sizeof(err))) {
-            fprintf(stderr, "client %d: %s\n", c->id, err);
-            exit(1);
-        }
-        kvfs_loader_close(ld);
-        kvfs_kv_cache_free(c->m, &bc);
-        free(bt);
+        stream_blend(c->m, c->st, c->hashes, q, &bo, NULL, NULL);
     }
     return NULL;
 }

@@ -86,6 +86,36 @@ license_chunk() { # license_chunk MOUNT LICENSE BYTES: the license's first BYTES
     "$KVFSCTL" prefill -m "$MODEL" -M "$1" "$f" 2>/dev/null | cut -d' ' -f1
 }
 
+# blends_at_once MOUNT CHUNK_DIR MAX_ERR [greedy]: with $MODEL, the question
+# $Q and the chunk hashes h[1..3], 8 distinct recipes (the question numbered)
+# blended at once through MOUNT's daemon (blend_jobs lanes serve blend after
+# blend); each checked against `kvfsctl blend --local` of the same chunks
+# (CHUNK_DIR) within MAX_ERR, and with "greedy" for the same greedy tokens;
+# then that several ran at once (the daemon's max_running).
+blends_at_once() {
+    local mnt=$1 dir=$2 max_err=$3 greedy=${4:-} r g1 g2 pids=()
+    for r in 1 2 3 4 5 6 7 8; do
+        "$KVFSCTL" blend -M "$mnt" --name "c$r" --ratio 0.15 --suffix "$Q ($r)" ${h[$((r % 3 + 1))]} ${h[1]} ${h[2]} \
+            > /dev/null 2> "$T/c$r.err" &
+        pids+=($!)
+    done
+    wait "${pids[@]}" # not a bare wait: the daemons are this shell's children too
+    for r in 1 2 3 4 5 6 7 8; do
+        "$KVFSCTL" blend --local -m "$MODEL" -o "$T/c$r-local.kv" --ratio 0.15 --suffix "$Q ($r)" \
+            "$dir/${h[$((r % 3 + 1))]}.kv" "$dir/${h[1]}.kv" "$dir/${h[2]}.kv" 2>/dev/null
+        if [ -n "$greedy" ]; then
+            g1=$("$KVFSCTL" generate -m "$MODEL" --kv "$mnt/blends/c$r.kv" -n 8 --ids 2>/dev/null)
+            g2=$("$KVFSCTL" generate -m "$MODEL" --kv "$T/c$r-local.kv" -n 8 --ids 2>/dev/null)
+            check "blend $r of 8 at once: greedy tokens ($g1) == the in-process blend's" test -n "$g1" -a "$g1" = "$g2"
+        fi
+        check "blend $r of 8 at once: K/V within $max_err of the in-process blend's ($("$KVFSCTL" compare \
+            "$mnt/blends/c$r.kv" "$T/c$r-local.kv" 2>&1 | tail -n 1))" \
+            "$KVFSCTL" compare --max-err "$max_err" "$mnt/blends/c$r.kv" "$T/c$r-local.kv"
+    done
+    check "blends ran at once ($(grep -o '"max_running": [0-9]*' "$mnt/.kvfs/stats"))" \
+        sh -c "grep -o '\"max_running\": [0-9]*' '$mnt/.kvfs/stats' | awk '{exit !(\$2 >= 2)}'"
+}
+
 synth() { # synth FILE [synth options]: prints the hash
     local f=$1; shift
     "$KVFSCTL" synth -o "$f" "$@"

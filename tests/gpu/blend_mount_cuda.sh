@@ -50,22 +50,5 @@ mount_kvfs c "model=$MODEL,backend=cuda,blend_jobs=4" || exit 1
 C=$T/c.mnt
 check "the daemon made 4 CUDA contexts for blend_jobs=4" grep -q "4 contexts (streams) for blends at once" "$T/c.log"
 cp "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" "$C/chunks/"
-jobs_=()
-for r in 1 2 3 4 5 6 7 8; do # 8 distinct recipes on 4 lanes: a lane serves blend after blend
-    "$KVFSCTL" blend -M "$C" --name "c$r" --ratio 0.15 --suffix "$Q ($r)" ${h[$((r % 3 + 1))]} ${h[1]} ${h[2]} \
-        > /dev/null 2> "$T/c$r.err" &
-    jobs_+=($!)
-done
-wait "${jobs_[@]}" # not a bare wait: the daemons are this shell's children too
-for r in 1 2 3 4 5 6 7 8; do
-    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/c$r-cpu.kv" --ratio 0.15 --suffix "$Q ($r)" \
-        "$M/chunks/${h[$((r % 3 + 1))]}.kv" "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
-    g1=$("$KVFSCTL" generate -m "$MODEL" --kv "$C/blends/c$r.kv" -n 8 --ids 2>/dev/null)
-    g2=$("$KVFSCTL" generate -m "$MODEL" --kv "$T/c$r-cpu.kv" -n 8 --ids 2>/dev/null)
-    check "concurrent CUDA blend $r: greedy tokens ($g1) == the CPU blend's" test -n "$g1" -a "$g1" = "$g2"
-    check "... K/V near the CPU's ($("$KVFSCTL" compare "$C/blends/c$r.kv" "$T/c$r-cpu.kv" 2>&1 | tail -n 1))" \
-        "$KVFSCTL" compare --max-err 0.01 "$C/blends/c$r.kv" "$T/c$r-cpu.kv"
-done
-check "blends ran at once ($(grep -o '"max_running": [0-9]*' "$C/.kvfs/stats"))" \
-    sh -c "grep -o '\"max_running\": [0-9]*' '$C/.kvfs/stats' | awk '{exit !(\$2 >= 2)}'"
+blends_at_once "$C" "$M/chunks" 0.01 greedy
 finish

@@ -23,19 +23,5 @@ for f in Apache-2.0 GPL-3 MPL-2.0; do
 done
 check "three chunks prefilled into the mount" test -n "${h[3]}"
 Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
-pids=()
-for r in 1 2 3 4 5 6 7 8; do # 8 distinct recipes on 4 lanes: a lane serves blend after blend
-    "$KVFSCTL" blend -M "$C" --name "c$r" --ratio 0.15 --suffix "$Q ($r)" ${h[$((r % 3 + 1))]} ${h[1]} ${h[2]} \
-        > /dev/null 2> "$T/c$r.err" &
-    pids+=($!)
-done
-wait "${pids[@]}" # not a bare wait: the daemon is this shell's child too
-for r in 1 2 3 4 5 6 7 8; do
-    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/c$r-cpu.kv" --ratio 0.15 --suffix "$Q ($r)" \
-        "$C/chunks/${h[$((r % 3 + 1))]}.kv" "$C/chunks/${h[1]}.kv" "$C/chunks/${h[2]}.kv" 2>/dev/null
-    check "blend $r through a lane: K/V identical to the in-process blend's" \
-        "$KVFSCTL" compare --max-err 0 "$C/blends/c$r.kv" "$T/c$r-cpu.kv"
-done
-check "blends ran at once ($(grep -o '"max_running": [0-9]*' "$C/.kvfs/stats"))" \
-    sh -c "grep -o '\"max_running\": [0-9]*' '$C/.kvfs/stats' | awk '{exit !(\$2 >= 2)}'"
+blends_at_once "$C" "$C/chunks" 0
 finish

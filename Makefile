@@ -11,9 +11,17 @@ BINDIR    ?= $(PREFIX)/bin
 MANDIR    ?= $(PREFIX)/share/man
 CC        ?= cc
 OPT       ?= -O2
-# Tuned for the build machine by default; e.g. `make ARCHFLAGS=-march=x86-64-v3`
-# for binaries that run elsewhere, `make CUDA_ARCH=sm_80` for an A100.
-ARCHFLAGS ?= -march=native
+# A portable build by default: everything for x86-64-v2 (SSE4.2, POPCNT;
+# any x86-64 CPU since 2009), and the CPU backend's kernels (gpu/cpu/) once
+# per ISA level below, the best the CPU runs picked at run time
+# (KVFS_CPU_LEVEL forces a lower one).  `make ARCHFLAGS=-march=native` tunes
+# the rest for the build machine; `make CUDA_ARCH=sm_80` for an A100.
+ARCHFLAGS ?= -march=x86-64-v2 -mtune=generic
+CPU_LEVELS := v2 v3 v4 vnni
+CPU_FLAGS_v2   := -march=x86-64-v2 -mtune=generic
+CPU_FLAGS_v3   := -march=x86-64-v3 -mtune=generic
+CPU_FLAGS_v4   := -march=x86-64-v4 -mtune=generic
+CPU_FLAGS_vnni := -march=x86-64-v4 -mavx512vnni -mtune=generic
 CUDA_ARCH ?= sm_90
 CFLAGS    ?=
 # -ffp-contract=off: never fuse a * b + c (GCC's default for -std=c11, not
@@ -24,6 +32,14 @@ CFLAGS    += -std=c11 -ffp-contract=off -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(O
              -Iindex -Ifs -Iblend -Iblend/runtime -Igpu -Itools
 SAN       ?=
 CFLAGS    += $(SAN)
+# One short line per step (`CC fs/ops.c`); `make V=1` prints the commands.
+ifeq ($(V),1)
+Q    :=
+say   =
+else
+Q    := @
+say   = printf '  %-7s %s\n' '$(1)' '$(2)';
+endif
 LDFLAGS   += $(SAN) -pthread
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -71,6 +87,11 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CORE_SRC  := $(wildcard index/*.c)
 MODEL_SRC := $(wildcard blend/*.c) $(wildcard blend/runtime/*.c) $(wildcard gpu/*.c)
+# the CPU backend: its level-free files once, its kernels once per level
+CPU_LEVEL_SRC := $(addprefix gpu/cpu/,iface.c matmul.c qdot.c qmm_vnni.c act_quant.c attention.c elementwise.c \
+                   kv_upload.c dequant_simd.c)
+CPU_ONCE_SRC  := $(filter-out $(CPU_LEVEL_SRC),$(wildcard gpu/cpu/*.c))
+MODEL_SRC += $(CPU_ONCE_SRC)
 FS_SRC    := $(wildcard fs/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)
 CUDA_SRC  := $(wildcard gpu/cuda/*.cu)
@@ -78,7 +99,8 @@ TEST_SRC  := $(wildcard tests/unit/test_*.c)
 GPU_TEST_SRC := $(wildcard tests/unit/gpu_test_*.c)
 
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
-MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o)
+MODEL_OBJ := $(MODEL_SRC:%.c=$(BUILD)/%.o) \
+             $(foreach L,$(CPU_LEVELS),$(CPU_LEVEL_SRC:gpu/cpu/%.c=$(BUILD)/gpu/cpu/$(L)/%.o))
 FS_OBJ    := $(FS_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -110,43 +132,45 @@ all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH)
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
 
 $(LIBCORE): $(CORE_OBJ)
-	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+	@mkdir -p $(@D); rm -f $@
+	$(Q)$(call say,AR,$@)ar rcs $@ $^
 $(LIBMODEL): $(MODEL_OBJ)
-	@mkdir -p $(@D); rm -f $@; ar rcs $@ $^
+	@mkdir -p $(@D); rm -f $@
+	$(Q)$(call say,AR,$@)ar rcs $@ $^
 $(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o $(BUILD)/libkvfs-pic/gpu/gelu.o
-	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread -lm
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread -lm
 
 $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)
-	$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
 ifneq ($(FUSE_LIB),)
 $(FS_OBJ): $(FUSE_LIB) # its headers: built with it, rebuilt with it
 $(FUSE_LIB):
 	@BUILD=$(BUILD) tools/build-libfuse.sh
 endif
 $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
-	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 # the analyses tokenize their passage files as kvfsctl does (tools/model_util.c)
 BENCH_TOOL_OBJ := $(BUILD)/tools/model_util.o $(BUILD)/tools/tool_util.o
 $(BUILD)/oracle: $(BUILD)/bench/oracle.o $(BENCH_TOOL_OBJ) $(LIBS_ALL)
-	$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 $(BUILD)/deviation: $(BUILD)/bench/deviation.o $(BENCH_TOOL_OBJ) $(LIBS_ALL)
-	$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(BENCH_TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
 # the device's weight decoder run on the host, against the CPU's (no GPU needed)
 ifneq ($(CUDA_PLUGIN),)
 $(BUILD)/tests/test_cuda_decode: $(BUILD)/tests/unit/test_cuda_decode.o $(BUILD)/gpu/cuda/quant_cuda.o $(LIBS_ALL)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LINK_LIBS) $(CUDA_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_LIBS) $(CUDA_LIBS)
 $(BUILD)/tests/unit/test_cuda_decode.o: CFLAGS += -Igpu/cuda
 endif
 $(BUILD)/gpu_blend: $(BUILD)/bench/gpu_blend.o $(LIBS_ALL) $(CUDA_PLUGIN)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS) $(CUDA_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS) $(CUDA_LIBS)
 $(BUILD)/bench/gpu_blend.o: CFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 # The test objects are intermediates of the rule above: without this make
 # deletes them after linking, and the next make (which sees them named in
 # their .d files) recompiles and relinks every test.
@@ -162,13 +186,13 @@ LIBKVFS_OBJ  := $(patsubst %.c,$(BUILD)/libkvfs-pic/%.o,lib/libkvfs.c index/kvfo
 LIBKVFS_DEPS := $(shell pkg-config --libs libxxhash libcrypto 2>/dev/null)
 $(BUILD)/libkvfs-pic/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Ilib -fPIC -fvisibility=hidden -c -o $@ $<
+	$(Q)$(call say,CC,$< [pic])$(CC) $(CFLAGS) -Ilib -fPIC -fvisibility=hidden -c -o $@ $<
 $(BUILD)/libkvfs.a: $(LIBKVFS_OBJ)
 	$(LD) -r -o $(BUILD)/libkvfs-pic/libkvfs.o $^
 	objcopy --localize-hidden $(BUILD)/libkvfs-pic/libkvfs.o
 	rm -f $@; ar rcs $@ $(BUILD)/libkvfs-pic/libkvfs.o
 $(BUILD)/libkvfs.so: $(LIBKVFS_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvfs.so.1 -o $@ $^ $(LIBKVFS_DEPS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvfs.so.1 -o $@ $^ $(LIBKVFS_DEPS)
 all: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so
 $(TOOL_OBJ) $(BUILD)/tests/unit/test_libkvfs.o: CFLAGS += -Ilib
 $(BUILD)/kvfsctl $(BUILD)/tests/test_libkvfs: $(BUILD)/libkvfs.a
@@ -187,10 +211,17 @@ install-libkvfs: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -c -o $@ $<
+# the CPU kernels of level L: build/gpu/cpu/L/*.o, names suffixed _L (level.h)
+define cpu_level_rule
+$$(BUILD)/gpu/cpu/$(1)/%.o: gpu/cpu/%.c
+	@mkdir -p $$(@D)
+	$$(Q)$$(call say,CC,$$< [$(1)])$$(CC) $$(CFLAGS) $$(CPU_FLAGS_$(1)) -DKVFS_CPU_LEVEL=$(1) -c -o $$@ $$<
+endef
+$(foreach L,$(CPU_LEVELS),$(eval $(call cpu_level_rule,$(L))))
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 # Sanitizer build: same tree, separate build dir (build-asan/); run the tests
 # against it with `make asan; BUILD=build-asan tests/run.sh`.

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "blas.h"
+#include "backend.h"
+#include "cpu/blas.h"
 
 static double now(void)
 {
@@ -18,7 +19,7 @@ static double now(void)
 int main(int argc, char **argv)
 {
     const struct kvfs_blas *b;
-    if (kvfs_blas_load(&b)) {
+    if (kvfs_cpu_level() < 0 || kvfs_blas_load(kvfs_cpu_level(), &b)) {
         fprintf(stderr, "no OpenBLAS\n");
         return 1;
     }

@@ -174,8 +174,20 @@ struct kvfs_backend {
     void *ctx;
 };
 
-/* Backends.  n_threads <= 0 means all cores. */
+/* Backends.  n_threads <= 0 means all cores.  The CPU backend runs the
+ * kernels of one x86-64 ISA level, chosen once per process (kvfs_cpu_level). */
 int kvfs_backend_cpu_init(int n_threads, struct kvfs_backend *out);
+
+/* x86-64 ISA levels of the CPU kernels, lowest first (gpu/cpu/isa.c) */
+enum { KVFS_CPU_V2, KVFS_CPU_V3, KVFS_CPU_V4, KVFS_CPU_VNNI, KVFS_CPU_N_LEVELS };
+/* The level in use: the best this CPU runs, or a lower one named by
+ * $KVFS_CPU_LEVEL (a higher one falls back to the best, with a warning);
+ * -EINVAL for a name that is no level, -ENOTSUP on a CPU below x86-64-v2 */
+int kvfs_cpu_level(void);
+int kvfs_cpu_level_best(void);
+int kvfs_cpu_level_supported(int level);
+const char *kvfs_cpu_level_name(int level); /* "x86-64-v3", ... */
+int kvfs_cpu_level_parse(const char *name); /* a name or its short form (v3), or -EINVAL */
 /* CUDA lives in a plugin, libkvfs-cuda.so, loaded on first use: a host
  * without an NVIDIA driver never maps cuBLAS (~60 MiB of resident code).
  * Looked up as $KVFS_CUDA_PLUGIN, then beside the program, one directory

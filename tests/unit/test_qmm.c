@@ -18,7 +18,7 @@
 
 #include "backend.h"
 #include "check.h"
-#include "dequant_simd.h"
+#include "cpu/dequant_simd.h"
 #include "gguf.h"
 #include "kvformat.h"
 

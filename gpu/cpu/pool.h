@@ -1,4 +1,4 @@
-/* cpu_pool.h - the CPU backend's worker threads, started once: a matmul
+/* pool.h - the CPU backend's worker threads, started once: a matmul
  * hands them its jobs hundreds of times per token while decoding, where a
  * thread started per call costs more than the work. */
 #ifndef KVFS_CPU_POOL_H

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "level.h"
+
 #include "gguf.h"
 #include "kvformat.h"
 #include "qmm_vnni.h"

@@ -3,6 +3,8 @@
  * operations in the same order (a multiply, then an add or subtract; never
  * fused: the Makefile builds with -ffp-contract=off, so the scalar code is
  * unfused too, whatever the compiler). */
+#include "level.h"
+
 #include <errno.h>
 
 #include "dequant_simd.h"

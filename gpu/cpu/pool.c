@@ -1,4 +1,4 @@
-/* cpu_pool.c - the CPU backend's worker threads (cpu_pool.h).  Workers spin
+/* pool.c - the CPU backend's worker threads (pool.h).  Workers spin
  * briefly for the next batch (the next matmul of a decode step comes within
  * microseconds), then sleep on a condition variable. */
 #include <errno.h>
@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "cpu_pool.h"
+#include "pool.h"
 
 #define MAX_WORKERS 15
 /* ~50-80 us of polling before sleeping: waking a sleeping worker costs more

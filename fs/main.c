@@ -12,11 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "kvfs_fs.h"
 #include "remote.h"
+#include "version.h"
 #include "service.h"
 
-#define KVFS_VERSION_STRING "0.1.0"
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
@@ -266,6 +267,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
     if ((rc = blends_init(m)))
         return rc;
     kvfs_store_add_stats(m->store, passthrough_stats, m);
+    kvfs_store_add_stats(m->store, kvfs_cpu_stats, NULL);
     m->mount_time = time(NULL);
     return (m->inos = ino_map_new()) ? 0 : -ENOMEM;
 }
@@ -396,6 +398,7 @@ int main(int argc, char *argv[])
         ret = 0;
     } else if (cl.show_version) {
         printf("kvfs %s (libfuse %s)\n", KVFS_VERSION_STRING, fuse_pkgversion());
+        kvfs_cpu_describe(stdout);
         ret = 0;
     } else if (!cl.mountpoint) {
         fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] MOUNTPOINT)\n");

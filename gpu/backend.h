@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct kvfs_weight; /* opaque backend-owned matrix [out_dim][in_dim] */
 
@@ -188,6 +189,12 @@ int kvfs_cpu_level_best(void);
 int kvfs_cpu_level_supported(int level);
 const char *kvfs_cpu_level_name(int level); /* "x86-64-v3", ... */
 int kvfs_cpu_level_parse(const char *name); /* a name or its short form (v3), or -EINVAL */
+const char *kvfs_cpu_level_alias(int level); /* "v3", ... */
+/* "cpu kernels: LEVEL" and "cpu levels: v2 v3 ..." (those this CPU runs),
+ * for --version */
+void kvfs_cpu_describe(FILE *f);
+/* the "cpu" member of .kvfs/stats (kvfs_store_add_stats): level, best, BLAS kernel */
+void kvfs_cpu_stats(void *ctx, FILE *f);
 /* CUDA lives in a plugin, libkvfs-cuda.so, loaded on first use: a host
  * without an NVIDIA driver never maps cuBLAS (~60 MiB of resident code).
  * Looked up as $KVFS_CUDA_PLUGIN, then beside the program, one directory

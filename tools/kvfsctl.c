@@ -2,7 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
 #include "commands.h"
+#include "version.h"
 
 struct command {
     const char *name;
@@ -44,6 +46,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("kvfsctl %s\n", KVFS_VERSION_STRING);
+        kvfs_cpu_describe(stdout);
         return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {

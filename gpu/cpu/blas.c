@@ -82,3 +82,8 @@ int kvfs_blas_load(int level, const struct kvfs_blas **out)
         *out = &blas;
     return load_rc;
 }
+
+const char *kvfs_blas_core(void)
+{
+    return load_rc == 0 ? blas.core : "not loaded";
+}

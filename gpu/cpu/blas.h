@@ -24,6 +24,8 @@ struct kvfs_blas {
 /* Load once for the process's ISA level (thread-safe); 0 or -errno
  * (-ENOENT: no OpenBLAS installed). */
 int kvfs_blas_load(int level, const struct kvfs_blas **out);
+/* the kernel loaded (OpenBLAS core name, "kvfs-ordered"), or "not loaded" */
+const char *kvfs_blas_core(void);
 
 /* cblas_sgemm's contract for row-major C = alpha A B (B or B^T) + beta C,
  * each element's products added in k order, one rounding each: a row's

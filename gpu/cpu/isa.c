@@ -2,11 +2,13 @@
  * CPU (and its OS: the AVX state saved) supports, or a lower one forced by
  * KVFS_CPU_LEVEL so that one machine can test every level up to its own. */
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "log.h"
 
 static const struct {
@@ -21,6 +23,11 @@ static const struct {
 const char *kvfs_cpu_level_name(int level)
 {
     return level >= 0 && level < KVFS_CPU_N_LEVELS ? levels[level].name : "?";
+}
+
+const char *kvfs_cpu_level_alias(int level)
+{
+    return level >= 0 && level < KVFS_CPU_N_LEVELS ? levels[level].alias : "?";
 }
 
 int kvfs_cpu_level_parse(const char *s)
@@ -88,4 +95,25 @@ int kvfs_cpu_level(void)
 {
     pthread_once(&chosen_once, choose);
     return chosen;
+}
+
+void kvfs_cpu_describe(FILE *f)
+{
+    int l = kvfs_cpu_level(), best = kvfs_cpu_level_best();
+    const char *want = getenv("KVFS_CPU_LEVEL");
+    fprintf(f, "cpu kernels: %s", l >= 0 ? levels[l].name : "none");
+    if (want && *want)
+        fprintf(f, " (KVFS_CPU_LEVEL=%s)", want);
+    fprintf(f, "\ncpu levels:");
+    for (int i = 0; i <= best; i++)
+        fprintf(f, " %s", levels[i].alias);
+    fprintf(f, "\n");
+}
+
+void kvfs_cpu_stats(void *ctx, FILE *f)
+{
+    (void)ctx;
+    int l = kvfs_cpu_level(), best = kvfs_cpu_level_best();
+    fprintf(f, ",\n  \"cpu\": {\"level\": \"%s\", \"best\": \"%s\", \"blas\": \"%s\"}",
+            l >= 0 ? levels[l].name : "none", best >= 0 ? levels[best].name : "none", kvfs_blas_core());
 }

@@ -15,6 +15,16 @@ check "kvfsctl --version names the level in use ($best)" sh -c \
     "'$KVFSCTL' --version | grep -q '^cpu kernels: .*' && KVFS_CPU_LEVEL=v2 '$KVFSCTL' --version | grep -q '^cpu kernels: x86-64-v2 '"
 check "an unknown KVFS_CPU_LEVEL is refused with the levels named" sh -c \
     "! KVFS_CPU_LEVEL=avx9 '$BUILD/tests/test_forward' > '$T/bad.log' 2>&1 && grep -q 'not a level' '$T/bad.log'"
+# a daemon forced to a lower level says so in .kvfs/stats
+KVFS_CPU_LEVEL=${levels[0]} mount_kvfs lv || { fail "mount"; finish; }
+check ".kvfs/stats names the level in use, the CPU's best and the BLAS kernel" python3 - "$T/lv.mnt/.kvfs/stats" "$best" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))['cpu']
+print(c)
+short = {'x86-64-v2': 'v2', 'x86-64-v3': 'v3', 'x86-64-v4': 'v4', 'x86-64-v4+vnni': 'vnni'}
+sys.exit(not (c['level'] == 'x86-64-v2' and short.get(c['best']) == sys.argv[2] and c['blas']))
+PY
+unmount_kvfs lv
 [ ${#levels[@]} -gt 1 ] || skip "this CPU runs one level (${levels[*]}): the suite covers it"
 Q=$'\n\nQuestion: Which licenses are these?\nAnswer:'
 head -c 700 /usr/share/common-licenses/GPL-3 > "$T/a.txt"

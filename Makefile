@@ -188,9 +188,9 @@ $(BUILD)/libkvfs-pic/%.o: %.c
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$< [pic])$(CC) $(CFLAGS) -Ilib -fPIC -fvisibility=hidden -c -o $@ $<
 $(BUILD)/libkvfs.a: $(LIBKVFS_OBJ)
-	$(LD) -r -o $(BUILD)/libkvfs-pic/libkvfs.o $^
-	objcopy --localize-hidden $(BUILD)/libkvfs-pic/libkvfs.o
-	rm -f $@; ar rcs $@ $(BUILD)/libkvfs-pic/libkvfs.o
+	$(Q)$(call say,AR,$@)$(LD) -r -o $(BUILD)/libkvfs-pic/libkvfs.o $^ && \
+	    objcopy --localize-hidden $(BUILD)/libkvfs-pic/libkvfs.o && \
+	    rm -f $@ && ar rcs $@ $(BUILD)/libkvfs-pic/libkvfs.o
 $(BUILD)/libkvfs.so: $(LIBKVFS_OBJ)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvfs.so.1 -o $@ $^ $(LIBKVFS_DEPS)
 all: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so

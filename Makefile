@@ -28,8 +28,19 @@ CFLAGS    ?=
 # every compiler's): the SIMD kernels reproduce the scalar definitions'
 # values bit for bit, which round each operation
 CFLAGS    += -std=c11 -ffp-contract=off -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(OPT) -g $(ARCHFLAGS) \
-             -Wall -Wextra -Werror -MMD -MP -pthread \
-             -Iindex -Ifs -Iblend -Iblend/runtime -Igpu -Itools
+             -Wall -Wextra -Werror -MMD -MP -pthread $(LAYER_INC)
+# Layers, bottom to top: storage core (index/) -> ggml's types and decoders
+# (gpu/ggml/) -> compute backends (gpu/, gpu/cpu/, gpu/cuda/) -> model
+# runtime (blend/runtime/) -> blending (blend/) -> FUSE (fs/) -> library,
+# tools, benchmarks, tests.  Each layer's files see only the include paths of
+# the layers below them, so an upward include fails to compile.
+INC_INDEX   := -Iindex
+INC_GGML    := $(INC_INDEX) -Igpu/ggml
+INC_GPU     := $(INC_GGML) -Igpu
+INC_RUNTIME := $(INC_GPU) -Iblend/runtime
+INC_BLEND   := $(INC_RUNTIME) -Iblend
+INC_FS      := $(INC_BLEND) -Ifs
+LAYER_INC   := $(INC_FS) -Itools
 SAN       ?=
 CFLAGS    += $(SAN)
 # One short line per step (`CC fs/ops.c`); `make V=1` prints the commands.
@@ -86,7 +97,7 @@ endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CORE_SRC  := $(wildcard index/*.c)
-MODEL_SRC := $(wildcard blend/*.c) $(wildcard blend/runtime/*.c) $(wildcard gpu/*.c)
+MODEL_SRC := $(wildcard blend/*.c) $(wildcard blend/runtime/*.c) $(wildcard gpu/*.c) $(wildcard gpu/ggml/*.c)
 # the CPU backend: its level-free files once, its kernels once per level
 CPU_LEVEL_SRC := $(addprefix gpu/cpu/,iface.c matmul.c qdot.c qmm_vnni.c act_quant.c attention.c elementwise.c \
                    kv_upload.c dequant_simd.c)
@@ -121,7 +132,7 @@ CFLAGS    += -DKVFS_HAVE_CUDA
 TEST_BIN  += $(GPU_TEST_BIN)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 GPU_BENCH := $(BUILD)/gpu_blend
-NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) -Iindex -Igpu -Iblend -Iblend/runtime -DKVFS_HAVE_CUDA \
+NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) $(INC_GPU) -DKVFS_HAVE_CUDA \
              -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off,-Wall,-Wextra,-Werror
 endif
 endif
@@ -209,6 +220,12 @@ install-libkvfs: $(BUILD)/libkvfs.a $(BUILD)/libkvfs.so
 	    lib/libkvfs.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libkvfs.pc
 	install -m 0644 man/libkvfs.3 $(DESTDIR)$(MANDIR)/man3/
 
+$(BUILD)/index/%.o: LAYER_INC := $(INC_INDEX)
+$(BUILD)/gpu/ggml/%.o: LAYER_INC := $(INC_GGML)
+$(BUILD)/gpu/%.o: LAYER_INC := $(INC_GPU)
+$(BUILD)/blend/runtime/%.o: LAYER_INC := $(INC_RUNTIME)
+$(BUILD)/blend/%.o: LAYER_INC := $(INC_BLEND)
+$(BUILD)/fs/%.o: LAYER_INC := $(INC_FS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -c -o $@ $<
@@ -255,17 +272,17 @@ FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11 \
-                -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Iindex -Ifs -Iblend -Iblend/runtime -Igpu
+                -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(LAYER_INC)
 FUZZ_LIBS    := $(shell pkg-config --libs libxxhash libcrypto libpcre2-8 2>/dev/null) -lm
 FUZZ_TARGETS := chunk recipe gguf tokenizer llama_state ioctl rebuild
 $(FUZZ_BUILD)/fuzz_chunk: tests/fuzz/fuzz_chunk.c index/kvformat.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_recipe: tests/fuzz/fuzz_recipe.c blend/recipe.c blend/select.c index/kvformat.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_ioctl: tests/fuzz/fuzz_ioctl.c fs/ioctl_req.c blend/recipe.c blend/select.c index/kvformat.c index/kvquant.c \
                           index/log.c
-$(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c blend/runtime/quant.c index/kvformat.c index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c gpu/ggml/quant.c index/kvformat.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_llama_state: tests/fuzz/fuzz_llama_state.c index/llama_state.c index/kvformat.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c blend/runtime/tokenizer.c blend/runtime/gguf.c \
-                              blend/runtime/quant.c index/kvformat.c index/kvquant.c index/log.c
+                              gpu/ggml/quant.c index/kvformat.c index/kvquant.c index/log.c
 # the index rebuild: the store core without the RADOS tier
 $(FUZZ_BUILD)/fuzz_rebuild: tests/fuzz/fuzz_rebuild.c $(filter-out index/remote_rados.c,$(wildcard index/*.c))
 $(FUZZ_BUILD)/fuzz_rebuild: FUZZ_LIBS += -lsqlite3 -lzstd -luring -lpthread

@@ -9,7 +9,7 @@
 
 #include "backend.h"
 #include "commands.h"
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)

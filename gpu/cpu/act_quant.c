@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-#include "gguf.h" /* ggml type ids, the scalar definitions */
+#include "ggml_quant.h"
 #include "internal.h"
 #include "kvformat.h"
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "dequant_simd.h"
-#include "gguf.h" /* ggml row sizes and dequantization */
+#include "ggml_quant.h"
 #include "internal.h"
 #include "log.h"
 

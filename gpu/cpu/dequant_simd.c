@@ -8,7 +8,7 @@
 #include <errno.h>
 
 #include "dequant_simd.h"
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 
 #ifdef __AVX2__

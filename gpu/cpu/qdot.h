@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "gguf.h" /* ggml type ids */
+#include "ggml_quant.h"
 #include "level.h"
 #include "q8k.h"
 

@@ -19,7 +19,7 @@
 
 #include "level.h"
 
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 #include "qmm_vnni.h"
 

@@ -10,7 +10,7 @@
 #include "quant_cuda.h"
 
 extern "C" {
-#include "gguf.h"
+#include "ggml_quant.h"
 }
 
 extern "C" int kq_block(uint32_t type, uint32_t *bytes)

@@ -10,7 +10,7 @@
 
 #ifdef KVFS_HAVE_CUDA /* without nvcc (and in the sanitizer builds) only the skip below */
 #include "check.h"
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 #include "quant_cuda.h"
 

@@ -19,7 +19,7 @@
 #include "backend.h"
 #include "check.h"
 #include "cpu/dequant_simd.h"
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

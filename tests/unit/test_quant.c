@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 
 static void put_f16(uint8_t *p, float v)

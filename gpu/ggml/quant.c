@@ -23,7 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "ggml_quant.h"
 #include "kvformat.h"
 
 static float f16(const uint8_t *p)

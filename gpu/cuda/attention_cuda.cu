@@ -1,0 +1,373 @@
+// attention_cuda.cu - the CUDA backend's attention in f32 (a flash-style
+// kernel for head dims 64 and 128, a simple one for others and for single
+// rows), the dispatch to the tensor-core kernel (attention_tc.cu), and the
+// attention mass a blend's selection votes with.  Same semantics as the CPU
+// backend's (gpu/cpu/attention.c).
+#include "cuda_internal.cuh"
+
+/* Flash-style attention, tiled: one block per (32 query rows, head), 128
+ * threads, 4 per query row.  Query, key and value tiles sit in shared memory;
+ * each tile of 32 keys updates a running max and sum per row (online
+ * softmax), so no n_q x n_kv matrix ever exists.  Key tiles whose every
+ * position is past the block's last query are skipped (half of a causal
+ * prefill).  Head dims 64 and 128 (SmolLM2, Llama); others use the simple
+ * kernel below. */
+#define FA_BQ 32
+#define FA_BK 32
+#define FA_THREADS 128
+
+template <int D> static size_t flash_smem(void)
+{
+    return sizeof(float) * ((size_t)FA_BQ * (D + 1) + (size_t)FA_BK * (D + 1) + (size_t)FA_BK * D +
+                            (size_t)FA_BQ * (FA_BK + 1));
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
+        int n_kv, int n_head, int n_kv_head, float scale, int window, float *out)
+{
+    extern __shared__ float sm[];
+    float *qs = sm;                        /* [BQ][D+1], pre-scaled */
+    float *ks = qs + FA_BQ * (D + 1);      /* [BK][D+1] */
+    float *vs = ks + FA_BK * (D + 1);      /* [BK][D] */
+    float *ps = vs + FA_BK * D;            /* [BQ][BK+1] */
+    __shared__ int32_t qp_s[FA_BQ], kp_s[FA_BK];
+    const int h = blockIdx.y, kh = h / (n_head / n_kv_head), i0 = blockIdx.x * FA_BQ;
+    const int t = threadIdx.x, r = t >> 2, sub = t & 3;
+    const size_t qstride = (size_t)n_head * D, kstride = (size_t)n_kv_head * D;
+    for (int e = t; e < FA_BQ * D; e += FA_THREADS) {
+        int rr = e / D, d = e % D;
+        qs[rr * (D + 1) + d] = i0 + rr < n_q ? q[(size_t)(i0 + rr) * qstride + (size_t)h * D + d] * scale : 0.0f;
+    }
+    if (t < FA_BQ)
+        qp_s[t] = i0 + t < n_q ? q_pos[i0 + t] : INT_MIN;
+    __syncthreads();
+    int32_t qmin, qmax;
+    pos_span(qp_s, min(FA_BQ, n_q - i0), &qmin, &qmax);
+    const int32_t my_pos = qp_s[r];
+    float m = -INFINITY, l = 0.0f, acc[D / 4];
+#pragma unroll
+    for (int i = 0; i < D / 4; i++)
+        acc[i] = 0.0f;
+    for (int j0 = 0; j0 < n_kv; j0 += FA_BK) {
+        __syncthreads(); /* the previous tile is no longer read */
+        if (t < FA_BK)
+            kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
+        __syncthreads();
+        int32_t kmin, kmax;
+        pos_span(kp_s, min(FA_BK, n_kv - j0), &kmin, &kmax);
+        if (kv_tile_unseen(kmin, kmax, qmin, qmax, window))
+            continue;
+        for (int e = t; e < FA_BK * D; e += FA_THREADS) {
+            int jj = e / D, d = e % D, j = j0 + jj;
+            bool in = j < n_kv;
+            ks[jj * (D + 1) + d] = in ? k[(size_t)j * kstride + (size_t)kh * D + d] : 0.0f;
+            vs[jj * D + d] = in ? v[(size_t)j * kstride + (size_t)kh * D + d] : 0.0f;
+        }
+        __syncthreads();
+        float sc[FA_BK / 4];
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++)
+            sc[cc] = 0.0f;
+        for (int d = 0; d < D; d++) {
+            float qd = qs[r * (D + 1) + d];
+#pragma unroll
+            for (int cc = 0; cc < FA_BK / 4; cc++)
+                sc[cc] += qd * ks[(sub + 4 * cc) * (D + 1) + d];
+        }
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++) {
+            if (!kv_seen(kp_s[sub + 4 * cc], my_pos, window))
+                sc[cc] = -INFINITY;
+            tmax = fmaxf(tmax, sc[cc]);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        float m_new = fmaxf(m, tmax);
+        float corr = m == -INFINITY ? 0.0f : expf(m - m_new);
+        float psum = 0.0f;
+#pragma unroll
+        for (int cc = 0; cc < FA_BK / 4; cc++) {
+            float p = sc[cc] == -INFINITY ? 0.0f : expf(sc[cc] - m_new);
+            ps[r * (FA_BK + 1) + sub + 4 * cc] = p;
+            psum += p;
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+        l = l * corr + psum;
+        m = m_new;
+#pragma unroll
+        for (int i = 0; i < D / 4; i++)
+            acc[i] *= corr;
+        __syncwarp(); /* a row's probabilities come from its own warp */
+        for (int c = 0; c < FA_BK; c++) {
+            float p = ps[r * (FA_BK + 1) + c];
+#pragma unroll
+            for (int i = 0; i < D / 4; i++)
+                acc[i] += p * vs[c * D + sub + 4 * i];
+        }
+    }
+    if (i0 + r < n_q) {
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + (size_t)(i0 + r) * qstride + (size_t)h * D;
+#pragma unroll
+        for (int i = 0; i < D / 4; i++)
+            o[sub + 4 * i] = acc[i] * inv;
+    }
+}
+
+/* The simple kernel for other head dims: one block per (query row, head). */
+/* One block per (query row, head), 128 threads.
+ * Keys are visited in tiles of 128 (one key per thread computes q.k);
+ * a running max and sum rescale the output accumulator (online softmax). */
+#define ATT_T 128
+#define MAX_HD 256
+__global__ void k_attention(const float *q, const int32_t *q_pos, const float *k, const float *v,
+                            const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                            int window, float *out)
+{
+    int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+    int kh = h / (n_head / n_kv_head);
+    int qstride = n_head * head_dim, kstride = n_kv_head * head_dim;
+    __shared__ float qs[MAX_HD];
+    __shared__ float p[ATT_T];
+    __shared__ float red[ATT_T];
+    const float *qr = q + (size_t)i * qstride + h * head_dim;
+    for (int d = t; d < head_dim; d += ATT_T)
+        qs[d] = qr[d];
+    float acc[MAX_HD / ATT_T];
+    for (int r = 0; r < MAX_HD / ATT_T; r++)
+        acc[r] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int32_t qp = q_pos[i];
+    __syncthreads();
+    for (int j0 = 0; j0 < n_kv; j0 += ATT_T) {
+        int j = j0 + t;
+        float s = -INFINITY;
+        if (j < n_kv && kv_seen(kv_pos[j], qp, window)) {
+            const float *kr = k + (size_t)j * kstride + kh * head_dim;
+            float dot = 0.0f;
+            for (int d = 0; d < head_dim; d++)
+                dot += qs[d] * kr[d];
+            s = dot * scale;
+        }
+        red[t] = s;
+        __syncthreads();
+        for (int st = ATT_T / 2; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] = fmaxf(red[t], red[t + st]);
+            __syncthreads();
+        }
+        float tile_max = red[0];
+        __syncthreads();
+        if (tile_max == -INFINITY)
+            continue; /* nothing visible in this tile */
+        float m_new = fmaxf(m, tile_max);
+        float corr = m == -INFINITY ? 0.0f : expf(m - m_new);
+        p[t] = s == -INFINITY ? 0.0f : expf(s - m_new);
+        red[t] = p[t];
+        __syncthreads();
+        for (int st = ATT_T / 2; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] += red[t + st];
+            __syncthreads();
+        }
+        l = l * corr + red[0];
+        int n_tile = n_kv - j0 < ATT_T ? n_kv - j0 : ATT_T;
+        for (int r = 0; r * ATT_T + t < head_dim; r++) {
+            int d = r * ATT_T + t;
+            float a = acc[r] * corr;
+            for (int jj = 0; jj < n_tile; jj++)
+                if (p[jj] != 0.0f)
+                    a += p[jj] * v[(size_t)(j0 + jj) * kstride + kh * head_dim + d];
+            acc[r] = a;
+        }
+        m = m_new;
+        __syncthreads();
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float *o = out + (size_t)i * qstride + h * head_dim;
+    for (int r = 0; r * ATT_T + t < head_dim; r++)
+        o[r * ATT_T + t] = acc[r] * inv;
+}
+
+template <int D>
+static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                        const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
+                        int window, float *out)
+{
+    size_t smem = flash_smem<D>();
+    int bit = D == 64 ? 1 : 2;
+    if (!(c->flash_smem_set & bit)) { /* over the default 48 KiB at D = 128 */
+        int rc = cuda_err(cudaFuncSetAttribute(k_flash<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                          "cudaFuncSetAttribute(flash)");
+        if (rc)
+            return rc;
+        c->flash_smem_set |= bit;
+    }
+    dim3 grid((unsigned)((n_q + FA_BQ - 1) / FA_BQ), (unsigned)n_head);
+    k_flash<D><<<grid, FA_THREADS, smem, c->stream>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
+                                                      window, out);
+    return LAUNCHED("flash attention");
+}
+
+int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                       int window, float *out)
+{
+    if (n_q <= 0)
+        return 0;
+    if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
+        return -EINVAL;
+    /* 16 rows and more (prefills, a blend's recomputed rows) on the tensor
+     * cores; a decoding step's row in f32 */
+    if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin)
+        return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
+                                window, out),
+                        "attention (tensor cores)");
+    if (head_dim == 128)
+        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
+    if (head_dim == 64)
+        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
+    dim3 grid((unsigned)n_q, (unsigned)n_head);
+    k_attention<<<grid, ATT_T, 0, CTX->stream>>>(q, q_pos, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
+                                                  window, out);
+    return LAUNCHED("attention");
+}
+
+/* one block per (query, head): the row's max and sum, then each visible kv
+ * row's probability added to out (atomics: blocks share rows).  Scores are
+ * recomputed in each pass rather than stored: the queries are few. */
+__global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
+                            int n_head, int group, int head_dim, float scale, int window, float *out)
+{
+    __shared__ float qs[256];
+    __shared__ float red[256];
+    int i = blockIdx.x / n_head, h = blockIdx.x % n_head, kstride = n_head / group * head_dim;
+    const float *qr = q + ((size_t)i * n_head + h) * head_dim, *kb = k + (size_t)(h / group) * head_dim;
+    int32_t qp = q_pos[i];
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        qs[d] = qr[d] * scale;
+    __syncthreads();
+    /* scaled score of kv row j, -INFINITY where the mask hides it */
+    auto score = [&](int j) {
+        if (!kv_seen(kv_pos[j], qp, window))
+            return -INFINITY;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0;
+        for (int d = 0; d < head_dim; d++)
+            dot += qs[d] * kr[d];
+        return dot;
+    };
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        mx = fmaxf(mx, score(j));
+    mx = block_max(red, mx);
+    if (mx == -INFINITY)
+        return; /* nothing visible */
+    float sum = 0;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        sum += expf(score(j) - mx); /* masked rows add exp(-inf) = 0 */
+    float inv = 1.0f / block_sum(red, sum);
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        float sc = score(j);
+        if (sc != -INFINITY)
+            atomicAdd(&out[j], expf(sc - mx) * inv);
+    }
+}
+
+/* attn_mass for the usual case (a question's few rows against every key), in
+ * three passes over the scores kept in a scratch buffer: scores with a warp
+ * per key (each key row read whole by one warp: coalesced; k_attn_mass had
+ * each thread read its own key, 256 rows at once, at every step of the dot
+ * product: ~10 ms a layer of an 8B blend), each score row's max and sum, then
+ * a thread per key adds up its probabilities over the rows (no atomics). */
+#define MASS_KEYS 64 /* keys per block of the score pass */
+__global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
+                              int n_head, int group, int head_dim, float scale, int window, float *S)
+{
+    __shared__ float qs[256];
+    int row = blockIdx.x, i = row / n_head, h = row % n_head, kstride = n_head / group * head_dim;
+    const float *qr = q + (size_t)row * head_dim, *kb = k + (size_t)(h / group) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+        qs[d] = qr[d] * scale;
+    __syncthreads();
+    int32_t qp = q_pos[i];
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    for (int jj = w; jj < MASS_KEYS; jj += n_warps) {
+        int j = blockIdx.y * MASS_KEYS + jj;
+        if (j >= n_kv)
+            break;
+        const float *kr = kb + (size_t)j * kstride;
+        float dot = 0.0f;
+        for (int d = lane; d < head_dim; d += 32)
+            dot += qs[d] * kr[d];
+        for (int off = 16; off > 0; off >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0)
+            S[(size_t)row * n_kv + j] = kv_seen(kv_pos[j], qp, window) ? dot : -INFINITY;
+    }
+}
+
+__global__ void k_mass_rows(const float *S, int n_kv, float *m, float *inv)
+{
+    __shared__ float red[256];
+    const float *sr = S + (size_t)blockIdx.x * n_kv;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+        mx = fmaxf(mx, sr[j]);
+    mx = block_max(red, mx);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
+            sum += expf(sr[j] - mx); /* masked keys add exp(-inf) = 0 */
+    sum = block_sum(red, sum);
+    if (threadIdx.x == 0) {
+        m[blockIdx.x] = mx;
+        inv[blockIdx.x] = mx == -INFINITY ? 0.0f : 1.0f / sum; /* a row that sees nothing adds nothing */
+    }
+}
+
+__global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m, const float *inv, float *out)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_kv)
+        return;
+    float acc = 0.0f;
+    for (int r = 0; r < n_rows; r++) {
+        float sc = S[(size_t)r * n_kv + j];
+        if (sc != -INFINITY)
+            acc += expf(sc - m[r]) * inv[r];
+    }
+    out[j] += acc;
+}
+
+int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                       int window, float *out)
+{
+    if (n_q <= 0 || n_kv <= 0)
+        return 0;
+    if (n_head % n_kv_head || head_dim > 256)
+        return -EINVAL;
+    int group = n_head / n_kv_head, rows = n_q * n_head;
+    size_t cells = (size_t)rows * n_kv;
+    float *S = NULL;
+    if (cells <= ((size_t)64 << 20) && c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows), (void **)&S) == 0) {
+        float *m = S + cells, *inv = m + rows;
+        k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
+            q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, S);
+        k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, m, inv);
+        k_mass_keys<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv, out);
+        int rc = LAUNCHED("attn_mass");
+        c_free(vctx, S); /* reused only by later work on this stream */
+        return rc;
+    }
+    /* many query rows: one block per (query, head), nothing kept */
+    k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale,
+                                                       window, out);
+    return LAUNCHED("attn_mass");
+}
+

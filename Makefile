@@ -73,7 +73,7 @@ FUSE_CFLAGS := -I$(FUSE_PREFIX)/include/fuse3
 FUSE_LIBS   := $(FUSE_LIB) -ldl -lrt
 endif
 CFLAGS     += $(FUSE_CFLAGS)
-# BLAS: OpenBLAS is loaded at run time by gpu/blas.c (so it can pick the
+# BLAS: OpenBLAS is loaded at run time by gpu/cpu/blas.c (so it can pick the
 # kernel before the library initialises); cblas.h comes from here.
 CFLAGS     += -I/usr/include/x86_64-linux-gnu/openblas-pthread
 SYSLIBS    := -ldl -lm

@@ -2,7 +2,7 @@
 # Integer or f32 products (BENCHMARKS.md): the CPU backend multiplies a
 # quantized weight either in 8-bit integers against x's 8-bit blocks (W
 # read once, in its encoding) or by decoding W to f32 tiles for sgemm; it
-# picks by rows and shape (gpu/backend_cpu.c, int_path_max_rows).  This
+# picks by rows and shape (gpu/cpu/matmul.c, int_path_max_rows).  This
 # times both on the same prompts side by side (KVFS_QMM_INT_ROWS=8: integer only below 8 rows, as before,
 # f32 above; =1000000: always integer; default: the rule) with `kvfsctl logits`
 # (prefill seconds of the last position's logits).

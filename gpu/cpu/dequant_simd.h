@@ -1,5 +1,5 @@
 /* dequant_simd.h - ggml blocks decoded to f32 in AVX2 registers: the same
- * values, bit for bit, as kvfs_ggml_dequantize (blend/runtime/quant.c, the
+ * values, bit for bit, as kvfs_ggml_dequantize (gpu/ggml/quant.c, the
  * definition; test_qmm compares the two on random blocks).  The CPU backend
  * decodes a weight's rows into f32 tiles for sgemm once per product; a
  * blend's products are short (a sixth of a prefill's rows), so the scalar

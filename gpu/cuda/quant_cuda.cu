@@ -4,7 +4,7 @@
 // 4.6 GiB, not 30 GiB of f32).  Large products decode a slice of rows to f16
 // and multiply on the tensor cores (backend_cuda.cu); a product of a few
 // rows (decoding) reads the blocks directly (kq_gemv).  Every value is
-// computed with the float operations of blend/runtime/quant.c in the same
+// computed with the float operations of gpu/ggml/quant.c in the same
 // order, unfused (__fmul_rn, __fadd_rn), so a decoded weight equals the CPU's
 // bit for bit; gpu_test_backend_ops checks it.
 #include "quant_cuda.h"

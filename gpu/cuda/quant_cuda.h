@@ -1,5 +1,5 @@
 // quant_cuda.h - ggml block-quantized weights on the device: decoding kernels
-// (the same values as blend/runtime/quant.c, bit for bit) and the small-batch
+// (the same values as gpu/ggml/quant.c, bit for bit) and the small-batch
 // product that decodes as it goes.  Used by backend_cuda.cu; the two C
 // functions also by test_cuda_decode.
 #ifndef KVFS_QUANT_CUDA_H

@@ -1,6 +1,6 @@
 /* test_cuda_decode.c - the CUDA backend's weight decoder (gpu/cuda/quant_cuda.cu,
  * kq_value: the one function every encoded product and embedding row reads
- * through) run on the host, against the CPU's decoder (blend/runtime/quant.c)
+ * through) run on the host, against the CPU's decoder (gpu/ggml/quant.c)
  * bit for bit, for every type the device keeps encoded, over random blocks
  * with random finite scales.  No GPU needed: the device compiles the same
  * source with the same unfused operations.  Exit 77 without nvcc. */

@@ -15,7 +15,7 @@
 #include "index_db.h"
 #include "object.h"
 #include "store.h"
-#include "store_internal.h"
+#include "chunk_info.h"
 
 struct fsck_state {
     kvfs_fsck_report report;

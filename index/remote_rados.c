@@ -74,7 +74,8 @@ static void *worker_main(void *arg)
             if (ok && n == 16)
                 continue; /* more queued: keep going */
             pthread_mutex_lock(&r->lock);
-            int due = r->list_refresh_s > 0 && (r->listed_at == 0 || remote_now_s() - r->listed_at >= r->list_refresh_s);
+            int due = r->list_refresh_s > 0 &&
+                      (r->listed_at == 0 || remote_now_s() - r->listed_at >= r->list_refresh_s);
             pthread_mutex_unlock(&r->lock);
             int st2;
             rados_ioctx_t io = due && ok ? remote_io(r, &st2) : NULL;
@@ -229,9 +230,10 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     }
     r->worker_started = 1;
     remote_enqueue_unshared(r);
-    struct kvfs_store_remote hooks = {.fetch = fetch, .stored = remote_on_stored, .has = remote_has_uploaded, .list = remote_list_hook,
-                                      .stat = remote_stat_hook, .size = size_hook, .read_range = read_range_hook,
-                                      .aio_read = aio_read_hook, .note_fetched = note_fetched_hook, .ctx = r};
+    struct kvfs_store_remote hooks = {.fetch = fetch, .stored = remote_on_stored, .has = remote_has_uploaded,
+                                      .list = remote_list_hook, .stat = remote_stat_hook, .size = size_hook,
+                                      .read_range = read_range_hook, .aio_read = aio_read_hook,
+                                      .note_fetched = note_fetched_hook, .ctx = r};
     kvfs_store_set_remote(s, &hooks);
     *out = r;
     return 0;
@@ -277,8 +279,8 @@ void kvfs_remote_stats(void *ctx, FILE *f)
             ",\n  \"remote\": {\"state\": \"%s\", \"pool\": \"%s\", \"timeout_s\": %d, \"queued\": %" PRIu64
             ", \"pushed\": %" PRIu64 ", \"fetched\": %" PRIu64 ", \"rejected\": %" PRIu64 ", \"errors\": %" PRIu64
             ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"last_error\": \"",
-            remote_state_name(r->state), r->pool, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected, r->errors,
-            r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0);
+            remote_state_name(r->state), r->pool, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
+            r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0);
     for (const char *p = r->last_error; *p; p++)
         if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);

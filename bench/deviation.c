@@ -43,14 +43,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: deviation MODEL QUESTION PASSAGE...\n");
         return 2;
     }
-    char err[256];
     struct kvfs_model *m = NULL;
     struct kvfs_tokenizer *tok = NULL;
-    int rc = kvfs_model_load(argv[1], "cpu", 0, &m, err, sizeof(err));
-    if (rc || (rc = kvfs_tokenizer_load(m->gguf, &tok, err, sizeof(err)))) {
-        fprintf(stderr, "deviation: %s\n", err);
+    if (tool_load_model(argv[1], "cpu", 0, &m, &tok))
         return 1;
-    }
     const struct kvfs_hparams *hp = &m->hp;
     int n_files = argc - 3, n_ctx = 0, kvd = hp->n_kv_head * hp->head_dim;
     if (n_files > MAX_FILES)
@@ -133,5 +129,5 @@ int main(int argc, char **argv)
                        (b + 1) * hp->n_layer / n_bands - 1, which ? "V" : "K", rows, a->n / (hp->n_layer / n_bands),
                        sqrt(a->d2 / a->f2), 1 - a->res_mu / a->d2, s, 1 - res_s / a->d2);
             }
-    return rc;
+    return 0;
 }

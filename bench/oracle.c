@@ -286,14 +286,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: oracle MODEL RATIO QUESTION PASSAGE...\n");
         return 2;
     }
-    char err[256];
     struct kvfs_model *m = NULL;
     struct kvfs_tokenizer *tok = NULL;
-    int rc = kvfs_model_load(argv[1], "cpu", 0, &m, err, sizeof(err));
-    if (rc || (rc = kvfs_tokenizer_load(m->gguf, &tok, err, sizeof(err)))) {
-        fprintf(stderr, "oracle: %s\n", err);
+    if (tool_load_model(argv[1], "cpu", 0, &m, &tok))
         return 1;
-    }
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = m->be.iface;
     void *ctx = m->be.ctx;

@@ -15,7 +15,7 @@
 #include "index_db.h"
 #include "object.h"
 #include "store.h"
-#include "store_internal.h"
+#include "chunk_info.h"
 
 struct fsck_state {
     kvfs_fsck_report report;
@@ -145,6 +145,106 @@ static void check_object(struct fsck_state *st, const char *path, const char *na
     kvfs_img_free(img);
 }
 
+/* temp files: unfinished ingests */
+static void check_temp_files(struct fsck_state *st)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tmp", st->dir);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[4096 + 256];
+        snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+        if (st->rebuild) {
+            unlink(p);
+            say(st, "removed unfinished ingest %s", de->d_name);
+        } else {
+            st->problems++;
+            say(st, "TEMP unfinished ingest %s (removed at next mount or --rebuild)", de->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* objects/XX/NAME: an object named by its hash is checked, anything else
+ * is a stray; 1 if it was an object */
+static int check_entry(struct fsck_state *st, const char *sub, const char *xx, const char *name)
+{
+    char p[4096 + 512];
+    snprintf(p, sizeof(p), "%s/%s", sub, name);
+    size_t nl = strlen(name);
+    uint8_t dg[32];
+    char hh[KVFS_HASH_HEX_LEN + 1];
+    int named = nl == KVFS_HASH_HEX_LEN + 4 && !strcmp(name + KVFS_HASH_HEX_LEN, ".kvo");
+    if (named) {
+        memcpy(hh, name, KVFS_HASH_HEX_LEN);
+        hh[KVFS_HASH_HEX_LEN] = '\0';
+        named = kvfs_hex_to_hash(hh, dg) == 0 && !strncmp(hh, xx, 2);
+    }
+    if (!named) {
+        st->problems++;
+        say(st, "STRAY file objects/%s/%s", xx, name);
+        if (st->rebuild)
+            quarantine(st, p, name);
+        return 0;
+    }
+    check_object(st, p, name);
+    return 1;
+}
+
+/* every object; returns how many were checked */
+static size_t check_objects(struct fsck_state *st)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/objects", st->dir);
+    DIR *top = opendir(path);
+    struct dirent *de;
+    size_t checked = 0;
+    while (top && (de = readdir(top))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char sub[4096 + 256];
+        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+        DIR *sd = opendir(sub);
+        struct dirent *oe;
+        while (sd && (oe = readdir(sd))) {
+            if (oe->d_name[0] == '.' || !check_entry(st, sub, de->d_name, oe->d_name))
+                continue;
+            if (++checked % 1000 == 0)
+                say(st, "checked %zu objects", checked);
+        }
+        if (sd)
+            closedir(sd);
+    }
+    if (top)
+        closedir(top);
+    return checked;
+}
+
+/* The rebuilt index replaces the old one (and the old one's WAL). */
+static int install_rebuilt(struct fsck_state *st, size_t checked)
+{
+    char oldp[4096], newp[4096];
+    snprintf(newp, sizeof(newp), "%s/index.sqlite.rebuild", st->dir);
+    snprintf(oldp, sizeof(oldp), "%s/index.sqlite", st->dir);
+    /* drop the old WAL first: it belongs to the old database */
+    char w[4096 + 8];
+    snprintf(w, sizeof(w), "%s-wal", oldp);
+    unlink(w);
+    snprintf(w, sizeof(w), "%s-shm", oldp);
+    unlink(w);
+    if (rename(newp, oldp) != 0) {
+        int rc = -errno;
+        say(st, "cannot install rebuilt index: %s", strerror(-rc));
+        return rc;
+    }
+    say(st, "index rebuilt from %zu objects", checked);
+    return 0;
+}
+
 int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void *ctx)
 {
     struct fsck_state st = {.report = report, .ctx = ctx, .rebuild = rebuild, .dir = dir};
@@ -184,65 +284,8 @@ int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void 
             return rc;
         }
     }
-    /* temp files: unfinished ingests */
-    snprintf(path, sizeof(path), "%s/tmp", dir);
-    DIR *d = opendir(path);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char p[4096 + 256];
-        snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
-        if (rebuild) {
-            unlink(p);
-            say(&st, "removed unfinished ingest %s", de->d_name);
-        } else {
-            st.problems++;
-            say(&st, "TEMP unfinished ingest %s (removed at next mount or --rebuild)", de->d_name);
-        }
-    }
-    if (d)
-        closedir(d);
-    snprintf(path, sizeof(path), "%s/objects", dir);
-    DIR *top = opendir(path);
-    size_t checked = 0;
-    while (top && (de = readdir(top))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char sub[4096 + 256];
-        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-        DIR *sd = opendir(sub);
-        struct dirent *oe;
-        while (sd && (oe = readdir(sd))) {
-            if (oe->d_name[0] == '.')
-                continue;
-            char p[4096 + 512];
-            snprintf(p, sizeof(p), "%s/%s", sub, oe->d_name);
-            size_t nl = strlen(oe->d_name);
-            uint8_t dg[32];
-            char hh[KVFS_HASH_HEX_LEN + 1];
-            int named = nl == KVFS_HASH_HEX_LEN + 4 && !strcmp(oe->d_name + KVFS_HASH_HEX_LEN, ".kvo");
-            if (named) {
-                memcpy(hh, oe->d_name, KVFS_HASH_HEX_LEN);
-                hh[KVFS_HASH_HEX_LEN] = '\0';
-                named = kvfs_hex_to_hash(hh, dg) == 0 && !strncmp(hh, de->d_name, 2);
-            }
-            if (!named) {
-                st.problems++;
-                say(&st, "STRAY file objects/%s/%s", de->d_name, oe->d_name);
-                if (rebuild)
-                    quarantine(&st, p, oe->d_name);
-                continue;
-            }
-            check_object(&st, p, oe->d_name);
-            if (++checked % 1000 == 0)
-                say(&st, "checked %zu objects", checked);
-        }
-        if (sd)
-            closedir(sd);
-    }
-    if (top)
-        closedir(top);
+    check_temp_files(&st);
+    size_t checked = check_objects(&st);
     for (size_t i = 0; i < st.n_rows; i++) {
         if (!st.seen[i]) {
             st.problems += !rebuild;
@@ -252,21 +295,7 @@ int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void 
     rc = 0;
     if (rebuild) {
         kvfs_idx_close(st.newdb);
-        char oldp[4096], newp[4096];
-        snprintf(newp, sizeof(newp), "%s/index.sqlite.rebuild", dir);
-        snprintf(oldp, sizeof(oldp), "%s/index.sqlite", dir);
-        /* drop the old WAL first: it belongs to the old database */
-        char w[4096 + 8];
-        snprintf(w, sizeof(w), "%s-wal", oldp);
-        unlink(w);
-        snprintf(w, sizeof(w), "%s-shm", oldp);
-        unlink(w);
-        if (rename(newp, oldp) != 0) {
-            rc = -errno;
-            say(&st, "cannot install rebuilt index: %s", strerror(errno));
-        } else {
-            say(&st, "index rebuilt from %zu objects", checked);
-        }
+        rc = install_rebuilt(&st, checked);
     }
     say(&st, "%zu objects checked, %zu indexed, %u problem%s", checked, st.n_rows, st.problems,
         st.problems == 1 ? "" : "s");

@@ -4,7 +4,10 @@
 #ifndef KVFS_INDEX_DB_H
 #define KVFS_INDEX_DB_H
 
-#include "store.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chunk_info.h"
 
 struct kvfs_index_db;
 

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "half.h" /* kvfs_f16_to_f32 and the other element conversions */
+
 #define KVFS_MAGIC "KVFSCHNK" /* 8 bytes, no NUL */
 #define KVFS_VERSION 1u
 #define KVFS_ALIGN 4096u
@@ -153,14 +155,12 @@ void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer); /* K then V */
 int kvfs_writer_finish(struct kvfs_writer *w);
 void kvfs_writer_free(struct kvfs_writer *w);
 
-/* fp16 / bf16 helpers (round to nearest even). */
-uint16_t kvfs_f32_to_f16(float f);
-/* n conversions at once (F16C when the build targets it; same rounding) */
-void kvfs_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
-float kvfs_f16_to_f32(uint16_t h);
 /* n floats into dst as dtype f32, f16 or bf16 (dst may be unaligned) */
 void kvfs_f32_encode(uint32_t dtype, const float *src, size_t n, void *dst);
-uint16_t kvfs_f32_to_bf16(float f);
-float kvfs_bf16_to_f32(uint16_t h);
+/* One layer of a chunk of any dtype (its bytes at `layer`, as the layer
+ * table places them) into k[n_tokens][kv_dim] and v[..] floats (either may
+ * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4/q4s
+ * (kvquant.h's codecs). */
+int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v);
 
 #endif

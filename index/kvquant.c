@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvformat.h"
+#include "half.h"
 #include "kvquant.h"
 
 static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
@@ -203,37 +203,4 @@ float kvfs_kvq_bound(int codec, float lo, float hi)
     float range = hi - lo;
     return 0.5f * range / 15.0f * (1.0f + 0x1p-10f) + fabsf(lo) * 0x1p-11f + range * 0x1p-10f + amax * 0x1p-20f +
            0x1p-24f;
-}
-
-int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v)
-{
-    uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
-    size_t n = (size_t)h->n_tokens * kv_dim, es = kvfs_dtype_size(h->dtype);
-    int codec = kvfs_dtype_quantized(h->dtype);
-    if (codec) {
-        if (!k && !v)
-            return 0;
-        float *tmp = (!k || !v) ? malloc(sizeof(float) * n) : NULL;
-        if ((!k || !v) && !tmp)
-            return -ENOMEM;
-        int rc = kvfs_kvq_decode(codec, layer, h->n_tokens, kv_dim, k ? k : tmp, v ? v : tmp);
-        free(tmp);
-        return rc;
-    }
-    if (!es)
-        return -EINVAL;
-    for (int which = 0; which < 2; which++) {
-        float *out = which ? v : k;
-        const uint8_t *src = (const uint8_t *)layer + (size_t)which * n * es;
-        for (size_t i = 0; out && i < n; i++) {
-            if (h->dtype == KVFS_DTYPE_F32) {
-                memcpy(&out[i], src + 4 * i, 4);
-                continue;
-            }
-            uint16_t x;
-            memcpy(&x, src + 2 * i, 2);
-            out[i] = h->dtype == KVFS_DTYPE_F16 ? kvfs_f16_to_f32(x) : kvfs_bf16_to_f32(x);
-        }
-    }
-    return 0;
 }

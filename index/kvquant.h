@@ -77,10 +77,4 @@ float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv
  * [lo, hi] (the tests' and kvfs(5)'s bound) */
 float kvfs_kvq_bound(int codec, float lo, float hi);
 
-/* One layer of a chunk of any dtype (its bytes at `layer`, as the layer
- * table places them) into k[n_tokens][kv_dim] and v[..] floats (either may
- * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4/q4s. */
-struct kvfs_header;
-int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v);
-
 #endif

@@ -247,12 +247,100 @@ static int layer_header(struct reader *r, int which, int trans, uint32_t l, cons
     return 0;
 }
 
+/* The cells: a run of consecutive positions from *pos0, each of one
+ * sequence. */
+static int check_cells(const uint8_t *cells, uint32_t n_cells, int32_t *pos0, char *err, size_t errlen)
+{
+    *pos0 = (int32_t)get32(cells);
+    for (uint32_t i = 0; i < n_cells; i++) {
+        const uint8_t *c = cells + 12ull * i;
+        if ((int32_t)get32(c) != *pos0 + (int32_t)i)
+            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u at position %d, want %d (a chunk is a run "
+                             "of consecutive positions)", i, (int32_t)get32(c), *pos0 + (int32_t)i);
+        if (get32(c + 4) != 1)
+            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u belongs to %u sequences (want a state "
+                             "saved for one sequence)", i, get32(c + 4));
+    }
+    if (*pos0 < 0)
+        return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: negative position %d", *pos0);
+    return 0;
+}
+
+/* llama-server packs its slot's prompt in the token list: LLAMA_TOKEN_NULL,
+ * its version (1), u32 count, the tokens, u32 media count, media; *tok and
+ * *n_tok then become the prompt's tokens */
+static int unpack_prompt(const uint8_t **tok, uint32_t *n_tok, char *err, size_t errlen)
+{
+    if (*n_tok < 4 || get32(*tok) != 0xffffffffu)
+        return 0;
+    uint32_t pver = get32(*tok + 4), inner = get32(*tok + 8);
+    if (pver != 1)
+        return kvfs_errf(err, errlen, -EPROTO, "llama-server's packed prompt version %u in the state; kvfs speaks "
+                         "version 1 (llama-cpp-python 0.3.36)", pver);
+    if (inner > *n_tok - 4 || get32(*tok + 12 + 4ull * inner) != 0)
+        return kvfs_errf(err, errlen, -EINVAL, "llama-server's packed prompt: %u tokens in a list of %u words%s",
+                         inner, *n_tok, inner > *n_tok - 4 ? "" : ", with media (a multi-modal prompt)");
+    *tok += 12;
+    *n_tok = inner;
+    return 0;
+}
+
+/* The cells' token ids, each within the vocabulary (*ids malloc'ed). */
+static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uint32_t **ids, char *err,
+                     size_t errlen)
+{
+    *ids = malloc(sizeof(uint32_t) * n_cells);
+    if (!*ids)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n_cells; i++) {
+        (*ids)[i] = get32(tok + 4ull * i);
+        if ((*ids)[i] >= n_vocab) {
+            uint32_t bad = (*ids)[i];
+            free(*ids);
+            *ids = NULL;
+            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: token %u is id %u, the model's vocabulary has %u",
+                             i, bad, n_vocab);
+        }
+    }
+    return 0;
+}
+
+/* K blocks, then V blocks (V transposed when v_trans): into the chunk's
+ * layers. */
+static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
+                       uint32_t n_cells, uint32_t v_trans, size_t len, char *err, size_t errlen)
+{
+    size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
+    size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
+    const uint8_t *p;
+    int rc = 0;
+    for (int which = 0; which < 2 && !rc; which++)
+        for (uint32_t l = 0; l < fp->n_layer && !rc; l++) {
+            int trans = which && v_trans;
+            if ((rc = layer_header(r, which, trans, l, fp, &dtype, len, err, errlen)))
+                break;
+            if (take(r, blk, &p)) {
+                rc = TRUNC(which ? "a layer's V" : "a layer's K");
+                break;
+            }
+            uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
+            if (!trans) {
+                memcpy(dst, p, blk);
+                continue;
+            }
+            for (size_t j = 0; j < kv_dim; j++) /* [dim][cell] -> [cell][dim] */
+                for (uint32_t c = 0; c < n_cells; c++)
+                    memcpy(dst + ((size_t)c * kv_dim + j) * ds, p + (j * n_cells + c) * ds, ds);
+        }
+    return rc;
+}
+
 int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fingerprint *fp, uint32_t n_vocab,
                               struct kvfs_writer *w, char *err, size_t errlen)
 {
     struct reader r = {buf, len, 0};
     uint32_t magic, version, n_tok, n_stream, n_cells = 0, v_trans, n_layer, dtype = 0;
-    const uint8_t *tok, *cells = NULL, *p;
+    const uint8_t *tok, *cells = NULL;
     memset(w, 0, sizeof(*w));
     if (take32(&r, &magic) || take32(&r, &version))
         return kvfs_errf(err, errlen, -EPROTO, "not a llama.cpp sequence state: %zu bytes", len);
@@ -288,53 +376,20 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
     if (n_layer != fp->n_layer)
         return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state has %u layers, the model (%s) %u", n_layer, fp->arch,
                          fp->n_layer);
-    int32_t pos0 = (int32_t)get32(cells);
-    for (uint32_t i = 0; i < n_cells; i++) {
-        const uint8_t *c = cells + 12ull * i;
-        if ((int32_t)get32(c) != pos0 + (int32_t)i)
-            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u at position %d, want %d (a chunk is a run "
-                             "of consecutive positions)", i, (int32_t)get32(c), pos0 + (int32_t)i);
-        if (get32(c + 4) != 1)
-            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u belongs to %u sequences (want a state "
-                             "saved for one sequence)", i, get32(c + 4));
-    }
-    if (pos0 < 0)
-        return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: negative position %d", pos0);
-    /* llama-server packs its slot's prompt in the token list: LLAMA_TOKEN_NULL,
-     * its version (1), u32 count, the tokens, u32 media count, media */
-    if (n_tok >= 4 && get32(tok) == 0xffffffffu) {
-        uint32_t pver = get32(tok + 4), inner = get32(tok + 8);
-        if (pver != 1)
-            return kvfs_errf(err, errlen, -EPROTO, "llama-server's packed prompt version %u in the state; kvfs speaks "
-                             "version 1 (llama-cpp-python 0.3.36)", pver);
-        if (inner > n_tok - 4 || get32(tok + 12 + 4ull * inner) != 0)
-            return kvfs_errf(err, errlen, -EINVAL, "llama-server's packed prompt: %u tokens in a list of %u words%s",
-                             inner, n_tok, inner > n_tok - 4 ? "" : ", with media (a multi-modal prompt)");
-        tok += 12;
-        n_tok = inner;
-    }
+    int32_t pos0;
+    int rc = check_cells(cells, n_cells, &pos0, err, errlen);
+    if (rc || (rc = unpack_prompt(&tok, &n_tok, err, errlen)))
+        return rc;
     /* the tokens of the cells: the same count, or a saved prompt whose last
      * (sampled, not yet decoded) tokens have no cell yet */
     if (n_tok < n_cells || (n_tok > n_cells && pos0 != 0))
         return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: %u tokens for %u cells at positions %d..", n_tok,
                          n_cells, pos0);
-    uint32_t *ids = malloc(sizeof(uint32_t) * n_cells);
-    if (!ids)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < n_cells; i++) {
-        ids[i] = get32(tok + 4ull * i);
-        if (ids[i] >= n_vocab) {
-            uint32_t bad = ids[i];
-            free(ids);
-            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: token %u is id %u, the model's vocabulary has %u",
-                             i, bad, n_vocab);
-        }
-    }
-    /* K blocks, then V blocks: into the object's layers */
-    size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
+    uint32_t *ids;
+    if ((rc = token_ids(tok, n_cells, n_vocab, &ids, err, errlen)))
+        return rc;
     struct reader probe = r; /* layer 0's K type sizes the object */
-    int rc = layer_header(&probe, 0, 0, 0, fp, &dtype, len, err, errlen);
-    if (rc) {
+    if ((rc = layer_header(&probe, 0, 0, 0, fp, &dtype, len, err, errlen))) {
         free(ids);
         return rc;
     }
@@ -343,25 +398,7 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
         return kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
     }
     free(ids);
-    size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
-    for (int which = 0; which < 2 && !rc; which++)
-        for (uint32_t l = 0; l < n_layer && !rc; l++) {
-            int trans = which && v_trans;
-            if ((rc = layer_header(&r, which, trans, l, fp, &dtype, len, err, errlen)))
-                break;
-            if (take(&r, blk, &p)) {
-                rc = TRUNC(which ? "a layer's V" : "a layer's K");
-                break;
-            }
-            uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
-            if (!trans) {
-                memcpy(dst, p, blk);
-                continue;
-            }
-            for (size_t j = 0; j < kv_dim; j++) /* [dim][cell] -> [cell][dim] */
-                for (uint32_t c = 0; c < n_cells; c++)
-                    memcpy(dst + ((size_t)c * kv_dim + j) * ds, p + (j * n_cells + c) * ds, ds);
-        }
+    rc = copy_layers(&r, w, fp, dtype, n_cells, v_trans, len, err, errlen);
     for (uint32_t s = s_cells + 1; s < n_stream && !rc; s++) { /* the other streams: empty */
         uint32_t c;
         if (take32(&r, &c))

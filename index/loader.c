@@ -264,28 +264,12 @@ static void prep_read(struct kvfs_loader *ld, struct io_uring *ring, struct ld_r
     io_uring_sqe_set_data(sqe, r);
 }
 
-/* I/O thread: every disk chunk's frames for layers first.., in layer order. */
-static void *io_main(void *arg)
+/* The buffers to register: each disk chunk's layer area (its index in
+ * buf_of[2c]) and staging area (buf_of[2c + 1]), -1 where none; returns
+ * their count. */
+static int disk_buffers(struct kvfs_loader *ld, struct iovec *iov, int *buf_of)
 {
-    struct kvfs_loader *ld = arg;
-    int n_disk = 0, total = 0;
-    for (int c = 0; c < ld->n; c++)
-        n_disk += ld->ch[c].fd >= 0; /* remote chunks: remote_main */
-    total = n_disk * (ld->n_layer - ld->first);
-    struct ld_read *reads = calloc((size_t)total + 1, sizeof(*reads));
-    struct iovec *iov = calloc((size_t)ld->n * 2 + 1, sizeof(*iov));
-    struct io_uring ring;
-    int have_ring = 0, fixed = 0, rc = 0;
-    if (!reads || !iov) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    /* registered buffers: each disk chunk's layer area and staging area */
-    int n_iov = 0, *buf_of = calloc((size_t)ld->n * 2 + 1, sizeof(int));
-    if (!buf_of) {
-        rc = -ENOMEM;
-        goto out;
-    }
+    int n_iov = 0;
     for (int c = 0; c < ld->n; c++) {
         struct ld_chunk *ch = &ld->ch[c];
         buf_of[2 * c] = buf_of[2 * c + 1] = -1;
@@ -298,16 +282,12 @@ static void *io_main(void *arg)
             iov[n_iov++] = (struct iovec){ch->stage, ch->stage_off[ld->n_layer]};
         }
     }
-    unsigned depth = ld->o.queue_depth ? ld->o.queue_depth : 32;
-    if (io_uring_queue_init(depth, &ring, 0) == 0) {
-        have_ring = 1;
-        fixed = n_iov > 0 && io_uring_register_buffers(&ring, iov, (unsigned)n_iov) == 0;
-    }
-    /* under the lock: a blend whose chunks all stream from the remote tier
-     * reads its stats without ever waiting on this thread (a TSan report) */
-    pthread_mutex_lock(&ld->lock);
-    ld->st.uring = have_ring;
-    pthread_mutex_unlock(&ld->lock);
+    return n_iov;
+}
+
+/* Every disk chunk's frames for layers first.., in layer order. */
+static void plan_reads(struct kvfs_loader *ld, struct ld_read *reads, const int *buf_of)
+{
     int k = 0;
     for (int l = ld->first; l < ld->n_layer; l++)
         for (int c = 0; c < ld->n; c++) {
@@ -319,6 +299,89 @@ static void *io_main(void *arg)
             reads[k++] = (struct ld_read){c, l, z ? ch->stage + ch->stage_off[l] : ch->layers + (size_t)l * ch->lbytes,
                                           f->offset, f->stored_size, 0, buf_of[2 * c + z]};
         }
+}
+
+/* Without io_uring: one frame with plain preads (short reads continue
+ * where they stopped), then to the workers or failed. */
+static void pread_frame(struct kvfs_loader *ld, struct ld_read *r)
+{
+    int rc = 0;
+    while (r->done < r->len && !rc) {
+        uint64_t n = r->len - r->done;
+        if (ld->o.max_read && n > ld->o.max_read)
+            n = ld->o.max_read;
+        ssize_t got = pread(ld->ch[r->c].fd, r->dst + r->done, n, (off_t)(r->off + r->done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        rc = got < 0 ? -errno : got == 0 ? -EIO : 0;
+        if (!rc)
+            r->done += (uint64_t)got;
+    }
+    if (rc)
+        fail(ld, r->l, rc, "chunk %d layer %d: %s", r->c + 1, r->l, rc == -EIO ? "object truncated" : strerror(-rc));
+    else
+        push_job(ld, r);
+}
+
+/* One completion: the frame read (to the workers) or failed, 1; or short,
+ * the rest asked for, 0. */
+static int reap_one(struct kvfs_loader *ld, struct io_uring *ring, struct io_uring_cqe *cqe, int fixed,
+                    int *in_flight)
+{
+    struct ld_read *r = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    (*in_flight)--;
+    if (res < 0 && res != -EINTR && res != -EAGAIN) {
+        fail(ld, r->l, res, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
+        return 1;
+    }
+    if (res == 0) { /* the object ends before its frame table says */
+        fail(ld, r->l, -EIO, "chunk %d layer %d: object truncated", r->c + 1, r->l);
+        return 1;
+    }
+    if (res > 0)
+        r->done += (uint64_t)res;
+    if (r->done < r->len) { /* short read: ask for the rest */
+        prep_read(ld, ring, r, fixed && r->buf_index >= 0);
+        (*in_flight)++;
+        io_uring_submit(ring);
+        return 0;
+    }
+    push_job(ld, r);
+    return 1;
+}
+
+/* I/O thread: every disk chunk's frames for layers first.., in layer order. */
+static void *io_main(void *arg)
+{
+    struct kvfs_loader *ld = arg;
+    int n_disk = 0, total = 0;
+    for (int c = 0; c < ld->n; c++)
+        n_disk += ld->ch[c].fd >= 0; /* remote chunks: remote_main */
+    total = n_disk * (ld->n_layer - ld->first);
+    struct ld_read *reads = calloc((size_t)total + 1, sizeof(*reads));
+    struct iovec *iov = calloc((size_t)ld->n * 2 + 1, sizeof(*iov));
+    int *buf_of = calloc((size_t)ld->n * 2 + 1, sizeof(int));
+    struct io_uring ring;
+    int have_ring = 0, fixed = 0, rc = 0;
+    if (!reads || !iov || !buf_of) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* registered buffers: each disk chunk's layer area and staging area */
+    int n_iov = disk_buffers(ld, iov, buf_of);
+    unsigned depth = ld->o.queue_depth ? ld->o.queue_depth : 32;
+    if (io_uring_queue_init(depth, &ring, 0) == 0) {
+        have_ring = 1;
+        fixed = n_iov > 0 && io_uring_register_buffers(&ring, iov, (unsigned)n_iov) == 0;
+    }
+    /* under the lock: a blend whose chunks all stream from the remote tier
+     * reads its stats without ever waiting on this thread (a TSan report) */
+    pthread_mutex_lock(&ld->lock);
+    ld->st.uring = have_ring;
+    pthread_mutex_unlock(&ld->lock);
+    plan_reads(ld, reads, buf_of);
     uint64_t submitted_bytes = 0;
     int next = 0, in_flight = 0, completed = 0;
     while (completed < total && !rc) {
@@ -327,24 +390,7 @@ static void *io_main(void *arg)
         if (!have_ring) { /* fallback: plain preads, one frame at a time */
             struct ld_read *r = &reads[next++];
             throttle(ld, submitted_bytes += r->len);
-            while (r->done < r->len && !rc) { /* short reads: continue where it stopped */
-                uint64_t n = r->len - r->done;
-                if (ld->o.max_read && n > ld->o.max_read)
-                    n = ld->o.max_read;
-                ssize_t got = pread(ld->ch[r->c].fd, r->dst + r->done, n, (off_t)(r->off + r->done));
-                if (got < 0 && errno == EINTR)
-                    continue;
-                rc = got < 0 ? -errno : got == 0 ? -EIO : 0;
-                if (!rc)
-                    r->done += (uint64_t)got;
-            }
-            if (rc) {
-                fail(ld, r->l, rc, "chunk %d layer %d: %s", r->c + 1, r->l,
-                     rc == -EIO ? "object truncated" : strerror(-rc));
-                rc = 0;
-            } else {
-                push_job(ld, r);
-            }
+            pread_frame(ld, r);
             completed++;
             continue;
         }
@@ -371,32 +417,9 @@ static void *io_main(void *arg)
             break;
         }
         rc = 0;
-        do {
-            struct ld_read *r = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
-            io_uring_cqe_seen(&ring, cqe);
-            in_flight--;
-            if (res < 0 && res != -EINTR && res != -EAGAIN) {
-                fail(ld, r->l, res, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
-                completed++;
-                continue;
-            }
-            if (res == 0) { /* the object ends before its frame table says */
-                fail(ld, r->l, -EIO, "chunk %d layer %d: object truncated", r->c + 1, r->l);
-                completed++;
-                continue;
-            }
-            if (res > 0)
-                r->done += (uint64_t)res;
-            if (r->done < r->len) { /* short read: ask for the rest */
-                prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
-                in_flight++;
-                io_uring_submit(&ring);
-            } else {
-                push_job(ld, r);
-                completed++;
-            }
-        } while (!rc && io_uring_peek_cqe(&ring, &cqe) == 0);
+        do
+            completed += reap_one(ld, &ring, cqe, fixed, &in_flight);
+        while (io_uring_peek_cqe(&ring, &cqe) == 0);
     }
     /* let in-flight reads land before their buffers can be freed */
     while (have_ring && in_flight > 0) {
@@ -406,12 +429,12 @@ static void *io_main(void *arg)
         io_uring_cqe_seen(&ring, cqe);
         in_flight--;
     }
-    free(buf_of);
 out:
     if (rc)
         fail(ld, -1, rc, "layer streaming stopped: %s", strerror(-rc));
     if (have_ring)
         io_uring_queue_exit(&ring);
+    free(buf_of);
     free(reads);
     free(iov);
     return NULL;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chunk_info.h" /* struct kvfs_chunk_info, kvfs_store_list_cb */
 #include "kvformat.h"
 #include "log.h"  /* kvfs_log, kvfs_errf */
 #include "util.h" /* kvfs_write_full, kvfs_parse_size */
@@ -36,24 +37,7 @@ struct kvfs_store_opts {
     uint64_t result_capacity; /* disk bytes for blend results (0 = 1 GiB; always within capacity) */
 };
 
-struct kvfs_chunk_info {
-    char hash[KVFS_HASH_HEX_LEN + 1];
-    char model[17];          /* kvfs_fingerprint_id() of the chunk's model */
-    char arch[16];
-    uint32_t n_tokens;
-    uint32_t n_layer;
-    uint32_t dtype;
-    uint64_t logical_size;   /* size of the v1 file image */
-    uint64_t stored_size;    /* size of the object on disk */
-    int64_t created_ns;      /* CLOCK_REALTIME */
-    int64_t accessed_ns;
-    uint64_t hits;
-    int pinned;
-    int in_ram;              /* currently held by the RAM tier */
-    int held;                /* not evictable: a remote tier has yet to receive it */
-    int remote;              /* the remote tier holds it (uploaded or fetched) */
-    int remote_only;         /* known from the remote tier's listing, not stored here */
-};
+/* struct kvfs_chunk_info, a chunk's metadata: chunk_info.h */
 
 int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
                     char *err, size_t errlen);
@@ -75,7 +59,6 @@ int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_in
 
 /* Iterate over all indexed chunks, in hash order.  The callback returns 0 to
  * continue or non-zero to stop (that value is returned). */
-typedef int (*kvfs_store_list_cb)(const struct kvfs_chunk_info *info, void *ctx);
 int kvfs_store_list(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx);
 uint64_t kvfs_store_count(struct kvfs_store *s);
 

@@ -1,37 +1,24 @@
-/* store_internal.h - the store's private state (index/ only). */
+/* store_internal.h - the store's state and the core it is built on
+ * (store.c), for the files that implement the rest of store.h: opening
+ * (store_open.c), ingest (store_put.c), reads (store_read.c), the remote
+ * tier's hooks (store_remote.c) and blend results (store_results.c).  Those
+ * use what is declared here; store.c uses none of them.  index/ only. */
 #ifndef KVFS_STORE_INTERNAL_H
 #define KVFS_STORE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdio.h>
 
+#include "chunk_rows.h"
+#include "ram_tier.h"
+#include "result_table.h"
 #include "store.h"
 
 struct kvfs_index_db;
 
-/* A decoded image in memory: in the RAM tier (cached) and/or held by refs. */
-struct ram_entry {
-    char hash[KVFS_HASH_HEX_LEN + 1]; /* chunk hash or blend result key */
-    uint8_t *img;
-    size_t size;
-    int refs;
-    int cached;          /* counted in the RAM tier; else freed at last release */
-    uint64_t stamp;      /* LRU clock */
-    struct ram_entry *next;
-};
-
 struct kvfs_chunk_ref {
     struct kvfs_store *s;
     struct ram_entry *e;
-};
-
-/* A blend result on disk (results/KEY.kvo): derived data, never indexed. */
-struct result_row {
-    char key[KVFS_HASH_HEX_LEN + 1];
-    uint64_t stored_size, logical_size;
-    int64_t accessed_ns;
-    uint64_t hits;
-    int pinned;
 };
 
 struct kvfs_store {
@@ -39,49 +26,35 @@ struct kvfs_store {
     struct kvfs_store_opts opts;
     char *dir;
     struct kvfs_index_db *db;
-    struct kvfs_chunk_info **rows; /* sorted by hash */
-    size_t n_rows, cap_rows;
-    uint64_t bytes_stored, bytes_logical;
+    struct chunk_rows rows;        /* every chunk stored here */
     uint64_t hits, misses, evictions, removals, puts, ingest_errors;
-    struct ram_entry *ram;         /* RAM tier, unordered; LRU by stamp */
-    uint64_t ram_used, ram_clock, ram_hits;
-    size_t ram_count;
+    struct ram_tier ram;           /* chunks and blend results, decoded */
     struct { void (*fn)(void *ctx, FILE *f); void *ctx; } extra[8];
     size_t n_extra;
     struct kvfs_store_remote remote; /* a tier below the disk (RADOS), or zeros */
-    /* blend results (results.c); their bytes count within capacity too */
-    struct result_row *results;
-    size_t n_results, cap_results;
-    uint64_t result_bytes, result_puts, result_hits, result_misses, result_evictions, result_uncached;
+    struct result_table results;   /* blend results on disk: within capacity too */
 };
 
-/* store.c, for results.c (s->lock held where it says _locked) */
 int64_t store_now_ns(void);
-struct ram_entry *ram_lookup(struct kvfs_store *s, const char *hash);
-void ram_drop(struct kvfs_store *s, const char *hash);
-int ram_insert_locked(struct kvfs_store *s, struct ram_entry *e); /* 1 if cached */
-/* a RAM-tier hit: one more reference, most recently used */
-void ram_hit_locked(struct kvfs_store *s, struct ram_entry *e);
-/* a freshly decoded entry (refs 1, not cached): the entry to use, which is
- * one another reader decoded meanwhile (e is then freed) or e, put in the
- * RAM tier when keep */
-struct ram_entry *ram_adopt_decoded_locked(struct kvfs_store *s, struct ram_entry *e, int keep);
+void store_object_path(const struct kvfs_store *s, const char *hash, char *out, size_t len);
+/* a handle on e (whose reference the caller has counted); NULL on ENOMEM */
+struct kvfs_chunk_ref *store_new_ref(struct kvfs_store *s, struct ram_entry *e);
+/* 1 if the chunk is stored here (takes the lock) */
+int store_has_chunk(struct kvfs_store *s, const char *hash);
+/* The remote tier's hooks, a copy taken under the lock (zeros if none). */
+struct kvfs_store_remote store_remote_hooks(struct kvfs_store *s);
+/* A local miss: ask the remote tier, if any (without the lock held). */
+int store_fetch_remote(struct kvfs_store *s, const char *hash);
+
+/* with s->lock held: */
+/* remove a chunk: object, index row, table row, RAM copy */
+int store_remove_locked(struct kvfs_store *s, const char *hash);
 /* evict least recently used chunks and results until need more bytes fit */
 int store_evict_for(struct kvfs_store *s, uint64_t need);
+
+/* Write an object's bytes to a new temporary file under tmp/ (its path into
+ * tmp); the open descriptor, or -errno with err set and nothing left behind. */
 int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
                     size_t errlen);
-/* decode an object file into a new entry (refs 1, not cached) */
-int store_decode_entry(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen);
-
-/* results.c */
-int results_open_locked(struct kvfs_store *s);
-void results_close_locked(struct kvfs_store *s);
-struct result_row *result_get_locked(struct kvfs_store *s, const char *key);
-struct result_row *result_lru_locked(struct kvfs_store *s);
-void result_remove_locked(struct kvfs_store *s, const char *key);
-void results_stats_locked(struct kvfs_store *s, FILE *f);
-
-void kvfs_info_from_header(const struct kvfs_header *h, const char *hash, uint64_t stored,
-                           struct kvfs_chunk_info *c);
 
 #endif

@@ -80,10 +80,24 @@ unmount_kvfs() { # unmount_kvfs NAME: clean unmount, waits for the daemon
     return 0
 }
 
-license_chunk() { # license_chunk MOUNT LICENSE BYTES: the license's first BYTES prefilled with $MODEL; prints the hash
+# license_chunk MOUNT LICENSE BYTES: the license's first BYTES prefilled with
+# $MODEL; prints the hash.  Where the licenses are not installed (a bare GPU
+# machine), BYTES of random base64 text instead.
+license_chunk() {
     local f=$T/${2}.${3}.txt
-    head -c "$3" "/usr/share/common-licenses/$2" > "$f"
+    head -c "$3" "/usr/share/common-licenses/$2" > "$f" 2>/dev/null || head -c "$3" /dev/urandom | base64 > "$f"
     "$KVFSCTL" prefill -m "$MODEL" -M "$1" "$f" 2>/dev/null | cut -d' ' -f1
+}
+
+# license_chunks MOUNT BYTES LICENSE...: license_chunk of each license, the
+# hashes in h[1], h[2], ...
+license_chunks() {
+    local mnt=$1 bytes=$2 lic i=0
+    shift 2
+    for lic in "$@"; do
+        i=$((i + 1))
+        h[$i]=$(license_chunk "$mnt" "$lic" "$bytes")
+    done
 }
 
 # blends_at_once MOUNT CHUNK_DIR MAX_ERR [greedy]: with $MODEL, the question

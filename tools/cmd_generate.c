@@ -28,6 +28,63 @@ static void usage(FILE *f)
                "  -t, --threads N      CPU threads (default: all cores)\n");
 }
 
+/* A chunk file as the prompt's cache: read and verified, starting at 0. */
+static int read_kv(const char *kv, uint8_t **image, size_t *image_len, struct kvfs_header *h)
+{
+    char err[512] = "";
+    int rc;
+    if ((rc = tool_read_file(kv, image, image_len)) ||
+        (rc = kvfs_file_verify(*image, *image_len, h, err, sizeof(err)))) {
+        fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
+        return rc;
+    }
+    if (h->pos0 != 0) {
+        fprintf(stderr, "kvfsctl generate: %s starts at position %u; a prompt cache must start at 0\n", kv, h->pos0);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Greedy decoding from the prompt's logits: up to n_gen tokens into gen,
+ * the last one end-of-generation or the n_gen-th; *produced of them. */
+static int decode_greedy(struct kvfs_model *m, struct kvfs_tokenizer *tok, struct kvfs_kv_cache *cache, float *logits,
+                         int32_t *gen, int n_gen, int *produced)
+{
+    *produced = 0;
+    for (int g = 0; g < n_gen; g++) {
+        int32_t next = tool_argmax(logits, m->hp.n_vocab);
+        gen[(*produced)++] = next;
+        if (kvfs_token_is_eog(tok, next) || g + 1 == n_gen)
+            break;
+        int rc = kvfs_forward(m, cache, &next, 1, cache->n, logits);
+        if (rc) {
+            fprintf(stderr, "kvfsctl generate: decode failed: %s\n", strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void print_generated(struct kvfs_tokenizer *tok, int32_t *gen, int produced, int print_ids)
+{
+    if (print_ids) {
+        for (int i = 0; i < produced; i++)
+            printf(i ? " %d" : "%d", gen[i]);
+        printf("\n");
+        return;
+    }
+    /* text: the end-of-generation token and other control tokens are not text */
+    int n_text = 0;
+    for (int i = 0; i < produced; i++)
+        if (!kvfs_token_is_eog(tok, gen[i]) && !kvfs_token_is_control(tok, gen[i]))
+            gen[n_text++] = gen[i];
+    char *text;
+    if (kvfs_detokenize(tok, gen, (size_t)n_text, &text) == 0) {
+        printf("%s\n", text);
+        free(text);
+    }
+}
+
 int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *kv = NULL, *prefix = NULL, *prompt = "", *backend = "cpu";
@@ -58,16 +115,9 @@ int cmd_generate(int argc, char **argv)
      * the prefix text), not only computing from it */
     double t0 = tool_now();
     if (kv) {
-        if ((rc = tool_read_file(kv, &image, &image_len)) ||
-            (rc = kvfs_file_verify(image, image_len, &h, err, sizeof(err)))) {
-            fprintf(stderr, "kvfsctl generate: %s: %s\n", kv, err[0] ? err : strerror(-rc));
+        if (read_kv(kv, &image, &image_len, &h))
             goto out;
-        }
         n_cached = (int)h.n_tokens;
-        if (h.pos0 != 0) {
-            fprintf(stderr, "kvfsctl generate: %s starts at position %u; a prompt cache must start at 0\n", kv, h.pos0);
-            goto out;
-        }
     } else if (prefix && tool_tokenize_file(tok, prefix, 0, &pre_ids, &n_pre)) {
         goto out;
     }
@@ -113,33 +163,11 @@ int cmd_generate(int argc, char **argv)
         goto free_all;
     }
     double ttft = tool_now() - t0;
-    int produced = 0;
-    for (int g = 0; g < n_gen; g++) {
-        int32_t next = tool_argmax(logits, m->hp.n_vocab);
-        gen[produced++] = next;
-        if (kvfs_token_is_eog(tok, next) || g + 1 == n_gen)
-            break;
-        if ((rc = kvfs_forward(m, &cache, &next, 1, cache.n, logits))) {
-            fprintf(stderr, "kvfsctl generate: decode failed: %s\n", strerror(-rc));
-            goto free_all;
-        }
-    }
+    int produced;
+    if (decode_greedy(m, tok, &cache, logits, gen, n_gen, &produced))
+        goto free_all;
     double total = tool_now() - t0;
-    if (print_ids) {
-        for (int i = 0; i < produced; i++)
-            printf(i ? " %d" : "%d", gen[i]);
-        printf("\n");
-    } else { /* text: the end-of-generation token and other control tokens are not text */
-        int n_text = 0;
-        for (int i = 0; i < produced; i++)
-            if (!kvfs_token_is_eog(tok, gen[i]) && !kvfs_token_is_control(tok, gen[i]))
-                gen[n_text++] = gen[i];
-        char *text;
-        if (kvfs_detokenize(tok, gen, (size_t)n_text, &text) == 0) {
-            printf("%s\n", text);
-            free(text);
-        }
-    }
+    print_generated(tok, gen, produced, print_ids);
     fprintf(stderr, "kvfsctl generate: prompt %d tokens (%d from the KV file), TTFT %.3f s, %d tokens in %.3f s\n",
             total_prompt, kv ? total_prompt - (int)n_prompt : 0, ttft, produced, total);
     ret = 0;

@@ -40,7 +40,7 @@ int cmd_import(int argc, char **argv)
     struct kvfs_tokenizer *tok;
     uint8_t *buf = NULL;
     size_t len = 0;
-    char err[512] = "", hex[KVFS_HASH_HEX_LEN + 1], path[4096];
+    char err[512] = "", hex[KVFS_HASH_HEX_LEN + 1];
     struct kvfs_writer w;
     int ret = 1;
     if ((rc = tool_read_file(in, &buf, &len))) {
@@ -53,30 +53,8 @@ int cmd_import(int argc, char **argv)
         fprintf(stderr, "kvfsctl import: %s against %s: %s [%s]\n", in, model, err, strerror(-rc));
         goto free_model;
     }
-    uint8_t digest[32];
-    kvfs_content_hash(&w.hdr, digest);
-    kvfs_hash_to_hex(digest, hex);
-    if (mount)
-        snprintf(path, sizeof(path), "%s/incoming/%s.kv", mount, hex);
-    else
-        snprintf(path, sizeof(path), "%s", out);
-    if (mount) { /* one plain write: kvfs verifies and stores it when it is closed */
-        FILE *f = fopen(path, "w");
-        rc = f ? 0 : -errno;
-        if (f && fwrite(w.buf, 1, w.size, f) != w.size)
-            rc = -EIO;
-        if (f && fclose(f) != 0 && !rc)
-            rc = -errno;
-    } else {
-        rc = tool_write_file(path, w.buf, w.size);
-    }
-    if (rc) {
-        fprintf(stderr, "kvfsctl import: cannot store the chunk at %s: %s\n", path, strerror(-rc));
-    } else {
-        if (mount)
-            printf("%s %s/chunks/%s.kv\n", hex, mount, hex);
-        else
-            printf("%s\n", hex);
+    if (tool_put_chunk("import", &w, out, mount, hex) == 0) {
+        tool_print_chunk(hex, mount);
         ret = 0;
     }
     kvfs_writer_free(&w);

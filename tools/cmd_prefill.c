@@ -92,36 +92,11 @@ int cmd_prefill(int argc, char **argv)
         fprintf(stderr, "kvfsctl prefill: cannot build the chunk: %s\n", strerror(-rc));
         goto free_cache;
     }
-    uint8_t digest[32];
-    char hex[KVFS_HASH_HEX_LEN + 1], path[4096];
-    kvfs_content_hash(&w.hdr, digest);
-    kvfs_hash_to_hex(digest, hex);
-    if (mount)
-        snprintf(path, sizeof(path), "%s/incoming/%s.kv", mount, hex);
-    else
-        snprintf(path, sizeof(path), "%s", out);
-    if (!mount) {
-        rc = tool_write_file(path, w.buf, w.size);
-    } else {
-        /* one plain write: kvfs verifies and stores it when it is closed */
-        FILE *f = fopen(path, "w");
-        rc = f ? 0 : -errno;
-        if (f) {
-            if (fwrite(w.buf, 1, w.size, f) != w.size)
-                rc = -EIO;
-            if (fclose(f) != 0 && !rc)
-                rc = -errno;
-        }
-    }
-    if (rc) {
-        fprintf(stderr, "kvfsctl prefill: cannot store the chunk at %s: %s\n", path, strerror(-rc));
-    } else {
+    char hex[KVFS_HASH_HEX_LEN + 1];
+    if (tool_put_chunk("prefill", &w, out, mount, hex) == 0) {
         fprintf(stderr, "kvfsctl prefill: %zu tokens in %.3f s (%.0f tokens/s), %zu bytes\n", n, t1 - t0,
                 (double)n / (t1 - t0), w.size);
-        if (mount)
-            printf("%s %s/chunks/%s.kv\n", hex, mount, hex);
-        else
-            printf("%s\n", hex);
+        tool_print_chunk(hex, mount);
         ret = 0;
     }
     kvfs_writer_free(&w);

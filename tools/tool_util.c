@@ -31,6 +31,41 @@ int tool_write_file(const char *path, const void *buf, size_t len)
     return rc;
 }
 
+int tool_put_chunk(const char *cmd, const struct kvfs_writer *w, const char *out, const char *mount,
+                   char hex[KVFS_HASH_HEX_LEN + 1])
+{
+    uint8_t digest[32];
+    char path[4096];
+    int rc;
+    kvfs_content_hash(&w->hdr, digest);
+    kvfs_hash_to_hex(digest, hex);
+    if (mount)
+        snprintf(path, sizeof(path), "%s/incoming/%s.kv", mount, hex);
+    else
+        snprintf(path, sizeof(path), "%s", out);
+    if (mount) { /* one plain write: kvfs verifies and stores it when it is closed */
+        FILE *f = fopen(path, "w");
+        rc = f ? 0 : -errno;
+        if (f && fwrite(w->buf, 1, w->size, f) != w->size)
+            rc = -EIO;
+        if (f && fclose(f) != 0 && !rc)
+            rc = -errno;
+    } else {
+        rc = tool_write_file(path, w->buf, w->size);
+    }
+    if (rc)
+        fprintf(stderr, "kvfsctl %s: cannot store the chunk at %s: %s\n", cmd, path, strerror(-rc));
+    return rc;
+}
+
+void tool_print_chunk(const char *hex, const char *mount)
+{
+    if (mount)
+        printf("%s %s/chunks/%s.kv\n", hex, mount, hex);
+    else
+        printf("%s\n", hex);
+}
+
 int tool_read_file(const char *path, uint8_t **out, size_t *out_len)
 {
     int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;

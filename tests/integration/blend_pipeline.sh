@@ -13,12 +13,7 @@ stat_of() { # stat_of MOUNT PYTHON-EXPR-over-s
 # slow tier: 1 MB/s (small chunks: ~4 s of loading), no RAM tier, so every layer comes from the objects
 mount_kvfs a "model=$MODEL,ram=0,sim_read_bw=1M,min_ratio=0.15" || exit 1
 M=$T/a.mnt
-i=0
-for f in Apache-2.0 GPL-3 MPL-2.0; do
-    i=$((i + 1))
-    head -c 400 "/usr/share/common-licenses/$f" > "$T/d$i.txt"
-    h[$i]=$("$KVFSCTL" prefill -m "$MODEL" -M "$M" "$T/d$i.txt" 2>/dev/null | cut -d' ' -f1)
-done
+license_chunks "$M" 400 Apache-2.0 GPL-3 MPL-2.0
 Q=$'\nQuestion: Which license is this?\nAnswer:'
 check "ratio=auto blend on a slow tier" "$KVFSCTL" blend -M "$M" --name slow --ratio auto --suffix "$Q" ${h[1]} ${h[2]} ${h[3]}
 r_slow=$(stat_of "$M" 's["blends"]["last"]["ratio"]')

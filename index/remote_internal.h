@@ -1,0 +1,56 @@
+/* remote_internal.h - the RADOS tier's state (struct kvfs_remote) and its
+ * connection to the cluster (remote_conn.c), for the tier's parts: the
+ * upload queue (remote_queue.h), the fleet listing (remote_listing.h) and
+ * the tier itself (remote_rados.c, remote.h).  index/ only. */
+#ifndef KVFS_REMOTE_INTERNAL_H
+#define KVFS_REMOTE_INTERNAL_H
+
+#include "store.h"
+
+#ifdef KVFS_HAVE_RADOS
+#include <pthread.h>
+#include <rados/librados.h>
+#include <sqlite3.h>
+
+enum { ST_CONNECTING, ST_CONNECTED, ST_DOWN };
+#define NEG_SLOTS 64 /* misses remembered (remote_rados.c) */
+
+struct kvfs_remote {
+    struct kvfs_store *s;
+    char *pool, *conf, *id;
+    int timeout_s;
+    pthread_mutex_t lock;        /* everything below */
+    pthread_cond_t cond;
+    rados_t cluster;
+    rados_ioctx_t io;            /* NULL until connected once */
+    int state, stop;
+    sqlite3 *q;                  /* the durable write-back queue */
+    uint64_t queued, pushed, fetched, rejected, errors;
+    char last_error[256];
+    struct { char hash[KVFS_HASH_HEX_LEN + 1]; double t; } neg[NEG_SLOTS];
+    int neg_next;
+    pthread_t worker;
+    int worker_started;
+    double list_refresh_s, listed_at; /* fleet listing: refresh period, last refresh (monotonic) */
+    sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
+                                       * separate from the queue so a refresh never shares its transaction */
+    uint64_t known;                   /* chunks in the listing */
+};
+
+/* seconds on CLOCK_MONOTONIC */
+double remote_now_s(void);
+/* "connected", "down" or "connecting" */
+const char *remote_state_name(int st);
+/* Record a failure: the tier is down until a call succeeds again. */
+void remote_mark_down(struct kvfs_remote *r, int rc, const char *what, const char *hash);
+void remote_mark_up(struct kvfs_remote *r);
+/* A timed-out or refused call means the cluster is unreachable; ENOENT,
+ * EBADMSG and friends are answers. */
+int remote_is_outage(int rc);
+/* Connect (every call bounded by timeout_s) and open the pool: r->io. */
+int remote_connect(struct kvfs_remote *r, char *err, size_t errlen);
+/* the pool's I/O context (NULL until connected once) and the state */
+rados_ioctx_t remote_io(struct kvfs_remote *r, int *state);
+
+#endif
+#endif

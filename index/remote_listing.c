@@ -1,0 +1,241 @@
+/* remote_listing.c - what the fleet has (remote_listing.h): the pool's
+ * per-model omap indexes read in pages, copied by the worker into this
+ * host's listing (SQLite, remote-list.db), which the store's list and stat
+ * hooks read. */
+#include "remote_listing.h"
+
+#ifdef KVFS_HAVE_RADOS
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/remote-list.db", kvfs_store_dir(r->s));
+    if (sqlite3_open_v2(path, &r->lw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_exec(r->lw,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                     "CREATE TABLE IF NOT EXISTS known(hash TEXT PRIMARY KEY, model TEXT, tokens INTEGER,"
+                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER);",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_open_v2(path, &r->lr, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK)
+        return kvfs_errf(err, errlen, -EIO, "cannot open the remote listing %s", path);
+    sqlite3_busy_timeout(r->lw, 2000);
+    sqlite3_busy_timeout(r->lr, 2000);
+    if (r->list_refresh_s <= 0) /* listing off: show only this host's chunks, not an old listing */
+        sqlite3_exec(r->lw, "DELETE FROM known", NULL, NULL, NULL);
+    return 0;
+}
+
+/* One omap object's keys and values, in pages of 1000 (no pool scan). */
+static long omap_each(rados_ioctx_t io, const char *oid, int (*cb)(void *ctx, const char *key, size_t klen,
+                                                                  const char *val, size_t vlen), void *ctx)
+{
+    char after[256] = "";
+    long count = 0;
+    unsigned char more = 1;
+    while (more) {
+        rados_read_op_t op = rados_create_read_op();
+        rados_omap_iter_t it;
+        int prval = 0;
+        rados_read_op_omap_get_vals2(op, after, "", 1000, &it, &more, &prval);
+        int rc = rados_read_op_operate(op, io, oid, 0);
+        if (rc < 0 || prval < 0) {
+            rados_omap_get_end(it); /* the iterator exists even when the read failed */
+            rados_release_read_op(op);
+            return rc == -ENOENT || prval == -ENOENT ? 0 : rc < 0 ? rc : prval;
+        }
+        char *key, *val;
+        size_t klen, vlen;
+        int stop = 0;
+        while (!stop && rados_omap_get_next2(it, &key, &val, &klen, &vlen) == 0 && key) {
+            if (klen >= sizeof(after))
+                continue;
+            memcpy(after, key, klen);
+            after[klen] = 0;
+            count++;
+            stop = cb(ctx, key, klen, val, vlen);
+        }
+        rados_omap_get_end(it);
+        rados_release_read_op(op);
+        if (stop)
+            break;
+    }
+    return count;
+}
+
+/* "tokens size layers arch" (older entries: "tokens") */
+static int parse_entry(const char *hash, const char *model, const char *val, size_t vlen, struct kvfs_chunk_info *c)
+{
+    char v[128];
+    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
+    memcpy(v, val, n);
+    v[n] = 0;
+    memset(c, 0, sizeof(*c));
+    snprintf(c->hash, sizeof(c->hash), "%s", hash);
+    snprintf(c->model, sizeof(c->model), "%s", model);
+    unsigned long long size = 0;
+    char arch[16] = "";
+    if (sscanf(v, "%u %llu %u %15s", &c->n_tokens, &size, &c->n_layer, arch) < 1)
+        return -EINVAL;
+    c->logical_size = size;
+    snprintf(c->arch, sizeof(c->arch), "%s", arch);
+    return 0;
+}
+
+struct list_model_ctx {
+    const char *model;
+    int (*cb)(void *ctx, const struct kvfs_chunk_info *c);
+    void *ctx;
+};
+
+static int list_model_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct list_model_ctx *l = ctx;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    if (klen != KVFS_HASH_HEX_LEN)
+        return 0;
+    memcpy(hash, key, klen);
+    hash[klen] = 0;
+    if (parse_entry(hash, l->model, val, vlen, &c))
+        return 0;
+    c.remote = 1;
+    return l->cb ? l->cb(l->ctx, &c) : 0;
+}
+
+long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *ctx, const struct kvfs_chunk_info *c),
+                       void *ctx)
+{
+    char oid[64];
+    snprintf(oid, sizeof(oid), "kvfs.model.%s", model_id);
+    struct list_model_ctx l = {model_id, cb, ctx};
+    return omap_each(io, oid, list_model_entry, &l);
+}
+
+struct refresh_ctx {
+    sqlite3_stmt *ins;
+    char (*models)[32];
+    int n_models;
+    int64_t now_ns; /* the listing's time stamp for what it lists */
+};
+
+static int refresh_model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    struct refresh_ctx *rc = ctx;
+    if (klen == 0 || klen >= 32 || rc->n_models >= 256)
+        return 0;
+    memcpy(rc->models[rc->n_models], key, klen);
+    rc->models[rc->n_models++][klen] = 0;
+    return 0;
+}
+
+static int insert_known(void *ctx, const struct kvfs_chunk_info *c)
+{
+    struct refresh_ctx *rc = ctx;
+    sqlite3_bind_text(rc->ins, 1, c->hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(rc->ins, 2, c->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(rc->ins, 3, c->n_tokens);
+    sqlite3_bind_int64(rc->ins, 4, (sqlite3_int64)c->logical_size);
+    sqlite3_bind_int64(rc->ins, 5, c->n_layer);
+    sqlite3_bind_text(rc->ins, 6, c->arch, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(rc->ins, 7, rc->now_ns);
+    sqlite3_step(rc->ins);
+    sqlite3_reset(rc->ins);
+    return 0;
+}
+
+int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    char models[256][32];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct refresh_ctx rc = {NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
+    long n = omap_each(io, "kvfs.models", refresh_model_key, &rc);
+    if (n < 0)
+        return (int)n;
+    if (sqlite3_prepare_v2(r->lw, "INSERT OR REPLACE INTO known(hash, model, tokens, size, layers, arch, seen_ns) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &rc.ins, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_exec(r->lw, "BEGIN; DELETE FROM known;", NULL, NULL, NULL);
+    int err = 0;
+    for (int i = 0; i < rc.n_models && !err; i++) {
+        long k = remote_list_model(io, models[i], insert_known, &rc);
+        if (k < 0)
+            err = (int)k;
+    }
+    sqlite3_finalize(rc.ins);
+    if (err) { /* keep the previous listing */
+        sqlite3_exec(r->lw, "ROLLBACK", NULL, NULL, NULL);
+        return err;
+    }
+    sqlite3_exec(r->lw, "COMMIT", NULL, NULL, NULL);
+    uint64_t known = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->lw, "SELECT COUNT(*) FROM known", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            known = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_lock(&r->lock);
+    r->known = known;
+    r->listed_at = remote_now_s();
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+static int row_to_info(sqlite3_stmt *st, struct kvfs_chunk_info *c)
+{
+    memset(c, 0, sizeof(*c));
+    const unsigned char *h = sqlite3_column_text(st, 0), *m = sqlite3_column_text(st, 1),
+                        *a = sqlite3_column_text(st, 5);
+    if (!h || strlen((const char *)h) != KVFS_HASH_HEX_LEN)
+        return -EINVAL;
+    snprintf(c->hash, sizeof(c->hash), "%s", (const char *)h);
+    snprintf(c->model, sizeof(c->model), "%s", m ? (const char *)m : "");
+    snprintf(c->arch, sizeof(c->arch), "%s", a ? (const char *)a : "");
+    c->n_tokens = (uint32_t)sqlite3_column_int64(st, 2);
+    c->logical_size = (uint64_t)sqlite3_column_int64(st, 3);
+    c->n_layer = (uint32_t)sqlite3_column_int64(st, 4);
+    c->created_ns = c->accessed_ns = sqlite3_column_int64(st, 6); /* when the listing last saw it */
+    c->remote = c->remote_only = 1;
+    return 0;
+}
+
+int remote_list_hook(void *ctx, kvfs_store_list_cb cb, void *cbctx)
+{
+    struct kvfs_remote *r = ctx;
+    sqlite3_stmt *st;
+    int rc = 0;
+    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known ORDER BY hash", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+        struct kvfs_chunk_info c;
+        if (row_to_info(st, &c) == 0)
+            rc = cb(&c, cbctx);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int remote_stat_hook(void *ctx, const char *hash, struct kvfs_chunk_info *out)
+{
+    struct kvfs_remote *r = ctx;
+    sqlite3_stmt *st;
+    int rc = -ENOENT;
+    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known WHERE hash = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        rc = row_to_info(st, out);
+    sqlite3_finalize(st);
+    return rc;
+}
+#endif

@@ -139,8 +139,17 @@ endif
 
 .PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
 
-all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH)
+all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH) $(BUILD)/includes.ok
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
+
+# No include cycle between modules or folders (the layers' include paths
+# stop upward includes; this also catches cycles inside a layer)
+INCLUDE_CHECKED := $(wildcard index/*.[ch] gpu/*.[ch] gpu/*/*.[ch] gpu/cuda/*.cu gpu/cuda/*.cuh blend/*.[ch] \
+                     blend/runtime/*.[ch] fs/*.[ch] lib/*.[ch] tools/*.[ch] tools/*/*.[ch])
+$(BUILD)/includes.ok: tools/check-includes.py $(INCLUDE_CHECKED)
+	@mkdir -p $(@D)
+	$(Q)$(call say,CHECK,include cycles)python3 tools/check-includes.py > $@.log || { cat $@.log; exit 1; }
+	@touch $@
 
 $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(@D); rm -f $@

@@ -3,7 +3,7 @@
 # by side in one run (KVFS_CPU_LEVEL), and optionally against another kvfsctl
 # (REF=path, e.g. a -march=native build of an earlier commit): does run-time
 # dispatch cost anything, and what does each level run at.  Medians of RUNS
-# (default 3) `kvfsctl eval` runs of 6 chunks + a question (TTFT from cached
+# (default 3) `kvfsctl eval` rounds (the variants alternating) of 6 chunks + a question (TTFT from cached
 # chunks in memory, as eval measures it).  Prints a Markdown table.
 # Usage: bench/cpu_levels.sh [MODEL.gguf]   (default: SmolLM2; ~2-6 min)
 cd "$(dirname "$0")/.." || exit 1
@@ -18,12 +18,20 @@ done
 Q=$'\n\nQuestion: Which licenses are these?\nAnswer:'
 read -r -a levels <<< "$("$KVFSCTL" --version | sed -n 's/^cpu levels: //p')"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-run() { # run LABEL BINARY [LEVEL]: prints "label full_median blend_median"
-    local label=$1 bin=$2 level=${3:-} r
-    for r in $(seq "$RUNS"); do
+variants=()
+[ -n "${REF:-}" ] && variants+=("ref:$REF:")
+for l in "${levels[@]}"; do variants+=("$l:$KVFSCTL:$l"); done
+# rounds alternate the variants, so a machine that slows down mid-run slows
+# every variant alike
+for r in $(seq "$RUNS"); do
+    for v in "${variants[@]}"; do
+        IFS=: read -r label bin level <<< "$v"
         KVFS_CPU_LEVEL=$level "$bin" eval -m "$MODEL" --json --greedy 1 --ratio 0.15 --no-prefix --query "$Q" \
-            "$T"/c*.txt > "$T/$label.$r.json" || { echo "eval failed ($label)" >&2; return 1; }
+            "$T"/c*.txt > "$T/$label.$r.json" || { echo "eval failed ($label)" >&2; exit 1; }
     done
+done
+for v in "${variants[@]}"; do
+    IFS=: read -r label _ <<< "$v"
     python3 - "$label" "$T" "$RUNS" <<'PY'
 import json, statistics, sys
 label, d, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -33,11 +41,7 @@ for r in range(1, runs + 1):
     full.append(res['full prefill']['ttft_s']); blend.append(res['blend 0.15']['ttft_s'])
 print(label, statistics.median(full), statistics.median(blend))
 PY
-}
-{
-    [ -n "${REF:-}" ] && run ref "$REF"
-    for l in "${levels[@]}"; do run "$l" "$KVFSCTL" "$l"; done
-} > "$T/rows" || exit 1
+done > "$T/rows"
 echo "$(basename "$MODEL"), 6 chunks + question, medians of $RUNS; CPU: $cpu ($(nproc) threads), $(date -u +%F)"
 echo
 echo "| kernels | full prefill s | blend 0.15 s | full vs best level | blend vs best level |"

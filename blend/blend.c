@@ -99,6 +99,30 @@ double kvfs_logits_kl(const float *p, const float *q, int n)
     return k > 0 ? k : 0;
 }
 
+int kvfs_blend_ratio_ok(float ratio)
+{
+    return ratio >= 0.0f && ratio <= 1.0f;
+}
+
+int kvfs_blend_min_ratio_ok(float min_ratio)
+{
+    return min_ratio > 0.0f && min_ratio <= 1.0f;
+}
+
+int kvfs_blend_min_ratio_parse(const char *text, float *min_ratio)
+{
+    char *end;
+    if (!text) {
+        *min_ratio = KVFS_BLEND_DEFAULT_RATIO;
+        return 0;
+    }
+    float v = strtof(text, &end);
+    if (end == text || *end || !kvfs_blend_min_ratio_ok(v))
+        return -EINVAL;
+    *min_ratio = v;
+    return 0;
+}
+
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
 {
     memset(o, 0, sizeof(*o));
@@ -380,9 +404,9 @@ int blend_check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EINVAL, "vote_from %g is outside [0, 1)", (double)o->vote_from);
     if (!(o->pos_prior >= 0.0f && o->pos_prior <= 4.0f))
         return kvfs_errf(err, errlen, -EINVAL, "pos_prior %g is outside [0, 4]", (double)o->pos_prior);
-    if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
+    if (o->auto_ratio && !kvfs_blend_min_ratio_ok(o->min_ratio))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
-    if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
+    if (!kvfs_blend_ratio_ok(o->ratio))
         return kvfs_errf(err, errlen, -EINVAL, "ratio %g is outside [0, 1]", (double)o->ratio);
     if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 || o->min_rows < 0 ||
         o->full_below < 0 ||

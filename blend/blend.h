@@ -55,6 +55,13 @@ struct kvfs_blend_stats {
 /* The recompute ratio when none is given, and ratio=auto's default floor:
  * CacheBlend's ~15% (BENCHMARKS.md has the curve). */
 #define KVFS_BLEND_DEFAULT_RATIO 0.15f
+/* A recompute ratio is in [0, 1]; ratio=auto's floor (min_ratio) in (0, 1],
+ * KVFS_BLEND_DEFAULT_RATIO when none is given: these, and the parsing of
+ * -o min_ratio=, are blend.c's alone. */
+int kvfs_blend_ratio_ok(float ratio);
+int kvfs_blend_min_ratio_ok(float min_ratio);
+/* text (NULL: not given) -> *min_ratio; -EINVAL when it is not a number in range */
+int kvfs_blend_min_ratio_parse(const char *text, float *min_ratio);
 
 /* How chunk rows are chosen for recompute (see kvfs_blend_ex). */
 enum {
@@ -71,7 +78,7 @@ struct kvfs_blend_opts {
     int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
     int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
     int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
-    float min_ratio;    /* auto: never below this (default 0.15) */
+    float min_ratio;    /* auto: never below this (kvfs_blend_min_ratio_ok; default KVFS_BLEND_DEFAULT_RATIO) */
     int min_rows;       /* the floor: at least this many chunk rows (all, if fewer) recomputed when ratio > 0;
                          * the forced sink rows raise it to their count */
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */

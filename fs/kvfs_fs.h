@@ -107,7 +107,7 @@ struct kvfs_mount {
     struct kvfs_blend_service *svc; /* models, results, blending (blend/service.h) */
     pthread_mutex_t fh_lock;  /* protects handles */
     struct fh *handles;       /* every handle given to the kernel and not yet freed */
-    struct kvfs_blends *blends;     /* the blends/ names (fs/blends.c) */
+    struct kvfs_blend_registry *blends; /* the blends by name (blend/registry.h; fs/blends.c) */
 };
 
 /* An open file's handle (fs/handle.c), in fi->fh. */

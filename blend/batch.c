@@ -116,8 +116,8 @@ static int take_all_layers(const struct kvfs_model *m, struct kvfs_loader *ld, c
  * the rows before are the prefix, already in place): the attention its
  * query pays each of its chunk rows, into host mass[0..n_rows). */
 static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const struct layout *L, int row0,
-                       int map_from, struct kvfs_kv_cache *c, int32_t *d_delta, const struct kvfs_blend_opts *o,
-                       float *mass, char *err, size_t errlen)
+                       int map_from, struct kvfs_kv_cache *c, int32_t *d_delta, float *mass, char *err,
+                       size_t errlen)
 {
     struct kvfs_work w = {0};
     float *d_mass = NULL;
@@ -128,9 +128,9 @@ static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const
         !(rc = kvfs_embed(m, w.ids, w.x, L->n_ctx)) &&
         !(rc = BE(m)->alloc(CTX(m), sizeof(float) * n + 4, (void **)&d_mass)) &&
         !(rc = blend_query_mass(m, ld, L->map + map_from, L->n_map - map_from, row0, c, &w, L->n_rows, L->n_suffix,
-                                d_delta, o, d_mass, err, errlen)) &&
-        L->n_rows && !(rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows)))
-        blend_position_prior(o, L->chunk_of, mass, L->n_rows);
+                                d_delta, &blend_served, d_mass, err, errlen)) &&
+        L->n_rows)
+        rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows);
     if (d_mass)
         BE(m)->free(CTX(m), d_mass);
     kvfs_work_free(m, &w);
@@ -294,7 +294,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     if ((rc = layout_build(m, ld, mb[0].chunks, n_shared, NULL, 0, o->sink_rows, &Lp, err, errlen)))
         goto out;
     n_p = Lp.n_rows;
-    n0 = blend_exact_rows(o, ld, mb[0].chunks[0]); /* never recomputed, as in kvfs_blend_stream */
+    n0 = blend_exact_rows(ld, mb[0].chunks[0]); /* never recomputed, as in kvfs_blend_stream */
     for (; n_built < n_mb; n_built++) {
         if ((rc = layout_build(m, ld, mb[n_built].chunks, mb[n_built].n_chunks, mb[n_built].suffix,
                                mb[n_built].n_suffix, o->sink_rows, &L[n_built], err, errlen)))
@@ -325,7 +325,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         if (k > L[i].n_rows - from)
             k = L[i].n_rows - from;
         if (!mass || !(sel[i] = malloc(sizeof(int32_t) * ((size_t)k + 1))) ||
-            (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, o, mass, err, errlen)) ||
+            (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, mass, err, errlen)) ||
             (rc = top_rows(m, mass + from, L[i].forced + from, L[i].n_rows - from, k, from, sel[i]))) {
             rc = rc ? rc : -ENOMEM;
             free(mass);

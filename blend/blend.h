@@ -21,7 +21,8 @@
  * reuse) and sums the attention they pay each chunk row over the upper two
  * thirds of the layers, heads and suffix rows; the `ratio` share of chunk rows with the most attention
  * (plus each later chunk's first row) is then recomputed from layer 0, with
- * the same exact mask.  It needs every layer before it chooses, so it does
+ * the same exact mask; the prompt's first chunk is never picked (a prefix
+ * computed alone is exact already).  It needs every layer before it chooses, so it does
  * not hide loading behind recompute as the others do (ratio=auto selects
  * at the check layer).  BENCHMARKS.md compares them.
  * ratio 1 recomputes everything (a full prefill); ratio 0 is plain reuse
@@ -74,7 +75,6 @@ enum {
 struct kvfs_blend_opts {
     float ratio;        /* mean share of chunk rows recomputed per layer (fixed, gradual: after the check layer) */
     int select;         /* KVFS_BLEND_SELECT_* */
-    float taper;        /* gradual: share goes from ratio*(1+taper) to ratio*(1-taper) */
     int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
     int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
     int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
@@ -82,18 +82,14 @@ struct kvfs_blend_opts {
     int min_rows;       /* the floor: at least this many chunk rows (all, if fewer) recomputed when ratio > 0;
                          * the forced sink rows raise it to their count */
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
-    float ape_temp;     /* APE's attention temperature on later chunks' rows (1: off; an experiment) */
     float shift;        /* select=query: a later chunk's reused rows move by shift x the mean deviation
                          * of its recomputed rows, layer by layer (0: off; blend/shift.c) */
-    float vote_from;    /* select=query: the share of layers, from the bottom, whose attention does not
-                         * count (default 1/3: they attend mostly by position and locally) */
-    int vote_local;     /* select=query: sliding-window layers vote too, through their window (the
-                         * default; 0: global layers only, unless there are none) */
-    int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
-                         * the default: they are exact, a prefix computed alone is a full prefill's) */
-    float pos_prior;    /* select=query: row t of a chunk (0: its first) ranks by its mass x (t + 1)^-pos_prior:
-                         * a chunk's first rows deviate most from a full prefill's (0: off) */
 };
+/* Variants of the rule that only kvfsctl eval and the tests set are
+ * experiment.h's, not options: the blends kvfs serves never carry them. */
+/* select=gradual: the recomputed share goes from ratio*(1+T) at the first
+ * sparse layer down to ratio*(1-T) at the last (same mean) */
+#define KVFS_BLEND_GRADUAL_TAPER 0.5f
 /* The chunk shift's default: 0.4-0.8 measure alike per prompt; over 30
  * prompts on each of the four sets 0.6 left the least on average (kvfs(8),
  * BENCHMARKS.md "The shift factor over 30 prompts") */

@@ -12,7 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "handle.h"
+#include "inode_map.h"
+#include "mount.h"
+#include "ops.h"
+#include "passthrough.h"
+#include "pending.h"
 #include "remote.h"
 #include "service.h"
 

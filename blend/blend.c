@@ -100,30 +100,6 @@ double kvfs_logits_kl(const float *p, const float *q, int n)
     return k > 0 ? k : 0;
 }
 
-int kvfs_blend_ratio_ok(float ratio)
-{
-    return ratio >= 0.0f && ratio <= 1.0f;
-}
-
-int kvfs_blend_min_ratio_ok(float min_ratio)
-{
-    return min_ratio > 0.0f && min_ratio <= 1.0f;
-}
-
-int kvfs_blend_min_ratio_parse(const char *text, float *min_ratio)
-{
-    char *end;
-    if (!text) {
-        *min_ratio = KVFS_BLEND_DEFAULT_RATIO;
-        return 0;
-    }
-    float v = strtof(text, &end);
-    if (end == text || *end || !kvfs_blend_min_ratio_ok(v))
-        return -EINVAL;
-    *min_ratio = v;
-    return 0;
-}
-
 void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
 {
     memset(o, 0, sizeof(*o));

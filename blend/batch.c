@@ -116,8 +116,8 @@ static int take_all_layers(const struct kvfs_model *m, struct kvfs_loader *ld, c
  * the rows before are the prefix, already in place): the attention its
  * query pays each of its chunk rows, into host mass[0..n_rows). */
 static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const struct layout *L, int row0,
-                       int map_from, struct kvfs_kv_cache *c, int32_t *d_delta, const struct kvfs_blend_opts *o,
-                       float *mass, char *err, size_t errlen)
+                       int map_from, struct kvfs_kv_cache *c, int32_t *d_delta, float *mass, char *err,
+                       size_t errlen)
 {
     struct kvfs_work w = {0};
     float *d_mass = NULL;
@@ -128,9 +128,9 @@ static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const
         !(rc = kvfs_embed(m, w.ids, w.x, L->n_ctx)) &&
         !(rc = BE(m)->alloc(CTX(m), sizeof(float) * n + 4, (void **)&d_mass)) &&
         !(rc = blend_query_mass(m, ld, L->map + map_from, L->n_map - map_from, row0, c, &w, L->n_rows, L->n_suffix,
-                                d_delta, o, d_mass, err, errlen)) &&
-        L->n_rows && !(rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows)))
-        blend_position_prior(o, L->chunk_of, mass, L->n_rows);
+                                d_delta, &blend_served, d_mass, err, errlen)) &&
+        L->n_rows)
+        rc = BE(m)->download(CTX(m), mass, d_mass, sizeof(float) * (size_t)L->n_rows);
     if (d_mass)
         BE(m)->free(CTX(m), d_mass);
     kvfs_work_free(m, &w);
@@ -258,11 +258,10 @@ static int blend_member(const struct kvfs_model *m, struct kvfs_loader *ld, cons
     return rc;
 }
 
-int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const struct kvfs_blend_member *mb,
-                     int n_mb, int n_shared, const struct kvfs_blend_opts *o, kvfs_blend_done_fn done, void *ctx,
-                     char *err, size_t errlen)
+/* What a batch takes (kvfs_blend_batch). */
+static int batch_check(const struct kvfs_blend_member *mb, int n_mb, int n_shared, const struct kvfs_blend_opts *o,
+                       char *err, size_t errlen)
 {
-    double t0 = blend_now_s();
     int rc = blend_check_opts(o, err, errlen);
     if (rc)
         return rc;
@@ -277,14 +276,58 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         if (memcmp(mb[i].chunks, mb[0].chunks, sizeof(int) * (size_t)n_shared))
             return kvfs_errf(err, errlen, -EINVAL, "batch member %d does not start with the shared chunks", i + 1);
     }
-    rc = blend_check_chunks(m, ld, err, errlen);
-    if (rc || (rc = kvfs_loader_start(ld, 0)))
+    return 0;
+}
+
+/* The prefix blended once (blend_prefix), into c's first rows; *k_p rows recomputed. */
+static int prefix_into(const struct kvfs_model *m, struct kvfs_kv_cache *c, const struct layout *Lp,
+                       const uint8_t *want, float shift, int *k_p)
+{
+    struct kvfs_kv_cache cp = {0};
+    size_t bytes = sizeof(float) * (size_t)Lp->n_rows * (size_t)c->kv_dim;
+    int rc = blend_prefix(m, c, Lp, want, shift, &cp, k_p);
+    if (rc)
+        return rc;
+    for (int l = 0; l < m->hp.n_layer && !rc; l++)
+        if (!(rc = BE(m)->copy(CTX(m), c->k[l], cp.k[l], bytes)))
+            rc = BE(m)->copy(CTX(m), c->v[l], cp.v[l], bytes);
+    kvfs_kv_cache_free(m, &cp);
+    return rc;
+}
+
+/* A member's statistics: the batch's so far (its work is shared). */
+static void member_stats(struct kvfs_loader *ld, const struct layout *L, int n_selected, float ratio, double t0,
+                         struct kvfs_blend_stats *st)
+{
+    struct kvfs_loader_stats ls;
+    kvfs_loader_get_stats(ld, &ls);
+    memset(st, 0, sizeof(*st));
+    st->n_ctx = L->n_ctx;
+    st->n_chunk_rows = L->n_rows;
+    st->n_selected = n_selected;
+    st->ratio = ratio;
+    st->seconds = blend_now_s() - t0;
+    st->load_s = ls.load_s;
+    st->wait_s = ls.wait_s;
+    st->bytes_read = ls.bytes_read;
+    st->compute_s = st->seconds - ls.wait_s;
+}
+
+int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const struct kvfs_blend_member *mb,
+                     int n_mb, int n_shared, const struct kvfs_blend_opts *o, kvfs_blend_done_fn done, void *ctx,
+                     char *err, size_t errlen)
+{
+    double t0 = blend_now_s();
+    int rc = batch_check(mb, n_mb, n_shared, o, err, errlen);
+    if (rc || (rc = blend_check_chunks(m, ld, err, errlen)))
+        return rc;
+    if ((rc = kvfs_loader_start(ld, 0)))
         return rc;
     struct layout Lp, *L = calloc((size_t)n_mb, sizeof(*L));
     int32_t **sel = calloc((size_t)n_mb, sizeof(*sel));
     int *n_sel = calloc((size_t)n_mb + 1, sizeof(int));
     uint8_t *want = NULL;
-    struct kvfs_kv_cache c = {0}, cp = {0};
+    struct kvfs_kv_cache c = {0};
     int32_t *d_delta = NULL;
     int n_built = 0, n_p, n0, k_p = 0, have_cache = 0, cap = 0;
     if (!L || !sel || !n_sel) {
@@ -294,7 +337,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     if ((rc = layout_build(m, ld, mb[0].chunks, n_shared, NULL, 0, o->sink_rows, &Lp, err, errlen)))
         goto out;
     n_p = Lp.n_rows;
-    n0 = blend_exact_rows(o, ld, mb[0].chunks[0]); /* never recomputed, as in kvfs_blend_stream */
+    n0 = blend_exact_rows(ld, mb[0].chunks[0]); /* never recomputed, as in kvfs_blend_stream */
     for (; n_built < n_mb; n_built++) {
         if ((rc = layout_build(m, ld, mb[n_built].chunks, mb[n_built].n_chunks, mb[n_built].suffix,
                                mb[n_built].n_suffix, o->sink_rows, &L[n_built], err, errlen)))
@@ -325,7 +368,7 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         if (k > L[i].n_rows - from)
             k = L[i].n_rows - from;
         if (!mass || !(sel[i] = malloc(sizeof(int32_t) * ((size_t)k + 1))) ||
-            (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, o, mass, err, errlen)) ||
+            (rc = member_mass(m, ld, &L[i], i ? n_p : 0, i ? n_shared : 0, &c, d_delta, mass, err, errlen)) ||
             (rc = top_rows(m, mass + from, L[i].forced + from, L[i].n_rows - from, k, from, sel[i]))) {
             rc = rc ? rc : -ENOMEM;
             free(mass);
@@ -360,29 +403,14 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     }
     free(pmass);
     /* 2. the prefix once, into the shared cache's first rows */
-    size_t prefix_bytes = sizeof(float) * (size_t)n_p * (size_t)c.kv_dim;
-    if (!rc && !(rc = blend_prefix(m, &c, &Lp, want, o->shift, &cp, &k_p))) {
-        for (int l = 0; l < m->hp.n_layer && !rc; l++)
-            if (!(rc = BE(m)->copy(CTX(m), c.k[l], cp.k[l], prefix_bytes)))
-                rc = BE(m)->copy(CTX(m), c.v[l], cp.v[l], prefix_bytes);
-        kvfs_kv_cache_free(m, &cp);
-    }
+    if (!rc)
+        rc = prefix_into(m, &c, &Lp, want, o->shift, &k_p);
     /* 3. each member over it */
     for (int i = 0; i < n_mb && !rc; i++) {
         if ((rc = blend_member(m, ld, &L[i], n_shared, n_p, sel[i], n_sel[i], o->shift, &c, d_delta, err, errlen)))
             break;
-        struct kvfs_blend_stats st = {0};
-        struct kvfs_loader_stats ls;
-        kvfs_loader_get_stats(ld, &ls);
-        st.n_ctx = L[i].n_ctx;
-        st.n_chunk_rows = L[i].n_rows;
-        st.n_selected = k_p + n_sel[i]; /* the prefix's union + its own */
-        st.ratio = o->ratio;
-        st.seconds = blend_now_s() - t0; /* the batch so far: the work is shared */
-        st.load_s = ls.load_s;
-        st.wait_s = ls.wait_s;
-        st.bytes_read = ls.bytes_read;
-        st.compute_s = st.seconds - ls.wait_s;
+        struct kvfs_blend_stats st;
+        member_stats(ld, &L[i], k_p + n_sel[i], o->ratio, t0, &st); /* the prefix's union + its own */
         rc = done(ctx, i, &c, L[i].tokens, &st);
     }
 free_prefix:

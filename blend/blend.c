@@ -3,6 +3,7 @@
 
 #include "blend_internal.h"
 #include "controller.h"
+#include "experiment.h"
 #include "loader.h"
 #include "parallel.h"
 
@@ -104,14 +105,10 @@ void kvfs_blend_opts_init(struct kvfs_blend_opts *o, float ratio)
     memset(o, 0, sizeof(*o));
     o->ratio = ratio;
     o->select = KVFS_BLEND_SELECT_DEFAULT;
-    o->taper = 0.5f;
     o->sink_rows = 1;
     o->check_layer = 1;
     o->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
-    o->ape_temp = 1.0f;
     o->shift = KVFS_BLEND_SHIFT;
-    o->vote_from = 1.0f / 3.0f;
-    o->vote_local = 1;
 }
 
 void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
@@ -122,14 +119,15 @@ void kvfs_blend_opts_floor(struct kvfs_blend_opts *o)
 
 /* Chunk rows recomputed at sparse layer j of n_sparse (layers after the
  * check layer).  Fixed: ratio everywhere.  Gradual: a linear taper from
- * ratio*(1+taper) down to ratio*(1-taper), so the mean (the compute budget)
- * is still `ratio`; each layer keeps the most deviating rows of the last. */
+ * ratio*(1+T) down to ratio*(1-T) (T = KVFS_BLEND_GRADUAL_TAPER), so the
+ * mean (the compute budget) is still `ratio`; each layer keeps the most
+ * deviating rows of the last. */
 int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_rows)
 {
     float r = o->ratio;
     if (o->select == KVFS_BLEND_SELECT_GRADUAL && n_sparse > 1 && r > 0.0f && r < 1.0f) {
         float t = (float)j / (float)(n_sparse - 1);
-        r = o->ratio * (1.0f + o->taper * (1.0f - 2.0f * t));
+        r = o->ratio * (1.0f + KVFS_BLEND_GRADUAL_TAPER * (1.0f - 2.0f * t));
     }
     if (r > 1.0f)
         r = 1.0f;
@@ -154,9 +152,9 @@ int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8
  * (its attention sink) and the first chunk's other rows draw much of the
  * query's attention: recomputing them would spend the budget on nothing
  * (BENCHMARKS.md, "Blend fidelity re-measured") */
-int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *ld, int first_chunk)
+int blend_exact_rows(const struct kvfs_loader *ld, int first_chunk)
 {
-    return o->select_first ? 0 : (int)kvfs_loader_header(ld, first_chunk)->n_tokens;
+    return (int)kvfs_loader_header(ld, first_chunk)->n_tokens;
 }
 
 /* How far a later chunk's cached K/V lie from a full prefill's falls with
@@ -164,13 +162,13 @@ int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *
  * of its own chunk's tokens is changed most by the chunks before it:
  * bench/deviation.c, BENCHMARKS.md); the query's attention says how much a
  * row matters, this how wrong it is likely to be. */
-void blend_position_prior(const struct kvfs_blend_opts *o, const int32_t *chunk_of, float *mass, int n_rows)
+void blend_position_prior(const struct kvfs_blend_experiment *x, const int32_t *chunk_of, float *mass, int n_rows)
 {
-    if (o->pos_prior <= 0.0f)
+    if (x->pos_prior <= 0.0f)
         return;
     for (int r = 0, t = 0; r < n_rows; r++) {
         t = r && chunk_of[r] == chunk_of[r - 1] ? t + 1 : 0;
-        mass[r] *= powf((float)(t + 1), -o->pos_prior);
+        mass[r] *= powf((float)(t + 1), -x->pos_prior);
     }
 }
 
@@ -218,6 +216,14 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
                   const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c,
                   int32_t **tokens_out, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen)
 {
+    return kvfs_blend_eval(m, chunks, n_chunks, suffix, n_suffix, o, NULL, c, tokens_out, logits, st, err, errlen);
+}
+
+int kvfs_blend_eval(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
+                    const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o,
+                    const struct kvfs_blend_experiment *x, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
+                    struct kvfs_blend_stats *st, char *err, size_t errlen)
+{
     const void *images[KVFS_BLEND_MAX_CHUNKS];
     size_t lens[KVFS_BLEND_MAX_CHUNKS];
     struct kvfs_loader *ld;
@@ -244,7 +250,7 @@ int kvfs_blend_ex(const struct kvfs_model *m, const struct kvfs_blend_chunk *chu
     int rc = kvfs_loader_open_images(images, lens, n_chunks, &ld, err, errlen);
     if (rc)
         return rc;
-    rc = kvfs_blend_stream(m, ld, suffix, n_suffix, o, c, tokens_out, logits, st, err, errlen);
+    rc = blend_stream(m, ld, suffix, n_suffix, o, x ? x : &blend_served, c, tokens_out, logits, st, err, errlen);
     kvfs_loader_close(ld);
     return rc;
 }
@@ -276,7 +282,7 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
  * cache holds the chunks' K/V (re-positioned) and the suffix's. */
 int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
-                     const int32_t *d_delta, const struct kvfs_blend_opts *o, float *d_mass, char *err,
+                     const int32_t *d_delta, const struct kvfs_blend_experiment *x, float *d_mass, char *err,
                      size_t errlen)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -302,7 +308,7 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
     /* only the upper two thirds of the layers vote: the first third attends
      * mostly by position and locally (on 14 prompts, counting every layer
      * left 12% more KL: BENCHMARKS.md) */
-    int from = (int)(o->vote_from * (float)hp->n_layer + 1e-4f), n_global = 0;
+    int from = (int)(x->vote_from * (float)hp->n_layer + 1e-4f), n_global = 0;
     for (int l = from; l < hp->n_layer; l++)
         n_global += m->layers[l].window == 0;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -313,7 +319,7 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
          * set: BENCHMARKS.md); with vote_local 0 they vote only where no
          * voting layer is global */
         int win = m->layers[l].window;
-        int votes = l >= from && (win == 0 || n_global == 0 || o->vote_local);
+        int votes = l >= from && (win == 0 || n_global == 0 || x->vote_local);
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
@@ -355,6 +361,7 @@ struct blend_run {
     const struct kvfs_model *m;
     struct kvfs_loader *ld;
     struct kvfs_blend_opts o;   /* auto: o.ratio is set at the check layer */
+    struct kvfs_blend_experiment x; /* the served rule unless kvfsctl eval asks another */
     struct kvfs_kv_cache *c;
     int n_rows, n_suffix, n_ctx, check_layer;
     int32_t *tokens, *delta;    /* host [n_ctx] */
@@ -362,7 +369,7 @@ struct blend_run {
     uint8_t *forced;            /* host [n_ctx + 1]: attention sinks */
     int32_t *idx, *sel_pos, *keep; /* host [n_ctx]: rows being recomputed, their positions */
     int32_t *d_delta, *d_top, *d_idx, *d_local;
-    float *d_dev, *d_old, *d_kape; /* d_kape: one layer's keys, APE-scaled (o.ape_temp) */
+    float *d_dev, *d_old;
     uint8_t *d_forced;
     struct kvfs_work w, ws;     /* every row; the rows being recomputed */
     int n_sel, n_run, first_layer, n_sparse, by_query, n_selected_total;
@@ -372,24 +379,17 @@ struct blend_run {
 
 int blend_check_opts(const struct kvfs_blend_opts *o, char *err, size_t errlen)
 {
-    if (!(o->ape_temp > 0.0f))
-        return kvfs_errf(err, errlen, -EINVAL, "ape_temp %g is not above 0", (double)o->ape_temp);
     if (!(o->shift >= 0.0f && o->shift <= 1.0f))
         return kvfs_errf(err, errlen, -EINVAL, "shift %g is outside [0, 1]", (double)o->shift);
-    if (!(o->vote_from >= 0.0f && o->vote_from < 1.0f))
-        return kvfs_errf(err, errlen, -EINVAL, "vote_from %g is outside [0, 1)", (double)o->vote_from);
-    if (!(o->pos_prior >= 0.0f && o->pos_prior <= 4.0f))
-        return kvfs_errf(err, errlen, -EINVAL, "pos_prior %g is outside [0, 4]", (double)o->pos_prior);
-    if (o->auto_ratio && !(o->min_ratio > 0.0f && o->min_ratio <= 1.0f))
+    if (o->auto_ratio && !kvfs_blend_min_ratio_ok(o->min_ratio))
         return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
-    if (!(o->ratio >= 0.0f && o->ratio <= 1.0f))
+    if (!kvfs_blend_ratio_ok(o->ratio))
         return kvfs_errf(err, errlen, -EINVAL, "ratio %g is outside [0, 1]", (double)o->ratio);
-    if (!(o->taper >= 0.0f && o->taper <= 1.0f) || o->sink_rows < 0 || o->check_layer < 1 || o->min_rows < 0 ||
-        o->full_below < 0 ||
+    if (o->sink_rows < 0 || o->check_layer < 1 || o->min_rows < 0 || o->full_below < 0 ||
         (o->select != KVFS_BLEND_SELECT_FIXED && o->select != KVFS_BLEND_SELECT_GRADUAL &&
          o->select != KVFS_BLEND_SELECT_QUERY))
-        return kvfs_errf(err, errlen, -EINVAL, "bad blend options (select %d, taper %g, sink_rows %d, check_layer %d)",
-                         o->select, (double)o->taper, o->sink_rows, o->check_layer);
+        return kvfs_errf(err, errlen, -EINVAL, "bad blend options (select %d, sink_rows %d, check_layer %d)",
+                         o->select, o->sink_rows, o->check_layer);
     return 0;
 }
 
@@ -480,17 +480,17 @@ static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t
  * recomputed from layer 0 (the first pass put every layer in place). */
 static int select_by_query(struct blend_run *b, char *err, size_t errlen)
 {
-    int rc = blend_query_mass(b->m, b->ld, NULL, 0, 0, b->c, &b->w, b->n_rows, b->n_suffix, b->d_delta, &b->o,
+    int rc = blend_query_mass(b->m, b->ld, NULL, 0, 0, b->c, &b->w, b->n_rows, b->n_suffix, b->d_delta, &b->x,
                               b->d_dev, err, errlen);
     if (rc)
         return rc;
-    if (b->o.pos_prior > 0.0f && b->n_rows) {
+    if (b->x.pos_prior > 0.0f && b->n_rows) {
         float *mass = malloc(sizeof(float) * (size_t)b->n_rows);
         if (!mass)
             return -ENOMEM;
         const struct kvfs_backend_iface *be = BE(b->m);
         if (!(rc = be->download(CTX(b->m), mass, b->d_dev, sizeof(float) * (size_t)b->n_rows))) {
-            blend_position_prior(&b->o, b->chunk_of, mass, b->n_rows);
+            blend_position_prior(&b->x, b->chunk_of, mass, b->n_rows);
             rc = be->upload(CTX(b->m), b->d_dev, mass, sizeof(float) * (size_t)b->n_rows);
         }
         free(mass);
@@ -501,7 +501,7 @@ static int select_by_query(struct blend_run *b, char *err, size_t errlen)
     b->first_layer = 0;
     b->n_sparse = b->m->hp.n_layer;
     /* the budget goes to the later chunks */
-    int from = blend_exact_rows(&b->o, b->ld, 0);
+    int from = blend_exact_rows(b->ld, 0);
     return blend_device_top_from(b->m, b->d_dev, b->d_forced, from, b->n_rows, &b->n_sel, b->d_top, b->idx);
 }
 
@@ -650,34 +650,6 @@ static int compact(struct blend_run *b, int n_next)
     return 0;
 }
 
-/* kvfs_layer_finish for the rows being recomputed; with APE's attention
- * temperature (o.ape_temp != 1, an experiment: BENCHMARKS.md) they see the
- * later chunks' rows with logits / T, through a copy of the layer's keys with
- * those rows scaled by 1 / T (the first chunk is exact, as a prefill's: APE's
- * shared prefix; the query's rows are not context) */
-static int finish_selected(struct blend_run *b, int l)
-{
-    const struct kvfs_model *m = b->m;
-    const struct kvfs_backend_iface *be = BE(m);
-    void *ctx = CTX(m);
-    int from = (int)kvfs_loader_header(b->ld, 0)->n_tokens;
-    if (b->o.ape_temp == 1.0f || from >= b->n_rows)
-        return kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx);
-    size_t kvd = (size_t)b->c->kv_dim;
-    int rc = 0;
-    if (!b->d_kape)
-        rc = be->alloc(ctx, sizeof(float) * (size_t)b->n_ctx * kvd, (void **)&b->d_kape);
-    float *keys = b->c->k[l];
-    if (rc || (rc = be->copy(ctx, b->d_kape, keys, sizeof(float) * (size_t)b->n_ctx * kvd)) ||
-        (rc = be->scale(ctx, keys + from * kvd, 1.0f / b->o.ape_temp, b->d_kape + from * kvd,
-                        (size_t)(b->n_rows - from) * kvd)))
-        return rc;
-    b->c->k[l] = b->d_kape;
-    rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx);
-    b->c->k[l] = keys;
-    return rc;
-}
-
 /* The shared recompute loop: the selected rows through the remaining
  * layers, their fresh K/V replacing the cached ones layer by layer. */
 static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
@@ -704,7 +676,7 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
                                                     &b->shift_cache))) ||
             (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
-            (rc = finish_selected(b, l)))
+            (rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx)))
             break;
         if (n_next < b->n_sel)
             rc = compact(b, n_next);
@@ -735,7 +707,7 @@ static void run_free(struct blend_run *b)
     void *ctx = CTX(b->m);
     kvfs_work_free(b->m, &b->w);
     kvfs_work_free(b->m, &b->ws);
-    void *dev[] = {b->d_delta, b->d_idx, b->d_local, b->d_dev, b->d_forced, b->d_top, b->d_old, b->d_kape};
+    void *dev[] = {b->d_delta, b->d_idx, b->d_local, b->d_dev, b->d_forced, b->d_top, b->d_old};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i])
             be->free(ctx, dev[i]);
@@ -753,13 +725,20 @@ int kvfs_blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const 
                       const struct kvfs_blend_opts *o, struct kvfs_kv_cache *c, int32_t **tokens_out, float *logits,
                       struct kvfs_blend_stats *st, char *err, size_t errlen)
 {
+    return blend_stream(m, ld, suffix, n_suffix, o, &blend_served, c, tokens_out, logits, st, err, errlen);
+}
+
+int blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
+                 const struct kvfs_blend_opts *o, const struct kvfs_blend_experiment *x, struct kvfs_kv_cache *c,
+                 int32_t **tokens_out, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen)
+{
     double t0 = blend_now_s();
-    struct blend_run b = {.m = m, .ld = ld, .o = *o, .c = c, .n_suffix = n_suffix};
+    struct blend_run b = {.m = m, .ld = ld, .o = *o, .x = *x, .c = c, .n_suffix = n_suffix};
     int rc, n_chunks = kvfs_loader_count(ld);
     memset(c, 0, sizeof(*c));
     if (b.o.auto_ratio)
         b.o.ratio = b.o.min_ratio;
-    if ((rc = blend_check_opts(&b.o, err, errlen)))
+    if ((rc = blend_check_opts(&b.o, err, errlen)) || (rc = kvfs_blend_experiment_check(&b.x, err, errlen)))
         return rc;
     if (n_chunks < 1 || n_chunks > KVFS_BLEND_MAX_CHUNKS || n_suffix < 1)
         return kvfs_errf(err, errlen, -EINVAL, "a blend needs 1 to %d chunks and at least one suffix token",

@@ -21,7 +21,8 @@
  * reuse) and sums the attention they pay each chunk row over the upper two
  * thirds of the layers, heads and suffix rows; the `ratio` share of chunk rows with the most attention
  * (plus each later chunk's first row) is then recomputed from layer 0, with
- * the same exact mask.  It needs every layer before it chooses, so it does
+ * the same exact mask; the prompt's first chunk is never picked (a prefix
+ * computed alone is exact already).  It needs every layer before it chooses, so it does
  * not hide loading behind recompute as the others do (ratio=auto selects
  * at the check layer).  BENCHMARKS.md compares them.
  * ratio 1 recomputes everything (a full prefill); ratio 0 is plain reuse
@@ -55,6 +56,13 @@ struct kvfs_blend_stats {
 /* The recompute ratio when none is given, and ratio=auto's default floor:
  * CacheBlend's ~15% (BENCHMARKS.md has the curve). */
 #define KVFS_BLEND_DEFAULT_RATIO 0.15f
+/* A recompute ratio is in [0, 1]; ratio=auto's floor (min_ratio) in (0, 1],
+ * KVFS_BLEND_DEFAULT_RATIO when none is given: these, and the parsing of
+ * -o min_ratio=, are blend.c's alone. */
+int kvfs_blend_ratio_ok(float ratio);
+int kvfs_blend_min_ratio_ok(float min_ratio);
+/* text (NULL: not given) -> *min_ratio; -EINVAL when it is not a number in range */
+int kvfs_blend_min_ratio_parse(const char *text, float *min_ratio);
 
 /* How chunk rows are chosen for recompute (see kvfs_blend_ex). */
 enum {
@@ -67,26 +75,21 @@ enum {
 struct kvfs_blend_opts {
     float ratio;        /* mean share of chunk rows recomputed per layer (fixed, gradual: after the check layer) */
     int select;         /* KVFS_BLEND_SELECT_* */
-    float taper;        /* gradual: share goes from ratio*(1+taper) to ratio*(1-taper) */
     int sink_rows;      /* first rows of every chunk but the first always recomputed (when ratio > 0) */
     int check_layer;    /* layers before it recomputed in full; selection there (>= 1) */
     int auto_ratio;     /* ratio=auto: the loading controller picks it (controller.h) */
-    float min_ratio;    /* auto: never below this (default 0.15) */
+    float min_ratio;    /* auto: never below this (kvfs_blend_min_ratio_ok; default KVFS_BLEND_DEFAULT_RATIO) */
     int min_rows;       /* the floor: at least this many chunk rows (all, if fewer) recomputed when ratio > 0;
                          * the forced sink rows raise it to their count */
     int full_below;     /* prompts of at most this many tokens are prefilled in full (ratio 1) when ratio > 0 */
-    float ape_temp;     /* APE's attention temperature on later chunks' rows (1: off; an experiment) */
     float shift;        /* select=query: a later chunk's reused rows move by shift x the mean deviation
                          * of its recomputed rows, layer by layer (0: off; blend/shift.c) */
-    float vote_from;    /* select=query: the share of layers, from the bottom, whose attention does not
-                         * count (default 1/3: they attend mostly by position and locally) */
-    int vote_local;     /* select=query: sliding-window layers vote too, through their window (the
-                         * default; 0: global layers only, unless there are none) */
-    int select_first;   /* select=query may pick rows of the first chunk, as before 2026-11-26 (0: never,
-                         * the default: they are exact, a prefix computed alone is a full prefill's) */
-    float pos_prior;    /* select=query: row t of a chunk (0: its first) ranks by its mass x (t + 1)^-pos_prior:
-                         * a chunk's first rows deviate most from a full prefill's (0: off) */
 };
+/* Variants of the rule that only kvfsctl eval and the tests set are
+ * experiment.h's, not options: the blends kvfs serves never carry them. */
+/* select=gradual: the recomputed share goes from ratio*(1+T) at the first
+ * sparse layer down to ratio*(1-T) at the last (same mean) */
+#define KVFS_BLEND_GRADUAL_TAPER 0.5f
 /* The chunk shift's default: 0.4-0.8 measure alike per prompt; over 30
  * prompts on each of the four sets 0.6 left the least on average (kvfs(8),
  * BENCHMARKS.md "The shift factor over 30 prompts") */
@@ -158,5 +161,14 @@ typedef int (*kvfs_blend_done_fn)(void *ctx, int member, const struct kvfs_kv_ca
 int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const struct kvfs_blend_member *mb,
                      int n_mb, int n_shared, const struct kvfs_blend_opts *o, kvfs_blend_done_fn done, void *ctx,
                      char *err, size_t errlen);
+
+/* kvfs_blend_ex with a variant of experiment.h (x NULL: the served rule);
+ * for kvfsctl eval and the tests */
+struct kvfs_blend_experiment;
+int kvfs_blend_eval(const struct kvfs_model *m, const struct kvfs_blend_chunk *chunks, int n_chunks,
+                    const int32_t *suffix, int n_suffix, const struct kvfs_blend_opts *o,
+                    const struct kvfs_blend_experiment *x, struct kvfs_kv_cache *c, int32_t **tokens, float *logits,
+                    struct kvfs_blend_stats *st, char *err, size_t errlen);
+
 
 #endif

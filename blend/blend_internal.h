@@ -4,8 +4,14 @@
 #define KVFS_BLEND_INTERNAL_H
 
 #include "blend.h"
+#include "experiment.h"
 
 struct kvfs_loader;
+
+/* kvfs_blend_stream with a variant x (kvfs_blend_eval's). */
+int blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32_t *suffix, int n_suffix,
+                 const struct kvfs_blend_opts *o, const struct kvfs_blend_experiment *x, struct kvfs_kv_cache *c,
+                 int32_t **tokens, float *logits, struct kvfs_blend_stats *st, char *err, size_t errlen);
 
 /* Monotonic seconds, for blend statistics. */
 double blend_now_s(void);
@@ -21,13 +27,13 @@ int blend_rows_at(const struct kvfs_blend_opts *o, int j, int n_sparse, int n_ro
 int blend_device_top(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int n, int k,
                      int32_t *d_out, int32_t *out);
 /* Rows at the head of the prompt the query selection never picks: those of
- * its first chunk (the loader's chunk first_chunk), exact already, unless
- * o->select_first. */
-int blend_exact_rows(const struct kvfs_blend_opts *o, const struct kvfs_loader *ld, int first_chunk);
-/* The position prior (opts.pos_prior): host mass[r] of each chunk row r
- * (chunk_of[r]: its chunk; a chunk's rows are consecutive) scaled by
- * (t + 1)^-pos_prior, t its place in its chunk.  Nothing when it is 0. */
-void blend_position_prior(const struct kvfs_blend_opts *o, const int32_t *chunk_of, float *mass, int n_rows);
+ * its first chunk (the loader's chunk first_chunk), exact already. */
+int blend_exact_rows(const struct kvfs_loader *ld, int first_chunk);
+/* The position prior (x->pos_prior, an experiment): host mass[r] of each
+ * chunk row r (chunk_of[r]: its chunk; a chunk's rows are consecutive)
+ * scaled by (t + 1)^-pos_prior, t its place in its chunk.  Nothing when it
+ * is 0. */
+void blend_position_prior(const struct kvfs_blend_experiment *x, const int32_t *chunk_of, float *mass, int n_rows);
 /* The k rows of the highest scores among d_dev[from..n) (forced first),
  * ascending, into host out (k is cut to n - from). */
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,
@@ -42,7 +48,7 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
  * rows pay each row, into d_mass[0..n_rows+n_suffix). */
 int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, const struct kvfs_work *w, int n_rows, int n_suffix,
-                     const int32_t *d_delta, const struct kvfs_blend_opts *o, float *d_mass, char *err,
+                     const int32_t *d_delta, const struct kvfs_blend_experiment *x, float *d_mass, char *err,
                      size_t errlen);
 /* The chunk shift (blend/shift.c), at layer l before the fresh K/V
  * (fresh_k, fresh_v: device [n_sel][kv_dim]) of the recomputed chunk rows

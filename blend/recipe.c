@@ -98,7 +98,7 @@ static int parse_line(char *line, struct kvfs_recipe *r, int lineno, char *err, 
         char *end;
         r->auto_ratio = 0;
         r->ratio = strtof(line + 6, &end);
-        if (end == line + 6 || *end || !(r->ratio >= 0 && r->ratio <= 1))
+        if (end == line + 6 || *end || !kvfs_blend_ratio_ok(r->ratio))
             return kvfs_errf(err, errlen, -EINVAL, "line %d: ratio must be a number in [0, 1] or auto", lineno);
         return 0;
     }

@@ -1,6 +1,8 @@
-/* select.c - the row selections' names (blend.h), apart from blend.c so
- * that the recipe parser builds without the model runtime (the fuzz
- * target links recipe.c alone). */
+/* select.c - the row selections' names and the ratios' ranges (blend.h),
+ * apart from blend.c so that the recipe parser builds without the model
+ * runtime (the fuzz target links recipe.c alone). */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blend.h"
@@ -16,4 +18,31 @@ int kvfs_blend_select_parse(const char *name)
         if (!strcmp(name, kvfs_blend_select_name(sel)))
             return sel;
     return -1;
+}
+
+/* The ratios' ranges and min_ratio's default (blend.h): here, beside the
+ * selections' names, so the recipe parser (and its fuzz target) has them
+ * without the rest of blend.c. */
+int kvfs_blend_ratio_ok(float ratio)
+{
+    return ratio >= 0.0f && ratio <= 1.0f;
+}
+
+int kvfs_blend_min_ratio_ok(float min_ratio)
+{
+    return min_ratio > 0.0f && min_ratio <= 1.0f;
+}
+
+int kvfs_blend_min_ratio_parse(const char *text, float *min_ratio)
+{
+    char *end;
+    if (!text) {
+        *min_ratio = KVFS_BLEND_DEFAULT_RATIO;
+        return 0;
+    }
+    float v = strtof(text, &end);
+    if (end == text || *end || !kvfs_blend_min_ratio_ok(v))
+        return -EINVAL;
+    *min_ratio = v;
+    return 0;
 }

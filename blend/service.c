@@ -176,7 +176,11 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
     if (!svc)
         return -ENOMEM;
     svc->store = s;
-    svc->min_ratio = o->min_ratio > 0 ? o->min_ratio : KVFS_BLEND_DEFAULT_RATIO;
+    if (!kvfs_blend_min_ratio_ok(o->min_ratio)) {
+        free(svc);
+        return kvfs_errf(err, errlen, -EINVAL, "min_ratio %g is outside (0, 1]", (double)o->min_ratio);
+    }
+    svc->min_ratio = o->min_ratio;
     svc->dtype = o->dtype ? o->dtype : KVFS_DTYPE_F16;
     svc->sim_read_bps = o->sim_read_bps;
     svc->jobs = o->jobs > 0 ? o->jobs : 2;
@@ -537,11 +541,10 @@ static int produce(struct kvfs_blend_service *svc, struct inflight *f, const str
     return join(svc, f, ref, err, errlen);
 }
 
-int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, struct kvfs_chunk_ref **ref,
-                           char *err, size_t errlen)
+int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_keyed_recipe *kr,
+                           struct kvfs_chunk_ref **ref, char *err, size_t errlen)
 {
-    char key[KVFS_HASH_HEX_LEN + 1];
-    kvfs_blend_service_key(svc, r, key);
+    const char *key = kr->key;
     *ref = NULL;
     if (kvfs_store_get_result(svc->store, key, ref) == 0) {
         pthread_mutex_lock(&svc->lock);
@@ -558,10 +561,10 @@ int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_rec
     } else if (!(f = calloc(1, sizeof(*f)))) {
         rc = -ENOMEM;
     } else {
-        memcpy(f->key, key, sizeof(key));
+        memcpy(f->key, key, sizeof(f->key));
         f->next = svc->inflight;
         svc->inflight = f;
-        rc = produce(svc, f, r, ref, err, errlen);
+        rc = produce(svc, f, &kr->r, ref, err, errlen);
     }
     pthread_mutex_unlock(&svc->lock);
     return rc;
@@ -725,28 +728,22 @@ static void run_owned(struct kvfs_blend_service *svc, struct batch_item *items, 
     free(group);
 }
 
-int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_recipe *const *r, int n,
+int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_keyed_recipe *const *kr, int n,
                                  struct kvfs_chunk_ref **refs, int *rcs, char (*errs)[512])
 {
     struct batch_item *items = calloc((size_t)n, sizeof(*items));
     int first = 0, n_owned = 0;
     if (!items)
         return -ENOMEM;
-    char (*keys)[KVFS_HASH_HEX_LEN + 1] = malloc(sizeof(*keys) * (size_t)n);
-    if (!keys) {
-        free(items);
-        return -ENOMEM;
-    }
     for (int i = 0; i < n; i++) { /* served from the tiers: no blend, no lock */
-        items[i].r = r[i];
+        items[i].r = &kr[i]->r;
         refs[i] = NULL;
         rcs[i] = 0;
-        kvfs_blend_service_key(svc, r[i], keys[i]);
-        items[i].done = kvfs_store_get_result(svc->store, keys[i], &refs[i]) == 0;
+        items[i].done = kvfs_store_get_result(svc->store, kr[i]->key, &refs[i]) == 0;
     }
     pthread_mutex_lock(&svc->lock);
     for (int i = 0; i < n; i++) {
-        const char *key = keys[i];
+        const char *key = kr[i]->key;
         if (items[i].done) {
             svc->n_cached++;
             continue;
@@ -787,7 +784,6 @@ int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kv
     for (int i = 0; i < n; i++)
         if (rcs[i] && !first)
             first = rcs[i];
-    free(keys);
     free(items);
     return first;
 }

@@ -9,7 +9,8 @@
  * recipe already being blended is not blended twice: later callers wait for
  * that blend and share its result.  A batch (kvfs_blend_service_get_batch)
  * shares the work of its recipes' common leading chunks (blend.h,
- * kvfs_blend_batch).  No FUSE here: fs/blends.c is the file-system face. */
+ * kvfs_blend_batch).  No FUSE here: the registry (registry.h) names the
+ * blends, fs/blends.c is the file-system face. */
 #ifndef KVFS_SERVICE_H
 #define KVFS_SERVICE_H
 
@@ -24,7 +25,7 @@ struct kvfs_blend_service;
 struct kvfs_blend_service_opts {
     const char *model_paths; /* GGUF files, ':'-separated (NULL: none; blends fail with -ENODEV) */
     const char *backend;     /* "auto", "cpu", "cuda" (NULL: auto) */
-    float min_ratio;         /* ratio=auto floor (0: KVFS_BLEND_DEFAULT_RATIO) */
+    float min_ratio;         /* ratio=auto floor (kvfs_blend_min_ratio_parse's; -EINVAL when out of range) */
     uint64_t sim_read_bps;   /* testing: throttle the loader (0 = off) */
     int jobs;                /* blends at once (<= 0: 2; 1 on a backend that is not thread-safe) */
     uint32_t dtype;          /* results' dtype when a recipe names none (0: f16; -o kv_quant) */
@@ -44,17 +45,24 @@ int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,
                             char key[KVFS_HASH_HEX_LEN + 1]);
 
+/* A recipe and its key (kvfs_blend_service_key), computed once when the
+ * recipe is written (registry.h). */
+struct kvfs_keyed_recipe {
+    struct kvfs_recipe r;
+    char key[KVFS_HASH_HEX_LEN + 1];
+};
+
 /* The blended cache of a recipe (a v1 image, flag BLENDED): from the
  * store's tiers, or blended now.  *ref stays valid until released, whatever
  * is evicted meanwhile.  Errors: -ENOENT (a chunk is not stored), -ENODEV (no
  * model for the chunks), -EINVAL (chunks of different models, bad tokens),
  * -ENOMEM; err says which chunk and why. */
-int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_recipe *r, struct kvfs_chunk_ref **ref,
-                           char *err, size_t errlen);
+int kvfs_blend_service_get(struct kvfs_blend_service *svc, const struct kvfs_keyed_recipe *kr,
+                           struct kvfs_chunk_ref **ref, char *err, size_t errlen);
 
 /* Several recipes at once: refs[i] / rcs[i] / errs[i] for each (errs may be
  * NULL).  Returns 0 when every one succeeded, else the first error. */
-int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_recipe *const *r, int n,
+int kvfs_blend_service_get_batch(struct kvfs_blend_service *svc, const struct kvfs_keyed_recipe *const *kr, int n,
                                  struct kvfs_chunk_ref **refs, int *rcs, char (*errs)[512]);
 
 #endif

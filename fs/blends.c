@@ -7,62 +7,33 @@
  *                       on open unless the store's tiers hold the result
  *   blends/NAME.err     the last error for NAME (empty when none)
  *
- * Parsing is blend/recipe.c's, blending and result caching the service's. */
+ * The blends themselves (recipe text, parsed recipe, key, error, sizes) are
+ * the registry's (blend/registry.h): this file maps names and inodes to it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "kvfs_fs.h"
-#include "llama_state.h"
-#include "service.h"
-
-struct blend_entry {
-    char name[200];
-    uint64_t id;
-    char *recipe;      /* text as written (also when rejected) */
-    int valid;         /* the text parses */
-    char key[KVFS_HASH_HEX_LEN + 1]; /* the result's key, when valid */
-    char err[512];
-    uint64_t size;     /* of the last result served (0 before the first) */
-    uint64_t llama_size; /* its llama.cpp view's (llama/NAME.llama) */
-    int removed;       /* forgotten (rm) while open: gone with its last handle */
-    int opens;         /* NAME.kv handles and opens in progress */
-    struct blend_entry *next;
-};
-
-struct kvfs_blends {
-    pthread_mutex_t lock; /* the entries */
-    struct blend_entry *entries;
-    uint64_t next_id;
-};
+#include "blends.h"
+#include "chunks.h"
+#include "handle.h"
+#include "kvfs_ioctl.h"
+#include "log.h"
+#include "passthrough.h"
+#include "pending.h"
+#include "registry.h"
 
 int blends_init(struct kvfs_mount *mnt)
 {
-    struct kvfs_blends *b = calloc(1, sizeof(*b));
-    if (!b)
-        return -ENOMEM;
-    pthread_mutex_init(&b->lock, NULL);
-    b->next_id = 1;
-    mnt->blends = b;
-    return 0;
+    return kvfs_registry_new(mnt->svc, mnt->store, &mnt->blends);
 }
 
 void blends_free(struct kvfs_mount *mnt)
 {
-    struct kvfs_blends *b = mnt->blends;
-    if (!b)
-        return;
-    while (b->entries) {
-        struct blend_entry *e = b->entries;
-        b->entries = e->next;
-        free(e->recipe);
-        free(e);
-    }
-    pthread_mutex_destroy(&b->lock);
-    free(b);
+    kvfs_registry_free(mnt->blends);
     mnt->blends = NULL;
 }
 
@@ -86,365 +57,269 @@ static int split_name(const char *name, char *base, size_t cap)
     return -EINVAL;
 }
 
-/* by name: forgotten entries are no longer there */
-static struct blend_entry *find(struct kvfs_blends *b, const char *base)
-{
-    for (struct blend_entry *e = b->entries; e; e = e->next)
-        if (!e->removed && !strcmp(e->name, base))
-            return e;
-    return NULL;
-}
-
-static struct blend_entry *find_ino(struct kvfs_blends *b, fuse_ino_t ino)
-{
-    uint64_t id = BLEND_ID(ino);
-    for (struct blend_entry *e = b->entries; e; e = e->next)
-        if (e->id == id)
-            return e;
-    return NULL;
-}
-
-static void fill_attr(const struct blend_entry *e, int kind, struct stat *st)
+static void fill_attr(const struct kvfs_blend_info *b, int kind, struct stat *st)
 {
     memset(st, 0, sizeof(*st));
-    st->st_ino = BLEND_INO(e->id, kind);
+    st->st_ino = BLEND_INO(b->id, kind);
     st->st_mode = S_IFREG | (kind == 0 ? 0644 : 0444);
     st->st_nlink = 1;
     st->st_uid = getuid();
     st->st_gid = getgid();
-    st->st_size = kind == BLEND_RECIPE ? (off_t)strlen(e->recipe) : kind == BLEND_ERR ? (off_t)strlen(e->err)
-                : kind == BLEND_KV ? (off_t)e->size : (off_t)e->llama_size;
+    st->st_size = kind == BLEND_RECIPE ? (off_t)b->recipe_len : kind == BLEND_ERR ? (off_t)b->err_len
+                : kind == BLEND_KV ? (off_t)b->size : (off_t)b->llama_size;
     clock_gettime(CLOCK_REALTIME, &st->st_mtim);
     st->st_atim = st->st_ctim = st->st_mtim;
 }
 
 int blends_lookup(struct kvfs_mount *mnt, const char *name, struct stat *st)
 {
-    char base[200];
+    char base[KVFS_BLEND_NAME_MAX];
     int kind = split_name(name, base, sizeof(base));
-    if (kind < 0)
-        return -ENOENT;
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find(mnt->blends, base);
-    if (e)
-        fill_attr(e, kind, st);
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return e ? 0 : -ENOENT;
+    return kind < 0 ? -ENOENT : blends_lookup_kind(mnt, base, kind, st);
 }
 
 int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st)
 {
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    if (e)
-        fill_attr(e, BLEND_KIND(ino), st);
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return e ? 0 : -ENOENT;
+    struct kvfs_blend_info b;
+    int rc = kvfs_registry_stat(mnt->blends, node_blend_id(ino), &b);
+    if (!rc)
+        fill_attr(&b, node_blend_kind(ino), st);
+    return rc;
+}
+
+struct list_ctx {
+    int (*fn)(void *ctx, const char *name, fuse_ino_t ino);
+    void *ctx;
+    int llama;
+};
+
+static int list_one(void *ctx, const char *base, const struct kvfs_blend_info *b)
+{
+    struct list_ctx *l = ctx;
+    char name[256];
+    int rc = 0;
+    if (l->llama) {
+        snprintf(name, sizeof(name), "%s.llama", base);
+        return b->valid ? l->fn(l->ctx, name, BLEND_INO(b->id, BLEND_LLAMA)) : 0;
+    }
+    for (int k = 0; k < 3 && !rc; k++) {
+        snprintf(name, sizeof(name), "%s%s", base, EXT[k]);
+        rc = l->fn(l->ctx, name, BLEND_INO(b->id, k));
+    }
+    return rc;
 }
 
 int blends_list(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)
 {
-    int rc = 0;
-    char name[256];
-    pthread_mutex_lock(&mnt->blends->lock);
-    for (struct blend_entry *e = mnt->blends->entries; e && !rc; e = e->next)
-        for (int k = 0; k < 3 && !rc && !e->removed; k++) {
-            snprintf(name, sizeof(name), "%s%s", e->name, EXT[k]);
-            rc = fn(ctx, name, BLEND_INO(e->id, k));
-        }
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return rc;
+    struct list_ctx l = {fn, ctx, 0};
+    return kvfs_registry_each(mnt->blends, list_one, &l);
 }
 
 int blends_lookup_kind(struct kvfs_mount *mnt, const char *base, int kind, struct stat *st)
 {
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find(mnt->blends, base);
-    if (e)
-        fill_attr(e, kind, st);
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return e ? 0 : -ENOENT;
+    struct kvfs_blend_info b;
+    int rc = kvfs_registry_lookup(mnt->blends, base, &b);
+    if (!rc)
+        fill_attr(&b, kind, st);
+    return rc;
 }
 
 int blends_list_llama(struct kvfs_mount *mnt, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)
 {
-    int rc = 0;
-    char name[256];
-    pthread_mutex_lock(&mnt->blends->lock);
-    for (struct blend_entry *e = mnt->blends->entries; e && !rc; e = e->next)
-        if (!e->removed && e->valid) {
-            snprintf(name, sizeof(name), "%s.llama", e->name);
-            rc = fn(ctx, name, BLEND_INO(e->id, BLEND_LLAMA));
-        }
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return rc;
+    struct list_ctx l = {fn, ctx, 1};
+    return kvfs_registry_each(mnt->blends, list_one, &l);
 }
 
 int blends_check_new_name(const char *name)
 {
-    char base[200];
+    char base[KVFS_BLEND_NAME_MAX];
     return split_name(name, base, sizeof(base)) == 0 ? 0 : -EPERM;
-}
-
-/* The entry for base, created if needed (lock held). */
-static struct blend_entry *entry_for(struct kvfs_blends *b, const char *base)
-{
-    struct blend_entry *e = find(b, base);
-    if (e || !(e = calloc(1, sizeof(*e))))
-        return e;
-    if (!(e->recipe = strdup(""))) {
-        free(e);
-        return NULL;
-    }
-    snprintf(e->name, sizeof(e->name), "%s", base);
-    e->id = b->next_id++;
-    e->next = b->entries;
-    b->entries = e;
-    return e;
 }
 
 int blends_set_recipe(struct kvfs_mount *mnt, const char *name, const void *buf, size_t len, int partial_ok,
                       char *err, size_t errlen)
 {
-    char base[200], key[KVFS_HASH_HEX_LEN + 1] = "";
+    char base[KVFS_BLEND_NAME_MAX];
     if (split_name(name, base, sizeof(base)) != 0)
         return -EPERM;
-    char *text = malloc(len + 1);
-    if (!text)
-        return -ENOMEM;
-    if (len) /* an empty draft may have no buffer at all */
-        memcpy(text, buf, len);
-    text[len] = '\0';
-    /* an empty file is a recipe not written yet (the shell's `>` creates
-     * it, then writes): no error, nothing to blend */
-    struct kvfs_recipe r;
-    int rc = len ? kvfs_recipe_parse(text, len, &r, err, errlen) : 0;
-    if (len && !rc) {
-        kvfs_blend_service_key(mnt->svc, &r, key);
-        kvfs_recipe_free(&r);
-    }
-    if (rc && partial_ok && r.incomplete) { /* more is still being written */
-        free(text);
-        return -EINPROGRESS;
-    }
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = entry_for(mnt->blends, base);
-    if (e) {
-        free(e->recipe);
-        e->recipe = text; /* kept even when rejected: cat shows the typo */
-        text = NULL;
-        e->valid = len && !rc;
-        memcpy(e->key, key, sizeof(key));
-        e->size = 0;
-        if (rc)
-            snprintf(e->err, sizeof(e->err), "%.500s\n", err);
-        else
-            e->err[0] = '\0';
-    }
-    pthread_mutex_unlock(&mnt->blends->lock);
-    free(text);
-    return e ? rc : -ENOMEM;
-}
-
-static void drop_locked(struct kvfs_blends *b, struct blend_entry *e)
-{
-    for (struct blend_entry **pp = &b->entries; *pp; pp = &(*pp)->next)
-        if (*pp == e) {
-            *pp = e->next;
-            break;
-        }
-    free(e->recipe);
-    free(e);
+    return kvfs_registry_set(mnt->blends, base, buf, len, partial_ok, err, errlen);
 }
 
 int blends_unlink(struct kvfs_mount *mnt, const char *name)
 {
-    char base[200], key[KVFS_HASH_HEX_LEN + 1] = "";
-    if (split_name(name, base, sizeof(base)) != 0)
+    char base[KVFS_BLEND_NAME_MAX];
+    if (split_name(name, base, sizeof(base)) != 0 || kvfs_registry_forget(mnt->blends, base) != 0)
         return -ENOENT;
-    struct kvfs_blends *b = mnt->blends;
-    pthread_mutex_lock(&b->lock);
-    struct blend_entry *e = find(b, base);
-    if (e) {
-        if (e->valid)
-            memcpy(key, e->key, sizeof(key));
-        e->removed = 1;
-        if (e->opens == 0)
-            drop_locked(b, e);
-    }
-    pthread_mutex_unlock(&b->lock);
-    if (!e)
-        return -ENOENT;
-    /* forget the result too (an equal recipe elsewhere is blended again);
-     * open handles keep their bytes and their file's attributes */
-    if (key[0])
-        kvfs_store_remove_result(mnt->store, key);
     kvfs_log(KVFS_LOG_INFO, "forgot blends/%s", base);
     return 0;
 }
 
 void blends_release(struct kvfs_mount *mnt, fuse_ino_t ino)
 {
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    if (e && --e->opens == 0 && e->removed)
-        drop_locked(mnt->blends, e);
-    pthread_mutex_unlock(&mnt->blends->lock);
-}
-
-/* The outcome of serving NAME: its error, or its result's sizes. */
-static void set_err(struct kvfs_mount *mnt, fuse_ino_t ino, int rc, const char *why, struct kvfs_chunk_ref *ref)
-{
-    uint64_t size = 0, llama_size = 0;
-    struct kvfs_header h;
-    struct kvfs_llama_view v;
-    if (!rc) {
-        size = kvfs_chunk_size(ref);
-        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) && !kvfs_llama_view_init(&v, &h, 0)) {
-            llama_size = v.size;
-            kvfs_llama_view_free(&v);
-        }
-    }
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    if (e && rc)
-        snprintf(e->err, sizeof(e->err), "%.500s\n", why[0] ? why : strerror(-rc));
-    else if (e) {
-        e->err[0] = '\0';
-        e->size = size;
-        e->llama_size = llama_size;
-    }
-    pthread_mutex_unlock(&mnt->blends->lock);
+    kvfs_registry_put(mnt->blends, node_blend_id(ino));
 }
 
 int blends_open_kv(struct kvfs_mount *mnt, fuse_ino_t ino, struct kvfs_chunk_ref **ref)
 {
-    char *text = NULL, name[200] = "", err[512] = "";
-    int rc = 0, valid = 0;
-    char key[KVFS_HASH_HEX_LEN + 1] = "";
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    if (e && e->removed)
-        e = NULL;
-    if (e) {
-        valid = e->valid;
-        memcpy(key, e->key, sizeof(key));
-        snprintf(name, sizeof(name), "%s", e->name);
-        text = strdup(e->recipe);
-        e->opens++; /* held (e stays) until blends_release */
-    }
-    pthread_mutex_unlock(&mnt->blends->lock);
-    if (!e)
-        return -ENOENT;
-    struct kvfs_recipe r;
-    if (!text || !valid) { /* empty or rejected: its .err says why */
-        free(text);
-        blends_release(mnt, ino);
-        return text ? -EINVAL : -ENOMEM;
-    }
-    if (!(rc = kvfs_recipe_parse(text, strlen(text), &r, err, sizeof(err)))) {
-        rc = kvfs_blend_service_get(mnt->svc, &r, ref, err, sizeof(err));
-        kvfs_recipe_free(&r);
-    }
-    free(text);
-    set_err(mnt, ino, rc, err, rc ? NULL : *ref);
-    pthread_mutex_lock(&mnt->blends->lock);
-    int forgotten = e->removed; /* rm while it blended: forget what it stored */
-    pthread_mutex_unlock(&mnt->blends->lock);
-    if (forgotten && !rc)
-        kvfs_store_remove_result(mnt->store, key);
-    if (rc) {
-        kvfs_log(KVFS_LOG_ERR, "blend %s failed: %s", name, err[0] ? err : strerror(-rc));
-        blends_release(mnt, ino);
-    }
-    return rc;
-}
-
-fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base)
-{
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find(mnt->blends, base);
-    fuse_ino_t ino = e ? BLEND_INO(e->id, BLEND_KV) : 0;
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return ino;
-}
-
-int blends_recipe_name(struct kvfs_mount *mnt, fuse_ino_t ino, char *out, size_t cap)
-{
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    if (e)
-        snprintf(out, cap, "%s.recipe", e->name);
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return e ? 0 : -ENOENT;
-}
-
-int blends_text(struct kvfs_mount *mnt, fuse_ino_t ino, char **text)
-{
-    int kind = BLEND_KIND(ino);
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    *text = e ? strdup(kind == 0 ? e->recipe : e->err) : NULL;
-    pthread_mutex_unlock(&mnt->blends->lock);
-    return e ? (*text ? 0 : -ENOMEM) : -ENOENT;
-}
-
-int blends_result_key(struct kvfs_mount *mnt, fuse_ino_t ino, char key[KVFS_HASH_HEX_LEN + 1])
-{
-    pthread_mutex_lock(&mnt->blends->lock);
-    struct blend_entry *e = find_ino(mnt->blends, ino);
-    int rc = !e ? -ENOENT : !e->valid ? -ENODATA : 0;
-    if (!rc)
-        memcpy(key, e->key, KVFS_HASH_HEX_LEN + 1);
-    pthread_mutex_unlock(&mnt->blends->lock);
+    uint64_t id = node_blend_id(ino);
+    int rc;
+    char err[1][512];
+    kvfs_registry_serve(mnt->blends, &id, 1, 1, ref, &rc, err);
     return rc;
 }
 
 int blends_open_batch(struct kvfs_mount *mnt, const fuse_ino_t *inos, int n, struct kvfs_chunk_ref **refs, int *rcs,
                       char (*errs)[512])
 {
-    struct kvfs_recipe *r = calloc((size_t)n, sizeof(*r));
-    const struct kvfs_recipe **rp = calloc((size_t)n, sizeof(*rp));
-    int *slot = calloc((size_t)n, sizeof(*slot)), m = 0, first = 0;
-    if (!r || !rp || !slot) {
-        free(r), free(rp), free(slot);
-        return -ENOMEM;
-    }
-    for (int i = 0; i < n; i++) { /* each entry's current text, parsed */
-        char *text = NULL;
-        int valid = 0;
-        refs[i] = NULL;
-        errs[i][0] = '\0';
-        pthread_mutex_lock(&mnt->blends->lock);
-        struct blend_entry *e = find_ino(mnt->blends, inos[i]);
-        if (e && !e->removed && (valid = e->valid))
-            text = strdup(e->recipe);
-        pthread_mutex_unlock(&mnt->blends->lock);
-        rcs[i] = !e ? -ENOENT : !valid ? -EINVAL : !text ? -ENOMEM
-               : kvfs_recipe_parse(text, strlen(text), &r[m], errs[i], 512);
-        free(text);
-        if (!rcs[i]) {
-            rp[m] = &r[m];
-            slot[m++] = i;
-        }
-    }
-    struct kvfs_chunk_ref **mrefs = calloc((size_t)m + 1, sizeof(*mrefs));
-    int *mrcs = calloc((size_t)m + 1, sizeof(int));
-    char (*merrs)[512] = calloc((size_t)m + 1, 512);
-    if (mrefs && mrcs && merrs)
-        kvfs_blend_service_get_batch(mnt->svc, rp, m, mrefs, mrcs, merrs);
-    for (int k = 0; k < m; k++) {
-        int i = slot[k];
-        rcs[i] = mrefs && mrcs && merrs ? mrcs[k] : -ENOMEM;
-        refs[i] = mrefs ? mrefs[k] : NULL;
-        if (merrs)
-            memcpy(errs[i], merrs[k], 512);
-        set_err(mnt, inos[i], rcs[i], errs[i], rcs[i] ? NULL : refs[i]);
-        kvfs_recipe_free(&r[k]);
-    }
+    uint64_t ids[KVFS_BATCH_MAX];
+    if (n > KVFS_BATCH_MAX)
+        return -E2BIG;
     for (int i = 0; i < n; i++)
-        if (rcs[i] && !first)
-            first = rcs[i];
-    free(mrefs), free(mrcs), free(merrs), free(r), free(rp), free(slot);
-    return first;
+        ids[i] = node_blend_id(inos[i]);
+    return kvfs_registry_serve(mnt->blends, ids, n, 0, refs, rcs, errs);
 }
+
+fuse_ino_t blends_ino_of(struct kvfs_mount *mnt, const char *base)
+{
+    struct kvfs_blend_info b;
+    return kvfs_registry_lookup(mnt->blends, base, &b) ? 0 : BLEND_INO(b.id, BLEND_KV);
+}
+
+int blends_recipe_name(struct kvfs_mount *mnt, fuse_ino_t ino, char *out, size_t cap)
+{
+    char base[KVFS_BLEND_NAME_MAX];
+    int rc = kvfs_registry_name(mnt->blends, node_blend_id(ino), base, sizeof(base));
+    if (!rc)
+        snprintf(out, cap, "%s.recipe", base);
+    return rc;
+}
+
+int blends_text(struct kvfs_mount *mnt, fuse_ino_t ino, char **text)
+{
+    return kvfs_registry_text(mnt->blends, node_blend_id(ino), node_blend_kind(ino) == 0 ? 0 : 1, text);
+}
+
+int blends_result_key(struct kvfs_mount *mnt, fuse_ino_t ino, char key[KVFS_HASH_HEX_LEN + 1])
+{
+    return kvfs_registry_key(mnt->blends, node_blend_id(ino), key);
+}
+
+/* ---- the blends/ directory's operations (node.h) ---- */
+
+static int dir_lookup(struct kvfs_mount *m, const char *name, struct stat *st, double *timeout)
+{
+    *timeout = 0; /* a recipe rewritten: new sizes */
+    return blends_lookup(m, name, st);
+}
+
+static int dir_new_name(const char *name)
+{
+    if (blends_check_new_name(name) != 0) {
+        kvfs_log(KVFS_LOG_ERR, "refused blends/%s: only NAME.recipe files can be written there", name);
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* rm NAME.recipe forgets the blend (its three files); the others cannot go alone */
+static int dir_unlink(struct kvfs_mount *m, const char *name)
+{
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ".recipe"))
+        return blends_unlink(m, name);
+    return blends_lookup(m, name, &(struct stat){0}) ? -ENOENT : -EPERM;
+}
+
+/* NAME.recipe opened for writing: a new draft under its name */
+static void open_recipe_draft(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    char name[256];
+    int rc = blends_recipe_name(m, ino, name, sizeof(name));
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        reply_open_draft(m, req, fi, open_pending(m, req, INO_BLENDS, name, (fi->flags & O_TRUNC) != 0, fi, NULL));
+}
+
+static void dir_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    int kind = node_blend_kind(ino), rc;
+    if (kind < 0) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+        if (kind == BLEND_RECIPE)
+            open_recipe_draft(m, req, ino, fi);
+        else
+            fuse_reply_err(req, EACCES);
+        return;
+    }
+    struct fh *h = fh_new(kind == BLEND_KV ? FH_CHUNK : FH_STATS);
+    if (!h) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    if (kind == BLEND_KV) {
+        rc = blends_open_kv(m, ino, &h->ref);
+        h->blend_ino = rc ? 0 : ino;
+    } else {
+        rc = blends_text(m, ino, &h->text);
+        h->text_len = h->text ? strlen(h->text) : 0;
+    }
+    if (rc) {
+        free(h);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    fi->direct_io = 1; /* a recipe rewritten: new bytes (passthrough: its own backing file) */
+    if (kind == BLEND_KV)
+        passthrough_attach(m, req, ino, fi, h);
+    reply_open(m, req, fi, h);
+}
+
+/* NAME.kv: user.kvfs.pinned and user.kvfs.tier of its result */
+static const char *const XATTRS[] = {"user.kvfs.pinned", "user.kvfs.tier"};
+
+static int dir_getxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *out, size_t len)
+{
+    char key[KVFS_HASH_HEX_LEN + 1];
+    int pinned = 0, in_ram = 0, on_disk = 0;
+    if (node_blend_kind(ino) != BLEND_KV)
+        return -ENODATA;
+    int rc = blends_result_key(m, ino, key);
+    if (rc && rc != -ENODATA)
+        return rc;
+    if (!rc)
+        on_disk = kvfs_store_has_result(m->store, key, &pinned, &in_ram);
+    if (!strcmp(name, "user.kvfs.pinned"))
+        return snprintf(out, len, "%d", pinned);
+    if (!strcmp(name, "user.kvfs.tier")) /* none: blended on the next open */
+        return snprintf(out, len, "%s", in_ram && on_disk ? "ram,disk" : in_ram ? "ram" : on_disk ? "disk" : "none");
+    return -ENODATA;
+}
+
+static size_t dir_listxattr(fuse_ino_t ino, const char *const **names)
+{
+    *names = XATTRS;
+    return node_blend_kind(ino) == BLEND_KV ? sizeof(XATTRS) / sizeof(XATTRS[0]) : 0;
+}
+
+static int dir_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size)
+{
+    char key[KVFS_HASH_HEX_LEN + 1];
+    int v = xattr_bool(value, size), rc = -EPERM;
+    if (node_blend_kind(ino) != BLEND_KV)
+        return -EPERM;
+    if (!strcmp(name, "user.kvfs.pinned") && v >= 0 && (rc = blends_result_key(m, ino, key)) == 0)
+        rc = kvfs_store_pin_result(m->store, key, v);
+    if (rc == -ENOENT || rc == -ENODATA) /* nothing blended (yet, or since eviction) */
+        kvfs_log(KVFS_LOG_ERR, "user.kvfs.pinned on a blend needs its result: open NAME.kv first");
+    return rc == -ENODATA ? -ENOENT : rc;
+}
+
+const struct dir_ops blends_ops = {
+    .ino = INO_BLENDS, .drafts = DRAFTS_LISTED, .lookup = dir_lookup, .list = blends_list, .new_name = dir_new_name,
+    .unlink = dir_unlink, .getattr = blends_getattr, .open = dir_open,
+    .getxattr = dir_getxattr, .listxattr = dir_listxattr, .setxattr = dir_setxattr,
+};

@@ -7,7 +7,10 @@
 
 #include <openssl/evp.h>
 
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "control.h"
+#include "mount.h"
+#include "node.h"
 #include "ioctl_req.h"
 #include "kvfs_ioctl.h"
 #include "store.h"

@@ -6,7 +6,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "handle.h"
+#include "mount.h"
+#include "passthrough.h"
+#include "pending.h"
 #include "llama_state.h"
 
 struct fh *fh_new(enum fh_kind kind)

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvfs_fs.h"
+#include "inode_map.h"
+#include "mount.h"
+#include "node.h"
 
 struct ino_node {
     uint64_t ino;
@@ -166,7 +168,7 @@ void forget_chunks(struct kvfs_mount *m, const struct fuse_forget_data *f, size_
     pthread_mutex_lock(&m->lock);
     size_t before = ino_map_count(m->inos);
     for (size_t i = 0; i < count; i++)
-        if (f[i].ino & INO_CHUNK_BIT) /* only chunks are in the map */
+        if (node_is_chunk(f[i].ino)) /* only chunks are in the map */
             ino_map_forget(m->inos, f[i].ino, f[i].nlookup);
     size_t after = ino_map_count(m->inos);
     pthread_mutex_unlock(&m->lock);

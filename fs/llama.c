@@ -15,14 +15,20 @@
  * slot files in one directory, by plain names.  The conversion is
  * index/llama_state.c's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "chunks.h"
+#include "handle.h"
+#include "inode_map.h"
+#include "llama.h"
 #include "llama_state.h"
 #include "log.h"
+#include "pending.h"
 #include "service.h"
 
 static const char SUFFIX[] = ".llama", VT_SUFFIX[] = ".vt.llama";
@@ -126,7 +132,7 @@ int llama_chunk_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
     pthread_mutex_unlock(&m->lock);
     if (!rc)
         rc = kvfs_store_stat_known(m->store, hash, &c);
-    return rc ? rc : chunk_view_attr(m, &c, (ino & INO_VT_BIT) != 0, st);
+    return rc ? rc : chunk_view_attr(m, &c, node_llama_vt(ino), st);
 }
 
 int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st)
@@ -155,14 +161,14 @@ static int view_of_ref(struct fh *h, int vt)
 int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h)
 {
     int rc, vt;
-    if (IS_BLEND_INO(ino)) {
-        vt = BLEND_KIND(ino) == BLEND_LLAMA_VT;
+    if (!node_is_chunk(ino)) {
+        vt = node_blend_kind(ino) == BLEND_LLAMA_VT;
         if ((rc = blends_open_kv(m, ino, &h->ref)))
             return rc;
         h->blend_ino = ino;
     } else {
         char hash[KVFS_HASH_HEX_LEN + 1];
-        vt = (ino & INO_VT_BIT) != 0;
+        vt = node_llama_vt(ino);
         pthread_mutex_lock(&m->lock);
         rc = ino_map_get(m->inos, ino, hash);
         pthread_mutex_unlock(&m->lock);
@@ -193,3 +199,90 @@ int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KV
     kvfs_writer_free(&w);
     return rc;
 }
+
+/* ---- the llama/ directory's operations (node.h) ---- */
+
+static int dir_lookup(struct kvfs_mount *m, const char *name, struct stat *st, double *timeout)
+{
+    int rc = llama_lookup(m, name, st);
+    *timeout = rc ? 0 : node_timeout(st->st_ino);
+    return rc;
+}
+
+static void dir_chunk_entry(const char *hash, char *name, size_t cap, struct stat *st)
+{
+    snprintf(name, cap, "%s.llama", hash);
+    st->st_ino = llama_chunk_ino(hash, 0);
+    st->st_mode = S_IFREG | 0444;
+}
+
+static int dir_new_name(const char *name)
+{
+    return strlen(name) < 256 ? 0 : -ENAMETOOLONG;
+}
+
+/* views go with their chunk or recipe */
+static int dir_unlink(struct kvfs_mount *m, const char *name)
+{
+    struct stat st = {0};
+    int rc = llama_lookup(m, name, &st) ? -ENOENT : -EPERM;
+    if (rc == -EPERM && node_is_chunk(st.st_ino)) /* that lookup was counted: no kernel forget will come */
+        forget_chunks(m, &(struct fuse_forget_data){.ino = st.st_ino, .nlookup = 1}, 1);
+    return rc;
+}
+
+static int dir_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    if (ino == INO_LLAMA) {
+        dir_attr(m, ino, st);
+        return 0;
+    }
+    return node_is_chunk(ino) ? llama_chunk_getattr(m, ino, st) : blends_getattr(m, ino, st);
+}
+
+static void dir_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    int rdonly = (fi->flags & O_ACCMODE) == O_RDONLY, rc;
+    if (ino == INO_LLAMA) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    struct fh *h = rdonly ? fh_new(FH_CHUNK) : NULL;
+    if (!h) {
+        fuse_reply_err(req, rdonly ? ENOMEM : EACCES);
+        return;
+    }
+    if ((rc = llama_open(m, ino, h))) {
+        fh_unhold(m, h); /* what it got so far goes with it */
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (node_is_chunk(ino))
+        fi->keep_cache = 1;
+    else
+        fi->direct_io = 1; /* a recipe rewritten: new bytes */
+    reply_open(m, req, fi, h);
+}
+
+/* a chunk's view has its chunk's xattrs; a blend's, none */
+static int dir_getxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *val, size_t len)
+{
+    return node_is_chunk(ino) ? chunk_getxattr(m, ino, name, val, len) : -ENODATA;
+}
+
+static size_t dir_listxattr(fuse_ino_t ino, const char *const **names)
+{
+    return node_is_chunk(ino) ? chunk_listxattr(ino, names) : 0;
+}
+
+static int dir_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size)
+{
+    return node_is_chunk(ino) ? chunk_setxattr(m, ino, name, value, size) : -EPERM;
+}
+
+const struct dir_ops llama_ops = {
+    .ino = INO_LLAMA, .drafts = DRAFTS_LISTED, .lists_chunks = 1, .lookup = dir_lookup, .list = llama_list,
+    .chunk_entry = dir_chunk_entry, .chunk_attr = llama_attr_of_hash, .new_name = dir_new_name,
+    .unlink = dir_unlink, .getattr = dir_getattr, .open = dir_open,
+    .getxattr = dir_getxattr, .listxattr = dir_listxattr, .setxattr = dir_setxattr,
+};

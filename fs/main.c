@@ -13,7 +13,13 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "handle.h"
+#include "inode_map.h"
+#include "mount.h"
+#include "ops.h"
+#include "passthrough.h"
+#include "pending.h"
 #include "remote.h"
 #include "version.h"
 #include "service.h"
@@ -206,14 +212,9 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         return 2;
     }
     m->max_ingest = st->max_ingest;
-    st->min_ratio = KVFS_BLEND_DEFAULT_RATIO;
-    if (m->opts.min_ratio) {
-        char *end;
-        st->min_ratio = strtof(m->opts.min_ratio, &end);
-        if (end == m->opts.min_ratio || *end || !(st->min_ratio > 0.0f && st->min_ratio <= 1.0f)) {
-            fprintf(stderr, "kvfs: min_ratio=%s: expected a number in (0, 1]\n", m->opts.min_ratio);
-            return 2;
-        }
+    if (kvfs_blend_min_ratio_parse(m->opts.min_ratio, &st->min_ratio)) {
+        fprintf(stderr, "kvfs: min_ratio=%s: expected a number in (0, 1]\n", m->opts.min_ratio);
+        return 2;
     }
     if (m->opts.sim_read_bw && kvfs_parse_size(m->opts.sim_read_bw, &st->sim_read_bps)) {
         fprintf(stderr, "kvfs: sim_read_bw=%s: expected a size like 50M\n", m->opts.sim_read_bw);

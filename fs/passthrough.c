@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "image.h"
-#include "kvfs_fs.h"
+#include "handle.h"
+#include "mount.h"
+#include "passthrough.h"
 #include "log.h"
 
 #if FUSE_MAKE_VERSION(FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION) >= FUSE_MAKE_VERSION(3, 17)

@@ -15,7 +15,14 @@
 #include <unistd.h>
 
 #include "kvconvert.h"
-#include "kvfs_fs.h"
+#include "blends.h"
+#include "chunks.h"
+#include "handle.h"
+#include "inode_map.h"
+#include "llama.h"
+#include "mount.h"
+#include "node.h"
+#include "pending.h"
 
 #define INGEST_GROW (1u << 20)
 
@@ -269,3 +276,99 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
     kvfs_log(KVFS_LOG_ERR, "rejected %s/%s (%zu bytes): %s [%s]", where(p), p->name, len, err, strerror(-rc));
     return rc;
 }
+
+/* ---- the drafts' operations (node.h): a draft is a file being written in
+ * chunks/, incoming/, blends/ or llama/ ---- */
+
+/* A handle on draft p, which the caller holds: the handle keeps that hold
+ * (and gives it back if it cannot be made: NULL, out of memory). */
+static struct fh *open_draft(struct kvfs_mount *m, fuse_req_t req, struct pending *p, int trunc, int writable,
+                             struct fuse_file_info *fi)
+{
+    struct fh *h = fh_new(FH_PENDING);
+    if (!h) {
+        pending_put(m, p);
+        return NULL;
+    }
+    if (trunc)
+        pending_truncate(m, p, 0);
+    h->p = p;
+    h->writable = writable;
+    h->opener = fuse_req_ctx(req)->pid;
+    fi->direct_io = 1; /* writes go straight to us, no page cache for drafts */
+    return h;
+}
+
+struct fh *open_pending(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t parent, const char *name, int trunc,
+                        struct fuse_file_info *fi, struct stat *st)
+{
+    struct pending *p = pending_open(m, parent, name);
+    struct fh *h = p ? open_draft(m, req, p, trunc, 1, fi) : NULL;
+    if (h && st)
+        pending_attr(p, st);
+    return h;
+}
+
+void reply_open_draft(struct kvfs_mount *m, fuse_req_t req, struct fuse_file_info *fi, struct fh *h)
+{
+    if (h)
+        reply_open(m, req, fi, h);
+    else
+        fuse_reply_err(req, ENOMEM);
+}
+
+static int drafts_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_ino(m, ino);
+    if (p)
+        pending_attr(p, st);
+    pthread_mutex_unlock(&m->lock);
+    return p ? 0 : -ENOENT;
+}
+
+static void drafts_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct pending *p = pending_hold(m, ino);
+    if (!p) {
+        /* a draft that was committed and released since the kernel looked it
+         * up: ESTALE makes the kernel look the name up again and retry */
+        fuse_reply_err(req, ESTALE);
+        return;
+    }
+    reply_open_draft(m, req, fi,
+                     open_draft(m, req, p, (fi->flags & O_TRUNC) != 0, (fi->flags & O_ACCMODE) != O_RDONLY, fi));
+}
+
+static int drafts_setattr(struct kvfs_mount *m, fuse_ino_t ino, const struct stat *attr, int to_set, struct stat *st)
+{
+    struct pending *p = pending_hold(m, ino); /* keep it alive while we work on it */
+    int rc = 0;
+    if (!p)
+        return -ENOENT;
+    if (to_set & FUSE_SET_ATTR_SIZE)
+        rc = pending_truncate(m, p, (uint64_t)attr->st_size);
+    /* mode, owner and times of a draft are accepted and not kept: cp -a
+     * sets them; a chunk's metadata comes from its content */
+    if (!rc)
+        pending_attr(p, st);
+    pending_put(m, p);
+    return rc;
+}
+
+/* cp -a copies our xattrs along: the pin is kept for the commit, the rest ignored */
+static int drafts_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size)
+{
+    pthread_mutex_lock(&m->lock);
+    struct pending *p = pending_by_ino(m, ino);
+    if (p && !strcmp(name, "user.kvfs.pinned") && xattr_bool(value, size) >= 0) {
+        pthread_mutex_lock(&p->lock); /* read by the commit under it */
+        p->pin_after = xattr_bool(value, size);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return p ? 0 : -EPERM;
+}
+
+const struct dir_ops drafts_ops = {.getattr = drafts_getattr, .open = drafts_open, .setattr = drafts_setattr,
+                                   .setxattr = drafts_setxattr};

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "blend.h"
+#include "experiment.h"
 #include "kvformat.h"
 #include "kvquant.h"
 #include "commands.h"
@@ -35,6 +36,7 @@ struct eval_args {
     const char *kv_quant_part; /* --kv-quant-part k|v: only the keys or only the values through it */
     const char *ref_cache;     /* --ref-cache DIR: full prefills' logits kept there, by model and tokens */
     struct kvfs_blend_opts bo;
+    struct kvfs_blend_experiment x; /* variants never served (experiment.h) */
     char **files;
     int n_files;
 };
@@ -77,12 +79,10 @@ static void usage(FILE *f)
                "next-token distribution, top-1 agreement, and the share of a greedy\n"
                "continuation (--greedy N, default 32) identical to full prefill's.\n"
                "Selection: --select query|fixed|gradual or a comma list of them (default %s),\n"
-               "--taper X (gradual: share from R*(1+X) down to R*(1-X), default 0.5), --sinks N\n"
-               "(first N rows of each later chunk always recomputed, default 1); for fixed and\n"
-               "gradual: --check-layer N (default 1); for query: --shift S (a later chunk's\n"
-               "reused rows follow S x the mean deviation of its recomputed rows, default %g;\n"
-               "0: off), --select-first (the first chunk's rows compete for the budget too,\n"
-               "as before 2026-11-26; by default they are never recomputed: they are exact),\n"
+               "--sinks N (first N rows of each later chunk always recomputed, default 1); for\n"
+               "fixed and gradual: --check-layer N (default 1); for query: --shift S (a later\n"
+               "chunk's reused rows follow S x the mean deviation of its recomputed rows,\n"
+               "default %g; 0: off).  Variants kvfs does not serve, for comparison: for query,\n"
                "--vote-from F (the share of layers, from the bottom, whose attention does not\n"
                "count, default 0.333), --no-vote-local (only global layers vote; by default\n"
                "sliding-window layers vote too, through their window), --pos-prior B (row t\n"
@@ -99,8 +99,6 @@ static void usage(FILE *f)
                "and TEXT (special tokens parsed) are prefilled before every chunk; the first\n"
                "chunk keeps them, later chunks store only their own rows, so the prompt has\n"
                "the prefix once (\"\" for BOS alone).\n"
-               "--ape-temp T: APE's attention temperature: recomputed rows attend to chunk\n"
-               "rows (all but the prompt's first) with logits divided by T (default 1: off).\n"
                "--kv-quant q8|q4|q4s: each chunk's K/V through that codec (index/\n"
                "kvquant.h), as if stored quantized (the full prefill stays exact);\n"
                "--kv-quant-keep N leaves each chunk's first N rows exact; --kv-quant-part k|v\n"
@@ -159,21 +157,21 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     *a = (struct eval_args){.backend = "cpu", .greedy = 32, .n_selects = 1, .bos = "each"};
     kvfs_blend_opts_init(&a->bo, KVFS_BLEND_DEFAULT_RATIO);
     kvfs_blend_opts_floor(&a->bo); /* as kvfs serves; --no-floor: the bare algorithm */
+    kvfs_blend_experiment_init(&a->x);
     a->selects[0] = a->bo.select;
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &a->model), TOOL_OPT_CALL("ratio", 'r', opt_ratios, a),
         TOOL_OPT("query", 'q', STR, &a->query), TOOL_OPT("json", 0, FLAG, &a->json),
         TOOL_OPT("greedy", 0, INT, &a->greedy), TOOL_OPT("threads", 't', INT, &a->threads),
         TOOL_OPT("backend", 0, STR, &a->backend), TOOL_OPT_CALL("select", 0, opt_selects, a),
-        TOOL_OPT("taper", 0, FLOAT, &a->bo.taper), TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
+        TOOL_OPT("sinks", 0, INT, &a->bo.sink_rows),
         TOOL_OPT("check-layer", 0, INT, &a->bo.check_layer), TOOL_OPT("no-prefix", 0, FLAG, &a->no_prefix),
         TOOL_OPT("bos", 0, STR, &a->bos), TOOL_OPT("min-rows", 0, INT, &a->bo.min_rows),
         TOOL_OPT("full-below", 0, INT, &a->bo.full_below), TOOL_OPT("no-floor", 0, FLAG, &a->no_floor),
-        TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("ape-temp", 0, FLOAT, &a->bo.ape_temp),
-        TOOL_OPT("shift", 0, FLOAT, &a->bo.shift), TOOL_OPT("select-first", 0, FLAG, &a->bo.select_first),
-        TOOL_OPT("vote-from", 0, FLOAT, &a->bo.vote_from), TOOL_OPT("no-vote-local", 0, FLAG, &a->no_vote_local),
-        TOOL_OPT("vote-local", 0, FLAG, &a->bo.vote_local), /* the default; kept for old command lines */
-        TOOL_OPT("pos-prior", 0, FLOAT, &a->bo.pos_prior),
+        TOOL_OPT("shared-prefix", 0, STR, &a->shared_prefix), TOOL_OPT("shift", 0, FLOAT, &a->bo.shift),
+        TOOL_OPT("vote-from", 0, FLOAT, &a->x.vote_from), TOOL_OPT("no-vote-local", 0, FLAG, &a->no_vote_local),
+        TOOL_OPT("vote-local", 0, FLAG, &a->x.vote_local), /* the default; kept for old command lines */
+        TOOL_OPT("pos-prior", 0, FLOAT, &a->x.pos_prior),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         TOOL_OPT("kv-quant-part", 0, STR, &a->kv_quant_part),
         TOOL_OPT("ref-cache", 0, STR, &a->ref_cache),
@@ -189,7 +187,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
     if (a->no_floor)
         a->bo.min_rows = a->bo.full_below = 0;
     if (a->no_vote_local)
-        a->bo.vote_local = 0;
+        a->x.vote_local = 0;
     if (strcmp(a->bos, "each") && strcmp(a->bos, "first") && strcmp(a->bos, "none")) {
         fprintf(stderr, "kvfsctl eval: --bos %s: want each, first or none\n", a->bos);
         return 2;
@@ -198,16 +196,13 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         fprintf(stderr, "kvfsctl eval: --shared-prefix puts BOS in the prefix: --bos does not apply\n");
         return 2;
     }
-    if (!(a->bo.ape_temp > 0.0f && a->bo.ape_temp <= 4.0f)) {
-        fprintf(stderr, "kvfsctl eval: --ape-temp %g outside (0, 4]\n", (double)a->bo.ape_temp);
-        return 2;
-    }
     if (a->kv_quant && (!kvfs_kvq_parse(a->kv_quant) || strcmp(a->backend, "cpu"))) {
         fprintf(stderr, "kvfsctl eval: --kv-quant %s: want q8, q4 or q4s, on the cpu backend\n", a->kv_quant);
         return 2;
     }
-    if (!(a->bo.pos_prior >= 0.0f && a->bo.pos_prior <= 4.0f)) {
-        fprintf(stderr, "kvfsctl eval: --pos-prior %g: want 0 (off) to 4\n", (double)a->bo.pos_prior);
+    char why[128];
+    if (kvfs_blend_experiment_check(&a->x, why, sizeof(why))) {
+        fprintf(stderr, "kvfsctl eval: %s (--vote-from: [0, 1), --pos-prior: 0 (off) to 4)\n", why);
         return 2;
     }
     if (a->kv_quant_part && (!a->kv_quant || (strcmp(a->kv_quant_part, "k") && strcmp(a->kv_quant_part, "v")))) {
@@ -583,8 +578,8 @@ static int run_blend(struct eval *e, float ratio, int sel)
     bo.ratio = ratio;
     bo.select = sel;
     double t0 = tool_now();
-    int rc = kvfs_blend_ex(e->m, e->ch, e->a->n_files, e->qids, (int)e->nq, &bo, &bc, &bt, e->lg, &st, e->err,
-                           sizeof(e->err));
+    int rc = kvfs_blend_eval(e->m, e->ch, e->a->n_files, e->qids, (int)e->nq, &bo, &e->a->x, &bc, &bt, e->lg, &st,
+                             e->err, sizeof(e->err));
     double t_b = tool_now() - t0;
     if (rc) {
         fprintf(stderr, "kvfsctl eval: blend failed: %s\n", e->err);

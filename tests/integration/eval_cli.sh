@@ -25,12 +25,13 @@ full = r['blend 1.00 query']
 print(full)
 sys.exit(not (full['kl'] < 1e-4 and full['top1'] == 1 and full['greedy_agree'] == 1.0))
 PY
-# the APE experiments: T = 1 is the plain blend; another T changes it; a
-# shared prefix is prefilled once in the prompt (fewer tokens than per chunk)
+# the experiments: --vote-local is the plain blend (the default), --vote-from
+# 0 changes it; a shared prefix is prefilled once in the prompt (fewer
+# tokens than per chunk)
 ev() { "$KVFSCTL" eval -m "$MODEL" --json --greedy 1 --ratio 0.3 --no-prefix --no-floor --query "$Q" "$@" "$T/a.txt" "$T/b.txt"; }
-ev > "$T/plain.json" && ev --ape-temp 1 > "$T/t1.json" && ev --ape-temp 1.3 > "$T/t13.json" &&
+ev > "$T/plain.json" && ev --vote-local > "$T/t1.json" && ev --vote-from 0 > "$T/t13.json" &&
     ev --shared-prefix $'<|im_start|>system\nYou are helpful.<|im_end|>\n' > "$T/sp.json"
-check "APE temperature: 1 is the plain blend, 1.3 changes it, a shared prefix is in the prompt once" python3 - "$T" <<'PY'
+check "--vote-local is the plain blend, --vote-from 0 changes it, a shared prefix is in the prompt once" python3 - "$T" <<'PY'
 import json, sys
 d = {k: json.load(open(f'{sys.argv[1]}/{k}.json')) for k in ('plain', 't1', 't13', 'sp')}
 kl = {k: {r['method']: r['kl'] for r in v['results']} for k, v in d.items()}
@@ -53,7 +54,8 @@ ok = kl['plain'] == kl['r1'] == kl['r2'] and kl['rp']['blend 0.30'] != kl['plain
 sys.exit(not (ok and sys.argv[2] == '3' and sys.argv[3] == '3'))
 PY
 check "--pos-prior 5 is refused" sh -c "! '$KVFSCTL' eval -m '$MODEL' --pos-prior 5 --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'pos-prior' '$T/bad.err'"
-check "--ape-temp 0 is refused" sh -c "! '$KVFSCTL' eval -m '$MODEL' --ape-temp 0 --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'ape-temp' '$T/bad.err'"
+check "--vote-from 1 is refused" sh -c "! '$KVFSCTL' eval -m '$MODEL' --vote-from 1 --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'vote-from' '$T/bad.err'"
+check "--ape-temp (measured and dropped) is no option" sh -c "! '$KVFSCTL' eval -m '$MODEL' --ape-temp 1.1 --query x '$T/a.txt' 2>/dev/null"
 for bad in "query,bogus" "query,query" ""; do
     check "--select '$bad' is refused with a reason" sh -c \
         "! '$KVFSCTL' eval -m '$MODEL' --select '$bad' --query x '$T/a.txt' 2>'$T/bad.err' && grep -q 'select' '$T/bad.err'"

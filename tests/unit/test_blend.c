@@ -14,21 +14,27 @@
 #include "blend.h"
 #include "blend_internal.h"
 #include "check.h"
+#include "experiment.h"
 #include "loader.h"
 #include "synth_model.h"
 
 static struct kvfs_model *m;
 
-static int make_chunk(const int32_t *toks, int n, struct kvfs_writer *w)
+static int make_chunk_dtype(const int32_t *toks, int n, uint32_t dtype, struct kvfs_writer *w)
 {
     struct kvfs_kv_cache c;
     int rc = kvfs_kv_cache_init(m, n, &c);
     if (!rc)
         rc = kvfs_forward(m, &c, toks, n, 0, NULL);
     if (!rc)
-        rc = kvfs_kv_cache_to_chunk(m, &c, 0, n, toks, KVFS_DTYPE_F16, w);
+        rc = kvfs_kv_cache_to_chunk(m, &c, 0, n, toks, dtype, w);
     kvfs_kv_cache_free(m, &c);
     return rc;
+}
+
+static int make_chunk(const int32_t *toks, int n, struct kvfs_writer *w)
+{
+    return make_chunk_dtype(toks, n, KVFS_DTYPE_F16, w);
 }
 
 /* The test prompt: NC chunks of LEN tokens ((i * a + j * b + c) % 256 for
@@ -117,9 +123,9 @@ static void check_sliding_window(void)
         kvfs_blend_opts_init(&bo, variant == 2 ? 0.999f : 1.0f);
         bo.select = variant == 0 ? KVFS_BLEND_SELECT_FIXED
                     : variant == 1 ? KVFS_BLEND_SELECT_GRADUAL : KVFS_BLEND_SELECT_QUERY;
-        bo.select_first = 1; /* every row, the first chunk's too */
+        /* every row (the query selection: every later chunk's; the first is exact) */
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
-        CHECK_EQ(st.n_selected, NC * LEN);
+        CHECK_EQ(st.n_selected, variant == 2 ? (NC - 1) * LEN : NC * LEN);
         float dl = 0, dkv = 0;
         for (int i = 0; i < V; i++)
             dl = fmaxf(dl, fabsf(full[i] - out[i]));
@@ -176,8 +182,10 @@ static void check_sliding_window(void)
      * chunk shift off, so reused rows are reuse's bit for bit). */
     {
         struct kvfs_blend_opts vo;
+        struct kvfs_blend_experiment vx;
         kvfs_blend_opts_init(&vo, 0.3f);
-        CHECK_EQ(vo.vote_local, 1);
+        kvfs_blend_experiment_init(&vx);
+        CHECK_EQ(vx.vote_local, 1);
         vo.shift = 0.0f;
         struct kvfs_kv_cache rc0, sel[2];
         int32_t *t0 = NULL, *ts[2] = {NULL, NULL};
@@ -187,8 +195,8 @@ static void check_sliding_window(void)
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &ro, &rc0, &t0, out, &st, err, sizeof(err)), 0);
         int L = m->hp.n_layer - 1, kvd = rc0.kv_dim, differ = 0, window_rows = 0;
         for (int v = 0; v < 2; v++) {
-            vo.vote_local = !v;
-            CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &vo, &sel[v], &ts[v], out, &st, err, sizeof(err)), 0);
+            vx.vote_local = !v;
+            CHECK_EQ(kvfs_blend_eval(m, ch, NC, suffix, NS, &vo, &vx, &sel[v], &ts[v], out, &st, err, sizeof(err)), 0);
         }
         for (int r = LEN; r < NC * LEN; r++) {
             int re[2];
@@ -351,22 +359,34 @@ int main(void)
         kvfs_kv_cache_free(m, &bc), free(bt);
         if (variant == 2) {
             /* query selection with every row picked: its first pass and its
-             * recompute from layer 0 must give the full prefill exactly
-             * (select_first: the first chunk's rows too, which the default
-             * leaves as stored, f16) */
+             * recompute from layer 0 must give exactly what prefix caching
+             * gives (every later chunk's rows recomputed over the first
+             * chunk's, left as stored: here in f32) */
+            struct kvfs_writer w32[NC];
+            struct kvfs_blend_chunk ch32[NC];
+            for (int i = 0; i < NC; i++) {
+                CHECK_EQ(make_chunk_dtype(toks[i], LEN, KVFS_DTYPE_F32, &w32[i]), 0);
+                ch32[i] = (struct kvfs_blend_chunk){w32[i].buf, w32[i].size};
+            }
+            struct kvfs_kv_cache pc;
+            float *pref = malloc(sizeof(float) * V);
+            CHECK_EQ(kvfs_kv_cache_init(m, NC * LEN + NS, &pc), 0);
+            CHECK_EQ(kvfs_forward(m, &pc, all, LEN, 0, NULL), 0);
+            CHECK_EQ(kvfs_forward(m, &pc, all + LEN, (NC - 1) * LEN + NS, LEN, pref), 0);
             bo.ratio = 0.999f;
-            bo.select_first = 1;
-            CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
-            CHECK_EQ(st.n_selected, NC * LEN);
-            CHECK(kvfs_logits_kl(full, out, V) < 1e-9);
+            CHECK_EQ(kvfs_blend_ex(m, ch32, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+            for (int i = 0; i < NC; i++)
+                kvfs_writer_free(&w32[i]);
+            CHECK_EQ(st.n_selected, (NC - 1) * LEN);
+            CHECK(kvfs_logits_kl(pref, out, V) < 1e-9);
             float kq = 0;
             for (int l = 0; l < m->hp.n_layer; l++)
-                for (int i = 0; i < fc.kv_dim * fc.n; i++)
-                    kq = fmaxf(kq, fmaxf(fabsf(fc.k[l][i] - bc.k[l][i]), fabsf(fc.v[l][i] - bc.v[l][i])));
-            fprintf(stderr, "query selection, every row: max |dK|,|dV| %.3g\n", kq);
+                for (int i = 0; i < pc.kv_dim * pc.n; i++)
+                    kq = fmaxf(kq, fmaxf(fabsf(pc.k[l][i] - bc.k[l][i]), fabsf(pc.v[l][i] - bc.v[l][i])));
+            fprintf(stderr, "query selection, every row: max |dK|,|dV| %.3g from prefix caching\n", kq);
+            kvfs_kv_cache_free(m, &pc), free(pref);
             CHECK(kq < 1e-4f);
             kvfs_kv_cache_free(m, &bc), free(bt);
-            bo.select_first = 0;
         }
         bo.ratio = 0.3f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
@@ -465,15 +485,12 @@ int main(void)
         int map_a[3] = {0, 1, 2}, map_b[2] = {0, 2};
         struct kvfs_blend_member mb[2] = {{map_a, 3, suffix, NS}, {map_b, 2, suffix, NS}};
         struct kvfs_blend_chunk chb[2] = {ch[0], ch[2]};
-        /* variant 3: one member with the position prior, which the batch
-         * applies as the blend does (and which changes the picks) */
-        for (int variant = 0; variant < 4; variant++) {
+        for (int variant = 0; variant < 3; variant++) {
             struct kvfs_loader *ld;
             struct kvfs_blend_opts bo;
             struct batch_out b = {0};
             kvfs_blend_opts_init(&bo, variant == 1 ? 0.999f : 0.3f);
-            bo.pos_prior = variant == 3 ? 1.0f : 0.0f;
-            int n_mb = variant == 0 || variant == 3 ? 1 : 2;
+            int n_mb = variant == 0 ? 1 : 2;
             CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
             CHECK_EQ(kvfs_blend_batch(m, ld, mb, n_mb, 1, &bo, keep_member, &b, err, sizeof(err)), 0);
             kvfs_loader_close(ld);
@@ -487,15 +504,6 @@ int main(void)
                 if (variant != 2)
                     CHECK(d <= 4.0f);
                 kvfs_kv_cache_free(m, &bc), free(bt);
-                if (variant == 3) { /* the prior moved the picks */
-                    struct kvfs_blend_opts no = bo;
-                    no.pos_prior = 0.0f;
-                    CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &no, &bc, &bt, out, &st, err, sizeof(err)), 0);
-                    float dn = max_diff(&b, i, &bc);
-                    fprintf(stderr, "batch with the position prior vs the blend without it: %.3g f16 ulps\n", dn);
-                    CHECK(dn > 4.0f);
-                    kvfs_kv_cache_free(m, &bc), free(bt);
-                }
                 if (variant == 2) { /* as many rows recomputed as its own blend: nearer it than reuse */
                     struct kvfs_blend_opts ro;
                     kvfs_blend_opts_init(&ro, 0.0f);
@@ -606,14 +614,15 @@ int main(void)
         on.shift = 1.5f;
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
         on.shift = KVFS_BLEND_SHIFT;
-        on.vote_from = 1.0f; /* no layer would vote */
-        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &on, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
+        struct kvfs_blend_experiment nx;
+        kvfs_blend_experiment_init(&nx);
+        nx.vote_from = 1.0f; /* no layer would vote */
+        CHECK_EQ(kvfs_blend_eval(m, ch, NC, suffix, NS, &on, &nx, &c1, &t1, out, &st, err, sizeof(err)), -EINVAL);
         free(out0);
     }
     /* the first chunk is exact, so the query selection never recomputes it:
      * its rows are plain reuse's bit for bit at every layer, the whole budget
-     * goes to the later chunks (cut to their rows), and with select_first
-     * (the earlier rule) the same budget is spent over every chunk */
+     * goes to the later chunks (cut to their rows) */
     {
         struct kvfs_blend_opts o;
         struct kvfs_kv_cache c0, c1;
@@ -623,14 +632,13 @@ int main(void)
         kvfs_blend_opts_init(&o, 0.0f);
         CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &c0, &t0, out, &st, err, sizeof(err)), 0);
         int kvd = c0.kv_dim;
-        /* variants: 0.3, 0.3 select_first, 0.9 (every later row), and the
-         * later chunks' share exactly, with and without select_first: the
-         * same result as 0.9 without it, another with it (the query also
-         * weighs first-chunk rows) */
+        /* variants: 0.3, 0.9 (every later row), and the later chunks' share
+         * exactly: the same result as 0.9 */
         const float later = (float)(NC - 1) / NC;
-        for (int variant = 0; variant < 5; variant++) {
+        for (int variant = 0; variant < 4; variant++) {
+            if (variant == 1)
+                continue; /* was the first chunk's rows competing too: gone (BENCHMARKS.md) */
             kvfs_blend_opts_init(&o, variant == 2 ? 0.9f : variant >= 3 ? later : 0.3f);
-            o.select_first = variant == 1 || variant == 4;
             CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &c1, &t1, out, &st, err, sizeof(err)), 0);
             int same0 = 1;
             for (int l = 0; l < c0.n_layer; l++)
@@ -644,9 +652,8 @@ int main(void)
             fprintf(stderr, "first chunk out (variant %d): %d selected, first chunk untouched %d, as every later row %d\n",
                     variant, st.n_selected, same0, as_all_later);
             CHECK_EQ(st.n_selected, want);
-            if (variant != 1 && variant != 4)
-                CHECK(same0);
-            CHECK_EQ(as_all_later, variant != 4);
+            CHECK(same0);
+            CHECK(as_all_later);
             if (variant == 2)
                 c2 = c1, t2 = t1;
             else
@@ -662,18 +669,22 @@ int main(void)
         const float want[6] = {1.0f, 0.5f, 1.0f / 3.0f, 1.0f, 0.5f, 1.0f};
         float mass[6] = {1, 1, 1, 1, 1, 1};
         struct kvfs_blend_opts o;
+        struct kvfs_blend_experiment x;
         kvfs_blend_opts_init(&o, 0.15f);
-        blend_position_prior(&o, chunk_of, mass, 6);
+        kvfs_blend_experiment_init(&x);
+        blend_position_prior(&x, chunk_of, mass, 6);
         for (int r = 0; r < 6; r++)
             CHECK(mass[r] == 1.0f);
-        o.pos_prior = 1.0f;
-        blend_position_prior(&o, chunk_of, mass, 6);
+        x.pos_prior = 1.0f;
+        blend_position_prior(&x, chunk_of, mass, 6);
         for (int r = 0; r < 6; r++)
             CHECK(fabsf(mass[r] - want[r]) < 1e-6f);
-        o.pos_prior = 4.5f;
-        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
-        o.pos_prior = -0.5f;
-        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &o, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
+        CHECK_EQ(kvfs_blend_eval(m, ch, NC, suffix, NS, &o, &x, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+        x.pos_prior = 4.5f;
+        CHECK_EQ(kvfs_blend_eval(m, ch, NC, suffix, NS, &o, &x, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
+        x.pos_prior = -0.5f;
+        CHECK_EQ(kvfs_blend_eval(m, ch, NC, suffix, NS, &o, &x, &bc, &bt, out, &st, err, sizeof(err)), -EINVAL);
     }
     /* one chunk, the same chunk twice, reordered, many */
     struct kvfs_blend_chunk twice[2] = {ch[1], ch[1]}, rev[3] = {ch[2], ch[0], ch[1]}, many[12];

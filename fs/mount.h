@@ -1,0 +1,63 @@
+/* mount.h - the FUSE layer's per-mount state (fs/main.c sets it up).  fs/
+ * is a thin layer: it maps names and inodes to the storage core and the
+ * blend registry, and errors to errno. */
+#ifndef KVFS_MOUNT_H
+#define KVFS_MOUNT_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "passthrough.h"
+#include "store.h"
+
+struct ino_map;
+struct pending;
+struct fh;
+struct kvfs_blend_service;
+struct kvfs_blend_registry;
+
+struct kvfs_opts {
+    char *store_dir;
+    char *capacity;
+    char *ram;
+    int zstd_level;
+    char *max_ingest;
+    char *model;      /* GGUF paths for blending, ':'-separated */
+    char *backend;    /* compute backend for blending: auto, cpu, cuda */
+    char *min_ratio;  /* ratio=auto floor */
+    char *sim_read_bw;/* testing: throttle the blend loader's reads */
+    int blend_jobs;   /* blends at once (0 = default 2) */
+    char *blend_cache;/* disk bytes for blend results */
+    char *rados_pool; /* remote tier: RADOS pool */
+    char *ceph_conf;
+    char *rados_id;
+    int rados_timeout;
+    int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
+    char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
+    char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
+    int verbose;
+};
+
+struct kvfs_mount {
+    struct kvfs_store *store;
+    struct kvfs_passthrough pt;
+    struct kvfs_opts opts;
+    uint64_t max_ingest;
+    uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4/Q4S (-o kv_quant), 0: none */
+    pthread_mutex_t lock;     /* protects the inode map and pending list */
+    struct ino_map *inos;     /* chunk inode -> hash */
+    struct pending *pending;
+    uint64_t next_pending;
+    time_t mount_time;
+    struct kvfs_blend_service *svc; /* models, results, blending (blend/service.h) */
+    pthread_mutex_t fh_lock;  /* protects handles */
+    struct fh *handles;       /* every handle given to the kernel and not yet freed */
+    struct kvfs_blend_registry *blends; /* the blends by name (blend/registry.h; fs/blends.c) */
+};
+
+struct kvfs_mount *kvfs_mount_of(fuse_req_t req);
+
+#endif

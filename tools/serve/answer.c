@@ -314,7 +314,7 @@ static int restore(struct req *r, const char *name, uint32_t ntok, char *err, si
 {
     struct engine *e = &r->sv->engines[r->slot.engine];
     char path[64];
-    json_t *out = NULL, *b = json_pack("{s:s++}", "filename", name, ".llama");
+    json_t *out = NULL, *b = json_pack("{s:s+}", "filename", name, ".llama");
     long st;
     snprintf(path, sizeof(path), "/slots/%d?action=restore", r->slot.id);
     int rc = engine_call_json(e, "POST", path, b, 300, NULL, NULL, &out, &st, err, errlen);
@@ -598,8 +598,11 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
             e0 = i;
     pthread_mutex_unlock(&sv->lock);
     if (e0 < 0) {
-        pool_acquire(sv, &r->slot, NULL, NULL, err, sizeof(err)); /* fails, saying why */
-        fail(r, res, 503, err);
+        pthread_mutex_lock(&sv->lock);
+        snprintf(msg, sizeof(msg), "%s %s is down: %s", sv->n_engines > 1 ? "every engine is down; the first," : "the engine",
+                 sv->engines[0].url, sv->engines[0].down_reason);
+        pthread_mutex_unlock(&sv->lock);
+        fail(r, res, 503, msg);
         goto done;
     }
     if ((rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err)))) {

@@ -300,6 +300,8 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
                        e->url, sv->mount, why, sv->mount, e->model_path);
         goto out;
     }
+    json_decref(out);
+    out = NULL;
     static const uint32_t dtypes[] = {KVFS_DTYPE_F16, KVFS_DTYPE_Q8, KVFS_DTYPE_Q4S, KVFS_DTYPE_Q4, KVFS_DTYPE_F32,
                                       KVFS_DTYPE_BF16};
     static const uint32_t flags[] = {KVFS_FLAG_KEYS_ROPED, 0};
@@ -312,8 +314,21 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
             if ((rc = plan_chunk_hash(sv, ids, n, hex)))
                 goto out;
             snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hex);
-            if (stat(path, &s) == 0)
-                goto out; /* found: rc 0 */
+            if (stat(path, &s) == 0) {
+                /* and the engine restores the mount's view of it (one KV
+                 * stream: -np 1, or a unified cache) */
+                b = json_pack("{s:s+}", "filename", hex, ".llama");
+                rc = engine_call_json(e, "POST", "/slots/0?action=restore", b, 120, NULL, NULL, &out, &st, why,
+                                      sizeof(why));
+                json_decref(b);
+                if (rc || st != 200)
+                    rc = kvfs_errf(err, errlen, rc ? rc : -EIO,
+                                   "engine %s cannot restore %s/llama/%.16s....llama (%s): with several slots (-np) "
+                                   "start llama-server with a unified KV cache (--kv-unified, and "
+                                   "--kv-unified-per-slot N for each slot's context)",
+                                   e->url, sv->mount, hex, why);
+                goto out;
+            }
         }
     char fid[17], theirs[256];
     kvfs_fingerprint_id(&sv->fp, fid);

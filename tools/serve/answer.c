@@ -606,9 +606,13 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         goto done;
     }
     if ((rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err)))) {
-        if (rc == -EHOSTDOWN)
+        if (rc == -EHOSTDOWN) {
             pool_engine_down(sv, e0, err);
-        fail(r, res, rc == -EINVAL ? 400 : rc == -EHOSTDOWN ? 503 : 500, err);
+            snprintf(msg, sizeof(msg), "the engine %s is down: %s", sv->engines[e0].url, err);
+            fail(r, res, 503, msg);
+            goto done;
+        }
+        fail(r, res, rc == -EINVAL ? 400 : 500, err);
         goto done;
     }
     int n_ctx = sv->engines[e0].n_ctx;

@@ -280,8 +280,10 @@ int engine_stream_next(struct engine_stream *s, double timeout_s, json_t **ev, c
                 s->result = m->data.result;
                 curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
             }
-        if (s->done || parse_event(s, ev))
+        if (s->done)
             continue;
+        if (parse_event(s, ev))
+            return 0;
         double left = t_end - serve_now();
         if (left <= 0)
             return -ETIMEDOUT;

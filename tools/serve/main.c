@@ -232,7 +232,7 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *l
 static void mount_model_of(struct serve *sv, const int32_t *ids, size_t n, time_t since, char *out, size_t outlen)
 {
     char dir[1200];
-    snprintf(out, outlen, "unknown (no chunk of the probe's tokens appeared)");
+    snprintf(out, outlen, "nothing: no chunk of the probe's tokens appeared (the mount refused the state: its log says why)");
     snprintf(dir, sizeof(dir), "%s/chunks", sv->mount);
     DIR *d = opendir(dir);
     if (!d)
@@ -256,7 +256,7 @@ static void mount_model_of(struct serve *sv, const int32_t *ids, size_t n, time_
             model[a > 0 ? a : 1] = '\0';
             ssize_t b = getxattr(path, "user.kvfs.arch", arch, sizeof(arch) - 1);
             arch[b > 0 ? b : 1] = '\0';
-            snprintf(out, outlen, "model %s (%s; chunk %.16s...)", model, arch, hash);
+            snprintf(out, outlen, "a chunk of model %s (%s; chunk %.16s...)", model, arch, hash);
             free(t);
             break;
         }
@@ -334,7 +334,7 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
     kvfs_fingerprint_id(&sv->fp, fid);
     mount_model_of(sv, ids, n, t0, theirs, sizeof(theirs));
     rc = kvfs_errf(err, errlen, -EPROTO,
-                   "engine %s serves %s (kvfs model %s) but the mount %s stored its state as a chunk of %s: the "
+                   "engine %s serves %s (kvfs model %s) but the mount %s stored its state as %s: the "
                    "engine's model is not the mount's (or its --slot-save-path is not %s/llama/)",
                    e->url, e->model_path, fid, sv->mount, theirs, sv->mount);
 out:

@@ -137,7 +137,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) $(INC_GPU) -DKVFS_HAVE_CUDA \
 endif
 endif
 
-.PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run model deps need-deps oracle clean install
+.PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run serve model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH) $(BUILD)/includes.ok
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -169,6 +169,17 @@ $(FUSE_LIB):
 endif
 $(BUILD)/kvfsctl: $(TOOL_OBJ) $(LIBS_ALL)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIBS_ALL) $(LINK_LIBS)
+# kvfs-serve (tools/serve/, kvfs-serve(1)): the OpenAI-compatible front that
+# answers RAG requests through a mount and llama-server; libmicrohttpd (HTTP
+# server), libcurl (the engines' client) and jansson (JSON)
+SERVE_PKGS := libmicrohttpd libcurl jansson
+SERVE_SRC  := $(wildcard tools/serve/*.c)
+SERVE_OBJ  := $(SERVE_SRC:%.c=$(BUILD)/%.o)
+SERVE_LIBS := $(shell pkg-config --libs $(SERVE_PKGS) 2>/dev/null)
+$(SERVE_OBJ): CFLAGS += -Ilib $(shell pkg-config --cflags $(SERVE_PKGS) 2>/dev/null)
+$(BUILD)/kvfs-serve: $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL) $(LINK_LIBS) $(SERVE_LIBS)
+all: $(BUILD)/kvfs-serve
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
 # the analyses tokenize their passage files as kvfsctl does (tools/model_util.c)
@@ -312,7 +323,7 @@ DEP_CMDS  := cc pkg-config fusermount3 setfattr getfattr python3 unzip bc zstd s
 deps:
 	@tools/install-deps.sh
 need-deps:
-	@( pkg-config --exists $(PKGS) fuse3 openblas && \
+	@( pkg-config --exists $(PKGS) $(SERVE_PKGS) fuse3 openblas && \
 	   test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && \
 	   for c in $(DEP_CMDS); do command -v $$c >/dev/null || exit 1; done && \
 	   python3 -m pip --version >/dev/null ) 2>/dev/null || tools/install-deps.sh
@@ -359,12 +370,19 @@ run: need-deps
 	@tools/fetch-model.sh smollm2
 	@BUILD=$(BUILD) tools/run-demo.sh
 
+# kvfs, llama-server and kvfs-serve on embedded defaults (tools/serve-demo.sh):
+# an OpenAI-compatible RAG server on 127.0.0.1:8090 until Ctrl-C
+serve: need-deps
+	@$(MAKE) --no-print-directory all llama-server
+	@tools/fetch-model.sh smollm2
+	@BUILD=$(BUILD) tools/serve-demo.sh
+
 # `make install` (PREFIX=/usr/local, DESTDIR= for staging): the two programs
 # and their man pages.
-install: $(BUILD)/kvfs $(BUILD)/kvfsctl $(CUDA_PLUGIN)
+install: $(BUILD)/kvfs $(BUILD)/kvfsctl $(BUILD)/kvfs-serve $(CUDA_PLUGIN)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
-	install -m 0755 $(BUILD)/kvfs $(BUILD)/kvfsctl $(DESTDIR)$(BINDIR)/
-	install -m 0644 man/kvfsctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0755 $(BUILD)/kvfs $(BUILD)/kvfsctl $(BUILD)/kvfs-serve $(DESTDIR)$(BINDIR)/
+	install -m 0644 man/kvfsctl.1 man/kvfs-serve.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 man/kvfs.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 man/kvfs.8 $(DESTDIR)$(MANDIR)/man8/
 ifneq ($(CUDA_PLUGIN),)

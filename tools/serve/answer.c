@@ -1,0 +1,738 @@
+/* answer.c - one completion request: its chunks found in the mount or
+ * prefilled by the engine (once, whoever asks), the recipe blended by the
+ * mount and restored into a slot, the question computed by the engine and
+ * the answer returned in OpenAI's format, streamed or not. */
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <openssl/sha.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvfs.h"
+#include "log.h"
+#include "serve.h"
+
+double serve_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct outbuf {
+    char *p;
+    size_t n, cap, pos;
+};
+
+static int out_add(struct outbuf *o, const char *s, size_t n)
+{
+    if (o->pos == o->n)
+        o->pos = o->n = 0;
+    if (o->n + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->n + n + 1)
+            cap *= 2;
+        char *q = realloc(o->p, cap);
+        if (!q)
+            return -ENOMEM;
+        o->p = q;
+        o->cap = cap;
+    }
+    memcpy(o->p + o->n, s, n);
+    o->n += n;
+    o->p[o->n] = '\0';
+    return 0;
+}
+
+/* A request in flight */
+struct req {
+    struct serve *sv;
+    int fd;             /* the client's socket */
+    int chat, stream;
+    char id[48];
+    long long created;
+    json_t *body;       /* the client's request */
+    struct plan plan;
+    struct slot_ref slot;
+    int have_slot;
+    double t_arrival;
+    int ttft_done;
+    json_t *kvfs;       /* what kvfs did, returned as "kvfs" */
+    /* streaming */
+    struct engine_stream *es;
+    struct outbuf out;
+    int sent_role, finished, done_sent;
+};
+
+static int client_gone(void *arg)
+{
+    struct req *r = arg;
+    if (r->fd < 0)
+        return 0;
+    struct pollfd p = {.fd = r->fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+        return 1;
+    return 0;
+}
+
+char *answer_error_json(int status, const char *msg)
+{
+    const char *type = status == 400   ? "invalid_request_error"
+                       : status == 401 ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 503 ? "unavailable_error"
+                                       : "server_error";
+    json_t *j = json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg, "type", type, "code", status);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+static void fail(struct req *r, struct answer_result *res, int status, const char *msg)
+{
+    res->status = status;
+    res->body = answer_error_json(status, msg);
+    metrics_add(r->sv, status >= 500 ? &r->sv->m.errors_5xx : &r->sv->m.errors_4xx, 1);
+    if (r->sv->verbose)
+        kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %d: %s", status, msg);
+}
+
+/* an engine call's failure as an HTTP status (and the engine marked down) */
+static int engine_status(struct req *r, int rc, const char *err)
+{
+    if (rc == -EHOSTDOWN) {
+        pool_engine_down(r->sv, r->have_slot ? r->slot.engine : 0, err);
+        return 503;
+    }
+    return rc == -ECANCELED ? 499 : 502;
+}
+
+static json_t *ids_json(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static int chunk_present(struct serve *sv, const char *hash)
+{
+    char path[1200];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hash);
+    return stat(path, &st) == 0;
+}
+
+/* the engine prefills chunk c in our slot and saves its state into
+ * MNT/llama/, which the mount stores as the chunk of those tokens */
+static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t errlen)
+{
+    struct engine *e = &r->sv->engines[r->slot.engine];
+    json_t *out = NULL, *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(c->ids, c->n), "n_predict", 0,
+                                       "id_slot", r->slot.id, "cache_prompt", 0);
+    long st;
+    char path[64];
+    int rc = engine_call_json(e, "POST", "/completion", b, 0, client_gone, r, &out, &st, err, errlen);
+    json_decref(b);
+    json_decref(out);
+    out = NULL;
+    if (rc || st != 200)
+        return rc ? rc : -EIO;
+    b = json_pack("{s:o}", "filename", json_sprintf("kvfs-serve-%.16s.bin", c->hash));
+    snprintf(path, sizeof(path), "/slots/%d?action=save", r->slot.id);
+    rc = engine_call_json(e, "POST", path, b, 120, NULL, NULL, &out, &st, err, errlen);
+    json_decref(b);
+    json_decref(out);
+    if (rc || st != 200)
+        return rc ? rc : -EIO;
+    if (!chunk_present(r->sv, c->hash))
+        return kvfs_errf(err, errlen, -EPROTO,
+                         "the engine's state of %zu tokens was not stored as chunk %.16s...: is the engine's model "
+                         "the mount's, and its --slot-save-path %s/llama/?",
+                         c->n, c->hash, r->sv->mount);
+    return 0;
+}
+
+static const char *source_name(int s)
+{
+    return s == 0 ? "hit" : s == 1 ? "prefilled" : "joined";
+}
+
+/* every chunk in the mount: found, prefilled here, or prefilled by another
+ * request (single flight).  Pass 1 prefills what nobody else is prefilling;
+ * pass 2 waits for the others (holding no claim while it waits, so two
+ * requests never wait for each other). */
+static int resolve_chunks(struct req *r, char *err, size_t errlen)
+{
+    struct serve *sv = r->sv;
+    int rc = 0;
+    int *pending = calloc((size_t)r->plan.n_chunks + 1, sizeof(int));
+    if (!pending)
+        return -ENOMEM;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        for (int i = 0; i < r->plan.n_chunks && !rc; i++) {
+            struct chunk_plan *c = &r->plan.chunks[i];
+            if (pass == 0) {
+                if (chunk_present(sv, c->hash)) {
+                    metrics_add(sv, &sv->m.chunk_hits, 1);
+                    continue;
+                }
+                metrics_add(sv, &sv->m.chunk_misses, 1);
+            } else if (!pending[i])
+                continue;
+            for (int tries = 0;; tries++) {
+                if (pass == 1 && chunk_present(sv, c->hash)) {
+                    c->state = 2;
+                    metrics_add(sv, &sv->m.prefill_joins, 1);
+                    break;
+                }
+                int cl = pool_prefill_claim(sv, c->hash, pass == 1, client_gone, r);
+                if (cl == -EAGAIN) {
+                    pending[i] = 1;
+                    break;
+                }
+                if (cl < 0) {
+                    rc = kvfs_errf(err, errlen, cl, "the client went away");
+                    break;
+                }
+                if (cl == 0) {
+                    if (tries > 3) {
+                        rc = kvfs_errf(err, errlen, -EIO, "chunk %.16s...: other requests' prefills failed", c->hash);
+                        break;
+                    }
+                    continue;
+                }
+                /* ours; another request may have finished it just now */
+                if (chunk_present(sv, c->hash)) {
+                    c->state = 2;
+                    pool_prefill_done(sv, c->hash);
+                    break;
+                }
+                rc = prefill_chunk(r, c, err, errlen);
+                pool_prefill_done(sv, c->hash);
+                if (rc)
+                    metrics_add(sv, &sv->m.prefill_errors, 1);
+                else {
+                    c->state = 1;
+                    metrics_add(sv, &sv->m.chunk_prefills, 1);
+                }
+                break;
+            }
+        }
+    }
+    free(pending);
+    return rc;
+}
+
+/* The recipe through the blend ioctl (or as a blends/ file when it is too
+ * long for one); *name gets the blend's name */
+static int blend(struct req *r, double ratio, char *name, size_t namelen, uint32_t *ntok, char *err, size_t errlen)
+{
+    struct plan *p = &r->plan;
+    size_t cap = (size_t)p->n_chunks * 66 + p->n_suffix * 12 + 128, n = 0;
+    char *text = malloc(cap);
+    int rc = 0;
+    if (!text)
+        return -ENOMEM;
+    for (int i = 0; i < p->n_chunks; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s\n", p->chunks[i].hash);
+    n += (size_t)snprintf(text + n, cap - n, "ratio=%g\nsuffix_tokens=", ratio);
+    for (size_t i = 0; i < p->n_suffix; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s%d", i ? "," : "", p->suffix[i]);
+    n += (size_t)snprintf(text + n, cap - n, "\n");
+    if (n <= LIBKVFS_RECIPE_MAX) {
+        char path[4096];
+        if ((rc = libkvfs_blend(r->sv->mount, text, path, sizeof(path), ntok, err, errlen)))
+            goto out;
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        snprintf(name, namelen, "%.*s", (int)(strlen(base) > 3 ? strlen(base) - 3 : 0), base);
+        goto out;
+    }
+    /* too long for the ioctl: blends/serve-<sha>.recipe */
+    unsigned char d[32];
+    SHA256((const unsigned char *)text, n, d);
+    snprintf(name, namelen, "serve-%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    char path[1400];
+    snprintf(path, sizeof(path), "%s/blends/%s.recipe", r->sv->mount, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = kvfs_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    ssize_t w = write(fd, text, n);
+    int cr = close(fd);
+    if (w != (ssize_t)n || cr) {
+        rc = -errno;
+        char ep[1400], why[240] = "";
+        snprintf(ep, sizeof(ep), "%s/blends/%s.err", r->sv->mount, name);
+        int ef = open(ep, O_RDONLY | O_CLOEXEC);
+        if (ef >= 0) {
+            ssize_t k = read(ef, why, sizeof(why) - 1);
+            why[k > 0 ? k : 0] = '\0';
+            close(ef);
+        }
+        rc = kvfs_errf(err, errlen, rc ? rc : -EIO, "recipe %s refused: %s", name, why);
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/blends/%s.kv", r->sv->mount, name);
+    fd = open(path, O_RDONLY | O_CLOEXEC); /* blends it */
+    if (fd < 0) {
+        rc = kvfs_errf(err, errlen, -errno, "blend %s: %s (see %s/blends/%s.err)", name, strerror(errno),
+                       r->sv->mount, name);
+        goto out;
+    }
+    close(fd);
+    *ntok = (uint32_t)p->n_prompt;
+out:
+    free(text);
+    return rc;
+}
+
+static json_t *prompt_ids(const struct plan *p, int with_suffix)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < p->n_chunks; i++)
+        for (size_t k = 0; k < p->chunks[i].n; k++)
+            json_array_append_new(a, json_integer(p->chunks[i].ids[k]));
+    for (size_t k = 0; with_suffix && k < p->n_suffix; k++)
+        json_array_append_new(a, json_integer(p->suffix[k]));
+    return a;
+}
+
+/* restore the blend into our slot and leave the documents' rows only, so
+ * that the engine computes the suffix itself */
+static int restore(struct req *r, const char *name, uint32_t ntok, char *err, size_t errlen)
+{
+    struct engine *e = &r->sv->engines[r->slot.engine];
+    char path[64];
+    json_t *out = NULL, *b = json_pack("{s:s+}", "filename", name, ".llama");
+    long st;
+    snprintf(path, sizeof(path), "/slots/%d?action=restore", r->slot.id);
+    int rc = engine_call_json(e, "POST", path, b, 300, NULL, NULL, &out, &st, err, errlen);
+    json_decref(b);
+    if (rc || st != 200) {
+        json_decref(out);
+        return rc ? rc : -EIO;
+    }
+    json_int_t n = json_integer_value(json_object_get(out, "n_restored"));
+    json_decref(out);
+    if (n != (json_int_t)ntok)
+        return kvfs_errf(err, errlen, -EPROTO, "restored %lld tokens of llama/%s.llama, the blend has %u",
+                         (long long)n, name, ntok);
+    /* the documents' tokens alone: the engine keeps the rows they share
+     * with the restored cache and drops the suffix's (it evaluates the
+     * last document token again to have logits) */
+    b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", prompt_ids(&r->plan, 0), "n_predict", 0, "id_slot", r->slot.id,
+                  "cache_prompt", 1);
+    rc = engine_call_json(e, "POST", "/completion", b, 300, client_gone, r, &out, &st, err, errlen);
+    json_decref(b);
+    json_decref(out);
+    return rc ? rc : st == 200 ? 0 : -EIO;
+}
+
+/* the engine's /completion request for the client's parameters */
+static json_t *completion_body(struct req *r)
+{
+    json_t *b = json_object(), *v;
+    json_object_set_new(b, "prompt", prompt_ids(&r->plan, 1));
+    json_object_set_new(b, "id_slot", json_integer(r->slot.id));
+    json_object_set_new(b, "cache_prompt", json_true());
+    json_object_set_new(b, "stream", json_boolean(r->stream));
+    json_object_set_new(b, "return_tokens", json_true());
+    json_int_t np = r->chat ? -1 : 16;
+    if (json_is_integer(v = json_object_get(r->body, "max_completion_tokens")) ||
+        json_is_integer(v = json_object_get(r->body, "max_tokens")))
+        np = json_integer_value(v);
+    json_object_set_new(b, "n_predict", json_integer(np));
+    static const char *pass[] = {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
+                                 "frequency_penalty", "repeat_penalty", "n_probs", "logit_bias", "grammar",
+                                 "json_schema", "typical_p", "mirostat", "ignore_eos", NULL};
+    for (int i = 0; pass[i]; i++)
+        if ((v = json_object_get(r->body, pass[i])) && !json_is_null(v))
+            json_object_set(b, pass[i], v);
+    return b;
+}
+
+static const char *finish_reason(json_t *ev)
+{
+    const char *st = json_string_value(json_object_get(ev, "stop_type"));
+    return st && !strcmp(st, "limit") ? "length" : "stop";
+}
+
+static json_t *usage(struct req *r, json_t *ev)
+{
+    json_int_t np = json_integer_value(json_object_get(ev, "tokens_predicted"));
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)r->plan.n_prompt, "completion_tokens", np,
+                     "total_tokens", (json_int_t)r->plan.n_prompt + np);
+}
+
+static void account(struct req *r, json_t *ev)
+{
+    struct serve *sv = r->sv;
+    json_t *t = json_object_get(ev, "timings");
+    pthread_mutex_lock(&sv->lock);
+    sv->m.prompt_tokens += r->plan.n_prompt;
+    sv->m.computed_tokens += (uint64_t)json_integer_value(json_object_get(t, "prompt_n"));
+    sv->m.completion_tokens += (uint64_t)json_integer_value(json_object_get(ev, "tokens_predicted"));
+    pthread_mutex_unlock(&sv->lock);
+}
+
+static json_t *base_object(struct req *r, const char *object)
+{
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created, "model",
+                     r->sv->model_name);
+}
+
+static char *whole_answer(struct req *r, json_t *ev)
+{
+    json_t *o = base_object(r, r->chat ? "chat.completion" : "text_completion");
+    json_t *content = json_object_get(ev, "content");
+    json_t *choice;
+    if (r->chat)
+        choice = json_pack("{s:i,s:{s:s,s:O},s:s}", "index", 0, "message", "role", "assistant", "content", content,
+                           "finish_reason", finish_reason(ev));
+    else
+        choice = json_pack("{s:i,s:O,s:n,s:s}", "index", 0, "text", content, "logprobs", "finish_reason",
+                           finish_reason(ev));
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_object_set_new(o, "usage", usage(r, ev));
+    json_t *t = json_object_get(ev, "timings");
+    if (t)
+        json_object_set(o, "timings", t);
+    json_t *tk = json_object_get(ev, "tokens");
+    if (tk && json_is_true(json_object_get(r->body, "return_tokens")))
+        json_object_set(r->kvfs, "tokens", tk);
+    json_object_set(o, "kvfs", r->kvfs);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* one engine event as OpenAI chunks appended to r->out */
+static int stream_event(struct req *r, json_t *ev)
+{
+    json_t *err = json_object_get(ev, "error");
+    char *s;
+    if (err) {
+        json_t *o = json_pack("{s:O}", "error", err);
+        s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        r->finished = 1;
+        goto emit;
+    }
+    const char *content = json_string_value(json_object_get(ev, "content"));
+    int stop = json_is_true(json_object_get(ev, "stop"));
+    if (!r->ttft_done && ((content && *content) || stop)) {
+        r->ttft_done = 1;
+        metrics_ttft(r->sv, serve_now() - r->t_arrival);
+    }
+    json_t *o = base_object(r, r->chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice;
+    if (r->chat) {
+        json_t *delta = json_object();
+        if (!r->sent_role) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            r->sent_role = 1;
+        }
+        if (content && (*content || !stop))
+            json_object_set_new(delta, "content", json_string(content));
+        choice = json_pack("{s:i,s:o}", "index", 0, "delta", delta);
+    } else
+        choice = json_pack("{s:i,s:s,s:n}", "index", 0, "text", content ? content : "", "logprobs");
+    json_object_set_new(choice, "finish_reason", stop ? json_string(finish_reason(ev)) : json_null());
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    if (stop) {
+        account(r, ev);
+        json_object_set_new(o, "usage", usage(r, ev));
+        json_t *t = json_object_get(ev, "timings");
+        if (t)
+            json_object_set(o, "timings", t);
+        json_object_set(o, "kvfs", r->kvfs);
+        r->finished = 1;
+    }
+    s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+emit:
+    if (!s)
+        return -ENOMEM;
+    int rc = out_add(&r->out, "data: ", 6);
+    if (!rc)
+        rc = out_add(&r->out, s, strlen(s));
+    if (!rc)
+        rc = out_add(&r->out, "\n\n", 2);
+    free(s);
+    return rc;
+}
+
+static void req_free(struct req *r)
+{
+    if (!r)
+        return;
+    engine_stream_close(r->es);
+    if (r->have_slot)
+        pool_release(r->sv, &r->slot);
+    plan_free(&r->plan);
+    json_decref(r->body);
+    json_decref(r->kvfs);
+    free(r->out.p);
+    free(r);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct req *r = cls;
+    for (;;) {
+        if (r->out.n > r->out.pos) {
+            size_t k = r->out.n - r->out.pos < max ? r->out.n - r->out.pos : max;
+            memcpy(buf, r->out.p + r->out.pos, k);
+            r->out.pos += k;
+            return (ssize_t)k;
+        }
+        if (r->done_sent)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (r->finished) {
+            out_add(&r->out, "data: [DONE]\n\n", 14);
+            r->done_sent = 1;
+            continue;
+        }
+        if (client_gone(r))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        json_t *ev = NULL;
+        char err[SERVE_ERR];
+        int rc = engine_stream_next(r->es, 0.2, &ev, err, sizeof(err));
+        if (rc == -ETIMEDOUT)
+            continue;
+        if (rc || !ev) {
+            if (rc == -EHOSTDOWN)
+                pool_engine_down(r->sv, r->slot.engine, err);
+            json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", rc ? err : "the engine's stream ended early",
+                                  "type", "server_error");
+            stream_event(r, e);
+            json_decref(e);
+            r->finished = 1;
+            continue;
+        }
+        if (stream_event(r, ev))
+            r->finished = 1;
+        json_decref(ev);
+    }
+}
+
+static void stream_done(void *cls)
+{
+    struct req *r = cls;
+    if (!r->finished)
+        metrics_add(r->sv, &r->sv->m.disconnects, 1);
+    req_free(r); /* closes the engine's stream (it stops generating) and frees the slot */
+}
+
+void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, const char *text, size_t len,
+                    double t_arrival, struct answer_result *res)
+{
+    char err[SERVE_ERR] = "", msg[SERVE_ERR + 128];
+    struct req *r = calloc(1, sizeof(*r));
+    int rc;
+    memset(res, 0, sizeof(*res));
+    metrics_add(sv, &sv->m.requests, 1);
+    if (!r) {
+        res->status = 500;
+        res->body = answer_error_json(500, "out of memory");
+        return;
+    }
+    r->sv = sv;
+    r->chat = chat;
+    r->t_arrival = t_arrival;
+    r->created = (long long)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    static unsigned long long seq;
+    snprintf(r->id, sizeof(r->id), "%s-kvfs%llx%llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
+             __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    r->kvfs = json_object();
+
+    json_error_t je;
+    r->body = json_loadb(text, len, 0, &je);
+    if (!r->body) {
+        if (strstr(je.text, "UTF-8") || strstr(je.text, "decode byte"))
+            snprintf(msg, sizeof(msg), "the request is not valid UTF-8 (%s, at byte %d)", je.text, je.position);
+        else
+            snprintf(msg, sizeof(msg), "the request is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
+        fail(r, res, 400, msg);
+        goto done;
+    }
+    if (!json_is_object(r->body)) {
+        fail(r, res, 400, "the request must be a JSON object");
+        goto done;
+    }
+    json_t *v = json_object_get(r->body, "n");
+    if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 1)) {
+        fail(r, res, 400, "'n' must be 1: one answer per request");
+        goto done;
+    }
+    r->stream = json_is_true(json_object_get(r->body, "stream"));
+    double ratio = sv->ratio;
+    v = json_object_get(r->body, "blend_ratio");
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1) {
+            fail(r, res, 400, "'blend_ratio' must be a number in (0, 1]");
+            goto done;
+        }
+        ratio = json_number_value(v);
+    }
+    /* the plan: an engine that is up renders the chat template */
+    int e0 = -1;
+    pthread_mutex_lock(&sv->lock);
+    for (int i = 0; i < sv->n_engines && e0 < 0; i++)
+        if (sv->engines[i].up)
+            e0 = i;
+    pthread_mutex_unlock(&sv->lock);
+    if (e0 < 0) {
+        pthread_mutex_lock(&sv->lock);
+        snprintf(msg, sizeof(msg), "%s %s is down: %s", sv->n_engines > 1 ? "every engine is down; the first," : "the engine",
+                 sv->engines[0].url, sv->engines[0].down_reason);
+        pthread_mutex_unlock(&sv->lock);
+        fail(r, res, 503, msg);
+        goto done;
+    }
+    if ((rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err)))) {
+        if (rc == -EHOSTDOWN) {
+            pool_engine_down(sv, e0, err);
+            snprintf(msg, sizeof(msg), "the engine %s is down: %s", sv->engines[e0].url, err);
+            fail(r, res, 503, msg);
+            goto done;
+        }
+        fail(r, res, rc == -EINVAL ? 400 : 500, err);
+        goto done;
+    }
+    int n_ctx = sv->engines[e0].n_ctx;
+    if (r->plan.n_prompt >= (size_t)n_ctx) {
+        snprintf(msg, sizeof(msg),
+                 "the prompt is %zu tokens and the context %d: %zu tokens over (at least one must be left for the "
+                 "answer)",
+                 r->plan.n_prompt, n_ctx, r->plan.n_prompt + 1 - (size_t)n_ctx);
+        fail(r, res, 400, msg);
+        goto done;
+    }
+    if (json_is_true(json_object_get(r->body, "return_prompt_tokens")))
+        json_object_set_new(r->kvfs, "prompt_tokens", prompt_ids(&r->plan, 1));
+    json_object_set_new(r->kvfs, "suffix_tokens", json_integer((json_int_t)r->plan.n_suffix));
+
+    /* a slot */
+    if ((rc = pool_acquire(sv, &r->slot, client_gone, r, err, sizeof(err)))) {
+        if (rc == -ECANCELED) {
+            metrics_add(sv, &sv->m.disconnects, 1);
+            res->status = 499;
+        } else
+            fail(r, res, 503, err);
+        goto done;
+    }
+    r->have_slot = 1;
+    json_object_set_new(r->kvfs, "engine", json_string(sv->engines[r->slot.engine].url));
+    json_object_set_new(r->kvfs, "slot", json_integer(r->slot.id));
+    if (r->plan.n_chunks == 0) {
+        metrics_add(sv, &sv->m.full_prefills, 1);
+        json_object_set_new(r->kvfs, "blend", json_null());
+    } else {
+        uint32_t ntok = 0;
+        char name[256];
+        if ((rc = resolve_chunks(r, err, sizeof(err)))) {
+            int st = engine_status(r, rc, err);
+            if (st == 499) {
+                metrics_add(sv, &sv->m.disconnects, 1);
+                res->status = 499;
+            } else {
+                snprintf(msg, sizeof(msg), "prefilling the documents: %s", err);
+                fail(r, res, st, msg);
+            }
+            goto done;
+        }
+        json_t *cs = json_array();
+        for (int i = 0; i < r->plan.n_chunks; i++)
+            json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", r->plan.chunks[i].hash, "tokens",
+                                                (json_int_t)r->plan.chunks[i].n, "source",
+                                                source_name(r->plan.chunks[i].state)));
+        json_object_set_new(r->kvfs, "chunks", cs);
+        if ((rc = blend(r, ratio, name, sizeof(name), &ntok, err, sizeof(err)))) {
+            metrics_add(sv, &sv->m.blend_errors, 1);
+            snprintf(msg, sizeof(msg), "the mount's blend: %s", err);
+            fail(r, res, rc == -ENOENT || rc == -EINVAL ? 500 : 500, msg);
+            goto done;
+        }
+        if ((rc = restore(r, name, ntok, err, sizeof(err)))) {
+            int st = engine_status(r, rc, err);
+            metrics_add(sv, &sv->m.blend_errors, 1);
+            if (st == 499) {
+                metrics_add(sv, &sv->m.disconnects, 1);
+                res->status = 499;
+            } else {
+                snprintf(msg, sizeof(msg), "restoring blend %s into slot %d of %s: %s", name, r->slot.id,
+                         sv->engines[r->slot.engine].url, err);
+                fail(r, res, st, msg);
+            }
+            goto done;
+        }
+        metrics_add(sv, &sv->m.blends, 1);
+        json_object_set_new(r->kvfs, "blend", json_string(name));
+        json_object_set_new(r->kvfs, "blend_tokens", json_integer(ntok));
+        json_object_set_new(r->kvfs, "ratio", json_real(ratio));
+    }
+
+    /* the answer */
+    json_t *body = completion_body(r);
+    struct engine *e = &sv->engines[r->slot.engine];
+    if (r->stream) {
+        rc = engine_stream_open(e, "/completion", body, &r->es, err, sizeof(err));
+        json_decref(body);
+        if (rc) {
+            fail(r, res, 500, err);
+            goto done;
+        }
+        res->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_done);
+        if (!res->stream) {
+            fail(r, res, 500, "cannot create the streaming response");
+            goto done;
+        }
+        MHD_add_response_header(res->stream, "Content-Type", "text/event-stream");
+        MHD_add_response_header(res->stream, "Cache-Control", "no-cache");
+        res->status = 200;
+        return; /* r lives on with the stream */
+    }
+    json_t *out = NULL;
+    long st;
+    rc = engine_call_json(e, "POST", "/completion", body, 0, client_gone, r, &out, &st, err, sizeof(err));
+    json_decref(body);
+    if (rc || st != 200) {
+        int hs = rc ? engine_status(r, rc, err) : st == 400 ? 400 : 502;
+        if (hs == 499) {
+            metrics_add(sv, &sv->m.disconnects, 1);
+            res->status = 499;
+        } else {
+            snprintf(msg, sizeof(msg), "the engine's answer: %s", err);
+            fail(r, res, hs, msg);
+        }
+        json_decref(out);
+        goto done;
+    }
+    json_t *t = json_object_get(out, "timings");
+    double pred_ms = json_number_value(json_object_get(t, "predicted_ms"));
+    double per_ms = json_number_value(json_object_get(t, "predicted_per_token_ms"));
+    double ttft = serve_now() - t_arrival - (pred_ms - per_ms) / 1000.0;
+    metrics_ttft(sv, ttft > 0 ? ttft : 0);
+    account(r, out);
+    res->status = 200;
+    res->body = whole_answer(r, out);
+    json_decref(out);
+done:
+    req_free(r);
+}

@@ -1,0 +1,401 @@
+/* pool.c - the engines' slots and the queue for them, single-flight
+ * prefills, engine health, metrics. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "serve.h"
+
+struct waiter {
+    struct waiter *next, *prev;
+};
+
+struct inflight {
+    struct inflight *next;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+};
+
+const double serve_ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+const int serve_ttft_n = (int)(sizeof(serve_ttft_bounds) / sizeof(serve_ttft_bounds[0]));
+
+static pthread_t health_thread;
+static int health_started;
+
+static void abs_in(struct timespec *ts, double s)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    long ns = ts->tv_nsec + (long)(s * 1e9);
+    ts->tv_sec += ns / 1000000000L;
+    ts->tv_nsec = ns % 1000000000L;
+}
+
+int pool_init(struct serve *sv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&sv->lock, NULL);
+    pthread_cond_init(&sv->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    for (int i = 0; i < sv->n_engines; i++) {
+        struct engine *e = &sv->engines[i];
+        e->slot_busy = calloc((size_t)e->n_slots, 1);
+        if (!e->slot_busy)
+            return -ENOMEM;
+        e->up = 1;
+    }
+    return 0;
+}
+
+void pool_free(struct serve *sv)
+{
+    for (int i = 0; i < sv->n_engines; i++)
+        free(sv->engines[i].slot_busy);
+    while (sv->inflight) {
+        struct inflight *f = sv->inflight;
+        sv->inflight = f->next;
+        free(f);
+    }
+    pthread_cond_destroy(&sv->cond);
+    pthread_mutex_destroy(&sv->lock);
+}
+
+/* the up engine with a free slot and the fewest busy ones (relative to its
+ * slots); -1 if none */
+static int pick_engine(struct serve *sv)
+{
+    int best = -1;
+    for (int i = 0; i < sv->n_engines; i++) {
+        struct engine *e = &sv->engines[i];
+        if (!e->up || e->busy >= e->n_slots)
+            continue;
+        if (best < 0 || (long)e->busy * sv->engines[best].n_slots < (long)sv->engines[best].busy * e->n_slots)
+            best = i;
+    }
+    return best;
+}
+
+static int any_up(struct serve *sv, char *err, size_t errlen)
+{
+    for (int i = 0; i < sv->n_engines; i++)
+        if (sv->engines[i].up)
+            return 1;
+    if (sv->n_engines == 1)
+        kvfs_errf(err, errlen, -EHOSTDOWN, "the engine %s is down: %s", sv->engines[0].url,
+                  sv->engines[0].down_reason);
+    else
+        kvfs_errf(err, errlen, -EHOSTDOWN, "all %d engines are down (%s: %s)", sv->n_engines, sv->engines[0].url,
+                  sv->engines[0].down_reason);
+    return 0;
+}
+
+int pool_acquire(struct serve *sv, struct slot_ref *out, serve_cancel_fn cancel, void *arg, char *err, size_t errlen)
+{
+    struct waiter w = {0};
+    int rc = 0;
+    pthread_mutex_lock(&sv->lock);
+    if (!any_up(sv, err, errlen)) {
+        pthread_mutex_unlock(&sv->lock);
+        return -EHOSTDOWN;
+    }
+    /* join the queue */
+    w.prev = sv->queue_tail;
+    if (sv->queue_tail)
+        sv->queue_tail->next = &w;
+    else
+        sv->queue_head = &w;
+    sv->queue_tail = &w;
+    sv->queue_len++;
+    for (;;) {
+        int e;
+        if (sv->queue_head == &w && (e = pick_engine(sv)) >= 0) {
+            struct engine *en = &sv->engines[e];
+            for (int s = 0; s < en->n_slots; s++)
+                if (!en->slot_busy[s]) {
+                    en->slot_busy[s] = 1;
+                    en->busy++;
+                    out->engine = e;
+                    out->id = s;
+                    break;
+                }
+            break;
+        }
+        if (!any_up(sv, err, errlen)) {
+            rc = -EHOSTDOWN;
+            break;
+        }
+        if (sv->stopping || (cancel && cancel(arg))) {
+            rc = kvfs_errf(err, errlen, -ECANCELED, "the client went away while queued");
+            break;
+        }
+        struct timespec ts;
+        abs_in(&ts, 0.1);
+        pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
+    }
+    /* leave the queue */
+    if (w.prev)
+        w.prev->next = w.next;
+    else
+        sv->queue_head = w.next;
+    if (w.next)
+        w.next->prev = w.prev;
+    else
+        sv->queue_tail = w.prev;
+    sv->queue_len--;
+    pthread_cond_broadcast(&sv->cond); /* the next one may be served too */
+    pthread_mutex_unlock(&sv->lock);
+    return rc;
+}
+
+void pool_release(struct serve *sv, const struct slot_ref *s)
+{
+    pthread_mutex_lock(&sv->lock);
+    struct engine *e = &sv->engines[s->engine];
+    if (e->slot_busy[s->id]) {
+        e->slot_busy[s->id] = 0;
+        e->busy--;
+    }
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+void pool_engine_down(struct serve *sv, int engine, const char *why)
+{
+    pthread_mutex_lock(&sv->lock);
+    struct engine *e = &sv->engines[engine];
+    if (e->up)
+        kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is down: %s", e->url, why);
+    e->up = 0;
+    snprintf(e->down_reason, sizeof(e->down_reason), "%s", why);
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+static void *health_main(void *arg)
+{
+    struct serve *sv = arg;
+    for (;;) {
+        pthread_mutex_lock(&sv->lock);
+        int stop = sv->stopping;
+        pthread_mutex_unlock(&sv->lock);
+        if (stop)
+            break;
+        for (int i = 0; i < sv->n_engines; i++) {
+            struct engine *e = &sv->engines[i];
+            json_t *r = NULL;
+            long st = 0;
+            char err[256];
+            int rc = engine_call(e, "GET", "/health", NULL, 2, NULL, NULL, &r, &st, err, sizeof(err));
+            json_decref(r);
+            int ok = rc == 0 && st == 200;
+            pthread_mutex_lock(&sv->lock);
+            if (ok && !e->up) {
+                e->up = 1;
+                kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is back", e->url);
+                pthread_cond_broadcast(&sv->cond);
+            } else if (!ok && e->up) {
+                e->up = 0;
+                if (rc)
+                    snprintf(e->down_reason, sizeof(e->down_reason), "%s", err);
+                else
+                    snprintf(e->down_reason, sizeof(e->down_reason), "/health answered HTTP %ld (loading?)", st);
+                kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is down: %s", e->url, e->down_reason);
+                pthread_cond_broadcast(&sv->cond);
+            }
+            pthread_mutex_unlock(&sv->lock);
+        }
+        usleep(500 * 1000);
+    }
+    return NULL;
+}
+
+int pool_start_health(struct serve *sv)
+{
+    int rc = pthread_create(&health_thread, NULL, health_main, sv);
+    if (rc)
+        return -rc;
+    health_started = 1;
+    return 0;
+}
+
+void pool_stop_health(struct serve *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->stopping = 1;
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+    if (health_started)
+        pthread_join(health_thread, NULL);
+    health_started = 0;
+}
+
+/* ---- single flight ---- */
+
+static struct inflight *find_inflight(struct serve *sv, const char *hash)
+{
+    for (struct inflight *f = sv->inflight; f; f = f->next)
+        if (!strcmp(f->hash, hash))
+            return f;
+    return NULL;
+}
+
+int pool_prefill_claim(struct serve *sv, const char *hash, int wait, serve_cancel_fn cancel, void *arg)
+{
+    int waited = 0;
+    pthread_mutex_lock(&sv->lock);
+    while (find_inflight(sv, hash)) {
+        if (!wait) {
+            pthread_mutex_unlock(&sv->lock);
+            return -EAGAIN;
+        }
+        waited = 1;
+        if (cancel && cancel(arg)) {
+            pthread_mutex_unlock(&sv->lock);
+            return -ECANCELED;
+        }
+        struct timespec ts;
+        abs_in(&ts, 0.1);
+        pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
+    }
+    if (waited) {
+        pthread_mutex_unlock(&sv->lock);
+        return 0; /* the caller looks again: there now, or claims it */
+    }
+    struct inflight *f = calloc(1, sizeof(*f));
+    if (!f) {
+        pthread_mutex_unlock(&sv->lock);
+        return -ENOMEM;
+    }
+    snprintf(f->hash, sizeof(f->hash), "%s", hash);
+    f->next = sv->inflight;
+    sv->inflight = f;
+    pthread_mutex_unlock(&sv->lock);
+    return 1;
+}
+
+void pool_prefill_done(struct serve *sv, const char *hash)
+{
+    pthread_mutex_lock(&sv->lock);
+    for (struct inflight **pp = &sv->inflight; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->hash, hash)) {
+            struct inflight *f = *pp;
+            *pp = f->next;
+            free(f);
+            break;
+        }
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+/* ---- metrics ---- */
+
+void metrics_add(struct serve *sv, uint64_t *counter, uint64_t n)
+{
+    pthread_mutex_lock(&sv->lock);
+    *counter += n;
+    pthread_mutex_unlock(&sv->lock);
+}
+
+void metrics_ttft(struct serve *sv, double s)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->m.ttft_count++;
+    sv->m.ttft_sum += s;
+    int b = 0;
+    while (b < serve_ttft_n && s > serve_ttft_bounds[b])
+        b++;
+    sv->m.ttft_bucket[b]++;
+    pthread_mutex_unlock(&sv->lock);
+}
+
+struct text {
+    char *p;
+    size_t n, cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct text *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return;
+        if (t->p && t->n + (size_t)k < t->cap) {
+            t->n += (size_t)k;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 8192;
+        while (cap < t->n + (size_t)k + 1)
+            cap *= 2;
+        char *q = realloc(t->p, cap);
+        if (!q)
+            return;
+        t->p = q;
+        t->cap = cap;
+    }
+}
+
+static void counter(struct text *t, const char *name, const char *help, uint64_t v)
+{
+    put(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+char *metrics_render(struct serve *sv)
+{
+    struct text t = {0};
+    pthread_mutex_lock(&sv->lock);
+    struct serve_metrics m = sv->m;
+    counter(&t, "kvfs_serve_requests_total", "Completion requests received.", m.requests);
+    counter(&t, "kvfs_serve_client_errors_total", "Requests answered 4xx.", m.errors_4xx);
+    counter(&t, "kvfs_serve_server_errors_total", "Requests answered 5xx.", m.errors_5xx);
+    counter(&t, "kvfs_serve_client_disconnects_total", "Clients that went away before their answer ended.",
+            m.disconnects);
+    counter(&t, "kvfs_serve_chunk_hits_total", "Document chunks found in the mount.", m.chunk_hits);
+    counter(&t, "kvfs_serve_chunk_misses_total", "Document chunks not in the mount when asked for.", m.chunk_misses);
+    counter(&t, "kvfs_serve_chunk_prefills_total", "Chunks prefilled by an engine and saved into the mount.",
+            m.chunk_prefills);
+    counter(&t, "kvfs_serve_chunk_prefill_joins_total", "Misses served by another request's prefill (single flight).",
+            m.prefill_joins);
+    counter(&t, "kvfs_serve_chunk_prefill_errors_total", "Prefills that failed.", m.prefill_errors);
+    counter(&t, "kvfs_serve_blends_total", "Blends made by the mount and restored into a slot.", m.blends);
+    counter(&t, "kvfs_serve_blend_errors_total", "Blends or restores that failed.", m.blend_errors);
+    counter(&t, "kvfs_serve_full_prefills_total", "Requests without documents, prefilled in full by the engine.",
+            m.full_prefills);
+    counter(&t, "kvfs_serve_prompt_tokens_total", "Prompt tokens of the requests answered.", m.prompt_tokens);
+    counter(&t, "kvfs_serve_computed_prompt_tokens_total", "Prompt tokens the engines computed (timings.prompt_n).",
+            m.computed_tokens);
+    counter(&t, "kvfs_serve_completion_tokens_total", "Tokens generated.", m.completion_tokens);
+    put(&t, "# HELP kvfs_serve_ttft_seconds Time from a request's arrival to its first answer token.\n"
+            "# TYPE kvfs_serve_ttft_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < serve_ttft_n; b++) {
+        cum += m.ttft_bucket[b];
+        put(&t, "kvfs_serve_ttft_seconds_bucket{le=\"%g\"} %llu\n", serve_ttft_bounds[b], (unsigned long long)cum);
+    }
+    cum += m.ttft_bucket[serve_ttft_n];
+    put(&t, "kvfs_serve_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    put(&t, "kvfs_serve_ttft_seconds_sum %.6f\nkvfs_serve_ttft_seconds_count %llu\n", m.ttft_sum,
+        (unsigned long long)m.ttft_count);
+    put(&t, "# HELP kvfs_serve_queue_depth Requests waiting for a slot.\n# TYPE kvfs_serve_queue_depth gauge\n"
+            "kvfs_serve_queue_depth %d\n",
+        sv->queue_len);
+    put(&t, "# HELP kvfs_serve_slots_busy Slots handed to requests, per engine.\n"
+            "# TYPE kvfs_serve_slots_busy gauge\n");
+    for (int i = 0; i < sv->n_engines; i++)
+        put(&t, "kvfs_serve_slots_busy{engine=\"%s\"} %d\n", sv->engines[i].url, sv->engines[i].busy);
+    put(&t, "# HELP kvfs_serve_slots Slots per engine.\n# TYPE kvfs_serve_slots gauge\n");
+    for (int i = 0; i < sv->n_engines; i++)
+        put(&t, "kvfs_serve_slots{engine=\"%s\"} %d\n", sv->engines[i].url, sv->engines[i].n_slots);
+    put(&t, "# HELP kvfs_serve_engine_up Whether an engine answers.\n# TYPE kvfs_serve_engine_up gauge\n");
+    for (int i = 0; i < sv->n_engines; i++)
+        put(&t, "kvfs_serve_engine_up{engine=\"%s\"} %d\n", sv->engines[i].url, sv->engines[i].up);
+    pthread_mutex_unlock(&sv->lock);
+    return t.p;
+}

@@ -1,0 +1,181 @@
+/* serve.h - kvfs-serve, an OpenAI-compatible front that answers RAG requests
+ * through a kvfs mount and llama-server (kvfs-serve(1)).
+ *
+ *   engine.c   the client side: llama-server over libcurl (JSON calls and
+ *              the token stream), engine discovery and health
+ *   pool.c     slots of every engine, the FIFO queue for them (least busy
+ *              engine first), single-flight prefills, metrics
+ *   plan.c     an OpenAI request turned into chunks and a suffix: the chat
+ *              template as the engine applies it, documents, the separator
+ *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
+ *              completion) and the OpenAI responses, streamed or not
+ *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
+ *
+ * Every function returns 0 or a negative errno and says why in err. */
+#ifndef KVFS_SERVE_H
+#define KVFS_SERVE_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvformat.h"
+
+struct kvfs_tokenizer;
+struct kvfs_model;
+
+#define SERVE_MAX_ENGINES 16
+#define SERVE_ERR 512
+
+/* One llama-server */
+struct engine {
+    char url[256];        /* http://host:port, no trailing slash */
+    char model_path[1024];/* its /props model_path */
+    int n_slots;          /* /props total_slots */
+    int n_ctx;            /* per slot (default_generation_settings.n_ctx) */
+    int busy;             /* slots handed out */
+    int up;               /* answered its last call */
+    char down_reason[256];
+    unsigned char *slot_busy; /* [n_slots] */
+};
+
+/* A slot handed to one request */
+struct slot_ref {
+    int engine;
+    int id;
+};
+
+struct serve_metrics {
+    uint64_t requests, errors_4xx, errors_5xx, disconnects;
+    uint64_t chunk_hits, chunk_misses, chunk_prefills, prefill_joins, prefill_errors;
+    uint64_t blends, blend_errors, full_prefills, restores;
+    uint64_t prompt_tokens, computed_tokens, completion_tokens;
+    uint64_t ttft_count;
+    double ttft_sum;
+    uint64_t ttft_bucket[16];  /* cumulative at render time; counts per bucket here */
+};
+
+struct serve {
+    /* options */
+    char mount[1024];
+    char separator[64];
+    char model_name[256]; /* what /v1/models says */
+    double ratio;
+    int chunk_tokens;
+    int verbose;
+    /* the model: tokenizer and fingerprint (for chunk names) */
+    struct kvfs_model *model;
+    struct kvfs_tokenizer *tok;
+    struct kvfs_fingerprint fp;
+    uint32_t chunk_dtype; /* of the chunks the mount makes of the engine's states */
+    uint32_t chunk_flags;
+    int add_bos;
+    int32_t bos;
+    /* engines and slots */
+    struct engine engines[SERVE_MAX_ENGINES];
+    int n_engines;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct waiter *queue_head, *queue_tail;
+    int queue_len;
+    /* single-flight prefills */
+    struct inflight *inflight;
+    /* metrics (under lock) */
+    struct serve_metrics m;
+    int stopping;
+};
+
+extern const double serve_ttft_bounds[]; /* histogram bounds, seconds */
+extern const int serve_ttft_n;
+
+/* ---- engine.c ---- */
+/* Calls are cancelled when cancel(arg) returns nonzero (a client gone). */
+typedef int (*serve_cancel_fn)(void *arg);
+/* method "GET" or "POST"; body NULL or JSON text; *out the parsed JSON reply
+ * (NULL when the body is not JSON), *status the HTTP status.  -EHOSTDOWN when
+ * the engine cannot be reached, -ETIMEDOUT, -ECANCELED, -EIO. */
+int engine_call(const struct engine *e, const char *method, const char *path, const char *body, double timeout_s,
+                serve_cancel_fn cancel, void *cancel_arg, json_t **out, long *status, char *err, size_t errlen);
+/* The same with body a JSON value (not consumed) */
+int engine_call_json(const struct engine *e, const char *method, const char *path, json_t *body, double timeout_s,
+                     serve_cancel_fn cancel, void *cancel_arg, json_t **out, long *status, char *err, size_t errlen);
+/* /props: slots, context, model path */
+int engine_discover(struct engine *e, char *err, size_t errlen);
+
+/* A streamed completion: the engine's server-sent events, one JSON object
+ * each, read as they come. */
+struct engine_stream;
+int engine_stream_open(const struct engine *e, const char *path, json_t *body, struct engine_stream **out,
+                       char *err, size_t errlen);
+/* Next event (*ev, to json_decref) or *ev NULL at the end.  Waits at most
+ * timeout_s for it (-ETIMEDOUT; call again) */
+int engine_stream_next(struct engine_stream *s, double timeout_s, json_t **ev, char *err, size_t errlen);
+void engine_stream_close(struct engine_stream *s);
+
+/* ---- pool.c ---- */
+int pool_init(struct serve *sv);
+void pool_free(struct serve *sv);
+/* Wait for a free slot (FIFO, least busy engine first).  -EHOSTDOWN when no
+ * engine is up (err says why), -ECANCELED when cancel() said so. */
+int pool_acquire(struct serve *sv, struct slot_ref *out, serve_cancel_fn cancel, void *arg, char *err, size_t errlen);
+void pool_release(struct serve *sv, const struct slot_ref *s);
+void pool_engine_down(struct serve *sv, int engine, const char *why);
+/* Health: probes engines that are down (a thread of its own) */
+int pool_start_health(struct serve *sv);
+void pool_stop_health(struct serve *sv);
+
+/* Single flight: 1 = the caller prefills hash (then pool_prefill_done),
+ * 0 = another request was prefilling it and has finished (look again),
+ * -EAGAIN = another request is prefilling it and wait is 0, <0 error */
+int pool_prefill_claim(struct serve *sv, const char *hash, int wait, serve_cancel_fn cancel, void *arg);
+void pool_prefill_done(struct serve *sv, const char *hash);
+
+void metrics_add(struct serve *sv, uint64_t *counter, uint64_t n);
+void metrics_ttft(struct serve *sv, double seconds);
+/* Prometheus text format; malloc'ed */
+char *metrics_render(struct serve *sv);
+
+/* ---- plan.c ---- */
+struct chunk_plan {
+    int32_t *ids;  /* tokens (NULL until known for a hash given by the client) */
+    size_t n;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    int given_hash;   /* the client named it by hash */
+    int state;        /* 0 hit, 1 miss prefilled here, 2 miss prefilled by another request */
+};
+
+struct plan {
+    int chat;
+    struct chunk_plan *chunks;
+    int n_chunks;
+    int32_t *suffix; /* the question and the template's tail */
+    size_t n_suffix;
+    size_t n_prompt; /* chunks + suffix */
+};
+
+/* Build the plan of request req.  -EINVAL (400) with the reason in err;
+ * -EHOSTDOWN when the engine (chat template) cannot be reached. */
+int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, struct plan *p, char *err,
+               size_t errlen);
+void plan_free(struct plan *p);
+/* the content hash of a chunk of the mount's model with these tokens */
+int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char hex[KVFS_HASH_HEX_LEN + 1]);
+/* tokens of MNT/chunks/HASH.kv from its header: -ENOENT when absent */
+int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, size_t *n, char *err, size_t errlen);
+
+/* ---- answer.c ---- */
+struct MHD_Connection;
+struct answer_result {
+    int status;                    /* HTTP status */
+    char *body;                    /* malloc'ed; NULL when streaming */
+    struct MHD_Response *stream;   /* a streaming response */
+};
+/* Serve a completion request (chat or not) from body[0..len) */
+void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, const char *body, size_t len,
+                    double t_arrival, struct answer_result *res);
+/* {"error": {...}} text, malloc'ed */
+char *answer_error_json(int status, const char *msg);
+double serve_now(void);
+
+#endif

@@ -23,11 +23,31 @@ struct cpu_pool {
     int n_workers, stop;
     atomic_ulong gen;         /* a new batch */
     atomic_int pending;       /* workers' jobs of this batch not yet done */
+    int want;                 /* workers to start */
+    atomic_uint started_gen;  /* fork_gen when they were started */
     void *(*fn)(void *);
     char *jobs;
     size_t job_size;
     int n_jobs;
 };
+
+/* Threads do not survive fork(): a pool made before the daemon forks into
+ * the background (kvfs without -f loads its model first) would wait for
+ * workers that are gone.  Each fork's child bumps fork_gen; a pool started
+ * in an older generation starts its workers again on first use. */
+static atomic_uint fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t restart_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void in_child(void)
+{
+    atomic_fetch_add(&fork_gen, 1);
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, in_child);
+}
 
 struct worker_arg {
     struct cpu_pool *p;
@@ -65,17 +85,18 @@ static void *worker(void *varg)
     }
 }
 
-struct cpu_pool *cpu_pool_new(int n_threads)
+/* the workers, in this process (their batch counter from zero) */
+static void pool_start(struct cpu_pool *p)
 {
-    struct cpu_pool *p = calloc(1, sizeof(*p));
-    if (!p)
-        return NULL;
     pthread_mutex_init(&p->submit, NULL);
     pthread_mutex_init(&p->m, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
-    int want = n_threads - 1 > MAX_WORKERS ? MAX_WORKERS : n_threads - 1;
-    for (int i = 0; i < want; i++) {
+    atomic_store(&p->gen, 0);
+    p->n_workers = 0;
+    p->stop = 0;
+    atomic_store(&p->started_gen, atomic_load(&fork_gen));
+    for (int i = 0; i < p->want; i++) {
         struct worker_arg *a = malloc(sizeof(*a));
         if (!a)
             break;
@@ -86,13 +107,35 @@ struct cpu_pool *cpu_pool_new(int n_threads)
         }
         p->n_workers++;
     }
+}
+
+struct cpu_pool *cpu_pool_new(int n_threads)
+{
+    pthread_once(&atfork_once, register_atfork);
+    struct cpu_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->want = n_threads - 1 > MAX_WORKERS ? MAX_WORKERS : n_threads - 1;
+    pool_start(p);
     return p;
+}
+
+/* a pool made before this process forked: its threads (and the state of its
+ * locks) stayed in the parent; no batch runs here yet */
+static void pool_restart_after_fork(struct cpu_pool *p)
+{
+    pthread_mutex_lock(&restart_lock);
+    if (atomic_load(&p->started_gen) != atomic_load(&fork_gen))
+        pool_start(p);
+    pthread_mutex_unlock(&restart_lock);
 }
 
 void cpu_pool_free(struct cpu_pool *p)
 {
     if (!p)
         return;
+    if (atomic_load(&p->started_gen) != atomic_load(&fork_gen))
+        pool_restart_after_fork(p); /* so that there are workers here to stop */
     pthread_mutex_lock(&p->m);
     p->stop = 1;
     pthread_cond_broadcast(&p->go);
@@ -109,6 +152,8 @@ void cpu_pool_free(struct cpu_pool *p)
 void cpu_pool_run(struct cpu_pool *p, void *(*fn)(void *), void *jobs, size_t job_size, int n)
 {
     char *j = jobs;
+    if (p && atomic_load_explicit(&p->started_gen, memory_order_relaxed) != atomic_load_explicit(&fork_gen, memory_order_relaxed))
+        pool_restart_after_fork(p);
     if (!p || n <= 1 || p->n_workers == 0 || pthread_mutex_trylock(&p->submit) != 0) {
         for (int i = 0; i < n; i++) /* alone, or the workers are busy with another caller */
             fn(j + (size_t)i * job_size);

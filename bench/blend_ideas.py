@@ -27,9 +27,8 @@ from paths import KVFSCTL, MODEL
 
 RATIO = os.environ.get('BLEND_IDEAS_RATIO', '0.15')
 DEFAULT = ('kvfs (floor off)=--no-floor;'
-           'APE temperature 0.9=--no-floor --ape-temp 0.9;'
-           'APE temperature 1.1=--no-floor --ape-temp 1.1;'
-           'APE temperature 1.25=--no-floor --ape-temp 1.25;'
+           'votes from every layer=--no-floor --vote-from 0;'
+           'position prior 0.5=--no-floor --pos-prior 0.5;'
            'shared prefix: system prompt=--no-floor --shared-prefix "<|im_start|>system\nYou are a helpful AI '
            'assistant.<|im_end|>\n<|im_start|>user\n"')
 variants = []

@@ -676,8 +676,10 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
                 metrics_add(sv, &sv->m.disconnects, 1);
                 res->status = 499;
             } else {
-                snprintf(msg, sizeof(msg), "restoring blend %s into slot %d of %s: %s", name, r->slot.id,
-                         sv->engines[r->slot.engine].url, err);
+                /* a long reason is cut, never overflows (the length checked: no truncation warning) */
+                if (snprintf(msg, sizeof(msg), "restoring blend %s into slot %d of %s: %s", name, r->slot.id,
+                             sv->engines[r->slot.engine].url, err) >= (int)sizeof(msg))
+                    msg[sizeof(msg) - 2] = '.';
                 fail(r, res, st, msg);
             }
             goto done;

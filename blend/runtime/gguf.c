@@ -106,6 +106,108 @@ struct str_index {
 static struct str_index *str_indexes;
 static size_t n_str_indexes;
 
+/* the key/value entries (values left in the mapping) and the alignment */
+static int read_metadata(struct kvfs_gguf *g, struct cursor *c, const char *path, char *err, size_t errlen)
+{
+    g->alignment = 32;
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        struct kvfs_gguf_kv *kv = &g->kv[i];
+        kv->key = get_str(c);
+        kv->type = get_u32(c);
+        if (kv->type == KVFS_GGUF_ARRAY) {
+            const uint8_t *save = c->p;
+            kv->arr_type = get_u32(c);
+            kv->arr_len = get_u64(c);
+            kv->data = c->p;
+            c->p = save;
+        } else {
+            kv->data = c->p;
+        }
+        skip_value(c, kv->type, 0);
+        if (c->bad) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: metadata entry %llu is truncated or malformed", path, (unsigned long long)i);
+            return -EINVAL;
+        }
+    }
+    uint32_t align;
+    if (kvfs_gguf_get_u32(g, "general.alignment", &align) == 0) {
+        if (align == 0 || (align & (align - 1))) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: bad alignment %u", path, align);
+            return -EINVAL;
+        }
+        g->alignment = align;
+    }
+    return 0;
+}
+
+/* the tensor table: names, shapes, types and offsets */
+static int read_tensor_infos(struct kvfs_gguf *g, struct cursor *c, const char *path, char *err, size_t errlen)
+{
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        struct kvfs_gguf_tensor *t = &g->tensors[i];
+        t->name = get_str(c);
+        t->n_dims = get_u32(c);
+        if (t->n_dims == 0 || t->n_dims > 4) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %llu has %u dims", path, (unsigned long long)i, t->n_dims);
+            return -EINVAL;
+        }
+        for (int d = 0; d < 4; d++)
+            t->ne[d] = d < (int)t->n_dims ? get_u64(c) : 1;
+        t->type = get_u32(c);
+        t->offset = get_u64(c);
+        if (c->bad) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor table truncated", path);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* the data section and each tensor in it, checked against the file's size */
+static int place_tensors(struct kvfs_gguf *g, struct cursor *c, const char *path, char *err, size_t errlen)
+{
+    uint64_t pos = (uint64_t)(c->p - g->map);
+    pos = (pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (pos > g->map_size) {
+        kvfs_errf(err, errlen, -EINVAL, "%s: data section missing", path);
+        return -EINVAL;
+    }
+    g->data = g->map + pos;
+    uint64_t data_size = g->map_size - pos;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        struct kvfs_gguf_tensor *t = &g->tensors[i];
+        int nl = (int)t->name.len;
+        const char *tn = kvfs_ggml_type_name(t->type);
+        uint32_t blk = kvfs_ggml_block_size(t->type);
+        if (!blk) { /* a valid ggml type we cannot decode is "not supported"; any other number, malformed */
+            int rc = strcmp(tn, "unknown") ? -ENOTSUP : -EINVAL;
+            return kvfs_errf(err, errlen, rc,
+                      "%s: tensor %.*s has ggml type %s (%u), which kvfs does not read (it reads F32, F16, BF16, "
+                      "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, nl, t->name.ptr, tn, t->type);
+        }
+        uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]), rows = t->ne[1];
+        if (!row) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s (%s): row length %llu is not a multiple of its block of %u",
+                      path, nl, t->name.ptr, tn, (unsigned long long)t->ne[0], blk);
+            return -EINVAL;
+        }
+        if (__builtin_mul_overflow(rows, t->ne[2], &rows) || __builtin_mul_overflow(rows, t->ne[3], &rows) ||
+            __builtin_mul_overflow(row, rows, &t->nbytes)) {
+            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s has an impossible shape", path, nl, t->name.ptr);
+            return -EINVAL;
+        }
+        if (t->offset > data_size || t->nbytes > data_size - t->offset) {
+            kvfs_errf(err, errlen, -EINVAL,
+                      "%s: tensor %.*s (%s, %llu bytes at data offset %llu) lies outside the file (truncated? its "
+                      "data section holds %llu bytes)", path, nl, t->name.ptr, tn, (unsigned long long)t->nbytes,
+                      (unsigned long long)t->offset, (unsigned long long)data_size);
+            return -EINVAL;
+        }
+        t->data = g->data + t->offset;
+    }
+    return 0;
+}
+
 int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -157,91 +259,9 @@ int kvfs_gguf_open(const char *path, struct kvfs_gguf **out, char *err, size_t e
         rc = -ENOMEM;
         goto fail;
     }
-    g->alignment = 32;
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        struct kvfs_gguf_kv *kv = &g->kv[i];
-        kv->key = get_str(&c);
-        kv->type = get_u32(&c);
-        if (kv->type == KVFS_GGUF_ARRAY) {
-            const uint8_t *save = c.p;
-            kv->arr_type = get_u32(&c);
-            kv->arr_len = get_u64(&c);
-            kv->data = c.p;
-            c.p = save;
-        } else {
-            kv->data = c.p;
-        }
-        skip_value(&c, kv->type, 0);
-        if (c.bad) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: metadata entry %llu is truncated or malformed", path, (unsigned long long)i);
-            goto fail;
-        }
-    }
-    uint32_t align;
-    if (kvfs_gguf_get_u32(g, "general.alignment", &align) == 0) {
-        if (align == 0 || (align & (align - 1))) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: bad alignment %u", path, align);
-            goto fail;
-        }
-        g->alignment = align;
-    }
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        struct kvfs_gguf_tensor *t = &g->tensors[i];
-        t->name = get_str(&c);
-        t->n_dims = get_u32(&c);
-        if (t->n_dims == 0 || t->n_dims > 4) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %llu has %u dims", path, (unsigned long long)i, t->n_dims);
-            goto fail;
-        }
-        for (int d = 0; d < 4; d++)
-            t->ne[d] = d < (int)t->n_dims ? get_u64(&c) : 1;
-        t->type = get_u32(&c);
-        t->offset = get_u64(&c);
-        if (c.bad) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor table truncated", path);
-            goto fail;
-        }
-    }
-    uint64_t pos = (uint64_t)(c.p - g->map);
-    pos = (pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (pos > g->map_size) {
-        kvfs_errf(err, errlen, -EINVAL, "%s: data section missing", path);
+    if ((rc = read_metadata(g, &c, path, err, errlen)) || (rc = read_tensor_infos(g, &c, path, err, errlen)) ||
+        (rc = place_tensors(g, &c, path, err, errlen)))
         goto fail;
-    }
-    g->data = g->map + pos;
-    uint64_t data_size = g->map_size - pos;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        struct kvfs_gguf_tensor *t = &g->tensors[i];
-        int nl = (int)t->name.len;
-        const char *tn = kvfs_ggml_type_name(t->type);
-        uint32_t blk = kvfs_ggml_block_size(t->type);
-        if (!blk) { /* a valid ggml type we cannot decode is "not supported"; any other number, malformed */
-            rc = strcmp(tn, "unknown") ? -ENOTSUP : -EINVAL;
-            kvfs_errf(err, errlen, rc,
-                      "%s: tensor %.*s has ggml type %s (%u), which kvfs does not read (it reads F32, F16, BF16, "
-                      "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, nl, t->name.ptr, tn, t->type);
-            goto fail;
-        }
-        uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]), rows = t->ne[1];
-        if (!row) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s (%s): row length %llu is not a multiple of its block of %u",
-                      path, nl, t->name.ptr, tn, (unsigned long long)t->ne[0], blk);
-            goto fail;
-        }
-        if (__builtin_mul_overflow(rows, t->ne[2], &rows) || __builtin_mul_overflow(rows, t->ne[3], &rows) ||
-            __builtin_mul_overflow(row, rows, &t->nbytes)) {
-            kvfs_errf(err, errlen, -EINVAL, "%s: tensor %.*s has an impossible shape", path, nl, t->name.ptr);
-            goto fail;
-        }
-        if (t->offset > data_size || t->nbytes > data_size - t->offset) {
-            kvfs_errf(err, errlen, -EINVAL,
-                      "%s: tensor %.*s (%s, %llu bytes at data offset %llu) lies outside the file (truncated? its "
-                      "data section holds %llu bytes)", path, nl, t->name.ptr, tn, (unsigned long long)t->nbytes,
-                      (unsigned long long)t->offset, (unsigned long long)data_size);
-            goto fail;
-        }
-        t->data = g->data + t->offset;
-    }
     *out = g;
     return 0;
 fail:

@@ -343,14 +343,14 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* the command line into sv and the rest: -1 to go on, else the exit status */
+struct serve_args {
+    const char *listen, *model, *name;
+    int max_conn;
+};
+
+static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args *a)
 {
-    struct serve *sv = &SV;
-    const char *listen = "127.0.0.1:8090", *model = NULL, *name = NULL;
-    int max_conn = 512, rc = 1, pool_ok = 0;
-    char err[2048];
-    struct MHD_Daemon *d = NULL;
-    sigset_t sigs;
     static const struct option opts[] = {
         {"mount", required_argument, 0, 'm'},         {"engine", required_argument, 0, 'e'},
         {"listen", required_argument, 0, 'l'},        {"model", required_argument, 0, 'M'},
@@ -359,10 +359,6 @@ int main(int argc, char **argv)
         {"max-connections", required_argument, 0, 'C'}, {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
-    snprintf(sv->separator, sizeof(sv->separator), " # # ");
-    sv->ratio = 0.15;
-    sv->chunk_tokens = 512;
-    kvfs_set_log(log_stderr);
     int o;
     while ((o = getopt_long(argc, argv, "vhV", opts, NULL)) != -1) {
         char *end;
@@ -386,13 +382,13 @@ int main(int argc, char **argv)
             sv->n_engines++;
             break;
         case 'l':
-            listen = optarg;
+            a->listen = optarg;
             break;
         case 'M':
-            model = optarg;
+            a->model = optarg;
             break;
         case 'n':
-            name = optarg;
+            a->name = optarg;
             break;
         case 's':
             if (!*optarg || strlen(optarg) >= sizeof(sv->separator)) {
@@ -416,8 +412,8 @@ int main(int argc, char **argv)
             }
             break;
         case 'C':
-            max_conn = (int)strtol(optarg, &end, 10);
-            if (*end || max_conn < 1) {
+            a->max_conn = (int)strtol(optarg, &end, 10);
+            if (*end || a->max_conn < 1) {
                 fprintf(stderr, "kvfs-serve: --max-connections %s: a positive number\n", optarg);
                 return 2;
             }
@@ -441,6 +437,60 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+/* the model kvfs-serve tokenizes and names chunks with: the engine's file
+ * unless --model names another copy (0, or the exit status) */
+static int load_model(struct serve *sv, const char *model, const char *name)
+{
+    char err[2048];
+    int rc;
+    if (!model)
+        model = sv->engines[0].model_path;
+    if ((rc = kvfs_model_load(model, "cpu", 1, &sv->model, err, sizeof(err)))) {
+        fprintf(stderr, "kvfs-serve: cannot load the model %s: %s%s\n", model, err,
+                model == sv->engines[0].model_path ? " (the engine's model file; --model names another copy)" : "");
+        return 1;
+    }
+    if ((rc = kvfs_tokenizer_load(sv->model->gguf, &sv->tok, err, sizeof(err)))) {
+        fprintf(stderr, "kvfs-serve: %s: %s\n", model, err);
+        return 1;
+    }
+    sv->fp = sv->model->fp;
+    {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        kvfs_tokenize(sv->tok, "a", 1, 1, 0, &a, &na);
+        kvfs_tokenize(sv->tok, "a", 1, 0, 0, &b, &nb);
+        sv->add_bos = na > nb;
+        sv->bos = kvfs_token_bos(sv->tok);
+        free(a);
+        free(b);
+    }
+    const char *base = strrchr(model, '/');
+    snprintf(sv->model_name, sizeof(sv->model_name), "%.255s", name ? name : base ? base + 1 : model);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct serve *sv = &SV;
+    struct serve_args args = {"127.0.0.1:8090", NULL, NULL, 512};
+    const char *listen;
+    int max_conn, rc = 1, pool_ok = 0;
+    char err[2048];
+    struct MHD_Daemon *d = NULL;
+    sigset_t sigs;
+    snprintf(sv->separator, sizeof(sv->separator), " # # ");
+    sv->ratio = 0.15;
+    sv->chunk_tokens = 512;
+    kvfs_set_log(log_stderr);
+    if ((rc = parse_args(argc, argv, sv, &args)) >= 0)
+        return rc;
+    listen = args.listen;
+    max_conn = args.max_conn;
+    rc = 1;
     struct stat st;
     char p[1200];
     snprintf(p, sizeof(p), "%.1000s/.kvfs/control", sv->mount);
@@ -462,33 +512,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "kvfs-serve: engine %s: %s\n", sv->engines[i].url, err);
             goto out;
         }
-    /* the model */
-    if (!model)
-        model = sv->engines[0].model_path;
-    if ((rc = kvfs_model_load(model, "cpu", 1, &sv->model, err, sizeof(err)))) {
-        fprintf(stderr, "kvfs-serve: cannot load the model %s: %s%s\n", model, err,
-                model == sv->engines[0].model_path ? " (the engine's model file; --model names another copy)" : "");
+    if (load_model(sv, args.model, args.name)) {
         rc = 1;
         goto out;
     }
-    if ((rc = kvfs_tokenizer_load(sv->model->gguf, &sv->tok, err, sizeof(err)))) {
-        fprintf(stderr, "kvfs-serve: %s: %s\n", model, err);
-        rc = 1;
-        goto out;
-    }
-    sv->fp = sv->model->fp;
-    {
-        int32_t *a = NULL, *b = NULL;
-        size_t na = 0, nb = 0;
-        kvfs_tokenize(sv->tok, "a", 1, 1, 0, &a, &na);
-        kvfs_tokenize(sv->tok, "a", 1, 0, 0, &b, &nb);
-        sv->add_bos = na > nb;
-        sv->bos = kvfs_token_bos(sv->tok);
-        free(a);
-        free(b);
-    }
-    const char *base = strrchr(model, '/');
-    snprintf(sv->model_name, sizeof(sv->model_name), "%.255s", name ? name : base ? base + 1 : model);
     rc = 1;
     pool_ok = 1;
     if (pool_init(sv)) {

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "passthrough.h"
 #include "pending.h"
+#include "xattr_value.h"
 #include "registry.h"
 
 int blends_init(struct kvfs_mount *mnt)

@@ -1,5 +1,6 @@
 /* chunks.c - the chunks/ directory (chunks.h). */
 #include "chunks.h"
+#include "xattr_value.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -166,13 +167,6 @@ size_t chunk_listxattr(fuse_ino_t ino, const char *const **names)
     (void)ino;
     *names = XATTRS;
     return sizeof(XATTRS) / sizeof(XATTRS[0]);
-}
-
-int xattr_bool(const char *value, size_t size)
-{
-    if (size >= 1 && size <= 2 && (value[0] == '0' || value[0] == '1') && (size == 1 || value[1] == '\n'))
-        return value[0] - '0';
-    return -1;
 }
 
 int chunk_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size)

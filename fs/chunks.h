@@ -16,8 +16,6 @@ int chunk_of_ino(struct kvfs_mount *m, fuse_ino_t ino, struct kvfs_chunk_info *c
 int chunk_getxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *val, size_t len);
 size_t chunk_listxattr(fuse_ino_t ino, const char *const **names);
 int chunk_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size);
-/* "0" or "1", with or without a newline; -1 otherwise */
-int xattr_bool(const char *value, size_t size);
 
 extern const struct dir_ops chunks_ops;
 

@@ -6,11 +6,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "blends.h"
+#include "draft.h"
 #include "handle.h"
 #include "mount.h"
-#include "passthrough.h"
-#include "pending.h"
 #include "llama_state.h"
 
 struct fh *fh_new(enum fh_kind kind)
@@ -63,10 +61,10 @@ static void fh_free(struct kvfs_mount *m, struct fh *h)
     } else if (h->kind == FH_STATS) {
         free(h->text);
     } else if (h->kind == FH_PENDING) {
-        pending_put(m, h->p); /* the draft's last handle: it goes (a rejected recipe is logged) */
+        m->hooks.pending_put(m, h->p); /* the draft's last handle: it goes (a rejected recipe is logged) */
     }
     if (h->blend_ino)
-        blends_release(m, h->blend_ino);
+        m->hooks.blends_release(m, h->blend_ino);
     free(h);
 }
 
@@ -82,7 +80,7 @@ static void unless_abandoned(struct kvfs_mount *m, int reply_rc, struct fh *h)
 {
     if (reply_rc == -ENOENT) {
         kvfs_log(KVFS_LOG_INFO, "an open was abandoned by its caller; handle released");
-        passthrough_abandon(m, h);
+        m->hooks.passthrough_abandon(m, h);
         fh_unhold(m, h);
     }
 }

@@ -16,6 +16,7 @@
 #include "blends.h"
 #include "handle.h"
 #include "inode_map.h"
+#include "llama.h"
 #include "mount.h"
 #include "ops.h"
 #include "passthrough.h"
@@ -267,6 +268,7 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
     }
     if ((rc = blends_init(m)))
         return rc;
+    m->hooks = (struct fs_hooks){pending_put, blends_release, passthrough_abandon, blends_set_recipe, llama_ingest};
     kvfs_store_add_stats(m->store, passthrough_stats, m);
     kvfs_store_add_stats(m->store, kvfs_cpu_stats, NULL);
     m->mount_time = time(NULL);

@@ -7,10 +7,11 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
-#include "passthrough.h"
 #include "store.h"
 
 struct ino_map;
@@ -18,6 +19,36 @@ struct pending;
 struct fh;
 struct kvfs_blend_service;
 struct kvfs_blend_registry;
+struct pt_backing;
+struct kvfs_mount;
+
+/* FUSE passthrough reads: their state (fs/passthrough.c) */
+struct kvfs_passthrough {
+    int want;      /* -1 off, 0 auto, 1 on (an error in the log when unavailable) */
+    int active;    /* negotiated: chunk and blend opens are backed by their memfd */
+    char why[160]; /* when not active */
+    atomic_ullong opens, daemon_opens, errors;
+    atomic_ullong read_requests; /* READ requests that reached the daemon (any file) */
+    /* the kernel allows one backing file per inode at a time: every open of
+     * an inode shares its registration (fs/passthrough.c) */
+    pthread_mutex_t lock;
+    struct pt_backing *backings;
+};
+
+/* What the handles and drafts, below the directories, call back into (set
+ * by fs/main.c): a handle may own a draft, a blend's name or a passthrough
+ * registration; a draft, once written, may become a recipe or a llama state.
+ * Through these handle.c and pending.c need not include the directories
+ * (blends.c, llama.c) that use them. */
+struct fs_hooks {
+    void (*pending_put)(struct kvfs_mount *m, struct pending *p);
+    void (*blends_release)(struct kvfs_mount *m, fuse_ino_t ino);
+    void (*passthrough_abandon)(struct kvfs_mount *m, struct fh *h);
+    int (*blends_set_recipe)(struct kvfs_mount *m, const char *name, const void *buf, size_t len, int partial_ok,
+                             char *err, size_t errlen);
+    int (*llama_ingest)(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1],
+                        char *err, size_t errlen);
+};
 
 struct kvfs_opts {
     char *store_dir;
@@ -56,6 +87,7 @@ struct kvfs_mount {
     pthread_mutex_t fh_lock;  /* protects handles */
     struct fh *handles;       /* every handle given to the kernel and not yet freed */
     struct kvfs_blend_registry *blends; /* the blends by name (blend/registry.h; fs/blends.c) */
+    struct fs_hooks hooks;
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);

@@ -6,12 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blends.h"
-#include "chunks.h"
-#include "llama.h"
-#include "meta.h"
 #include "mount.h"
-#include "pending.h"
 
 #define ENTRY_TIMEOUT 1.0 /* a chunk's name and attributes: they change only when it goes */
 #define FIXED_TIMEOUT 3600.0
@@ -133,28 +128,3 @@ static int incoming_unlink(struct kvfs_mount *m, const char *name)
 
 const struct dir_ops incoming_ops = {.ino = INO_INCOMING, .drafts = DRAFTS_LISTED, .new_name = incoming_new_name,
                                      .unlink = incoming_unlink};
-
-/* ---- nothing ---- */
-
-static int none_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
-{
-    (void)m, (void)ino, (void)st;
-    return -ENOENT;
-}
-
-static void none_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    (void)m, (void)ino, (void)fi;
-    fuse_reply_err(req, ENOENT);
-}
-
-static const struct dir_ops none_ops = {.getattr = none_getattr, .open = none_open};
-
-const struct dir_ops *node_ops(fuse_ino_t ino)
-{
-    static const struct dir_ops *const TABLE[NODE_CLASSES] = {
-        [NODE_NONE] = &none_ops,     [NODE_ROOT] = &root_ops,   [NODE_CHUNKS] = &chunks_ops,
-        [NODE_INCOMING] = &incoming_ops, [NODE_BLENDS] = &blends_ops, [NODE_LLAMA] = &llama_ops,
-        [NODE_META] = &meta_ops,     [NODE_DRAFT] = &drafts_ops};
-    return TABLE[node_class(ino)];
-}

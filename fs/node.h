@@ -85,6 +85,7 @@ struct dir_ops {
     int (*setxattr)(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const char *value, size_t size);
 };
 /* The operations of the directory ino is or lies in. */
+/* the directory operations of an inode (fs/ops.c, which knows every table) */
 const struct dir_ops *node_ops(fuse_ino_t ino);
 extern const struct dir_ops root_ops, incoming_ops;
 

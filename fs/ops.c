@@ -24,14 +24,46 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "blends.h"
+#include "chunks.h"
 #include "control.h"
 #include "handle.h"
 #include "inode_map.h"
+#include "llama.h"
 #include "log.h"
+#include "meta.h"
 #include "mount.h"
 #include "node.h"
 #include "passthrough.h"
 #include "pending.h"
+
+/* Which directory's operations an inode takes (node_class): the tables
+ * live with their directories; this is the one place that knows them all. */
+
+/* ---- nothing ---- */
+
+static int none_getattr(struct kvfs_mount *m, fuse_ino_t ino, struct stat *st)
+{
+    (void)m, (void)ino, (void)st;
+    return -ENOENT;
+}
+
+static void none_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)m, (void)ino, (void)fi;
+    fuse_reply_err(req, ENOENT);
+}
+
+static const struct dir_ops none_ops = {.getattr = none_getattr, .open = none_open};
+
+const struct dir_ops *node_ops(fuse_ino_t ino)
+{
+    static const struct dir_ops *const TABLE[NODE_CLASSES] = {
+        [NODE_NONE] = &none_ops,     [NODE_ROOT] = &root_ops,   [NODE_CHUNKS] = &chunks_ops,
+        [NODE_INCOMING] = &incoming_ops, [NODE_BLENDS] = &blends_ops, [NODE_LLAMA] = &llama_ops,
+        [NODE_META] = &meta_ops,     [NODE_DRAFT] = &drafts_ops};
+    return TABLE[node_class(ino)];
+}
 
 /* ---- attributes ---- */
 

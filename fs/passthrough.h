@@ -4,26 +4,10 @@
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 
 struct kvfs_mount;
 struct fh;
-struct pt_backing;
-
-/* FUSE passthrough reads (fs/passthrough.c) */
-struct kvfs_passthrough {
-    int want;      /* -1 off, 0 auto, 1 on (an error in the log when unavailable) */
-    int active;    /* negotiated: chunk and blend opens are backed by their memfd */
-    char why[160]; /* when not active */
-    atomic_ullong opens, daemon_opens, errors;
-    atomic_ullong read_requests; /* READ requests that reached the daemon (any file) */
-    /* the kernel allows one backing file per inode at a time: every open of
-     * an inode shares its registration (fs/passthrough.c) */
-    pthread_mutex_t lock;
-    struct pt_backing *backings;
-};
 
 /* passthrough reads (fs/passthrough.c) */
 int passthrough_parse(struct kvfs_mount *m, const char *opt); /* -EINVAL: not auto, on or off */

@@ -15,14 +15,12 @@
 #include <unistd.h>
 
 #include "kvconvert.h"
-#include "blends.h"
-#include "chunks.h"
 #include "handle.h"
 #include "inode_map.h"
-#include "llama.h"
 #include "mount.h"
 #include "node.h"
 #include "pending.h"
+#include "xattr_value.h"
 
 #define INGEST_GROW (1u << 20)
 
@@ -229,7 +227,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
     }
     const uint8_t *data = p->buf ? p->buf : (const uint8_t *)""; /* an empty draft has no buffer */
     if (p->parent == INO_BLENDS) {
-        rc = blends_set_recipe(m, p->name, data, p->len, partial_ok, err, sizeof(err));
+        rc = m->hooks.blends_set_recipe(m, p->name, data, p->len, partial_ok, err, sizeof(err));
         if (rc == -EINPROGRESS) { /* not the writer that opened it: more may come */
             pthread_mutex_unlock(&p->lock);
             return 0;
@@ -251,7 +249,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         want = expect;
     }
     if (p->parent == INO_LLAMA) /* a llama.cpp state: converted, then stored like any chunk */
-        rc = llama_ingest(m, data, p->len, hash, err, sizeof(err));
+        rc = m->hooks.llama_ingest(m, data, p->len, hash, err, sizeof(err));
     else if (!want) /* incoming/: the mount names it */
         rc = ingest_put(m, data, p->len, hash, err, sizeof(err));
     else /* chunks/<hash>.kv: the name fixes the dtype (the hash covers it) */

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "draft.h"
 #include "mount.h"
 #include "node.h"
 
@@ -17,22 +18,6 @@ struct fh;
 /* A draft (fs/pending.c): a file being written through chunks/NAME,
  * incoming/NAME or blends/NAME.recipe; it becomes a chunk (or a recipe) at
  * flush (close) once verified, and is never visible as a chunk before. */
-struct pending {
-    fuse_ino_t ino;
-    fuse_ino_t parent;        /* INO_CHUNKS, INO_INCOMING or INO_BLENDS */
-    char name[256];
-    pthread_mutex_t lock;     /* protects buf/len/dirty */
-    uint8_t *buf;
-    size_t len, cap;
-    int dirty;                /* data changed since the last commit */
-    int committed;            /* last commit succeeded */
-    int pin_after;            /* user.kvfs.pinned set before commit: -1 none */
-    int opens;                /* open handles */
-    char hash[KVFS_HASH_HEX_LEN + 1]; /* after commit */
-    char err[640];            /* a recipe's last rejection (reason [strerror]): logged when the last handle goes */
-    struct pending *next;
-};
-
 /* drafts (fs/pending.c).  _by_ino and _by_name: the caller holds m->lock */
 struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino);
 struct pending *pending_by_name(struct kvfs_mount *m, fuse_ino_t parent, const char *name);

@@ -12,12 +12,12 @@
 #include "log.h"
 
 static const struct {
-    const char *name, *alias, *feature; /* feature: __builtin_cpu_supports' */
+    const char *name, *alias; /* what the CPU needs: kvfs_cpu_level_supported */
 } levels[KVFS_CPU_N_LEVELS] = {
-    [KVFS_CPU_V2] = {"x86-64-v2", "v2", "x86-64-v2"},
-    [KVFS_CPU_V3] = {"x86-64-v3", "v3", "x86-64-v3"},
-    [KVFS_CPU_V4] = {"x86-64-v4", "v4", "x86-64-v4"},
-    [KVFS_CPU_VNNI] = {"x86-64-v4+vnni", "vnni", "avx512vnni"},
+    [KVFS_CPU_V2] = {"x86-64-v2", "v2"},
+    [KVFS_CPU_V3] = {"x86-64-v3", "v3"},
+    [KVFS_CPU_V4] = {"x86-64-v4", "v4"},
+    [KVFS_CPU_VNNI] = {"x86-64-v4+vnni", "vnni"},
 };
 
 const char *kvfs_cpu_level_name(int level)

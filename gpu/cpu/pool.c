@@ -134,8 +134,10 @@ void cpu_pool_free(struct cpu_pool *p)
 {
     if (!p)
         return;
-    if (atomic_load(&p->started_gen) != atomic_load(&fork_gen))
-        pool_restart_after_fork(p); /* so that there are workers here to stop */
+    if (atomic_load(&p->started_gen) != atomic_load(&fork_gen)) {
+        free(p); /* made before a fork and unused since: its workers (and lock state) are the parent's */
+        return;
+    }
     pthread_mutex_lock(&p->m);
     p->stop = 1;
     pthread_cond_broadcast(&p->go);

@@ -358,6 +358,9 @@ int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char 
 
 /* One streamed blend's state, shared by its phases (kvfs_blend_stream). */
 struct blend_run {
+    /* KVFS_BLEND_PROFILE set: each phase waited for and timed, to stderr */
+    int profile;
+    double prof_mark, shift_s;
     const struct kvfs_model *m;
     struct kvfs_loader *ld;
     struct kvfs_blend_opts o;   /* auto: o.ratio is set at the check layer */
@@ -650,6 +653,35 @@ static int compact(struct blend_run *b, int n_next)
     return 0;
 }
 
+/* KVFS_BLEND_PROFILE: the seconds since the last mark, the device's work
+ * included (a synchronize: slower, so only when asked) */
+static double prof_lap(struct blend_run *b)
+{
+    if (!b->profile)
+        return 0;
+    BE(b->m)->synchronize(CTX(b->m));
+    double t = blend_now_s(), d = t - b->prof_mark;
+    b->prof_mark = t;
+    return d;
+}
+
+/* select=query: the chunk shift at layer l (profiled on its own) */
+static int shift_layer(struct blend_run *b, int l)
+{
+    double t = 0;
+    if (b->profile) {
+        BE(b->m)->synchronize(CTX(b->m));
+        t = blend_now_s();
+    }
+    int rc = blend_shift_layer(b->m, b->c, l, b->chunk_of, kvfs_loader_count(b->ld), 0, b->n_rows, b->idx, b->d_idx,
+                               b->n_sel, b->ws.k, b->ws.v, b->o.shift, &b->shift_cache);
+    if (b->profile) {
+        BE(b->m)->synchronize(CTX(b->m));
+        b->shift_s += blend_now_s() - t;
+    }
+    return rc;
+}
+
 /* The shared recompute loop: the selected rows through the remaining
  * layers, their fresh K/V replacing the cached ones layer by layer. */
 static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
@@ -671,9 +703,7 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
         if ((!b->by_query && (rc = blend_take_layer(m, b->ld, NULL, 0, 0, b->c, l, b->d_delta, b->n_rows, err, errlen))) ||
             (rc = kvfs_layer_qkv(m, l, &b->ws, b->n_run)) ||
             (n_next < b->n_sel && (rc = narrow(b, l))) ||
-            (b->by_query && (rc = blend_shift_layer(m, b->c, l, b->chunk_of, kvfs_loader_count(b->ld), 0, b->n_rows,
-                                                    b->idx, b->d_idx, b->n_sel, b->ws.k, b->ws.v, b->o.shift,
-                                                    &b->shift_cache))) ||
+            (b->by_query && (rc = shift_layer(b, l))) ||
             (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
             (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
             (rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx)))
@@ -755,8 +785,13 @@ int blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32
         b.o.auto_ratio = 0;
         b.full_prefill = 1;
     }
+    const char *prof = getenv("KVFS_BLEND_PROFILE");
+    b.profile = prof && *prof && strcmp(prof, "0");
+    b.prof_mark = t0;
+    double lap[4] = {0};
     if ((rc = prepare(&b, suffix, err, errlen)))
         goto fail;
+    lap[0] = prof_lap(&b);
     /* 1. which rows: none (plain reuse: only the suffix, from layer 0), by
      * the query, or at the check layer */
     if (b.o.select < 0) {
@@ -765,11 +800,17 @@ int blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32
     } else if ((rc = b.by_query ? select_by_query(&b, err, errlen) : select_at_check_layer(&b, err, errlen))) {
         goto fail;
     }
+    lap[1] = prof_lap(&b);
     /* 2. those rows and the suffix through the remaining layers */
-    if ((rc = gather_selected(&b)) || (rc = recompute_layers(&b, err, errlen)) ||
-        (logits && (rc = kvfs_output_logits(m, &b.ws, b.n_run - 1, logits))) ||
+    if ((rc = gather_selected(&b)) || (lap[2] = prof_lap(&b), rc = recompute_layers(&b, err, errlen)) ||
+        (lap[3] = prof_lap(&b), logits && (rc = kvfs_output_logits(m, &b.ws, b.n_run - 1, logits))) ||
         (rc = BE(m)->synchronize(CTX(m))))
         goto fail;
+    if (b.profile)
+        fprintf(stderr, "kvfs blend profile (%s, %d rows): prepare %.1f ms, %s %.1f ms, gather %.1f ms, "
+                "recompute %.1f ms (chunk shift %.1f), logits %.1f ms\n", BE(m)->name, b.n_ctx, 1e3 * lap[0],
+                b.by_query ? "query pass + selection" : "selection", 1e3 * lap[1], 1e3 * lap[2], 1e3 * lap[3],
+                1e3 * b.shift_s, 1e3 * prof_lap(&b));
     if (st)
         fill_stats(&b, t0, st);
     *tokens_out = b.tokens;

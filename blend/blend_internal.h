@@ -70,6 +70,12 @@ struct shift_angles { /* one RoPE base, one set of rows: cos and sin of each sel
 };
 struct blend_shift_cache {
     struct shift_angles a[BLEND_SHIFT_BASES];
+    /* a backend's chunk_shift: chunk_of on the device, for the rows it was
+     * uploaded for (hash and count), freed through m */
+    const struct kvfs_model *m;
+    int32_t *d_chunk_of;
+    int d_rows;
+    uint64_t d_hash;
 };
 int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,

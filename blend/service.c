@@ -45,6 +45,7 @@ struct kvfs_blend_service {
     float min_ratio;
     uint64_t sim_read_bps;
     int jobs;
+    int pinning;                /* the store's RAM tier is page-locked through a model's backend */
     uint32_t dtype;             /* results' dtype when a recipe names none */
     pthread_mutex_t lock;       /* everything below */
     pthread_cond_t changed;     /* a blend finished or a slot came free */
@@ -169,6 +170,31 @@ static void *trimmer(void *arg)
     return NULL;
 }
 
+/* The RAM tier page-locked through a GPU backend: its chunks then reach
+ * the device by DMA with no staging copy (KVFS_PIN_RAM=0: not). */
+static int pin_image(void *arg, void *p, size_t n)
+{
+    const struct kvfs_model *m = arg;
+    return m->be.iface->host_register(m->be.ctx, p, n);
+}
+
+static void unpin_image(void *arg, void *p)
+{
+    const struct kvfs_backend_iface *be = arg; /* the plugin's table: outlives the model */
+    be->host_unregister(NULL, p);
+}
+
+static const struct kvfs_model *pinning_model(const struct kvfs_blend_service *svc)
+{
+    const char *env = getenv("KVFS_PIN_RAM");
+    if (env && !strcmp(env, "0"))
+        return NULL;
+    for (int i = 0; i < svc->n_models; i++)
+        if (svc->models[i].m->be.iface->host_register && svc->models[i].m->be.iface->host_unregister)
+            return svc->models[i].m;
+    return NULL;
+}
+
 int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,
                             struct kvfs_blend_service **out, char *err, size_t errlen)
 {
@@ -217,6 +243,11 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
                      lm->n_lanes);
         }
     }
+    const struct kvfs_model *pm = pinning_model(svc);
+    if (pm) {
+        kvfs_store_set_pin(s, pin_image, (void *)pm, unpin_image, (void *)pm->be.iface);
+        svc->pinning = 1;
+    }
     if (svc->n_models > 0)
         svc->trimmer_started = pthread_create(&svc->trimmer, NULL, trimmer, svc) == 0;
     kvfs_store_add_stats(s, stats, svc);
@@ -236,6 +267,8 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
     pthread_mutex_unlock(&svc->lock);
     if (svc->trimmer_started)
         pthread_join(svc->trimmer, NULL);
+    if (svc->pinning)
+        kvfs_store_set_pin(svc->store, NULL, NULL, NULL, NULL);
     for (int i = 0; i < svc->n_models; i++) {
         kvfs_tokenizer_free(svc->models[i].tok);
         for (int k = svc->models[i].n_lanes - 1; k > 0; k--) /* the views before the model */

@@ -58,6 +58,9 @@ void blend_shift_cache_free(struct blend_shift_cache *sc)
 {
     for (int i = 0; i < BLEND_SHIFT_BASES; i++)
         angles_free(&sc->a[i]);
+    if (sc->d_chunk_of)
+        BE(sc->m)->free(CTX(sc->m), sc->d_chunk_of);
+    sc->d_chunk_of = NULL;
 }
 
 /* The cached angles for this layer's base and rows, else a slot filled in
@@ -215,6 +218,45 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
     return be->add(ctx, cache + (size_t)row_lo * kvd, s->d_add, cache + (size_t)row_lo * kvd, n_add * kvd);
 }
 
+/* The backend's own chunk_shift (a GPU's: nothing crosses the bus), with
+ * chunk_of uploaded once per blend into the cache (or for this call);
+ * -ENOTSUP where it has none or not for this shape. */
+static int shift_on_backend(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
+                            int n_chunks, int row_lo, int n_rows, const int32_t *d_idx, int n_sel, const float *fresh_k,
+                            const float *fresh_v, float shift, struct blend_shift_cache *sc)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    const struct kvfs_hparams *hp = &m->hp;
+    void *ctx = CTX(m);
+    if (!be->chunk_shift || be->host_memory)
+        return -ENOTSUP;
+    uint64_t h = idx_hash(chunk_of, n_rows);
+    int32_t *d_chunk_of = sc && sc->d_chunk_of && sc->d_rows == n_rows && sc->d_hash == h ? sc->d_chunk_of : NULL;
+    int rc = 0;
+    if (!d_chunk_of) {
+        if ((rc = be->alloc(ctx, sizeof(int32_t) * (size_t)n_rows, (void **)&d_chunk_of)) ||
+            (rc = be->upload(ctx, d_chunk_of, chunk_of, sizeof(int32_t) * (size_t)n_rows))) {
+            if (d_chunk_of)
+                be->free(ctx, d_chunk_of);
+            return rc;
+        }
+        if (sc) {
+            if (sc->d_chunk_of)
+                be->free(ctx, sc->d_chunk_of);
+            sc->m = m, sc->d_chunk_of = d_chunk_of, sc->d_rows = n_rows, sc->d_hash = h;
+        }
+    }
+    struct kvfs_rope_args rope = {hp->rope_dim, hp->rope_style, m->layers[l].rope_theta};
+    int kvd = c->kv_dim;
+    if (!(rc = be->chunk_shift(ctx, c->k[l], fresh_k, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
+                               hp->head_dim, shift, &rope)))
+        rc = be->chunk_shift(ctx, c->v[l], fresh_v, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
+                             hp->head_dim, shift, NULL);
+    if (!sc || sc->d_chunk_of != d_chunk_of)
+        be->free(ctx, d_chunk_of);
+    return rc;
+}
+
 int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l, const int32_t *chunk_of,
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
                       const float *fresh_k, const float *fresh_v, float shift, struct blend_shift_cache *cache)
@@ -225,6 +267,9 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
         row_lo++;
     if (row_lo >= n_rows)
         return 0;
+    int rc = shift_on_backend(m, c, l, chunk_of, n_chunks, row_lo, n_rows, d_idx, n_sel, fresh_k, fresh_v, shift, cache);
+    if (rc != -ENOTSUP)
+        return rc;
     const struct kvfs_backend_iface *be = BE(m);
     const struct kvfs_hparams *hp = &m->hp;
     void *ctx = CTX(m);
@@ -239,7 +284,7 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     s.inv = malloc(sizeof(double) * (size_t)(half > 0 ? half : 1));
     s.cnt = malloc(sizeof(int) * (size_t)n_chunks);
     s.recomputed = calloc((size_t)n_rows, 1);
-    int rc = s.h_sel && s.h_old && s.h_mean && s.h_add && s.inv && s.cnt && s.recomputed ? 0 : -ENOMEM;
+    rc = s.h_sel && s.h_old && s.h_mean && s.h_add && s.inv && s.cnt && s.recomputed ? 0 : -ENOMEM;
     for (int k = 0; !rc && k < n_sel; k++)
         s.recomputed[idx[k]] = 1;
     for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */

@@ -27,6 +27,12 @@ enum kvfs_host_type { KVFS_HOST_F32 = 1, KVFS_HOST_F16 = 2, KVFS_HOST_BF16 = 3 }
 
 enum kvfs_rope_style { KVFS_ROPE_STYLE_NORM = 0, KVFS_ROPE_STYLE_NEOX = 2 };
 
+/* how one layer's keys were rotated (for ops that rotate them again) */
+struct kvfs_rope_args {
+    int rope_dim, style; /* the first rope_dim dims of each head; enum kvfs_rope_style */
+    float theta;         /* angle pos * theta^(-2j/rope_dim) for pair j */
+};
+
 struct kvfs_backend_iface {
     const char *name; /* "cpu", "cuda" */
     /* 1: several threads may drive one context at once (each op's scratch is
@@ -122,7 +128,8 @@ struct kvfs_backend_iface {
      * `type` (KVFS_HOST_F32/F16/BF16): how a KV cache stored in f16 reaches
      * the device.  The conversion may run on the device after an
      * asynchronous copy (CUDA: through pinned staging buffers on a copy
-     * stream); `host` may be reused as soon as this returns. */
+     * stream); `host` may be reused as soon as this returns, unless it is
+     * page-locked memory (host_register), which is read in place. */
     int (*upload_kv)(void *ctx, float *dst, const void *host, size_t count, int type);
 
     void (*destroy)(void *ctx);
@@ -168,6 +175,27 @@ struct kvfs_backend_iface {
     /* 1: device buffers are host memory (the CPU backend), which host code
      * may read and write in place between ops (the blend's chunk shift) */
     int host_memory;
+
+    /* Optional (NULL, or -ENOTSUP for a shape: blend/shift.c does it on the
+     * host): the chunk shift of one layer's K (rope != NULL) or V, in
+     * place.  cache[n_rows][kv_dim], fresh[n_sel][kv_dim] the recomputed
+     * rows idx[0..n_sel) before they replace the cached ones, chunk_of[r]
+     * each row's chunk, pos[r] its position: all device memory.  Every row r
+     * of [row_lo, n_rows) not in idx whose chunk c >= 1 has rows in idx gains
+     * shift x the mean of (fresh - cached) over those rows (keys: taken to
+     * position 0's frame, the mean rotated to pos[r]), with blend/shift.c's
+     * arithmetic (f64 rotations, sums in idx's order). */
+    int (*chunk_shift)(void *ctx, float *cache, const float *fresh, const int32_t *idx, int n_sel,
+                       const int32_t *chunk_of, const int32_t *pos, int n_chunks, int row_lo, int n_rows, int kv_dim,
+                       int head_dim, float shift, const struct kvfs_rope_args *rope);
+    /* Optional (NULL: nothing to gain): page-lock host memory that will be
+     * uploaded many times (the RAM tier's chunks), so that upload_kv and
+     * upload_kvq copy it straight to the device, with no staging copy; an
+     * upload from it may still be reading after the call returns, until
+     * the next synchronize or download.  host_unregister before it is freed
+     * (it takes no context: ctx may be NULL). */
+    int (*host_register)(void *ctx, void *host, size_t bytes);
+    void (*host_unregister)(void *ctx, void *host);
 };
 
 struct kvfs_backend {

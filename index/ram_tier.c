@@ -60,10 +60,36 @@ static int ram_make_room(struct ram_tier *t, size_t need)
     return 0;
 }
 
+static void entry_pin(const struct ram_tier *t, struct ram_entry *e)
+{
+    if (t->pin.pin && !e->pinned.unpin && t->pin.pin(t->pin.pin_arg, e->img, e->size) == 0)
+        e->pinned = t->pin;
+}
+
+static void entry_unpin(struct ram_entry *e)
+{
+    if (e->pinned.unpin)
+        e->pinned.unpin(e->pinned.unpin_arg, e->img);
+    memset(&e->pinned, 0, sizeof(e->pinned));
+}
+
+void ram_set_pin(struct ram_tier *t, const struct ram_pin *p)
+{
+    for (struct ram_entry *e = t->head; e; e = e->next)
+        entry_unpin(e);
+    if (p)
+        t->pin = *p;
+    else
+        memset(&t->pin, 0, sizeof(t->pin));
+    for (struct ram_entry *e = t->head; e; e = e->next)
+        entry_pin(t, e);
+}
+
 int ram_insert(struct ram_tier *t, struct ram_entry *e)
 {
     if (!t->capacity || ram_make_room(t, e->size) != 0)
         return 0;
+    entry_pin(t, e);
     e->cached = 1;
     e->next = t->head;
     t->head = e;
@@ -119,6 +145,7 @@ struct ram_entry *ram_entry_new(const char *hash, uint8_t *img, size_t size, int
 
 void ram_entry_free(struct ram_entry *e)
 {
+    entry_unpin(e);
     kvfs_img_free(e->img);
     free(e);
 }

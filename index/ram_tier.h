@@ -10,6 +10,17 @@
 
 #include "kvformat.h" /* KVFS_HASH_HEX_LEN */
 
+/* Page-locking the tier's images (a GPU backend's host_register, through
+ * kvfs_store_set_pin): they then cross to the device by DMA, no staging
+ * copy.  unpin takes an argument of its own: an entry a reader still holds
+ * may be freed after whoever set the hooks is gone. */
+struct ram_pin {
+    int (*pin)(void *arg, void *p, size_t n);
+    void *pin_arg;
+    void (*unpin)(void *arg, void *p);
+    void *unpin_arg;
+};
+
 /* A decoded image in memory: in the RAM tier (cached) and/or held by refs. */
 struct ram_entry {
     char hash[KVFS_HASH_HEX_LEN + 1]; /* chunk hash or blend result key */
@@ -18,6 +29,7 @@ struct ram_entry {
     int refs;
     int cached;          /* counted in the RAM tier; else freed at last release */
     uint64_t stamp;      /* LRU clock */
+    struct ram_pin pinned; /* unpin set: img is page-locked, undone so before it is freed */
     struct ram_entry *next;
 };
 
@@ -26,6 +38,7 @@ struct ram_tier {
     uint64_t capacity;      /* bytes; 0 = no RAM tier */
     uint64_t used, clock, hits;
     size_t count;
+    struct ram_pin pin; /* pin set: entries are page-locked as they enter */
 };
 
 struct ram_entry *ram_lookup(const struct ram_tier *t, const char *hash);
@@ -40,6 +53,10 @@ void ram_hit(struct ram_tier *t, struct ram_entry *e);
  * one another reader decoded meanwhile (e is then freed) or e, put in the
  * tier when keep */
 struct ram_entry *ram_adopt_decoded(struct ram_tier *t, struct ram_entry *e, int keep);
+/* New pinning hooks (pin NULL: none): the cached entries are unpinned with
+ * their old hooks and pinned with the new.  A failed pin leaves the entry
+ * as it was (its uploads then go through staging). */
+void ram_set_pin(struct ram_tier *t, const struct ram_pin *p);
 /* Empty the tier: entries no reader holds are freed, held ones belong to
  * their readers from now on. */
 void ram_tier_close(struct ram_tier *t);

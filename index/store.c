@@ -283,6 +283,15 @@ int kvfs_store_stats_json(struct kvfs_store *s, char **out)
     return 0;
 }
 
+void kvfs_store_set_pin(struct kvfs_store *s, int (*pin)(void *arg, void *p, size_t n), void *pin_arg,
+                        void (*unpin)(void *arg, void *p), void *unpin_arg)
+{
+    struct ram_pin p = {pin, pin_arg, unpin, unpin_arg};
+    pthread_mutex_lock(&s->lock);
+    ram_set_pin(&s->ram, pin ? &p : NULL);
+    pthread_mutex_unlock(&s->lock);
+}
+
 int kvfs_store_add_stats(struct kvfs_store *s, void (*fn)(void *ctx, FILE *f), void *ctx)
 {
     if (s->n_extra >= sizeof(s->extra) / sizeof(s->extra[0]))

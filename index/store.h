@@ -172,6 +172,12 @@ int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, si
  * checksum mismatch. */
 int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len);
 const char *kvfs_store_dir(const struct kvfs_store *s);
+/* Page-lock the RAM tier's images (blending on a GPU: its backend's
+ * host_register), those cached now and those to come; pin NULL undoes it.
+ * unpin must stay callable for as long as the store lives (an image a
+ * reader holds is unpinned when released). */
+void kvfs_store_set_pin(struct kvfs_store *s, int (*pin)(void *arg, void *p, size_t n), void *pin_arg,
+                        void (*unpin)(void *arg, void *p), void *unpin_arg);
 /* Let another component (blending, remote tier) append `,\n  "name": {...}`
  * members to the stats JSON; fn runs outside the store lock (it may take
  * its own lock, under which it may call the store).  Register before use. */

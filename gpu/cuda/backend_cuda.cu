@@ -432,7 +432,7 @@ __global__ void k_kv_to_f32(const void *src, float *dst, size_t n, int type)
  * device for kernels on c->stream: wait until its last kernel has read it,
  * copy through its pinned buffer on the copy stream, and order c->stream
  * after that copy.  The caller launches its kernel, then stage_done(). */
-static int stage_put(struct cuda_ctx *c, const void *host, size_t bytes, struct stage_slot **out)
+static int stage_put(struct cuda_ctx *c, const void *host, size_t bytes, int pinned, struct stage_slot **out)
 {
     struct stage_slot *sl = &c->stage[c->next_slot];
     c->next_slot = (c->next_slot + 1) % STAGE_SLOTS;
@@ -442,8 +442,12 @@ static int stage_put(struct cuda_ctx *c, const void *host, size_t bytes, struct 
     }
     if (sl->used)
         CK(cudaEventSynchronize(sl->consumed)); /* its last conversion has read it */
-    pool_memcpy(c, sl->host, host, bytes);
-    CK(cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    if (pinned) { /* page-locked already (host_register): DMA straight from it */
+        CK(cudaMemcpyAsync(sl->dev, host, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    } else {
+        pool_memcpy(c, sl->host, host, bytes);
+        CK(cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    }
     CK(cudaEventRecord(sl->copied, c->copy_stream));
     CK(cudaStreamWaitEvent(c->stream, sl->copied, 0));
     *out = sl;
@@ -461,7 +465,38 @@ static int stage_done(struct cuda_ctx *c, struct stage_slot *sl, const char *ker
     return 0;
 }
 
-static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
+/* 1 if host memory is page-locked (cudaHostRegister'ed or cudaMallocHost'ed) */
+static int is_pinned(const void *host)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+        cudaGetLastError(); /* not an error to keep */
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+static int c_host_register(void *vctx, void *host, size_t bytes)
+{
+    struct cuda_ctx *c = CTX;
+    CK(cudaSetDevice(c->device));
+    cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable);
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+        cudaGetLastError();
+        return -EEXIST;
+    }
+    return cuda_err(e, "cudaHostRegister");
+}
+
+/* needs no context: called for an image freed after its blend service */
+static void c_host_unregister(void *vctx, void *host)
+{
+    (void)vctx;
+    if (cudaHostUnregister(host) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static int c_upload_kv_pinned(void *vctx, float *dst, const void *host, size_t count, int type, int pinned)
 {
     struct cuda_ctx *c = CTX;
     size_t esz = type == KVFS_HOST_F32 ? 4 : 2;
@@ -471,7 +506,7 @@ static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, i
     for (size_t done = 0; done < count; done += per) {
         size_t n = count - done < per ? count - done : per;
         struct stage_slot *sl;
-        int rc = stage_put(c, (const char *)host + done * esz, n * esz, &sl);
+        int rc = stage_put(c, (const char *)host + done * esz, n * esz, pinned, &sl);
         if (rc)
             return rc;
         k_kv_to_f32<<<blocks(n, 256), 256, 0, c->stream>>>(sl->dev, dst + done, n, type);
@@ -479,6 +514,11 @@ static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, i
             return rc;
     }
     return 0;
+}
+
+static int c_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type)
+{
+    return c_upload_kv_pinned(vctx, dst, host, count, type, is_pinned(host));
 }
 
 /* Blocks [b0, b0 + nb) of a q8/q4/q4s layer's keys (which 0) or values (1)
@@ -518,10 +558,11 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
     if ((codec != KVFS_KVQ_Q8 && codec != KVFS_KVQ_Q4 && codec != KVFS_KVQ_Q4S) || !n_tokens || !kv_dim || kv_dim % 64)
         return -EINVAL;
     const char *at = (const char *)src;
+    int pinned = is_pinned(src);
     if (kvfs_kvq_exact_rows(codec, n_tokens)) { /* q4s: its first row exact, K's then V's f16, before the blocks */
         int rc;
-        if ((rc = c_upload_kv(vctx, k, at, kv_dim, KVFS_HOST_F16)) ||
-            (rc = c_upload_kv(vctx, v, at + 2 * (size_t)kv_dim, kv_dim, KVFS_HOST_F16)))
+        if ((rc = c_upload_kv_pinned(vctx, k, at, kv_dim, KVFS_HOST_F16, pinned)) ||
+            (rc = c_upload_kv_pinned(vctx, v, at + 2 * (size_t)kv_dim, kv_dim, KVFS_HOST_F16, pinned)))
             return rc;
         at += 4 * (size_t)kv_dim;
         k += kv_dim;
@@ -536,7 +577,7 @@ static int c_upload_kvq(void *vctx, float *k, float *v, const void *src, uint32_
         for (size_t done = 0; done < total; done += per) {
             size_t nb = total - done < per ? total - done : per;
             struct stage_slot *sl;
-            int rc = stage_put(c, at + done * bs, nb * bs, &sl);
+            int rc = stage_put(c, at + done * bs, nb * bs, pinned, &sl);
             if (rc)
                 return rc;
             k_kvq_decode<<<blocks(nb * g, 256), 256, 0, c->stream>>>((const unsigned char *)sl->dev, done, nb,
@@ -613,6 +654,9 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .trim = */ NULL, /* its cache of device buffers is bounded instead (cache_limit) */
     /* .upload_kvq = */ c_upload_kvq,
     /* .host_memory = */ 0, /* device memory: the host sees it through upload/download */
+    /* .chunk_shift = */ c_chunk_shift,
+    /* .host_register = */ c_host_register,
+    /* .host_unregister = */ c_host_unregister,
 };
 
 static int cuda_init(int device, struct kvfs_backend *out)

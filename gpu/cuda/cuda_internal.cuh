@@ -167,6 +167,10 @@ int c_scatter(void *vctx, const float *src, const int32_t *idx, float *dst, int 
 int c_row_sqdiff(void *vctx, const float *a, const float *b, float *out, int n, int dim);
 int c_act_quant(void *vctx, const float *x, float *y, int n, int dim, int type);
 int c_round_f16(void *vctx, float *x, size_t count);
+/* shift_cuda.cu */
+int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *idx, int n_sel,
+                  const int32_t *chunk_of, const int32_t *pos, int n_chunks, int row_lo, int n_rows, int kv_dim,
+                  int head_dim, float shift, const struct kvfs_rope_args *rope);
 /* attention_cuda.cu */
 int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                 const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window,

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "blend.h"
+#include "blend_internal.h"
 #include "check.h"
 #include "forward.h"
 #include "gguf.h"
@@ -364,6 +365,76 @@ static void test_quant(void)
 
 /* a whole synthetic model on both backends; tol: the bound on the logits
  * (the tensor cores' attention rounds its inputs to f16) */
+/* The chunk shift on the device (backend chunk_shift) against the host's
+ * (blend/shift.c) on the CPU model and, through the same CUDA model with
+ * the op taken away, on CUDA: the rows' moves (after - before) agree to
+ * rounding.  Four chunks with a gap in positions, 60 recomputed rows. */
+static void test_chunk_shift(struct kvfs_model *mc, struct kvfs_model *mg, const char *arch)
+{
+    enum { ROWS = 320, CHUNKS = 4, NSEL = 60 };
+    struct kvfs_kv_cache a, g, h;
+    CHECK_EQ(kvfs_kv_cache_init(mc, ROWS, &a), 0);
+    CHECK_EQ(kvfs_kv_cache_init(mg, ROWS, &g), 0);
+    CHECK_EQ(kvfs_kv_cache_init(mg, ROWS, &h), 0);
+    size_t kvd = (size_t)a.kv_dim, n = ROWS * kvd;
+    int32_t chunk_of[ROWS], idx[NSEL];
+    for (int i = 0; i < ROWS; i++) {
+        chunk_of[i] = i * CHUNKS / ROWS;
+        a.host_pos[i] = g.host_pos[i] = h.host_pos[i] = i + (chunk_of[i] == 2 ? 9 : 0);
+    }
+    for (int k = 0; k < NSEL; k++)
+        idx[k] = 10 + k * 5; /* from every chunk, the first too (which never moves) */
+    const struct kvfs_backend_iface *gi = mg->be.iface;
+    struct kvfs_backend_iface host_path = *gi;
+    host_path.chunk_shift = NULL;
+    CHECK(gi->chunk_shift != NULL);
+    CHECK_EQ(gi->upload(mg->be.ctx, g.pos, g.host_pos, sizeof(int32_t) * ROWS), 0);
+    CHECK_EQ(gi->upload(mg->be.ctx, h.pos, h.host_pos, sizeof(int32_t) * ROWS), 0);
+    int32_t *cd_idx = NULL, *gd_idx = dev_of(&mg->be, idx, sizeof(idx));
+    CHECK_EQ(mc->be.iface->alloc(mc->be.ctx, sizeof(idx), (void **)&cd_idx), 0);
+    memcpy(cd_idx, idx, sizeof(idx));
+    float *k0 = fill(n), *v0 = fill(n), *fk = fill(NSEL * kvd), *fv = fill(NSEL * kvd);
+    float *gk = malloc(sizeof(float) * n), *gv = malloc(sizeof(float) * n);
+    float *hk = malloc(sizeof(float) * n), *hv = malloc(sizeof(float) * n);
+    float *dfk = dev_of(&mg->be, fk, sizeof(float) * NSEL * kvd), *dfv = dev_of(&mg->be, fv, sizeof(float) * NSEL * kvd);
+    struct blend_shift_cache sc = {0};
+    double worst = 0, worst_host = 0;
+    for (int l = 0; l < a.n_layer; l++) {
+        memcpy(a.k[l], k0, sizeof(float) * n), memcpy(a.v[l], v0, sizeof(float) * n);
+        CHECK_EQ(gi->upload(mg->be.ctx, g.k[l], k0, sizeof(float) * n), 0);
+        CHECK_EQ(gi->upload(mg->be.ctx, g.v[l], v0, sizeof(float) * n), 0);
+        CHECK_EQ(gi->upload(mg->be.ctx, h.k[l], k0, sizeof(float) * n), 0);
+        CHECK_EQ(gi->upload(mg->be.ctx, h.v[l], v0, sizeof(float) * n), 0);
+        CHECK_EQ(blend_shift_layer(mc, &a, l, chunk_of, CHUNKS, 0, ROWS, idx, cd_idx, NSEL, fk, fv, 0.6f, NULL), 0);
+        CHECK_EQ(blend_shift_layer(mg, &g, l, chunk_of, CHUNKS, 0, ROWS, idx, gd_idx, NSEL, dfk, dfv, 0.6f, &sc), 0);
+        mg->be.iface = &host_path;
+        CHECK_EQ(blend_shift_layer(mg, &h, l, chunk_of, CHUNKS, 0, ROWS, idx, gd_idx, NSEL, dfk, dfv, 0.6f, NULL), 0);
+        mg->be.iface = gi;
+        CHECK_EQ(gi->download(mg->be.ctx, gk, g.k[l], sizeof(float) * n), 0);
+        CHECK_EQ(gi->download(mg->be.ctx, gv, g.v[l], sizeof(float) * n), 0);
+        CHECK_EQ(gi->download(mg->be.ctx, hk, h.k[l], sizeof(float) * n), 0);
+        CHECK_EQ(gi->download(mg->be.ctx, hv, h.v[l], sizeof(float) * n), 0);
+        int moved = 0;
+        for (size_t i = 0; i < n; i++) { /* each path's move */
+            moved += a.k[l][i] != k0[i];
+            a.k[l][i] -= k0[i], a.v[l][i] -= v0[i], gk[i] -= k0[i], gv[i] -= v0[i], hk[i] -= k0[i], hv[i] -= v0[i];
+        }
+        CHECK(moved > (int)(n / 2)); /* the later chunks' rows moved */
+        double e = fmax(nerr(a.k[l], gk, n), nerr(a.v[l], gv, n));
+        double eh = fmax(nerr(hk, gk, n), nerr(hv, gv, n));
+        worst = fmax(worst, e), worst_host = fmax(worst_host, eh);
+    }
+    char lab[64];
+    snprintf(lab, sizeof(lab), "%s, 4 chunks, moves", arch);
+    report("shift cpu", lab, worst, 1e-5);
+    report("shift host", lab, worst_host, 1e-5);
+    blend_shift_cache_free(&sc);
+    mc->be.iface->free(mc->be.ctx, cd_idx);
+    gi->free(mg->be.ctx, gd_idx), gi->free(mg->be.ctx, dfk), gi->free(mg->be.ctx, dfv);
+    free(k0), free(v0), free(fk), free(fv), free(gk), free(gv), free(hk), free(hv);
+    kvfs_kv_cache_free(mc, &a), kvfs_kv_cache_free(mg, &g), kvfs_kv_cache_free(mg, &h);
+}
+
 static void test_model(const char *arch, double tol)
 {
     char path[64], err[256], lab[64];
@@ -441,6 +512,7 @@ static void test_model(const char *arch, double tol)
         free(ft), free(ot), free(lf);
     }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
+    test_chunk_shift(mc, mg, arch);
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);
     kvfs_writer_free(&w1); kvfs_writer_free(&w2);

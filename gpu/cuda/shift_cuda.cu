@@ -1,0 +1,133 @@
+// shift_cuda.cu - the chunk shift on the device (backend.h chunk_shift;
+// the host's version and the why: blend/shift.c).  On the host it cost an
+// 8B blend ~220 ms: every later chunk row's shift made on one thread,
+// rotated there and uploaded pageable, layer by layer (0.8 GB in all).
+// Here it is three small kernels per layer and nothing crosses the bus.
+//
+// The arithmetic follows blend/shift.c's: differences in f32, rotations in
+// f64 rounded to f32, each chunk's mean summed in the order of idx, scaled
+// by shift / count, added in f32.  Angles come from cos/sin of the position
+// (the host steps them from row to row: the same to ~1e-15), so the two
+// agree to rounding; gpu_test_backend_ops checks them against each other.
+#include "cuda_internal.cuh"
+
+/* RoPE's frequency of pair j, as the host computes it (f32 pow, then f64) */
+static __device__ __forceinline__ double inv_freq(float theta, int j, int rope_dim)
+{
+    return (double)powf(theta, -2.0f * (float)j / (float)rope_dim);
+}
+
+/* Element d of one head's row v rotated by angle pos * inv (keys, dims
+ * below rope_dim; other dims and values as they are): f32 in, f64 math. */
+static __device__ __forceinline__ float rotated(const float *v, int d, int32_t pos, const struct kvfs_rope_args *r)
+{
+    int half = r ? r->rope_dim / 2 : 0;
+    if (!r || d >= r->rope_dim)
+        return v[d];
+    int j, first, i0, i1;
+    if (r->style == KVFS_ROPE_STYLE_NEOX)
+        j = d < half ? d : d - half, first = d < half, i0 = j, i1 = j + half;
+    else
+        j = d / 2, first = !(d & 1), i0 = 2 * j, i1 = 2 * j + 1;
+    double a = (double)pos * inv_freq(r->theta, j, r->rope_dim), s, c;
+    sincos(a, &s, &c);
+    double x0 = v[i0], x1 = v[i1];
+    return first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
+}
+
+/* mean[ch][h][d] = shift / cnt * the sum over k with chunk_of[idx[k]] == ch
+ * of (fresh[k] - cache[idx[k]]) (keys: rotated to position 0), in k's
+ * order; cnt[ch] the count.  One block per (head h, chunk ch >= 1), a
+ * thread per dim: a key's pairs are within its head, whose difference is
+ * made whole in shared memory before either element is rotated. */
+__global__ void k_shift_mean(const float *cache, const float *fresh, const int32_t *idx, int n_sel,
+                             const int32_t *chunk_of, const int32_t *pos, int kv_dim, int head_dim, float shift,
+                             struct kvfs_rope_args rope, int has_rope, float *mean, int *cnt)
+{
+    __shared__ float dif[256];
+    int h = blockIdx.x, ch = blockIdx.y + 1, d = threadIdx.x;
+    size_t off = (size_t)h * head_dim + d;
+    float acc = 0;
+    int n = 0;
+    for (int k = 0; k < n_sel; k++) {
+        int r = idx[k];
+        if (chunk_of[r] != ch)
+            continue;
+        n++;
+        dif[d] = fresh[(size_t)k * kv_dim + off] - cache[(size_t)r * kv_dim + off];
+        __syncthreads();
+        acc += rotated(dif, d, -pos[r], has_rope ? &rope : NULL);
+        __syncthreads();
+    }
+    mean[(size_t)ch * kv_dim + off] = acc * (n ? shift / (float)n : 0.0f);
+    if (h == 0 && d == 0)
+        cnt[ch] = n;
+}
+
+__global__ void k_mark_rows(const int32_t *idx, int n_sel, unsigned char *recomputed)
+{
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n_sel)
+        recomputed[idx[k]] = 1;
+}
+
+/* cache[r] += mean[chunk_of[r]] (keys: rotated to pos[r]) for each row r of
+ * [row_lo, n_rows) of a chunk >= 1 that has recomputed rows and was not
+ * recomputed itself.  One block per (row, head), a thread per dim. */
+__global__ void k_shift_add(float *cache, const float *mean, const int *cnt, const unsigned char *recomputed,
+                            const int32_t *chunk_of, const int32_t *pos, int row_lo, int kv_dim, int head_dim,
+                            struct kvfs_rope_args rope, int has_rope)
+{
+    int r = row_lo + blockIdx.x, h = blockIdx.y, ch = chunk_of[r];
+    if (ch < 1 || !cnt[ch] || recomputed[r])
+        return;
+    size_t off = (size_t)h * head_dim;
+    cache[(size_t)r * kv_dim + off + threadIdx.x] +=
+        rotated(mean + (size_t)ch * kv_dim + off, threadIdx.x, pos[r], has_rope ? &rope : NULL);
+}
+
+int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *idx, int n_sel,
+                  const int32_t *chunk_of, const int32_t *pos, int n_chunks, int row_lo, int n_rows, int kv_dim,
+                  int head_dim, float shift, const struct kvfs_rope_args *rope)
+{
+    struct cuda_ctx *c = CTX;
+    if (n_sel <= 0 || n_chunks < 2 || row_lo >= n_rows || shift == 0.0f)
+        return 0;
+    enum { T = 256 };
+    if (head_dim <= 0 || kv_dim <= 0 || kv_dim % head_dim || (rope && (rope->rope_dim > head_dim || rope->rope_dim % 2)))
+        return -EINVAL;
+    if (head_dim > T)
+        return -ENOTSUP; /* the host's shift then */
+    unsigned n_heads = (unsigned)(kv_dim / head_dim);
+    float *mean = NULL;
+    int *cnt = NULL;
+    unsigned char *mark = NULL;
+    int rc;
+    if ((rc = c_alloc(c, sizeof(float) * (size_t)n_chunks * kv_dim, (void **)&mean)) ||
+        (rc = c_alloc(c, sizeof(int) * (size_t)n_chunks, (void **)&cnt)) ||
+        (rc = c_alloc(c, (size_t)n_rows, (void **)&mark)))
+        goto out;
+    struct kvfs_rope_args none;
+    memset(&none, 0, sizeof(none));
+    if ((rc = cuda_err(cudaMemsetAsync(mark, 0, (size_t)n_rows, c->stream), "cudaMemsetAsync")) ||
+        (rc = cuda_err(cudaMemsetAsync(cnt, 0, sizeof(int) * (size_t)n_chunks, c->stream), "cudaMemsetAsync")))
+        goto out;
+    k_shift_mean<<<dim3(n_heads, (unsigned)(n_chunks - 1)), (unsigned)head_dim, 0, c->stream>>>(
+        cache, fresh, idx, n_sel, chunk_of, pos, kv_dim, head_dim, shift, rope ? *rope : none, rope != NULL, mean, cnt);
+    if ((rc = LAUNCHED("chunk_shift mean")))
+        goto out;
+    k_mark_rows<<<blocks((size_t)n_sel, T), T, 0, c->stream>>>(idx, n_sel, mark);
+    if ((rc = LAUNCHED("chunk_shift mark")))
+        goto out;
+    k_shift_add<<<dim3((unsigned)(n_rows - row_lo), n_heads), (unsigned)head_dim, 0, c->stream>>>(
+        cache, mean, cnt, mark, chunk_of, pos, row_lo, kv_dim, head_dim, rope ? *rope : none, rope != NULL);
+    rc = LAUNCHED("chunk_shift add");
+out:
+    if (mean)
+        c_free(c, mean);
+    if (cnt)
+        c_free(c, cnt);
+    if (mark)
+        c_free(c, mark);
+    return rc;
+}

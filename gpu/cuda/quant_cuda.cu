@@ -113,8 +113,92 @@ extern "C" float kq_value_host(uint32_t type, const uint8_t *row, int e)
     return kq_value(type, row, e);
 }
 
+// 8 bytes from p, little-endian: one load where p is 8-aligned (Q4_K's
+// nibbles are), else byte by byte (the 18/34/210-byte blocks)
+__host__ __device__ __forceinline__ uint64_t load8(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    if (!((uintptr_t)p & 7)) {
+        uint2 u = *(const uint2 *)p;
+        return (uint64_t)u.x | (uint64_t)u.y << 32;
+    }
+#endif
+    uint64_t v = 0;
+    for (int j = 0; j < 8; j++)
+        v |= (uint64_t)p[j] << (8 * j);
+    return v;
+}
+
+// Elements c .. c + 7 of a row (c a multiple of 8: one sub-block's, which
+// share their scales): kq_value's operations in its order, the scales made
+// once and the quants read in one load where the layout allows.  The types
+// of the K-quant mixes people run (Q4_K_M: Q4_K, Q6_K) and the 32-blocks;
+// the others element by element.
+__host__ __device__ __forceinline__ void kq_decode8(uint32_t type, const uint8_t *row, int c, float *v)
+{
+    switch (type) {
+    case KVFS_GGML_Q4_K: {
+        const uint8_t *b = row + (size_t)(c >> 8) * 144, *sc = b + 4;
+        int i = c & 255, s = i >> 5, l = i & 31;
+        int scale, mn;
+        if (s < 4) {
+            scale = sc[s] & 63;
+            mn = sc[s + 4] & 63;
+        } else {
+            scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+            mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+        float d1 = FMUL(f16_at(b), (float)scale), m1 = FMUL(f16_at(b + 2), (float)mn);
+        uint64_t q = load8(b + 16 + (s >> 1) * 32 + l) >> (s & 1 ? 4 : 0);
+        for (int j = 0; j < 8; j++)
+            v[j] = FSUB(FMUL(d1, (float)(int)(q >> (8 * j) & 15)), m1);
+        return;
+    }
+    case KVFS_GGML_Q6_K: {
+        const uint8_t *b = row + (size_t)(c >> 8) * 210;
+        int i = c & 255, h = i >> 7, r = i & 127, part = r >> 5, l = r & 31, is = l >> 4;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
+        float dsc = FMUL(f16_at(b + 208), (float)sc[is + 2 * part]);
+        uint64_t lo = load8(b + 64 * h + (part & 1 ? 32 : 0) + l) >> (part & 2 ? 4 : 0), hi = load8(b + 128 + 32 * h + l);
+        for (int j = 0; j < 8; j++) {
+            int q = ((int)(lo >> (8 * j) & 15) | (int)((hi >> (8 * j + 2 * part) & 3) << 4)) - 32;
+            v[j] = FMUL(dsc, (float)q);
+        }
+        return;
+    }
+    case KVFS_GGML_Q8_0: {
+        const uint8_t *b = row + (size_t)(c >> 5) * 34;
+        float d = f16_at(b);
+        uint64_t q = load8(b + 2 + (c & 31));
+        for (int j = 0; j < 8; j++)
+            v[j] = FMUL((float)(int8_t)(q >> (8 * j)), d);
+        return;
+    }
+    case KVFS_GGML_Q4_0:
+    case KVFS_GGML_Q4_1: {
+        int one = type == KVFS_GGML_Q4_1, i = c & 31;
+        const uint8_t *b = row + (size_t)(c >> 5) * (one ? 20 : 18);
+        float d = f16_at(b), m = one ? f16_at(b + 2) : 0.0f;
+        uint64_t q = load8(b + (one ? 4 : 2) + (i & 15)) >> (i < 16 ? 0 : 4);
+        for (int j = 0; j < 8; j++) {
+            int x = (int)(q >> (8 * j) & 15);
+            v[j] = one ? FADD(FMUL((float)x, d), m) : FMUL((float)(x - 8), d);
+        }
+        return;
+    }
+    default:
+        for (int j = 0; j < 8; j++)
+            v[j] = kq_value(type, row, c + j);
+    }
+}
+
+extern "C" void kq_decode8_host(uint32_t type, const uint8_t *row, int c, float *v)
+{
+    kq_decode8(type, row, c, v);
+}
+
 /* 8 values a thread (rows are whole 32-blocks, so 8 never straddle one):
- * the block's scales read once from cache, one 16-byte store */
+ * one sub-block's scales made once, one 16-byte store */
 __global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int in_dim,
                              __half *out)
 {
@@ -124,10 +208,12 @@ __global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, 
     size_t r = i / in_dim;
     int c = (int)(i % in_dim);
     const uint8_t *row = w + (r0 + r) * row_bytes;
+    float v[8];
+    kq_decode8(type, row, c, v);
     __align__(16) __half h[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        h[j] = __float2half_rn(kq_value(type, row, c + j));
+        h[j] = __float2half_rn(v[j]);
     *(uint4 *)(out + i) = *(const uint4 *)h;
 }
 

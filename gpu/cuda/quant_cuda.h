@@ -15,6 +15,9 @@ extern "C" {
 int kq_block(uint32_t type, uint32_t *bytes);
 // the device's decoder run on the host: element e of a row (test_cuda_decode)
 float kq_value_host(uint32_t type, const uint8_t *row, int e);
+// the device's 8-at-a-time decoder (its f16 products) run on the host:
+// elements c .. c + 7 of a row, c a multiple of 8 (test_cuda_decode)
+void kq_decode8_host(uint32_t type, const uint8_t *row, int c, float *v);
 #ifdef __cplusplus
 }
 

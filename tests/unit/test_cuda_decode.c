@@ -59,6 +59,19 @@ int main(void)
             }
         printf("%-5s %d x %d: %d values differ\n", kvfs_ggml_type_name(type), n_rows, n_cols, bad);
         CHECK_EQ(bad, 0);
+        /* the 8-at-a-time decoder of the f16 products */
+        int bad8 = 0;
+        for (int r = 0; r < n_rows; r++)
+            for (int c = 0; c < n_cols; c += 8) {
+                float got[8];
+                kq_decode8_host(type, raw + r * rb, c, got);
+                for (int j = 0; j < 8; j++)
+                    if (memcmp(&got[j], &ref[r * n_cols + c + j], sizeof(float)) && bad8++ < 3)
+                        fprintf(stderr, "%s row %d col %d (8 at a time): %.9g, the CPU %.9g\n",
+                                kvfs_ggml_type_name(type), r, c + j, (double)got[j], (double)ref[r * n_cols + c + j]);
+            }
+        printf("%-5s %d x %d, 8 at a time: %d values differ\n", kvfs_ggml_type_name(type), n_rows, n_cols, bad8);
+        CHECK_EQ(bad8, 0);
         free(raw);
         free(ref);
     }

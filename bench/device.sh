@@ -126,7 +126,7 @@ fi
 # memory, in the RAM tier, streamed from files f16 and q4s)
 log "gpu_blend"
 "$KIT/gpu_blend" cuda "$M" > "$OUT/gpu_blend.txt" 2> "$OUT/gpu_blend.err" || bad "gpu_blend: $(tail -n 5 "$OUT/gpu_blend.err")"
-grep -A1 '^profile' "$OUT/gpu_blend.err" >&2
+sed -n '/^profile/,/^kvfs backend profile/p; /^  [a-z_0-9]* *[0-9]* calls/p' "$OUT/gpu_blend.err" >&2
 cat "$OUT/gpu_blend.txt" >&2
 # the f32 attention kernels beside the tensor cores' (prefill only)
 late() { [ "$SECONDS" -ge "${DEADLINE:-1000000}" ] && log "skipped: $1 (past DEADLINE=$DEADLINE s)"; }

@@ -76,17 +76,44 @@ int kvfs_backend_cuda_init(int device, struct kvfs_backend *out)
     return rc == -ENOEXEC ? -ENODEV : rc;
 }
 
+static void profile_at_exit(void)
+{
+    kvfs_backend_profile_take(stderr, "at exit");
+}
+
+static void profile_setup(void)
+{
+    const char *env = getenv("KVFS_BACKEND_PROFILE");
+    if (env && !strcmp(env, "1")) {
+        kvfs_backend_profile_enable(1);
+        atexit(profile_at_exit);
+    }
+}
+
+/* KVFS_BACKEND_PROFILE: the new backend behind the profiling wrappers */
+static int maybe_profiled(int rc, struct kvfs_backend *out)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    const char *env = getenv("KVFS_BACKEND_PROFILE");
+    if (rc || !env || !*env || !strcmp(env, "0"))
+        return rc;
+    pthread_once(&once, profile_setup);
+    if ((rc = kvfs_backend_profile_wrap(out)))
+        kvfs_backend_free(out);
+    return rc;
+}
+
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out)
 {
     if (!name || !strcmp(name, "auto")) {
         if (kvfs_backend_cuda_init(0, out) == 0)
-            return 0;
-        return kvfs_backend_cpu_init(n_threads, out);
+            return maybe_profiled(0, out);
+        return maybe_profiled(kvfs_backend_cpu_init(n_threads, out), out);
     }
     if (!strcmp(name, "cpu"))
-        return kvfs_backend_cpu_init(n_threads, out);
+        return maybe_profiled(kvfs_backend_cpu_init(n_threads, out), out);
     if (!strcmp(name, "cuda"))
-        return kvfs_backend_cuda_init(0, out);
+        return maybe_profiled(kvfs_backend_cuda_init(0, out), out);
     return -EINVAL;
 }
 

@@ -231,9 +231,21 @@ void kvfs_cpu_stats(void *ctx, FILE *f);
  * debug level). */
 int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
 /* the plugin's entry point and the interface version it must match */
-#define KVFS_CUDA_PLUGIN_VERSION 1
+#define KVFS_CUDA_PLUGIN_VERSION 2 /* 2: chunk_shift, host_register */
 /* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
 void kvfs_backend_free(struct kvfs_backend *b);
+
+/* Where a backend's time goes, op by op (gpu/profile.c): b's table replaced
+ * by wrappers that, while profiling is enabled, wait for the device before
+ * and after each compute op and add its time to the op's total (for a
+ * device with no profiler at hand; the waits make everything slower).
+ * kvfs_backend_init_by_name wraps every backend it makes when
+ * $KVFS_BACKEND_PROFILE is set: "1" also enables it and prints the totals
+ * at exit, "wrap" leaves enabling to the program. */
+int kvfs_backend_profile_wrap(struct kvfs_backend *b);
+void kvfs_backend_profile_enable(int on);
+/* the totals since the last take, largest first, to f; then zeroed */
+void kvfs_backend_profile_take(FILE *f, const char *title);
 
 #endif

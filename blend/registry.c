@@ -301,7 +301,7 @@ static void finish(struct kvfs_blend_registry *reg, uint64_t id, struct version 
     struct kvfs_llama_view lv;
     if (!rc) {
         size = kvfs_chunk_size(ref);
-        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) && !kvfs_llama_view_init(&lv, &h, 0)) {
+        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) && !kvfs_llama_view_init(&lv, &h, 0, 1)) {
             llama_size = lv.size;
             kvfs_llama_view_free(&lv);
         }

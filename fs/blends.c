@@ -58,7 +58,7 @@ static int split_name(const char *name, char *base, size_t cap)
     return -EINVAL;
 }
 
-static void fill_attr(const struct kvfs_blend_info *b, int kind, struct stat *st)
+static void fill_attr(const struct kvfs_mount *mnt, const struct kvfs_blend_info *b, int kind, struct stat *st)
 {
     memset(st, 0, sizeof(*st));
     st->st_ino = BLEND_INO(b->id, kind);
@@ -67,7 +67,9 @@ static void fill_attr(const struct kvfs_blend_info *b, int kind, struct stat *st
     st->st_uid = getuid();
     st->st_gid = getgid();
     st->st_size = kind == BLEND_RECIPE ? (off_t)b->recipe_len : kind == BLEND_ERR ? (off_t)b->err_len
-                : kind == BLEND_KV ? (off_t)b->size : (off_t)b->llama_size;
+                : kind == BLEND_KV ? (off_t)b->size
+                : b->llama_size ? (off_t)(b->llama_size + 4u * (mnt->opts.llama_streams - 1)) /* the empty streams */
+                : 0;
     clock_gettime(CLOCK_REALTIME, &st->st_mtim);
     st->st_atim = st->st_ctim = st->st_mtim;
 }
@@ -84,7 +86,7 @@ int blends_getattr(struct kvfs_mount *mnt, fuse_ino_t ino, struct stat *st)
     struct kvfs_blend_info b;
     int rc = kvfs_registry_stat(mnt->blends, node_blend_id(ino), &b);
     if (!rc)
-        fill_attr(&b, node_blend_kind(ino), st);
+        fill_attr(mnt, &b, node_blend_kind(ino), st);
     return rc;
 }
 
@@ -121,7 +123,7 @@ int blends_lookup_kind(struct kvfs_mount *mnt, const char *base, int kind, struc
     struct kvfs_blend_info b;
     int rc = kvfs_registry_lookup(mnt->blends, base, &b);
     if (!rc)
-        fill_attr(&b, kind, st);
+        fill_attr(mnt, &b, kind, st);
     return rc;
 }
 

@@ -61,7 +61,8 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     for (int i = 0; kvfs_blend_service_model(m->svc, i, &fp, &n_vocab) == 0; i++) {
         kvfs_fingerprint_id(&fp, id);
         if (!strcmp(id, c->model) && fp.n_layer == c->n_layer) {
-            *size = kvfs_llama_state_size(c->n_tokens, fp.n_layer, (uint64_t)fp.n_kv_head * fp.head_dim);
+            *size = kvfs_llama_state_size(c->n_tokens, fp.n_layer, (uint64_t)fp.n_kv_head * fp.head_dim,
+                                          m->opts.llama_streams);
             return 0;
         }
     }
@@ -72,7 +73,7 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     if (rc)
         return rc;
     if (!(rc = kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0)) &&
-        !(rc = kvfs_llama_view_init(&v, &h, 0))) {
+        !(rc = kvfs_llama_view_init(&v, &h, 0, m->opts.llama_streams))) {
         *size = v.size;
         kvfs_llama_view_free(&v);
     }
@@ -143,7 +144,7 @@ int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st)
 }
 
 /* The view over h->ref (a chunk or a blend result) into h. */
-static int view_of_ref(struct fh *h, int vt)
+static int view_of_ref(struct fh *h, int vt, uint32_t n_streams)
 {
     struct kvfs_header hdr;
     int rc = kvfs_header_parse(kvfs_chunk_data(h->ref), kvfs_chunk_size(h->ref), &hdr, NULL, 0);
@@ -151,7 +152,7 @@ static int view_of_ref(struct fh *h, int vt)
         return rc;
     if (!(h->view = calloc(1, sizeof(*h->view))))
         return -ENOMEM;
-    if ((rc = kvfs_llama_view_init(h->view, &hdr, vt))) {
+    if ((rc = kvfs_llama_view_init(h->view, &hdr, vt, n_streams))) {
         free(h->view);
         h->view = NULL;
     }
@@ -175,7 +176,7 @@ int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h)
         if (rc || (rc = kvfs_store_get(m->store, hash, &h->ref)))
             return rc;
     }
-    return view_of_ref(h, vt); /* on error the handle's release frees the ref */
+    return view_of_ref(h, vt, m->opts.llama_streams); /* on error the handle's release frees the ref */
 }
 
 int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)

@@ -17,6 +17,7 @@
 #include "handle.h"
 #include "inode_map.h"
 #include "llama.h"
+#include "llama_state.h"
 #include "mount.h"
 #include "ops.h"
 #include "passthrough.h"
@@ -37,7 +38,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_timeout=%d", rados_timeout),
     OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
-    FUSE_OPT_END};
+    OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
 static void usage(const char *prog)
 {
@@ -52,7 +53,7 @@ static void usage(const char *prog)
            "  model=PATH[:PATH]  GGUF model(s) for blending (blends/); picked by the chunks' fingerprint\n"
            "  backend=NAME       blending backend: auto (CUDA if a GPU is present), cpu, cuda\n"
            "  min_ratio=R        floor of the recompute ratio picked by ratio=auto (default 0.15)\n"
-           "  blend_jobs=N       blends that run at once (default 2; 1 on CUDA)\n"
+           "  blend_jobs=N       blends that run at once (default 2; on CUDA each has a stream)\n"
            "  blend_cache=SIZE   disk for blend results, within capacity (default 1G)\n"
            "  sim_read_bw=SIZE   testing: throttle the blend loader's reads to SIZE bytes/s\n"
            "  rados=POOL         shared remote tier on this Ceph RADOS pool (see kvfs(8))\n"
@@ -65,6 +66,8 @@ static void usage(const char *prog)
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
            "  kv_quant=Q         q8, q4, q4s or none (default): store chunks the mount names itself\n"
            "                     (incoming/, llama/, blend results) as 8- or 4-bit K/V\n"
+           "  llama_streams=N    llama/ views hold N KV streams: llama-server -np N without -kvu\n"
+           "                     restores only states of its N streams (default 1: a unified cache)\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -228,6 +231,13 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
     }
     if (m->opts.blend_jobs < 0 || m->opts.blend_jobs > 64) {
         fprintf(stderr, "kvfs: blend_jobs=%d: expected 1 to 64\n", m->opts.blend_jobs);
+        return 2;
+    }
+    if (m->opts.llama_streams == 0)
+        m->opts.llama_streams = 1;
+    if (m->opts.llama_streams < 1 || m->opts.llama_streams > KVFS_LLAMA_MAX_STREAMS) {
+        fprintf(stderr, "kvfs: llama_streams=%d: expected 1 to %d (llama-server's -np)\n", m->opts.llama_streams,
+                KVFS_LLAMA_MAX_STREAMS);
         return 2;
     }
     if (m->opts.kv_quant && strcmp(m->opts.kv_quant, "none") &&

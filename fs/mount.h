@@ -61,6 +61,7 @@ struct kvfs_opts {
     char *min_ratio;  /* ratio=auto floor */
     char *sim_read_bw;/* testing: throttle the blend loader's reads */
     int blend_jobs;   /* blends at once (0 = default 2) */
+    int llama_streams;/* llama/ views: streams in each state (llama-server -np N without -kvu: N) */
     char *blend_cache;/* disk bytes for blend results */
     char *rados_pool; /* remote tier: RADOS pool */
     char *ceph_conf;

@@ -40,25 +40,29 @@ static uint64_t block_bytes(const struct kvfs_llama_view *v)
     return (uint64_t)v->h.n_tokens * v->kv_dim * 2u; /* f16 */
 }
 
-uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim)
+uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim, uint32_t n_streams)
 {
     /* magic, version, n_token, tokens, n_stream, cell_count, cells, v_trans,
-     * n_layer, then per layer a K and a V header and block */
-    return 28u + 16u * n_tokens + (uint64_t)n_layer * (2u * K_HDR + 4u * n_tokens * kv_dim);
+     * n_layer, then per layer a K and a V header and block; then each other
+     * stream's cell_count 0 */
+    return 28u + 16u * n_tokens + (uint64_t)n_layer * (2u * K_HDR + 4u * n_tokens * kv_dim) +
+           4u * (uint64_t)(n_streams > 1 ? n_streams - 1 : 0);
 }
 
-int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans)
+int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans, uint32_t n_streams)
 {
     memset(v, 0, sizeof(*v));
-    if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX)
+    if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX ||
+        n_streams < 1 || n_streams > KVFS_LLAMA_MAX_STREAMS)
         return -EINVAL;
+    v->n_streams = n_streams;
     v->h = *h;
     v->v_trans = !!v_trans;
     v->kv_dim = h->fp.n_kv_head * h->fp.head_dim;
     uint32_t n = h->n_tokens;
     /* magic, version, n_token, tokens, n_stream, cell_count, cells, v_trans, n_layer */
     v->data0 = 12u + 4ull * n + 8u + 12ull * n + 8u;
-    v->size = kvfs_llama_state_size(n, h->fp.n_layer, v->kv_dim);
+    v->size = kvfs_llama_state_size(n, h->fp.n_layer, v->kv_dim, n_streams);
     v->prelude = malloc(v->data0);
     if (!v->prelude)
         return -ENOMEM;
@@ -67,7 +71,7 @@ int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h,
     p += 12;
     for (uint32_t t = 0; t < n; t++, p += 4)
         put32(p, kvfs_header_token(h, t));
-    put32(p, 1), put32(p + 4, n); /* one stream, n cells */
+    put32(p, n_streams), put32(p + 4, n); /* the first stream holds the n cells */
     p += 8;
     for (uint32_t t = 0; t < n; t++, p += 12) {
         put32(p, h->pos0 + t);
@@ -138,9 +142,17 @@ size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj,
     uint8_t *out = dst;
     size_t done = 0;
     uint64_t blk = block_bytes(v), section = K_HDR + blk; /* one layer's K (or V) */
+    uint64_t tail = v->size - 4u * (v->n_streams - 1); /* the empty streams: cell_count 0 each */
     while (done < len) {
         uint64_t at = off + done;
         size_t want = len - done, n;
+        if (at >= tail) {
+            memset(out + done, 0, want);
+            done += want;
+            continue;
+        }
+        if (want > tail - at)
+            want = (size_t)(tail - at);
         if (at < v->data0) {
             n = (size_t)(v->data0 - at) < want ? (size_t)(v->data0 - at) : want;
             memcpy(out + done, v->prelude + at, n);

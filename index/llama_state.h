@@ -32,11 +32,15 @@
 enum { KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_BF16 = 30 };
 
 /* A v1 object read as a sequence state with f16 K/V (the engines' default
- * cache type), positions pos0.., sequence 0, one stream. */
+ * cache type), positions pos0.., sequence 0, in the first of n_streams
+ * streams (the others empty).  llama.cpp restores a state only into a cache
+ * of as many streams: 1 for a unified cache (llama-server's default, -kvu),
+ * else one per slot (-np N). */
 struct kvfs_llama_view {
     struct kvfs_header h;   /* of the object; its pointers point into the object */
     int v_trans;            /* V transposed: engines without flash attention */
     uint32_t kv_dim;        /* n_kv_head * head_dim */
+    uint32_t n_streams;     /* the cells in the first; the others' empty headers at the end */
     uint64_t size;          /* of the state file */
     uint64_t data0;         /* offset of layer 0's K header */
     uint8_t *prelude;       /* bytes [0, data0): generated */
@@ -45,10 +49,12 @@ struct kvfs_llama_view {
 /* The view of the object whose parsed header is h (whose token and layer
  * table pointers stay valid while the view is used).  -EINVAL for a shape
  * llama.cpp cannot hold, -ENOMEM. */
-int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans);
+#define KVFS_LLAMA_MAX_STREAMS 256 /* llama.cpp's LLAMA_MAX_SEQ */
+int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans, uint32_t n_streams);
 void kvfs_llama_view_free(struct kvfs_llama_view *v);
-/* The size of a view of n_tokens rows of kv_dim (either V layout) */
-uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim);
+/* The size of a view of n_tokens rows of kv_dim (either V layout) in
+ * n_streams streams */
+uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim, uint32_t n_streams);
 /* len bytes of the state file at off (clipped to its size) from the whole
  * object image obj; returns the bytes written */
 size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj, uint64_t off, void *dst, size_t len);

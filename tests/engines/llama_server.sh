@@ -10,7 +10,10 @@
 #    first difference, from the server's own top log-probabilities);
 #  - a document's state saved by the server into llama/ is stored as the chunk
 #    kvfs's own prefill of that document names, and blended with others gives
-#    the same blend (K/V within tolerance).
+#    the same blend (K/V within tolerance);
+#  - llama-server -np 2 without -kvu (a KV stream per slot) restores the
+#    views of a mount with llama_streams=2 into any slot, and refuses the
+#    default single-stream view.
 # Run by `make test-engines` (builds llama-server first); skipped without it.
 # On a GPU (tests/gpu/llama_server_cuda.sh) the same checks run with
 # KVFS_ENGINE_MODEL (another GGUF), KVFS_ENGINE_BACKEND=cuda (the daemon and
@@ -98,5 +101,35 @@ cp "$A/chunks/${h[1]}.kv" "$A/chunks/${h[3]}.kv" "$B/chunks/"
 "$KVFSCTL" blend -M "$B" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
 check "the blend over the server's chunk is near kvfs's own ($("$KVFSCTL" compare "$B/blends/q.kv" "$A/blends/q.kv"))" \
     "$KVFSCTL" compare --max-err 0.1 "$B/blends/q.kv" "$A/blends/q.kv"
+kill "$SRV"; wait "$SRV" 2>/dev/null
+# a server of 2 slots with a cache per slot (-np 2, no -kvu: 2 KV streams)
+# restores only a state of 2 streams: the default view (1) is refused, the
+# view of a mount with llama_streams=2 restores into either slot and answers
+# as the single-slot server did
+mount_kvfs c "model=$MODEL,backend=$BACKEND,llama_streams=2" || exit 1
+C=$T/c.mnt
+cp "$A/chunks/${h[1]}.kv" "$A/chunks/${h[2]}.kv" "$A/chunks/${h[3]}.kv" "$C/chunks/"
+"$KVFSCTL" blend -M "$C" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
+cp "$A/llama/q.llama" "$T/one-stream.llama"
+check "a 2-stream view is 4 bytes longer (one empty stream)" \
+    test "$(stat -c %s "$C/llama/q.llama")" = "$(( $(stat -c %s "$T/one-stream.llama") + 4 ))"
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$C/llama/" -np 2 -c $((2 * CTX)) --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server3.log" 2>&1 &
+PIDS+=($!); SRV=$!
+for _ in $(seq 600); do healthy && break; sleep 0.1; done
+r=$(post /slots/1?action=restore '{"filename": "q.llama"}')
+check "-np 2: llama/q.llama of llama_streams=2 restores into slot 1: $(echo "$r" | cut -c1-120)" \
+    test "$(echo "$r" | json 'd.get("n_restored")')" = "$nbt"
+post /completion "{\"prompt\": [$BT,$QI], \"n_predict\": 8, \"temperature\": 0, \"cache_prompt\": true, \"id_slot\": 1, \"n_probs\": 10}" > "$T/c2.json"
+check "... only the query is computed ($(json 'd["timings"]["prompt_n"]' < "$T/c2.json"))" \
+    test "$(json 'd["timings"]["prompt_n"]' < "$T/c2.json")" = "$nq"
+check "... and the answer is the single-slot server's" \
+    test "$(json '[p["id"] for p in d["completion_probabilities"]]' < "$T/c2.json")" = "$(json '[p["id"] for p in d["completion_probabilities"]]' < "$T/c.json")"
+kill "$SRV"; wait "$SRV" 2>/dev/null
+# the same server and a view of one stream: refused (llama.cpp: n_stream mismatch)
+"$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$A/llama/" -np 2 -c $((2 * CTX)) --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server4.log" 2>&1 &
+PIDS+=($!); SRV=$!
+for _ in $(seq 600); do healthy && break; sleep 0.1; done
+r=$(post /slots/0?action=restore '{"filename": "q.llama"}')
+check "-np 2 and a 1-stream view: not restored ($(echo "$r" | cut -c1-100))" sh -c "! echo '$r' | grep -q n_restored"
 kill "$SRV"; wait "$SRV" 2>/dev/null
 finish

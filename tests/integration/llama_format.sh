@@ -79,4 +79,21 @@ mount_kvfs d "" || exit 1
 check "a mount without a model refuses states (ENODEV)" sh -c "! cp '$T/h1.llama' '$T/d.mnt/llama/s.bin' 2>'$T/d.err' && grep -qi 'no such device' '$T/d.err'"
 check "... and says to name the model" grep -q "this mount has none" "$T/d.log"
 check "... yet serves its chunks' views" sh -c "cp '$A/chunks/$h2.kv' '$T/d.mnt/chunks/' && cmp '$T/d.mnt/llama/$h2.llama' '$A/llama/$h2.llama'"
+# llama_streams=3: the cells in the first stream, two empty ones at the end
+# (llama-server -np 3 without -kvu); the same state otherwise, and it imports
+# to the very same chunk
+mount_kvfs s3 "model=$MODEL,llama_streams=3" || exit 1
+S3=$T/s3.mnt
+cp "$A/chunks/$h1.kv" "$S3/chunks/"
+cp "$S3/llama/$h1.llama" "$T/s3.llama"
+n12=$((12 + 4 * ntok))
+check "3 streams: 8 bytes longer ($(stat -c %s "$T/s3.llama") against $size)" test "$(stat -c %s "$T/s3.llama")" -eq $((size + 8))
+check "... n_stream 3" test "$(head -c $((n12 + 4)) "$T/s3.llama" | tail -c 4 | od -An -tu4 | tr -d ' ')" = 3
+head -c $n12 "$T/s3.llama" > "$T/s3.a"; head -c $n12 "$T/h1.llama" > "$T/h1.a"
+tail -c +$((n12 + 5)) "$T/s3.llama" | head -c $((size - n12 - 4)) > "$T/s3.b"; tail -c +$((n12 + 5)) "$T/h1.llama" > "$T/h1.b"
+check "... the rest as the one-stream view" sh -c "cmp -s '$T/s3.a' '$T/h1.a' && cmp -s '$T/s3.b' '$T/h1.b'"
+check "... then two empty streams (cell_count 0)" test "$(tail -c 8 "$T/s3.llama" | od -An -tx1 | tr -d ' \n')" = 0000000000000000
+mkdir -p "$T/bad.mnt"
+check "llama_streams=300 refused at mount, saying the range" sh -c "! '$KVFS' -f -o store=$T/bad.store,llama_streams=300 $T/bad.mnt 2>$T/bad.err && grep -q 'llama_streams=300: expected 1 to 256' $T/bad.err"
+check "... and imports to the same chunk" sh -c "'$KVFSCTL' import -m '$MODEL' -o '$T/s3.kv' '$T/s3.llama' 2>/dev/null | grep -qx '$h1' && cmp '$T/s3.kv' '$A/chunks/$h1.kv'"
 finish

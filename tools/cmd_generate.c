@@ -22,6 +22,10 @@ static void usage(FILE *f)
                "  --prefix-file FILE   text to prefill before TEXT (tokenized on its own)\n"
                "  -p, --prompt TEXT    prompt text (after the KV/prefix)\n"
                "  -n N                 tokens to generate (default 32)\n"
+               "  --no-bos             no BOS before the prefix or TEXT (by default it starts\n"
+               "                       the sequence where the model asks for one, as llama.cpp\n"
+               "                       does: tokenizer.ggml.add_bos_token; never with --kv,\n"
+               "                       whose tokens start the sequence)\n"
                "  --ids                print token ids instead of text (all of them, the\n"
                "                       end-of-generation one included)\n"
                "  --backend NAME       cpu, cuda, auto (default cpu)\n"
@@ -88,11 +92,11 @@ static void print_generated(struct kvfs_tokenizer *tok, int32_t *gen, int produc
 int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *kv = NULL, *prefix = NULL, *prompt = "", *backend = "cpu";
-    int n_gen = 32, threads = 0, print_ids = 0;
+    int n_gen = 32, threads = 0, print_ids = 0, no_bos = 0;
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("kv", 0, STR, &kv),
         TOOL_OPT("prefix-file", 0, STR, &prefix), TOOL_OPT("prompt", 'p', STR, &prompt),
-        TOOL_OPT(NULL, 'n', INT, &n_gen), TOOL_OPT("ids", 0, FLAG, &print_ids),
+        TOOL_OPT(NULL, 'n', INT, &n_gen), TOOL_OPT("ids", 0, FLAG, &print_ids), TOOL_OPT("no-bos", 0, FLAG, &no_bos),
         TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 0};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -118,10 +122,12 @@ int cmd_generate(int argc, char **argv)
         if (read_kv(kv, &image, &image_len, &h))
             goto out;
         n_cached = (int)h.n_tokens;
-    } else if (prefix && tool_tokenize_file(tok, prefix, 0, &pre_ids, &n_pre)) {
+    } else if (prefix && tool_tokenize_file(tok, prefix, !no_bos, &pre_ids, &n_pre)) {
         goto out;
     }
-    if (*prompt && (rc = kvfs_tokenize(tok, prompt, strlen(prompt), 0, 0, &prompt_ids, &n_prompt))) {
+    /* BOS (where the model asks for it) before whatever starts the sequence */
+    int prompt_bos = !kv && !prefix && !no_bos;
+    if (*prompt && (rc = kvfs_tokenize(tok, prompt, strlen(prompt), prompt_bos, 0, &prompt_ids, &n_prompt))) {
         fprintf(stderr, "kvfsctl generate: cannot tokenize the prompt: %s\n", strerror(-rc));
         goto out;
     }

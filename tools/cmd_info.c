@@ -8,13 +8,16 @@
 #include "commands.h"
 #include "kvformat.h" /* kvfs_hash_to_hex */
 #include "kvfs.h"
+#include "model_info.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl info [--json] [--tokens] FILE\n"
                "Print a kvfs chunk file's header and verify every checksum.\n"
-               "Exit status 0 if the file is valid, 1 if not (the reason goes to stderr).\n");
+               "Exit status 0 if the file is valid, 1 if not (the reason goes to stderr).\n"
+               "A GGUF model instead: its architecture, layers and tensor types, and whether\n"
+               "kvfs computes it as llama.cpp does (exit 0), or exactly what it refuses (1).\n");
 }
 
 int cmd_info(int argc, char **argv)
@@ -27,6 +30,8 @@ int cmd_info(int argc, char **argv)
     if (rc != TOOL_ARGS_OK)
         return rc;
     const char *path = argv[optind];
+    if (strcmp(path, "-") && tool_is_gguf(path))
+        return tool_model_info(path, json);
     /* through libkvfs, as engines read chunks: mapped, every checksum verified */
     struct libkvfs_file *f;
     char why[300];

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ggml_quant.h"
 #include "log.h" /* kvfs_errf */
 
 /* families llama.cpp runs that kvfs refuses, with the reason */
@@ -98,8 +99,14 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         const struct kvfs_gguf_str *n = &g->tensors[i].name;
         char name[128];
         snprintf(name, sizeof(name), "%.*s", (int)(n->len < 127 ? n->len : 127), n->ptr);
-        if (tensor_known(name, !strcmp(arch, "gemma3"), n_layer))
+        uint32_t type = g->tensors[i].type;
+        if (tensor_known(name, !strcmp(arch, "gemma3"), n_layer)) {
+            if (!kvfs_ggml_block_size(type) || type == KVFS_GGML_Q8_K)
+                return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s has type %s, which kvfs does not decode (F32, "
+                                 "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, name,
+                                 kvfs_ggml_type_name(type) ? kvfs_ggml_type_name(type) : "unknown");
             continue;
+        }
         if (!strcmp(name, "rope_freqs.weight"))
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor rope_freqs.weight (Llama 3.1-style RoPE frequency "
                              "factors) is not supported yet: keys would differ from llama.cpp's", path);

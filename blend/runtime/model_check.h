@@ -12,7 +12,7 @@
  * family kvfs refuses says why: experts, latent attention, recurrent state) */
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen);
 /* 0 when every tensor of g is one the runtime reads for arch (n_layer
- * layers) and no key asks for computation it lacks (RoPE scaling, experts,
+ * layers), in a type it decodes, and no key asks for computation it lacks (RoPE scaling, experts,
  * attention soft-capping); else -ENOTSUP naming the first such thing */
 int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                           size_t errlen);

@@ -13,6 +13,8 @@ P="The capital of France is"
 want=$("$KVFSCTL" generate -m "$MODEL" -p "$P" -n 4 --ids 2>/dev/null)
 got=$("$KVFSCTL" generate -m "$T/copy.gguf" -p "$P" -n 4 --ids 2>/dev/null)
 check "an unedited copy loads and answers as the original ($got)" test -n "$want" -a "$got" = "$want"
+check "kvfsctl info on the model: supported" sh -c \
+    "'$KVFSCTL' info '$MODEL' > '$T/x' && grep -q '^supported: *yes' '$T/x' && grep -q '^arch: *llama' '$T/x'"
 refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
     local what=$1 pat=$2
     shift 2
@@ -22,6 +24,10 @@ refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
     local rc=$?
     check "$what: refused ($(head -c 200 "$T/err"))" env PAT="$pat" sh -c \
         'test "$0" != 0 && grep -qF -- "$PAT" "$1" && ! test -s "$2"' "$rc" "$T/err" "$T/out"
+    "$KVFSCTL" info "$T/e.gguf" > "$T/info" 2>&1
+    rc=$?
+    check "... and kvfsctl info says why ($(tail -1 "$T/info" | head -c 120))" env PAT="$pat" sh -c \
+        'test "$0" = 1 && grep "^supported: *no: " "$1" | grep -qF -- "$PAT"' "$rc" "$T/info"
 }
 refused "Llama 3.1 RoPE frequency factors" "tensor rope_freqs.weight" --tensor rope_freqs.weight=32
 refused "linear RoPE scaling" "RoPE scaling 'linear' (llama.rope.scaling.type)" --str llama.rope.scaling.type=linear

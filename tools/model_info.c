@@ -1,0 +1,70 @@
+/* model_info.c - kvfsctl info on a GGUF model: what it is and whether kvfs
+ * computes it as llama.cpp does (blend/runtime/model_check.c), and if not,
+ * exactly what stands in the way. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ggml_quant.h" /* kvfs_ggml_type_name */
+#include "gguf.h"
+#include "model_check.h"
+#include "model_info.h"
+
+int tool_is_gguf(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    int yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f)
+        fclose(f);
+    return yes;
+}
+
+int tool_model_info(const char *path, int json)
+{
+    struct kvfs_gguf *g;
+    char err[512] = "", arch[64] = "?", key[96];
+    if (kvfs_gguf_open(path, &g, err, sizeof(err))) {
+        fprintf(stderr, "kvfsctl info: %s\n", err);
+        return 1;
+    }
+    struct kvfs_gguf_str s;
+    uint32_t n_layer = 0;
+    int ok = 0;
+    if (kvfs_gguf_get_str(g, "general.architecture", &s)) {
+        snprintf(err, sizeof(err), "%s: no general.architecture", path);
+    } else {
+        snprintf(arch, sizeof(arch), "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
+        snprintf(key, sizeof(key), "%s.block_count", arch);
+        if (!kvfs_model_arch_check(path, arch, err, sizeof(err))) {
+            if (kvfs_gguf_get_u32(g, key, &n_layer))
+                snprintf(err, sizeof(err), "%s: no %s", path, key);
+            else
+                ok = !kvfs_model_file_check(path, g, arch, (int)n_layer, err, sizeof(err));
+        }
+    }
+    /* tensors by type */
+    uint64_t count[64] = {0};
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        count[g->tensors[i].type < 64 ? g->tensors[i].type : 63]++;
+    const char *why = ok ? "" : err;
+    if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
+        why += strlen(path) + 2;
+    if (json) {
+        printf("{\"path\": \"%s\", \"arch\": \"%s\", \"n_layer\": %u, \"n_tensors\": %llu, \"supported\": %s, "
+               "\"reason\": \"", path, arch, n_layer, (unsigned long long)g->n_tensors, ok ? "true" : "false");
+        for (const char *c = why; *c; c++) /* the reason as a JSON string */
+            printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 32 ? " " : "%c", *c);
+        printf("\"}\n");
+    } else {
+        printf("model:       %s\narch:        %s\nlayers:      %u\ntensors:     %llu (", path, arch, n_layer,
+               (unsigned long long)g->n_tensors);
+        for (int t = 0, first = 1; t < 64; t++)
+            if (count[t]) {
+                printf("%s%llu %s", first ? "" : ", ", (unsigned long long)count[t], kvfs_ggml_type_name((uint32_t)t));
+                first = 0;
+            }
+        printf(")\nsupported:   %s%s\n", ok ? "yes" : "no: ", why);
+    }
+    kvfs_gguf_close(g);
+    return ok ? 0 : 1;
+}

@@ -84,10 +84,10 @@ int main(int argc, char **argv)
         int band = l * n_bands / hp->n_layer;
         float theta = m->layers[l].rope_theta;
         /* keys to position 0's frame: the full prefill's by its rows' positions, each chunk's by its own */
-        be->rope(m->be.ctx, fc.k[l], neg, n_ctx, hp->n_kv_head, hp->head_dim, hp->rope_dim, theta, hp->rope_style);
+        be->rope(m->be.ctx, fc.k[l], neg, n_ctx, hp->n_kv_head, hp->head_dim, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
         for (int f = 1, row0 = (int)nids[0]; f < n_files; row0 += (int)nids[f], f++) {
             int n = (int)nids[f];
-            be->rope(m->be.ctx, cc[f].k[l], neg, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, theta, hp->rope_style);
+            be->rope(m->be.ctx, cc[f].k[l], neg, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
             for (int which = 0; which < 2; which++) {
                 const float *full = (which ? fc.v[l] : fc.k[l]) + (size_t)row0 * kvd;
                 const float *cached = which ? cc[f].v[l] : cc[f].k[l];

@@ -375,7 +375,7 @@ int main(int argc, char **argv)
         be->round_f16(ctx, R.rk[l], (size_t)n_rows * kvd);
         be->round_f16(ctx, R.rv[l], (size_t)n_rows * kvd);
         be->rope(ctx, R.rk[l], shift, n_rows, hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[l].rope_theta,
-                 hp->rope_style);
+                 hp->rope_style, m->rope_freqs);
     }
     int first = (int)nids[0], n_later = n_rows - first;
     int k = (int)ceilf(ratio * (float)n_rows - 1e-4f);

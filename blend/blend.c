@@ -57,11 +57,11 @@ static int rope_selftest(const struct kvfs_model *m, float theta)
     for (int k = 0; k < 3 && !rc; k++)
         rc = be->upload(CTX(m), dev[k], host[0], sizeof(float) * (size_t)d);
     /* dev0: rotate by 37 then 1000; dev1: by 1037; dev2: by 1037 then -1037 */
-    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[0], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[1], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[1], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
-    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[3], 1, 1, d, hp->rope_dim, theta, hp->rope_style);
+    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[0], 1, 1, d, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
+    if (!rc) rc = be->rope(CTX(m), dev[0], &dpos[1], 1, 1, d, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
+    if (!rc) rc = be->rope(CTX(m), dev[1], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
+    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[2], 1, 1, d, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
+    if (!rc) rc = be->rope(CTX(m), dev[2], &dpos[3], 1, 1, d, hp->rope_dim, theta, hp->rope_style, m->rope_freqs);
     for (int k = 0; k < 3 && !rc; k++)
         rc = be->download(CTX(m), host[k], dev[k], sizeof(float) * (size_t)d);
     if (rc)
@@ -271,7 +271,8 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
     /* each layer's own base: gemma3's local layers rotate with another */
     if (!rc && n_rows > row0)
         rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * c->kv_dim, d_delta + row0, n_rows - row0,
-                         hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[layer].rope_theta, hp->rope_style);
+                         hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[layer].rope_theta, hp->rope_style,
+                         m->rope_freqs);
     return rc;
 }
 

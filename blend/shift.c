@@ -246,7 +246,7 @@ static int shift_on_backend(const struct kvfs_model *m, struct kvfs_kv_cache *c,
             sc->m = m, sc->d_chunk_of = d_chunk_of, sc->d_rows = n_rows, sc->d_hash = h;
         }
     }
-    struct kvfs_rope_args rope = {hp->rope_dim, hp->rope_style, m->layers[l].rope_theta};
+    struct kvfs_rope_args rope = {hp->rope_dim, hp->rope_style, m->layers[l].rope_theta, m->rope_freqs};
     int kvd = c->kv_dim;
     if (!(rc = be->chunk_shift(ctx, c->k[l], fresh_k, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
                                hp->head_dim, shift, &rope)))
@@ -288,7 +288,8 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     for (int k = 0; !rc && k < n_sel; k++)
         s.recomputed[idx[k]] = 1;
     for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */
-        s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim);
+        s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim) /
+                   (m->rope_freqs ? (double)m->rope_freqs[j] : 1.0);
     if (!rc)
         s.ang = angles_for(cache, m->layers[l].rope_theta, n_sel, row_lo, n_rows, half, idx, &s.ang_fill);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||

@@ -30,7 +30,8 @@ enum kvfs_rope_style { KVFS_ROPE_STYLE_NORM = 0, KVFS_ROPE_STYLE_NEOX = 2 };
 /* how one layer's keys were rotated (for ops that rotate them again) */
 struct kvfs_rope_args {
     int rope_dim, style; /* the first rope_dim dims of each head; enum kvfs_rope_style */
-    float theta;         /* angle pos * theta^(-2j/rope_dim) for pair j */
+    float theta;         /* angle pos * theta^(-2j/rope_dim) for pair j, */
+    const float *freq_factors; /* divided by freq_factors[j] if not NULL (host, rope_dim / 2) */
 };
 
 struct kvfs_backend_iface {
@@ -61,11 +62,13 @@ struct kvfs_backend_iface {
                    int dim, float eps);
 
     /* In-place RoPE on x[n][n_heads][head_dim] by angle pos[i] * theta^(-2j/rope_dim)
-     * for the first rope_dim dims of each head.  pos is a device int32 array;
-     * a negative position rotates backwards, so re-positioning by a delta is
+     * for the first rope_dim dims of each head, divided by freq_factors[j]
+     * where it is not NULL (host memory, rope_dim / 2 values: Llama 3.1's
+     * rope_freqs, as ggml's rope_ext).  pos is a device int32 array; a
+     * negative position rotates backwards, so re-positioning by a delta is
      * one call with pos = delta. */
     int (*rope)(void *ctx, float *x, const int32_t *pos, int n, int n_heads,
-                int head_dim, int rope_dim, float theta, int style);
+                int head_dim, int rope_dim, float theta, int style, const float *freq_factors);
 
     /* out[i] = a[i] + b[i] for i < count; out may alias a or b */
     int (*add)(void *ctx, const float *a, const float *b, float *out, size_t count);
@@ -231,7 +234,7 @@ void kvfs_cpu_stats(void *ctx, FILE *f);
  * debug level). */
 int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
 /* the plugin's entry point and the interface version it must match */
-#define KVFS_CUDA_PLUGIN_VERSION 2 /* 2: chunk_shift, host_register */
+#define KVFS_CUDA_PLUGIN_VERSION 3 /* 2: chunk_shift, host_register; 3: rope's freq_factors */
 /* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
 void kvfs_backend_free(struct kvfs_backend *b);

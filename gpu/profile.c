@@ -98,9 +98,9 @@ static int w_rmsnorm(void *vctx, const float *x, const float *g, float *y, int n
     TIMED(P_RMSNORM, rmsnorm(p_->ctx, x, g, y, n, dim, eps));
 }
 static int w_rope(void *vctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
-                  float theta, int style)
+                  float theta, int style, const float *ff)
 {
-    TIMED(P_ROPE, rope(p_->ctx, x, pos, n, n_heads, head_dim, rope_dim, theta, style));
+    TIMED(P_ROPE, rope(p_->ctx, x, pos, n, n_heads, head_dim, rope_dim, theta, style, ff));
 }
 static int w_add(void *vctx, const float *a, const float *b, float *out, size_t count)
 {

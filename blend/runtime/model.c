@@ -267,6 +267,12 @@ output:
         goto fail;
     if ((rc = load_vec(m, "output_norm.weight", hp->n_embd, 0, &m->output_norm, err, errlen)))
         goto fail;
+    /* Llama 3.1-style RoPE frequency factors (checked by model_check.c):
+     * host values each rope call and the chunk shift divide their angles
+     * by, as ggml's rope_ext */
+    if (kvfs_gguf_tensor(m->gguf, "rope_freqs.weight") &&
+        (rc = tensor_f32(m->gguf, "rope_freqs.weight", (uint64_t)(hp->rope_dim / 2), 1, &m->rope_freqs, err, errlen)))
+        goto fail;
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) {
         rc = -ENOMEM;
@@ -386,6 +392,7 @@ void kvfs_model_free(struct kvfs_model *m)
         be->weight_free(c, m->output);
         kvfs_backend_free(&m->be);
     }
+    free(m->rope_freqs);
     free(m->layers);
     kvfs_gguf_close(m->gguf);
     free(m);

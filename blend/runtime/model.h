@@ -52,6 +52,7 @@ struct kvfs_model {
     float *tok_embd;             /* device [n_vocab][n_embd], or NULL when kept as: */
     struct kvfs_weight *tok_embd_w; /* the table as an encoded weight (see kvfs_embed) */
     float *output_norm;          /* device [n_embd] */
+    float *rope_freqs;           /* host [rope_dim / 2]: Llama 3.1's RoPE frequency factors, or NULL */
     struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
     int output_act_q;
     int ggml_compat;             /* emulate llama.cpp's activation quantization and f16 KV */

@@ -46,8 +46,11 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
 }
 
 /* a tensor the runtime reads for this architecture */
-static int tensor_known(const char *name, int is_gemma3, int n_layer)
+static int tensor_known(const char *name, const char *arch, int n_layer)
 {
+    int is_gemma3 = !strcmp(arch, "gemma3");
+    if (!strcmp(name, "rope_freqs.weight")) /* Llama 3.1's frequency factors: llama.cpp reads them for llama */
+        return !strcmp(arch, "llama");
     static const char *const global[] = {"token_embd.weight", "output.weight", "output_norm.weight"};
     static const char *const layer[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
                                         "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
@@ -66,6 +69,40 @@ static int tensor_known(const char *name, int is_gemma3, int n_layer)
     for (size_t i = 0; is_gemma3 && i < sizeof(gemma3) / sizeof(gemma3[0]); i++)
         if (!strcmp(name + at, gemma3[i]))
             return 1;
+    return 0;
+}
+
+/* rope_freqs.weight, where present: rope_dim / 2 positive f32 factors */
+static int rope_freqs_check(const char *path, const struct kvfs_gguf *g, const char *arch, char *err, size_t errlen)
+{
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(g, "rope_freqs.weight");
+    if (!t)
+        return 0;
+    char key[128];
+    uint32_t rope_dim = 0, n_embd = 0, n_head = 0;
+    snprintf(key, sizeof(key), "%s.rope.dimension_count", arch);
+    if (kvfs_gguf_get_u32(g, key, &rope_dim)) {
+        snprintf(key, sizeof(key), "%s.attention.key_length", arch);
+        if (kvfs_gguf_get_u32(g, key, &rope_dim)) {
+            snprintf(key, sizeof(key), "%s.embedding_length", arch);
+            kvfs_gguf_get_u32(g, key, &n_embd);
+            snprintf(key, sizeof(key), "%s.attention.head_count", arch);
+            kvfs_gguf_get_u32(g, key, &n_head);
+            rope_dim = n_head ? n_embd / n_head : 0;
+        }
+    }
+    if (t->type != KVFS_GGML_F32 || t->ne[0] != rope_dim / 2 || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: tensor rope_freqs.weight has shape %llux%llu (%s), expected "
+                         "%ux1 (F32)", path, (unsigned long long)t->ne[0],
+                         (unsigned long long)(t->ne[1] * t->ne[2] * t->ne[3]),
+                         kvfs_ggml_type_name(t->type) ? kvfs_ggml_type_name(t->type) : "?", rope_dim / 2);
+    for (uint32_t j = 0; j < rope_dim / 2; j++) {
+        float f;
+        memcpy(&f, t->data + 4u * j, 4);
+        if (!(f > 0.0f))
+            return kvfs_errf(err, errlen, -EINVAL, "%s: rope_freqs.weight[%u] = %g: a frequency factor must be > 0",
+                             path, j, (double)f);
+    }
     return 0;
 }
 
@@ -100,18 +137,15 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         char name[128];
         snprintf(name, sizeof(name), "%.*s", (int)(n->len < 127 ? n->len : 127), n->ptr);
         uint32_t type = g->tensors[i].type;
-        if (tensor_known(name, !strcmp(arch, "gemma3"), n_layer)) {
+        if (tensor_known(name, arch, n_layer)) {
             if (!kvfs_ggml_block_size(type) || type == KVFS_GGML_Q8_K)
                 return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s has type %s, which kvfs does not decode (F32, "
                                  "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, name,
                                  kvfs_ggml_type_name(type) ? kvfs_ggml_type_name(type) : "unknown");
             continue;
         }
-        if (!strcmp(name, "rope_freqs.weight"))
-            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor rope_freqs.weight (Llama 3.1-style RoPE frequency "
-                             "factors) is not supported yet: keys would differ from llama.cpp's", path);
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s is not one kvfs's %s runtime computes with: its "
                          "results would differ from llama.cpp's", path, name, arch);
     }
-    return 0;
+    return rope_freqs_check(path, g, arch, err, errlen);
 }

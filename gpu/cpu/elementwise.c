@@ -51,7 +51,7 @@ int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int 
 struct rope_args {
     float *x;
     const int32_t *pos;
-    const float *inv;
+    const float *inv, *ff; /* ff: rope_freqs, or NULL */
     int n_heads, head_dim, half, style;
 };
 
@@ -64,6 +64,8 @@ static void rope_rows(void *arg, size_t lo, size_t hi)
         if (i == lo || a->pos[i] != a->pos[i - 1])
             for (int j = 0; j < half; j++) {
                 float t = (float)a->pos[i] * a->inv[j];
+                if (a->ff)
+                    t /= a->ff[j]; /* ggml's rope_ext: theta / freq_factor */
                 cs[j] = cosf(t), sn[j] = sinf(t);
             }
         for (int j = 0; j < half; j++) {
@@ -81,7 +83,7 @@ static void rope_rows(void *arg, size_t lo, size_t hi)
 }
 
 int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
-                    float theta, int style)
+                    float theta, int style, const float *freq_factors)
 {
     int half = rope_dim / 2;
     if (half > 2048)
@@ -89,7 +91,7 @@ int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int he
     float inv[2048];
     for (int j = 0; j < half; j++)
         inv[j] = powf(theta, -2.0f * (float)j / (float)rope_dim);
-    struct rope_args a = {x, pos, inv, n_heads, head_dim, half, style};
+    struct rope_args a = {x, pos, inv, freq_factors, n_heads, head_dim, half, style};
     if (n > 0)
         cpu_par_for(ctx, (size_t)n, (size_t)n_heads * head_dim, rope_rows, &a);
     return 0;

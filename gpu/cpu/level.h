@@ -70,7 +70,7 @@ int cpu_act_quant(void *ctx, const float *x, float *y, int n, int dim, int type)
 int cpu_round_f16(void *ctx, float *x, size_t count);
 int cpu_rmsnorm(void *ctx, const float *x, const float *g, float *y, int n, int dim, float eps);
 int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim, float theta,
-             int style);
+             int style, const float *freq_factors);
 int cpu_add(void *ctx, const float *a, const float *b, float *out, size_t count);
 int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out, size_t count);
 int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count);

@@ -156,7 +156,14 @@ int c_upload(void *vctx, void *dev, const void *host, size_t bytes);
 /* elementwise_cuda.cu */
 int c_rmsnorm(void *vctx, const float *x, const float *g, float *y, int n, int dim, float eps);
 int c_rope(void *vctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim, float theta,
-           int style);
+           int style, const float *freq_factors);
+/* rope's frequency factors by value, for a kernel's parameters (rope_dim / 2
+ * of them at most ROPE_FACTORS_MAX: -ENOTSUP beyond) */
+#define ROPE_FACTORS_MAX 256
+struct rope_factors {
+    float f[ROPE_FACTORS_MAX];
+};
+int rope_factors_of(const float *freq_factors, int rope_dim, struct rope_factors *out);
 int c_add(void *vctx, const float *a, const float *b, float *out, size_t count);
 int c_swiglu(void *vctx, const float *gate, const float *up, float *out, size_t count);
 int c_scale(void *vctx, const float *x, float s, float *y, size_t count);

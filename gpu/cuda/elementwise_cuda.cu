@@ -25,7 +25,7 @@ int c_rmsnorm(void *vctx, const float *x, const float *g, float *y, int n, int d
 }
 
 __global__ void k_rope(float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim, float theta,
-                       int neox)
+                       int neox, struct rope_factors ff, int has_ff)
 {
     int half = rope_dim / 2;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -35,7 +35,10 @@ __global__ void k_rope(float *x, const int32_t *pos, int n, int n_heads, int hea
     size_t rh = i / half; /* row * n_heads + head */
     int row = (int)(rh / n_heads);
     float inv = powf(theta, -2.0f * (float)j / (float)rope_dim);
-    float a = (float)pos[row] * inv, c = cosf(a), s = sinf(a);
+    float a = (float)pos[row] * inv;
+    if (has_ff)
+        a /= ff.f[j]; /* ggml's rope_ext: theta / freq_factor */
+    float c = cosf(a), s = sinf(a);
     float *v = x + rh * head_dim;
     int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
     float x0 = v[i0], x1 = v[i1];
@@ -43,14 +46,27 @@ __global__ void k_rope(float *x, const int32_t *pos, int n, int n_heads, int hea
     v[i1] = x0 * s + x1 * c;
 }
 
+int rope_factors_of(const float *freq_factors, int rope_dim, struct rope_factors *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!freq_factors)
+        return 0;
+    if (rope_dim / 2 > ROPE_FACTORS_MAX)
+        return -ENOTSUP;
+    memcpy(out->f, freq_factors, sizeof(float) * (size_t)(rope_dim / 2));
+    return 0;
+}
+
 int c_rope(void *vctx, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rope_dim,
-                  float theta, int style)
+                  float theta, int style, const float *freq_factors)
 {
     size_t tot = (size_t)n * n_heads * (rope_dim / 2);
-    if (!tot)
-        return 0;
+    struct rope_factors ff;
+    int rc = rope_factors_of(freq_factors, rope_dim, &ff);
+    if (rc || !tot)
+        return rc;
     k_rope<<<blocks(tot, 256), 256, 0, CTX->stream>>>(x, pos, n, n_heads, head_dim, rope_dim, theta,
-                                                       style == KVFS_ROPE_STYLE_NEOX);
+                                                       style == KVFS_ROPE_STYLE_NEOX, ff, freq_factors != NULL);
     return LAUNCHED("rope");
 }
 

@@ -11,15 +11,25 @@
 // agree to rounding; gpu_test_backend_ops checks them against each other.
 #include "cuda_internal.cuh"
 
-/* RoPE's frequency of pair j, as the host computes it (f32 pow, then f64) */
-static __device__ __forceinline__ double inv_freq(float theta, int j, int rope_dim)
+/* a layer's RoPE, by value for the kernels (kvfs_rope_args with its
+ * frequency factors copied in) */
+struct shift_rope {
+    int rope_dim, style, has_ff;
+    float theta;
+    struct rope_factors ff;
+};
+
+/* RoPE's frequency of pair j, as the host computes it (f32 pow, then f64,
+ * divided by the factor) */
+static __device__ __forceinline__ double inv_freq(const struct shift_rope *r, int j)
 {
-    return (double)powf(theta, -2.0f * (float)j / (float)rope_dim);
+    double f = (double)powf(r->theta, -2.0f * (float)j / (float)r->rope_dim);
+    return r->has_ff ? f / (double)r->ff.f[j] : f;
 }
 
 /* Element d of one head's row v rotated by angle pos * inv (keys, dims
  * below rope_dim; other dims and values as they are): f32 in, f64 math. */
-static __device__ __forceinline__ float rotated(const float *v, int d, int32_t pos, const struct kvfs_rope_args *r)
+static __device__ __forceinline__ float rotated(const float *v, int d, int32_t pos, const struct shift_rope *r)
 {
     int half = r ? r->rope_dim / 2 : 0;
     if (!r || d >= r->rope_dim)
@@ -29,7 +39,7 @@ static __device__ __forceinline__ float rotated(const float *v, int d, int32_t p
         j = d < half ? d : d - half, first = d < half, i0 = j, i1 = j + half;
     else
         j = d / 2, first = !(d & 1), i0 = 2 * j, i1 = 2 * j + 1;
-    double a = (double)pos * inv_freq(r->theta, j, r->rope_dim), s, c;
+    double a = (double)pos * inv_freq(r, j), s, c;
     sincos(a, &s, &c);
     double x0 = v[i0], x1 = v[i1];
     return first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
@@ -42,7 +52,7 @@ static __device__ __forceinline__ float rotated(const float *v, int d, int32_t p
  * made whole in shared memory before either element is rotated. */
 __global__ void k_shift_mean(const float *cache, const float *fresh, const int32_t *idx, int n_sel,
                              const int32_t *chunk_of, const int32_t *pos, int kv_dim, int head_dim, float shift,
-                             struct kvfs_rope_args rope, int has_rope, float *mean, int *cnt)
+                             struct shift_rope rope, int has_rope, float *mean, int *cnt)
 {
     __shared__ float dif[256];
     int h = blockIdx.x, ch = blockIdx.y + 1, d = threadIdx.x;
@@ -76,7 +86,7 @@ __global__ void k_mark_rows(const int32_t *idx, int n_sel, unsigned char *recomp
  * recomputed itself.  One block per (row, head), a thread per dim. */
 __global__ void k_shift_add(float *cache, const float *mean, const int *cnt, const unsigned char *recomputed,
                             const int32_t *chunk_of, const int32_t *pos, int row_lo, int kv_dim, int head_dim,
-                            struct kvfs_rope_args rope, int has_rope)
+                            struct shift_rope rope, int has_rope)
 {
     int r = row_lo + blockIdx.x, h = blockIdx.y, ch = chunk_of[r];
     if (ch < 1 || !cnt[ch] || recomputed[r])
@@ -99,6 +109,14 @@ int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *i
     if (head_dim > T)
         return -ENOTSUP; /* the host's shift then */
     unsigned n_heads = (unsigned)(kv_dim / head_dim);
+    struct shift_rope sr;
+    memset(&sr, 0, sizeof(sr));
+    if (rope) {
+        sr.rope_dim = rope->rope_dim, sr.style = rope->style, sr.theta = rope->theta;
+        sr.has_ff = rope->freq_factors != NULL;
+        if (rope_factors_of(rope->freq_factors, rope->rope_dim, &sr.ff))
+            return -ENOTSUP; /* the host's shift then */
+    }
     float *mean = NULL;
     int *cnt = NULL;
     unsigned char *mark = NULL;
@@ -107,20 +125,18 @@ int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *i
         (rc = c_alloc(c, sizeof(int) * (size_t)n_chunks, (void **)&cnt)) ||
         (rc = c_alloc(c, (size_t)n_rows, (void **)&mark)))
         goto out;
-    struct kvfs_rope_args none;
-    memset(&none, 0, sizeof(none));
     if ((rc = cuda_err(cudaMemsetAsync(mark, 0, (size_t)n_rows, c->stream), "cudaMemsetAsync")) ||
         (rc = cuda_err(cudaMemsetAsync(cnt, 0, sizeof(int) * (size_t)n_chunks, c->stream), "cudaMemsetAsync")))
         goto out;
     k_shift_mean<<<dim3(n_heads, (unsigned)(n_chunks - 1)), (unsigned)head_dim, 0, c->stream>>>(
-        cache, fresh, idx, n_sel, chunk_of, pos, kv_dim, head_dim, shift, rope ? *rope : none, rope != NULL, mean, cnt);
+        cache, fresh, idx, n_sel, chunk_of, pos, kv_dim, head_dim, shift, sr, rope != NULL, mean, cnt);
     if ((rc = LAUNCHED("chunk_shift mean")))
         goto out;
     k_mark_rows<<<blocks((size_t)n_sel, T), T, 0, c->stream>>>(idx, n_sel, mark);
     if ((rc = LAUNCHED("chunk_shift mark")))
         goto out;
     k_shift_add<<<dim3((unsigned)(n_rows - row_lo), n_heads), (unsigned)head_dim, 0, c->stream>>>(
-        cache, mean, cnt, mark, chunk_of, pos, row_lo, kv_dim, head_dim, rope ? *rope : none, rope != NULL);
+        cache, mean, cnt, mark, chunk_of, pos, row_lo, kv_dim, head_dim, sr, rope != NULL);
     rc = LAUNCHED("chunk_shift add");
 out:
     if (mean)

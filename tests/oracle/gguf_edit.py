@@ -5,6 +5,7 @@ what tests/oracle/model_refusals.sh gives kvfs to refuse.
 
   gguf_edit.py IN OUT [--arch NAME] [--str KEY=V] [--f32 KEY=V] [--u32 KEY=V]
                       [--tensor NAME=N]   (an f32 tensor of N ones)
+                      [--tensor-values NAME=V,V,...]   (an f32 tensor of those values)
 Exit 77 when gguf-py cannot be found."""
 import argparse
 import glob
@@ -32,6 +33,7 @@ ap.add_argument('--str', action='append', default=[])
 ap.add_argument('--f32', action='append', default=[])
 ap.add_argument('--u32', action='append', default=[])
 ap.add_argument('--tensor', action='append', default=[])
+ap.add_argument('--tensor-values', action='append', default=[])
 a = ap.parse_args()
 
 r = gguf.GGUFReader(a.src)
@@ -67,6 +69,9 @@ extra = []
 for spec in a.tensor:
     n, count = spec.split('=')
     extra.append((n, np.ones(int(count), dtype=np.float32)))
+for spec in a.tensor_values:
+    n, vals = spec.split('=')
+    extra.append((n, np.array([float(v) for v in vals.split(',')], dtype=np.float32)))
 for t in r.tensors:
     w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
 for n, x in extra:

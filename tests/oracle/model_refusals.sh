@@ -29,7 +29,9 @@ refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
     check "... and kvfsctl info says why ($(tail -1 "$T/info" | head -c 120))" env PAT="$pat" sh -c \
         'test "$0" = 1 && grep "^supported: *no: " "$1" | grep -qF -- "$PAT"' "$rc" "$T/info"
 }
-refused "Llama 3.1 RoPE frequency factors" "tensor rope_freqs.weight" --tensor rope_freqs.weight=32
+refused "RoPE frequency factors of the wrong length" "tensor rope_freqs.weight has shape 8x1 (F32), expected 32x1" --tensor rope_freqs.weight=8
+refused "a RoPE frequency factor of 0" "rope_freqs.weight[1] = 0: a frequency factor must be > 0" \
+    --tensor-values rope_freqs.weight=1,0$(printf ',1%.0s' $(seq 30))
 refused "linear RoPE scaling" "RoPE scaling 'linear' (llama.rope.scaling.type)" --str llama.rope.scaling.type=linear
 refused "a RoPE scaling factor" "llama.rope.scaling.factor = 4" --f32 llama.rope.scaling.factor=4
 refused "experts in a llama file (Mixtral)" "mixture of 8 experts (llama.expert_count)" --u32 llama.expert_count=8
@@ -40,8 +42,8 @@ refused "latent attention" "'deepseek2' is not supported: mixture of experts and
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, gemma3)" --arch novel
 # the daemon too: a mount with such a model refuses to start, saying why
-python3 "$EDIT" "$MODEL" "$T/freqs.gguf" --tensor rope_freqs.weight=32 2>/dev/null
+python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"
 check "kvfs -o model= refuses it at mount, naming the tensor" sh -c \
-    "! timeout 60 '$KVFS' -f -o store=$T/s,model=$T/freqs.gguf $T/m 2> $T/mount.err && grep -q 'rope_freqs.weight' $T/mount.err"
+    "! timeout 60 '$KVFS' -f -o store=$T/s,model=$T/bias.gguf $T/m 2> $T/mount.err && grep -q 'blk.3.attn_output.bias' $T/mount.err"
 finish

@@ -89,13 +89,18 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     for (int i = 0; i < n; i++)
         pos[i] = (i * 37) % 4096 - 100;
     int32_t *dpos = dev_of(&gpu, pos, sizeof(int32_t) * n);
-    for (int style = 0; style <= 2; style += 2) {
+    float rf[256]; /* Llama 3.1-style frequency factors, 1 to 8 */
+    for (int j = 0; j < hd / 2 && j < 256; j++)
+        rf[j] = 1.0f + 7.0f * (float)((j * 5) % 9) / 8.0f;
+    for (int k = 0; k < 4; k++) {
+        int style = k & 2, with_ff = k & 1;
         memcpy(oc, x, sizeof(float) * n * embd);
         G->upload(gpu.ctx, dy, x, sizeof(float) * n * embd);
-        BOTH(C->rope(cpu.ctx, oc, pos, n, n_head, hd, hd, 500000.0f, style),
-             G->rope(gpu.ctx, dy, dpos, n, n_head, hd, hd, 500000.0f, style));
+        BOTH(C->rope(cpu.ctx, oc, pos, n, n_head, hd, hd, 500000.0f, style, with_ff ? rf : NULL),
+             G->rope(gpu.ctx, dy, dpos, n, n_head, hd, hd, 500000.0f, style, with_ff ? rf : NULL));
         G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
-        report(style ? "rope neox" : "rope norm", shape, nerr(oc, og, (size_t)n * embd), 1e-5);
+        report(style ? (with_ff ? "rope neox ff" : "rope neox") : (with_ff ? "rope norm ff" : "rope norm"), shape,
+               nerr(oc, og, (size_t)n * embd), 1e-5);
     }
     /* add, swiglu, round_f16, act_quant */
     float *dx2 = dev_of(&gpu, wt, sizeof(float) * n * embd);
@@ -513,6 +518,16 @@ static void test_model(const char *arch, double tol)
     }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
     test_chunk_shift(mc, mg, arch);
+    {   /* and with Llama 3.1-style RoPE frequency factors */
+        float ff[128];
+        for (int j = 0; j < mc->hp.rope_dim / 2 && j < 128; j++)
+            ff[j] = 1.0f + 7.0f * (float)((j * 3) % 5) / 4.0f;
+        mc->rope_freqs = mg->rope_freqs = ff;
+        char lab2[64];
+        snprintf(lab2, sizeof(lab2), "%s + rope_freqs", arch);
+        test_chunk_shift(mc, mg, lab2);
+        mc->rope_freqs = mg->rope_freqs = NULL;
+    }
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);
     kvfs_writer_free(&w1); kvfs_writer_free(&w2);

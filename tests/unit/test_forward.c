@@ -63,7 +63,7 @@ static void check_pos0(struct kvfs_model *m, const int32_t *toks, int n)
             delta[i] = P;
         /* the CPU backend's device memory is host memory */
         CHECK_EQ(be->rope(m->be.ctx, ka, delta, n, m->hp.n_kv_head, m->hp.head_dim, m->hp.rope_dim,
-                          m->layers[l].rope_theta, m->hp.rope_style), 0);
+                          m->layers[l].rope_theta, m->hp.rope_style, m->rope_freqs), 0);
         float sk, sv, dk = max_diff(ka, kb, n * kvd, &sk), dv = max_diff(va, vb, n * kvd, &sv);
         worst_k = fmaxf(worst_k, dk / (sk > 1 ? sk : 1));
         worst_v = fmaxf(worst_v, dv / (sv > 1 ? sv : 1));
@@ -357,12 +357,12 @@ static void check_model(const char *arch, const char *path)
     for (int i = 0; i < 64; i++)
         x[0][i] = x[1][i] = sinf((float)i);
     int32_t p1 = 7, p2 = 123, p12 = 130, back_delta = -130;
-    be->rope(m->be.ctx, x[0], &p1, 1, 1, 64, 64, 10000.0f, m->hp.rope_style);
-    be->rope(m->be.ctx, x[0], &p2, 1, 1, 64, 64, 10000.0f, m->hp.rope_style);
+    be->rope(m->be.ctx, x[0], &p1, 1, 1, 64, 64, 10000.0f, m->hp.rope_style, NULL);
+    be->rope(m->be.ctx, x[0], &p2, 1, 1, 64, 64, 10000.0f, m->hp.rope_style, NULL);
     memcpy(y, x[1], sizeof(y));
-    be->rope(m->be.ctx, x[1], &p12, 1, 1, 64, 64, 10000.0f, m->hp.rope_style);
+    be->rope(m->be.ctx, x[1], &p12, 1, 1, 64, 64, 10000.0f, m->hp.rope_style, NULL);
     CHECK(max_diff(x[0], x[1], 64, &scale) < 1e-4f);
-    be->rope(m->be.ctx, x[1], &back_delta, 1, 1, 64, 64, 10000.0f, m->hp.rope_style);
+    be->rope(m->be.ctx, x[1], &back_delta, 1, 1, 64, 64, 10000.0f, m->hp.rope_style, NULL);
     CHECK(max_diff(x[1], y, 64, &scale) < 1e-4f);
 
     /* tokenizer of the synthetic model: bytes round trip */

@@ -160,6 +160,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     struct kvfs_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
+    int is_qwen3 = !strcmp(hp->arch, "qwen3");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -204,7 +205,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_gemma3 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
     hp->rope_theta_swa = hp->rope_theta;
     if (is_gemma3) { /* the facts of llama.cpp's models/gemma3.cpp */
         hp->embd_scale = sqrtf((float)hp->n_embd);
@@ -295,10 +296,13 @@ output:
             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen)) ||
             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
             goto fail;
-        if (is_gemma3 &&
+        /* gemma3 and qwen3: each head's Q and K RMS-normed before RoPE */
+        if ((is_gemma3 || is_qwen3) &&
             ((rc = load_vec(m, T("attn_q_norm.weight"), hp->head_dim, 0, &L->attn_q_norm, err, errlen)) ||
-             (rc = load_vec(m, T("attn_k_norm.weight"), hp->head_dim, 0, &L->attn_k_norm, err, errlen)) ||
-             (rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
+             (rc = load_vec(m, T("attn_k_norm.weight"), hp->head_dim, 0, &L->attn_k_norm, err, errlen))))
+            goto fail;
+        if (is_gemma3 &&
+            ((rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
              (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
             goto fail;
         int local = 0;

@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2/gemma3 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -36,7 +36,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     const char *a = o->arch;
     char k[128];
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
-    int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3");
+    int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
@@ -103,8 +103,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
-        if (gemma && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
-        if (gemma && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
+        if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
+        if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if (gemma && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (gemma && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T

@@ -3,7 +3,8 @@
 #define KVFS_SYNTH_MODEL_H
 #include <stdint.h>
 struct kvfs_synth_model_opts {
-    const char *arch;  /* "llama", "qwen2" (adds QKV biases, NeoX RoPE) or "gemma3"
+    const char *arch;  /* "llama", "qwen2" (adds QKV biases, NeoX RoPE), "qwen3" (per-head
+                        * Q/K norms, NeoX RoPE) or "gemma3"
                         * (heads of 2 n_embd / n_head, Q/K and post norms, a
                         * sliding window of 4 on all layers but each 3rd) */
     int n_layer, n_embd, n_head, n_kv_head, n_ff;

@@ -1,0 +1,35 @@
+#!/bin/bash
+# Every architecture kvfs runs (llama, qwen2, qwen3, gemma3) against llama.cpp
+# on a synthetic model of it, F32 and quantized by llama.cpp to Q8_0 and
+# Q4_K_M (synth_arch_oracle.py); and each blends (ratio 1.0 = a full prefill).
+cd "$(dirname "$0")/../.." || exit 1
+export KVFS_ROOT=$PWD
+python3 -c 'import llama_cpp' 2>/dev/null || tools/install-oracle.sh || true
+python3 -c 'import llama_cpp' 2>/dev/null || { echo "skip: SKIPPING ORACLE TEST: llama-cpp-python cannot be installed"; exit 77; }
+python3 tests/oracle/synth_arch_oracle.py || exit 1
+# and each one blends: ratio 1.0 gives a full prefill's K/V and next token,
+# ratio 0.15 (query selection, chunk shift) runs
+K=${BUILD:-build}/kvfsctl
+T=$(mktemp -d "${TMPDIR:-/tmp}/kvfs-synth-blend.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+for arch in llama qwen2 qwen3 gemma3; do
+    M=$T/$arch.gguf
+    "$K" mkmodel -o "$M" --arch "$arch" --layers 3 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5
+    "$K" prefill -m "$M" -o "$T/c1.kv" --ids "$(seq -s, 40 139)" > /dev/null 2>&1
+    "$K" prefill -m "$M" -o "$T/c2.kv" --ids "$(seq -s, 60 159)" > /dev/null 2>&1
+    "$K" blend --local -m "$M" -o "$T/full.kv" --ratio 1.0 --suffix 'Q: why?' "$T/c1.kv" "$T/c2.kv" > /dev/null 2>&1 &&
+        "$K" blend --local -m "$M" -o "$T/q.kv" --ratio 0.15 --suffix 'Q: why?' "$T/c1.kv" "$T/c2.kv" > /dev/null 2>&1 ||
+        { echo "FAIL $arch: kvfsctl blend --local"; fails=$((fails + 1)); continue; }
+    ids=$("$K" info --json --tokens "$T/full.kv" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
+    "$K" prefill -m "$M" -o "$T/ref.kv" --ids "$ids" > /dev/null 2>&1
+    want=$("$K" logits -m "$M" --tokens "$ids" --top 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["top"][0][0])')
+    got=$("$K" generate -m "$M" --kv "$T/full.kv" -n 1 --ids 2>/dev/null)
+    if "$K" compare --max-err 0 "$T/full.kv" "$T/ref.kv" > /dev/null 2>&1 && [ -n "$want" ] && [ "$got" = "$want" ]; then
+        echo "ok   $arch: blend ratio 1.0 = full prefill (K/V, next token $got); ratio 0.15 blends"
+    else
+        echo "FAIL $arch: blend ratio 1.0 against a full prefill: $("$K" compare "$T/full.kv" "$T/ref.kv" 2>&1 | head -c 200), next token $got / $want"
+        fails=$((fails + 1))
+    fi
+done
+exit $((fails > 0))

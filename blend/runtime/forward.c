@@ -150,6 +150,7 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
                             hp->head_dim, hp->scale_q ? 1.0f : hp->attn_scale, L->window, w->att)) ||
         (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
+        (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
         (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)) ||
         (rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
@@ -161,6 +162,7 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         return rc;
     if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
         (L->ffn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->ffn_post_norm, w->o, n, E, hp->rms_eps))) ||
+        (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)))
         return rc;
     return 0;
@@ -190,6 +192,11 @@ int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row,
     if (!rc)
         rc = be->download(CTX(m), logits, dl, sizeof(float) * (size_t)hp->n_vocab);
     be->free(CTX(m), dl);
+    if (!rc && hp->logit_scale != 0.0f) { /* granite: as ggml_scale(cur, 1 / logit_scale) */
+        float s = 1.0f / hp->logit_scale;
+        for (int i = 0; i < hp->n_vocab; i++)
+            logits[i] *= s;
+    }
     if (!rc && hp->logit_softcap > 0.0f) /* as ggml: scale, tanh, scale */
         for (int i = 0; i < hp->n_vocab; i++)
             logits[i] = tanhf(logits[i] * (1.0f / hp->logit_softcap)) * hp->logit_softcap;

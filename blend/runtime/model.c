@@ -160,7 +160,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     struct kvfs_hparams *hp = &m->hp;
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
-    int is_qwen3 = !strcmp(hp->arch, "qwen3");
+    int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -207,6 +207,21 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
      * qwen2 and gemma3 use the NeoX halves */
     hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
     hp->rope_theta_swa = hp->rope_theta;
+    if (is_granite) { /* llama.cpp's models/granite.cpp: four multipliers */
+        snprintf(name, sizeof(name), "%s.logit_scale", hp->arch);
+        if ((rc = kvfs_gguf_get_f32(m->gguf, name, &hp->logit_scale)) || hp->logit_scale == 0.0f) {
+            rc = kvfs_errf(err, errlen, rc ? rc : -EINVAL, "%s: %s missing or 0", path, name);
+            goto fail;
+        }
+        snprintf(name, sizeof(name), "%s.residual_scale", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->residual_scale);
+        snprintf(name, sizeof(name), "%s.embedding_scale", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->embd_scale);
+        float a = 0.0f;
+        snprintf(name, sizeof(name), "%s.attention.scale", hp->arch);
+        if (!kvfs_gguf_get_f32(m->gguf, name, &a) && a != 0.0f)
+            hp->attn_scale = a;
+    }
     if (is_gemma3) { /* the facts of llama.cpp's models/gemma3.cpp */
         hp->embd_scale = sqrtf((float)hp->n_embd);
         hp->ffn_geglu = 1;
@@ -237,7 +252,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if ((hp->embd_scale != 0.0f && !be->scale) || (hp->ffn_geglu && !be->geglu)) {
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu)) {
         rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu)", path,
                        be->name, hp->arch);
         goto fail;

@@ -26,6 +26,8 @@ struct kvfs_hparams {
     int n_swa;                /* sliding window of the local layers; 0: none */
     float rope_theta_swa;     /* RoPE base of those layers */
     int ffn_geglu;            /* FFN gate through GELU (gemma), not SiLU */
+    float residual_scale;     /* granite: attention and FFN outputs times this before the residual add; 0: none */
+    float logit_scale;        /* granite: final logits divided by this; 0: none */
 };
 
 struct kvfs_layer_weights {

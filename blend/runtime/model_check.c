@@ -34,14 +34,15 @@ static const struct {
 
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
 {
-    if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"))
+    if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
+        !strcmp(arch, "granite"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
             return kvfs_errf(err, errlen, -ENOTSUP,
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
-    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3)", path,
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite)", path,
                      arch);
 }
 
@@ -129,6 +130,11 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     snprintf(key, sizeof(key), "%s.expert_count", arch);
     if (!kvfs_gguf_get_u32(g, key, &u) && u > 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
+    /* granite: rope.scaling.finetuned false switches RoPE off */
+    snprintf(key, sizeof(key), "%s.rope.scaling.finetuned", arch);
+    int finetuned = 1;
+    if (!kvfs_gguf_get_bool(g, key, &finetuned) && !finetuned)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = false (no RoPE) is not supported yet", path, key);
     snprintf(key, sizeof(key), "%s.attn_logit_softcapping", arch);
     if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: attention logit soft-capping (%s = %g) is not supported yet",

@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -37,6 +37,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     char k[128];
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
+    int granite = !strcmp(a, "granite");
     /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
@@ -50,6 +51,12 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    /* granite's four multipliers (not Granite 3's 12, 0.22, 1/128 and 8,
+     * which flatten a random model's logits: values that keep them sharp) */
+    if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("embedding_scale"), 3.0f);
+    if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("residual_scale"), 0.6f);
+    if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("attention.scale"), 0.25f);
+    if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("logit_scale"), 0.25f);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 4);

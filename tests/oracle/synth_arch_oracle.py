@@ -13,7 +13,7 @@ from paths import KVFSCTL
 from llama_oracle import last_logits
 import llama_cpp
 
-ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3']
+ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3', 'granite']
 # SmolLM2's bounds (logits_oracle.py): llama.cpp rounds activations to 8 bits
 # inside quantized products and keeps an f16 cache, as kvfs does, but sums
 # in another order
@@ -70,7 +70,10 @@ for ai, arch in enumerate(ARCHES):
             ok = (ours[0][0] == top[0] or near) and dl <= bound
             fails += not ok
             print(f'{"ok  " if ok else "FAIL"} {arch:7s} {tname:6s} n={len(ids):4d} top1 {ours[0][0]}/{top[0]}'
-                  f'{" (near-tie)" if near else ""} max|dlogp| {dl:.4f}')
+                  f'{" (near-tie)" if near else ""} max|dlogp| {dl:.4f} (top-1 log-prob {lp[top[0]]:.2f})')
+            if lp[top[0]] < -4.5:  # near -log(257): a flat distribution would compare nothing
+                print(f'FAIL {arch} {tname}: the synthetic model\'s distribution is flat')
+                fails += 1
         print(f'{arch} {tname}: worst max|dlogp| {worst:.4f} (bound {MAX_DLOGP_F32 if ftype is None else MAX_DLOGP})')
         del llm
 print('PASS' if not fails else f'{fails} failures')

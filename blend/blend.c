@@ -268,8 +268,9 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i]);
         row += (int)h->n_tokens;
     }
-    /* each layer's own base: gemma3's local layers rotate with another */
-    if (!rc && n_rows > row0)
+    /* each layer's own base: gemma3's local layers rotate with another;
+     * smollm3's layers without RoPE have keys of no position to move */
+    if (!rc && n_rows > row0 && !m->layers[layer].no_rope)
         rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * c->kv_dim, d_delta + row0, n_rows - row0,
                          hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[layer].rope_theta, hp->rope_style,
                          m->rope_freqs);

@@ -249,7 +249,7 @@ static int shift_on_backend(const struct kvfs_model *m, struct kvfs_kv_cache *c,
     struct kvfs_rope_args rope = {hp->rope_dim, hp->rope_style, m->layers[l].rope_theta, m->rope_freqs};
     int kvd = c->kv_dim;
     if (!(rc = be->chunk_shift(ctx, c->k[l], fresh_k, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
-                               hp->head_dim, shift, &rope)))
+                               hp->head_dim, shift, m->layers[l].no_rope ? NULL : &rope)))
         rc = be->chunk_shift(ctx, c->v[l], fresh_v, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
                              hp->head_dim, shift, NULL);
     if (!sc || sc->d_chunk_of != d_chunk_of)
@@ -290,11 +290,12 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */
         s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim) /
                    (m->rope_freqs ? (double)m->rope_freqs[j] : 1.0);
-    if (!rc)
+    if (!rc && !m->layers[l].no_rope) /* a layer without RoPE rotates nothing: no angles to keep */
         s.ang = angles_for(cache, m->layers[l].rope_theta, n_sel, row_lo, n_rows, half, idx, &s.ang_fill);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||
         (!s.direct && (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add))) ||
-        (rc = shift_one(m, c, 1, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_k, shift, &s)))
+        (rc = shift_one(m, c, !m->layers[l].no_rope, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel,
+                        fresh_k, shift, &s)))
         goto out;
     rc = shift_one(m, c, 0, c->v[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &s);
 out:

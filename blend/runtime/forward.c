@@ -122,10 +122,11 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
         ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, hp->head_dim, hp->rms_eps)) ||
          (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * hp->n_kv_head, hp->head_dim, hp->rms_eps))))
         return rc;
-    if ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, L->rope_theta, hp->rope_style,
-                       m->rope_freqs)) ||
-        (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
-                       hp->rope_style, m->rope_freqs)) ||
+    if ((!L->no_rope &&
+         ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, L->rope_theta, hp->rope_style,
+                         m->rope_freqs)) ||
+          (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
+                         hp->rope_style, m->rope_freqs)))) ||
         (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what

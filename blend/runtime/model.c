@@ -161,6 +161,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
+    int is_smollm3 = !strcmp(hp->arch, "smollm3");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -327,6 +328,7 @@ output:
         }
         L->window = local ? hp->n_swa : 0;
         L->rope_theta = local ? hp->rope_theta_swa : hp->rope_theta;
+        L->no_rope = is_smollm3 && (l + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
         static const char *lin[7] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                                      "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
         for (int k = 0; k < 7; k++)

@@ -44,6 +44,7 @@ struct kvfs_layer_weights {
     float *attn_q_norm, *attn_k_norm, *attn_post_norm, *ffn_post_norm;
     int window;       /* sliding window of this layer's attention; 0: full causal */
     float rope_theta; /* this layer's RoPE base */
+    int no_rope;      /* keys and queries not rotated at all (smollm3: every 4th layer) */
 };
 
 struct kvfs_model {

@@ -35,14 +35,14 @@ static const struct {
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
-        !strcmp(arch, "granite"))
+        !strcmp(arch, "granite") || !strcmp(arch, "smollm3"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
             return kvfs_errf(err, errlen, -ENOTSUP,
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
-    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite)", path,
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3)", path,
                      arch);
 }
 

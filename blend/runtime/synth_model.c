@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>

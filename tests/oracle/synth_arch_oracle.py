@@ -13,7 +13,7 @@ from paths import KVFSCTL
 from llama_oracle import last_logits
 import llama_cpp
 
-ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3', 'granite']
+ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3', 'granite', 'smollm3']
 # SmolLM2's bounds (logits_oracle.py): llama.cpp rounds activations to 8 bits
 # inside quantized products and keeps an f16 cache, as kvfs does, but sums
 # in another order
@@ -29,7 +29,7 @@ tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
 fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
-    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch, '--layers', '2', '--embd', '256', '--heads', '4',
+    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch, '--layers', '4', '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
     for tname, ftype in TYPES:
         path = f32

@@ -112,13 +112,18 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
     int rc, E = hp->n_embd, kv_dim = hp->n_kv_head * hp->head_dim;
-    if ((rc = be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)) ||
+    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
+                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
         (rc = kvfs_linear(m, L->wk, L->bk, L->act_q[1], w->xn, w->aq, w->k, n, E)) ||
         (rc = kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)))
         return rc;
     /* gemma3: each head normalized before RoPE */
-    if (L->attn_q_norm &&
+    if (L->attn_q_norm && hp->qk_norm_full && /* olmo2: across the heads */
+        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n, hp->q_dim, hp->rms_eps)) ||
+         (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n, kv_dim, hp->rms_eps))))
+        return rc;
+    if (L->attn_q_norm && !hp->qk_norm_full &&
         ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, hp->head_dim, hp->rms_eps)) ||
          (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * hp->n_kv_head, hp->head_dim, hp->rms_eps))))
         return rc;
@@ -153,7 +158,8 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
-        (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)) ||
+        (rc = L->ffn_norm ? be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)
+                          : be->copy(ctx, w->xn, w->x, sizeof(float) * e)) ||
         (rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
         (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))

@@ -161,7 +161,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     snprintf(hp->arch, sizeof(hp->arch), "%.*s", (int)(arch.len < 15 ? arch.len : 15), arch.ptr);
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
-    int is_smollm3 = !strcmp(hp->arch, "smollm3");
+    int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -206,7 +206,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 || is_olmo2 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    hp->qk_norm_full = is_olmo2;
     hp->rope_theta_swa = hp->rope_theta;
     if (is_granite) { /* llama.cpp's models/granite.cpp: four multipliers */
         snprintf(name, sizeof(name), "%s.logit_scale", hp->arch);
@@ -222,6 +223,15 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         snprintf(name, sizeof(name), "%s.attention.scale", hp->arch);
         if (!kvfs_gguf_get_f32(m->gguf, name, &a) && a != 0.0f)
             hp->attn_scale = a;
+    }
+    if (is_olmo2) { /* sliding windows where the file has one (OLMo 3), every 4th layer global */
+        hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
+        snprintf(name, sizeof(name), "%s.rope.freq_base_swa", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta_swa);
+        if (hp->n_swa < 0) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "%s: bad sliding window", path);
+            goto fail;
+        }
     }
     if (is_gemma3) { /* the facts of llama.cpp's models/gemma3.cpp */
         hp->embd_scale = sqrtf((float)hp->n_embd);
@@ -299,8 +309,9 @@ output:
     for (int l = 0; l < hp->n_layer; l++) {
         struct kvfs_layer_weights *L = &m->layers[l];
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
-        if ((rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen)) ||
-            (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen)) ||
+        /* olmo2 normalizes after its sublayers, not before */
+        if ((!is_olmo2 && (rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen))) ||
+            (!is_olmo2 && (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen))) ||
             (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen)) ||
             (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen)) ||
             (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen)) ||
@@ -317,12 +328,17 @@ output:
             ((rc = load_vec(m, T("attn_q_norm.weight"), hp->head_dim, 0, &L->attn_q_norm, err, errlen)) ||
              (rc = load_vec(m, T("attn_k_norm.weight"), hp->head_dim, 0, &L->attn_k_norm, err, errlen))))
             goto fail;
-        if (is_gemma3 &&
+        /* olmo2: Q and K normed across the heads */
+        if (is_olmo2 &&
+            ((rc = load_vec(m, T("attn_q_norm.weight"), hp->q_dim, 0, &L->attn_q_norm, err, errlen)) ||
+             (rc = load_vec(m, T("attn_k_norm.weight"), kv_dim, 0, &L->attn_k_norm, err, errlen))))
+            goto fail;
+        if ((is_gemma3 || is_olmo2) &&
             ((rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
              (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
             goto fail;
         int local = 0;
-        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, 6, &local))) {
+        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, is_olmo2 ? 4 : 6, &local))) {
             kvfs_errf(err, errlen, rc, "%s: bad %s.attention.sliding_window_pattern", path, hp->arch);
             goto fail;
         }

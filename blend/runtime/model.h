@@ -28,10 +28,11 @@ struct kvfs_hparams {
     int ffn_geglu;            /* FFN gate through GELU (gemma), not SiLU */
     float residual_scale;     /* granite: attention and FFN outputs times this before the residual add; 0: none */
     float logit_scale;        /* granite: final logits divided by this; 0: none */
+    int qk_norm_full;         /* olmo2: Q and K RMS-normed across all heads at once, not head by head */
 };
 
 struct kvfs_layer_weights {
-    float *attn_norm, *ffn_norm;           /* device [n_embd] */
+    float *attn_norm, *ffn_norm;           /* device [n_embd]; NULL (olmo2): the sublayer takes x as it is */
     struct kvfs_weight *wq, *wk, *wv, *wo; /* [out][in] */
     float *bq, *bk, *bv;                   /* device biases (qwen2) or NULL */
     struct kvfs_weight *w_gate, *w_up, *w_down;

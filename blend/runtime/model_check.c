@@ -35,14 +35,14 @@ static const struct {
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
-        !strcmp(arch, "granite") || !strcmp(arch, "smollm3"))
+        !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
             return kvfs_errf(err, errlen, -ENOTSUP,
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
-    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3)", path,
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2)", path,
                      arch);
 }
 
@@ -58,7 +58,8 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
                                         "attn_v.bias", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
     static const char *const gemma3[] = {"attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight",
                                          "post_ffw_norm.weight"};
-    int n_norms = is_gemma3 ? 4 : !strcmp(arch, "qwen3") ? 2 : 0; /* qwen3: the per-head Q/K norms */
+    /* qwen3: the Q/K norms; olmo2 those and the post norms */
+    int n_norms = is_gemma3 || !strcmp(arch, "olmo2") ? 4 : !strcmp(arch, "qwen3") ? 2 : 0;
     for (size_t i = 0; i < sizeof(global) / sizeof(global[0]); i++)
         if (!strcmp(name, global[i]))
             return 1;

@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3/olmo2 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -37,7 +37,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     char k[128];
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
-    int granite = !strcmp(a, "granite");
+    int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2");
     /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
@@ -96,10 +96,13 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     float sc = 1.0f / (float)o->n_embd;
     if (!rc) rc = add_rand(w, "token_embd.weight", o->n_embd, vocab, 2.0f, 0.0f, &s);
     if (!rc) rc = add_rand(w, "output_norm.weight", o->n_embd, 1, 0.2f, 1.0f, &s);
+    if (olmo2 && !rc) /* llama.cpp's olmo2 requires its own output projection */
+        rc = add_rand(w, "output.weight", o->n_embd, vocab, 0.5f, 0.0f, &s);
     for (int l = 0; l < o->n_layer && !rc; l++) {
 #define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
-        rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (!rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (!olmo2) /* olmo2 normalizes after its sublayers instead */
+            rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (!olmo2 && !rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
@@ -112,6 +115,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
+        if (olmo2 && !rc) rc = add_rand(w, T("attn_q_norm.weight"), qd, 1, 0.2f, 1.0f, &s);
+        if (olmo2 && !rc) rc = add_rand(w, T("attn_k_norm.weight"), kv, 1, 0.2f, 1.0f, &s);
+        if (olmo2 && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if (olmo2 && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (gemma && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (gemma && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T

@@ -75,6 +75,28 @@ static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int 
     return rc;
 }
 
+/* Rows [row0, row0 + rows) of a fused weight of total_rows (phi3's
+ * attn_qkv and gate-up ffn_up), as a weight of its own: encoded rows are
+ * contiguous, so the slice is the file's bytes from row0 on; decoded, the
+ * whole tensor is decoded once and the slice taken. */
+static int load_weight_part(struct kvfs_model *m, const char *name, int row0, int rows, int total_rows, int in_dim,
+                            struct kvfs_weight **w, char *err, size_t errlen)
+{
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(m->gguf, name);
+    size_t rb = t ? kvfs_ggml_row_size(t->type, (uint64_t)in_dim) : 0;
+    if (keep_encoded(m, t) && rb && t->ne[0] == (uint64_t)in_dim &&
+        t->ne[1] * t->ne[2] * t->ne[3] == (uint64_t)total_rows &&
+        m->be.iface->weight_create_quant(m->be.ctx, t->type, t->data + (size_t)row0 * rb, rb, rows, in_dim, w) == 0)
+        return 0;
+    float *f;
+    int rc = tensor_f32(m->gguf, name, (uint64_t)in_dim, (uint64_t)total_rows, &f, err, errlen);
+    if (rc)
+        return rc;
+    rc = m->be.iface->weight_create(m->be.ctx, f + (size_t)row0 * in_dim, rows, in_dim, w);
+    free(f);
+    return rc;
+}
+
 /* The type ggml quantizes activations to before multiplying by a weight of
  * type t (its vec_dot type): 0 when it multiplies in float. */
 static int act_quant_type(const struct kvfs_gguf *g, const char *name)
@@ -162,6 +184,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
+    int is_phi3 = !strcmp(hp->arch, "phi3");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -206,7 +229,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 || is_olmo2 ? KVFS_ROPE_STYLE_NEOX : KVFS_ROPE_STYLE_NORM;
+    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
+                                                                             : KVFS_ROPE_STYLE_NORM;
+    hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
     hp->qk_norm_full = is_olmo2;
     hp->rope_theta_swa = hp->rope_theta;
     if (is_granite) { /* llama.cpp's models/granite.cpp: four multipliers */
@@ -312,15 +337,27 @@ output:
         /* olmo2 normalizes after its sublayers, not before */
         if ((!is_olmo2 && (rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen))) ||
             (!is_olmo2 && (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen))) ||
-            (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen)) ||
-            (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen)) ||
-            (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen)) ||
+            (is_phi3 && /* fused: Q, K, V rows one after the other */
+             ((rc = load_weight_part(m, T("attn_qkv.weight"), 0, hp->q_dim, hp->q_dim + 2 * kv_dim, hp->n_embd, &L->wq,
+                                     err, errlen)) ||
+              (rc = load_weight_part(m, T("attn_qkv.weight"), hp->q_dim, kv_dim, hp->q_dim + 2 * kv_dim, hp->n_embd,
+                                     &L->wk, err, errlen)) ||
+              (rc = load_weight_part(m, T("attn_qkv.weight"), hp->q_dim + kv_dim, kv_dim, hp->q_dim + 2 * kv_dim,
+                                     hp->n_embd, &L->wv, err, errlen)))) ||
+            (!is_phi3 && (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen))) ||
+            (!is_phi3 && (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen))) ||
+            (!is_phi3 && (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen))) ||
             (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, hp->q_dim, &L->wo, err, errlen)) ||
             (rc = load_vec(m, T("attn_q.bias"), hp->q_dim, 1, &L->bq, err, errlen)) ||
             (rc = load_vec(m, T("attn_k.bias"), kv_dim, 1, &L->bk, err, errlen)) ||
             (rc = load_vec(m, T("attn_v.bias"), kv_dim, 1, &L->bv, err, errlen)) ||
-            (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen)) ||
-            (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen)) ||
+            (is_phi3 && /* fused: the gate's rows, then the up projection's (ggml_swiglu's halves) */
+             ((rc = load_weight_part(m, T("ffn_up.weight"), 0, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_gate, err,
+                                     errlen)) ||
+              (rc = load_weight_part(m, T("ffn_up.weight"), hp->n_ff, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_up,
+                                     err, errlen)))) ||
+            (!is_phi3 && (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
+            (!is_phi3 && (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
             goto fail;
         /* gemma3 and qwen3: each head's Q and K RMS-normed before RoPE */
@@ -347,8 +384,10 @@ output:
         L->no_rope = is_smollm3 && (l + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
         static const char *lin[7] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                                      "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+        static const char *phi3_lin[7] = {"attn_qkv.weight", "attn_qkv.weight", "attn_qkv.weight",
+                                          "attn_output.weight", "ffn_up.weight", "ffn_up.weight", "ffn_down.weight"};
         for (int k = 0; k < 7; k++)
-            L->act_q[k] = act_quant_type(m->gguf, T(lin[k]));
+            L->act_q[k] = act_quant_type(m->gguf, T((is_phi3 ? phi3_lin : lin)[k]));
 #undef T
     }
     m->output_act_q = act_quant_type(m->gguf, kvfs_gguf_tensor(m->gguf, "output.weight") ? "output.weight"

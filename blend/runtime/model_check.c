@@ -35,14 +35,14 @@ static const struct {
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
-        !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2"))
+        !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
             return kvfs_errf(err, errlen, -ENOTSUP,
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
-    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2)", path,
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2, phi3)", path,
                      arch);
 }
 
@@ -69,6 +69,8 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
     for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++)
         if (!strcmp(name + at, layer[i]))
             return 1;
+    if (!strcmp(arch, "phi3") && (!strcmp(name + at, "attn_qkv.weight"))) /* fused Q, K, V */
+        return 1;
     for (int i = 0; i < n_norms; i++)
         if (!strcmp(name + at, gemma3[i]))
             return 1;

@@ -1,4 +1,4 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3/olmo2 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3/olmo2/phi3 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -37,7 +37,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     char k[128];
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
-    int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2");
+    int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
     /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
@@ -57,6 +57,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("residual_scale"), 0.6f);
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("attention.scale"), 0.25f);
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("logit_scale"), 0.25f);
+    if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
+        rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 4);
@@ -103,12 +105,20 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (!olmo2) /* olmo2 normalizes after its sublayers instead */
             rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (!olmo2 && !rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
-        if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
-        if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+        if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
+            if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);
+        } else {
+            if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+        }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
-        if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
-        if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+        if (phi3) {
+            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
+        } else {
+            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+        }
         if (!rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);

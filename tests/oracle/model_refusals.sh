@@ -40,7 +40,7 @@ refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is n
 refused "a mixture-of-experts family" "architecture 'qwen3moe' is not supported: mixture of experts" --arch qwen3moe
 refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2)" --arch novel
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2, phi3)" --arch novel
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

@@ -338,6 +338,7 @@ test: need-deps
 	@$(MAKE) --no-print-directory all
 	@tools/fetch-model.sh || true
 	@tools/install-oracle.sh || true
+	@SOURCE_ONLY=1 BUILD=$(BUILD) tools/build-llama-server.sh > /dev/null || true
 	@BUILD=$(BUILD) tests/run.sh
 
 test-gpu: need-deps

@@ -13,6 +13,8 @@
 #                          with `pip download` when absent)
 #   JOBS                   parallel compile jobs (default: 2)
 #   FORCE=1                rebuild even when the binary is up to date
+#   SOURCE_ONLY=1          only fetch, verify and unpack the source (the oracle tests read its
+#                          gguf-py and models/ggml-vocab-*.gguf); make test does this
 #   CUDA_ARCH=90           build the CUDA engine instead, for that compute
 #                          capability (90: H100/H200), into $BUILD/llama-cuda:
 #                          llama-server, llama-bench and llama-quantize over
@@ -76,7 +78,11 @@ if [ "${FORCE:-0}" != 1 ] && [ -x "$BIN" ] && [ -f "$TARBALL" ] &&
     exit 0
 fi
 
-for t in cmake ninja cc c++ tar python3; do
+# SOURCE_ONLY=1: only the verified, unpacked llama.cpp source (its gguf-py
+# and models/ggml-vocab-* are what some oracle tests read)
+tools="cmake ninja cc c++ tar python3"
+[ "${SOURCE_ONLY:-0}" = 1 ] && tools="tar python3"
+for t in $tools; do
     command -v "$t" >/dev/null 2>&1 || die "'$t' not found (tools/install-deps.sh installs the build tools)"
 done
 
@@ -118,6 +124,10 @@ if [ ! -f "$SRC/.unpacked" ] || [ "$TARBALL" -nt "$SRC/.unpacked" ]; then
 fi
 commit=$(git -C "$LLAMA" rev-parse --short HEAD 2>/dev/null || echo unknown)
 say "llama.cpp source: $LLAMA (commit $commit)"
+if [ "${SOURCE_ONLY:-0}" = 1 ]; then
+    echo "$LLAMA"
+    exit 0
+fi
 
 # 3. configure
 start=$(date +%s)

@@ -168,6 +168,8 @@ static int place_tensors(struct kvfs_gguf *g, struct cursor *c, const char *path
 {
     uint64_t pos = (uint64_t)(c->p - g->map);
     pos = (pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (pos > g->map_size && g->n_tensors == 0) /* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
+        pos = g->map_size;
     if (pos > g->map_size) {
         kvfs_errf(err, errlen, -EINVAL, "%s: data section missing", path);
         return -EINVAL;

@@ -90,6 +90,7 @@ struct kvfs_tokenizer {
     int32_t bos, eos, eot;
     int add_bos;
     int spm;               /* SentencePiece-style ("llama") vocabulary */
+    int ignore_merges;     /* a word that is a token is that token, merges or not (llama.cpp: llama3) */
     int add_space_prefix;  /* SPM: prepend U+2581 to the text */
     float *scores;         /* SPM merge priorities */
     int32_t byte_tok[256]; /* SPM: <0xXX> tokens, -1 if absent */
@@ -286,6 +287,7 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
         goto fail;
     const char *res[4];
     int n = spm ? 0 : pre_regexes(pre_name, res);
+    t->ignore_merges = !spm && (!strcmp(pre_name, "llama3") || !strcmp(pre_name, "llama-bpe"));
     if (n < 0) {
         snprintf(err, errlen, "pre-tokenizer '%s' is not supported", pre_name);
         rc = -ENOTSUP;
@@ -510,6 +512,15 @@ static void bpe_word(const struct kvfs_tokenizer *t, const char *w, size_t wl, s
         ns++;
     }
     s[ns - 1].next = -1;
+    /* llama3's pre-tokenizer: a whole word in the vocabulary is taken as
+     * it is, though the merges might not reach it (llama.cpp's ignore_merges) */
+    int32_t whole = t->ignore_merges ? smap_get(&t->vocab, enc, el) : -1;
+    if (whole >= 0) {
+        push(o, whole);
+        free(enc);
+        free(s);
+        return;
+    }
     struct bpe_ctx bc = {t, enc};
     if ((o->err = merge_pairs(s, ns, &bc, bpe_prio))) {
         free(enc);

@@ -33,8 +33,13 @@ for j in range(dim // 2):
         smooth = (OLD_CTX / wavelen - 1) / (4 - 1)
         factors.append(1.0 / ((1 - smooth) / 8 + smooth))
 print(f'factors: {sum(f > 1 for f in factors)}/{len(factors)} pairs slowed, up to {max(factors):g}x')
-subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'gguf_edit.py'), SMOLLM2, out,
-                '--tensor-values', 'rope_freqs.weight=' + ','.join(f'{f:.9g}' for f in factors)], check=True)
+r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'gguf_edit.py'), SMOLLM2, out,
+                    '--tensor-values', 'rope_freqs.weight=' + ','.join(f'{f:.9g}' for f in factors)])
+if r.returncode == 77:
+    print('skip: gguf-py unavailable (make test unpacks the llama.cpp source)')
+    sys.exit(77)
+if r.returncode:
+    sys.exit('gguf_edit.py failed')
 llm = llama_cpp.Llama(model_path=out, n_ctx=2048, n_threads=os.cpu_count(), verbose=False, logits_all=False)
 docs = documents()
 prompts = []

@@ -13,7 +13,16 @@
 #  - a client that goes away mid-stream frees its slot;
 #  - 16 clients at once against 2 slots are all answered, a document they
 #    all bring new is prefilled once (single flight), /metrics counts it;
-#  - the engine down: 503 with the reason, answered again once it is back;
+#  - 64 clients at once against 2 slots: queued, all answered, kvfs-serve's
+#    RSS within 64 MiB of what it was before;
+#  - a chunk removed between two requests is prefilled again; removed (and
+#    the blend forgotten) between the blend and the restore, the request
+#    blends again and answers (KVFS_SERVE_TEST_HOLD holds it there);
+#  - the engine killed and restarted: requests held before their restore,
+#    queued for a slot, or arriving while it is down (streaming or not) wait
+#    for it and are answered as before; a stream that had sent tokens ends
+#    with an error event; left down past --engine-wait: 503 with the reason;
+#    a client that gives up while waiting leaves the queue;
 #  - an engine whose model is not the mount's: refused at start, both named.
 # Run by `make test-engines`; skipped without llama-server.
 . "$(dirname "$0")/../lib.sh"
@@ -39,7 +48,10 @@ start_engine() { # start_engine PORT SAVE_DIR LOG
     echo "llama-server did not start:"; tail "$3"; return 1
 }
 start_engine "$EPORT" "$A/llama" "$T/engine.log" || exit 1
-"$SERVE" --mount "$A" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" -v > "$T/serve.log" 2>&1 &
+WAIT=15 # --engine-wait
+HOLD=$T/hold # KVFS_SERVE_TEST_HOLD: while it exists, restores wait
+KVFS_SERVE_TEST_HOLD=$HOLD "$SERVE" --mount "$A" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" \
+    --engine-wait $WAIT -v > "$T/serve.log" 2>&1 &
 PIDS+=($!)
 SERVE_PID=$!
 for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
@@ -175,20 +187,130 @@ check "... the document they all brought new prefilled once (prefills $p0 -> $(m
     test "$(metric kvfs_serve_chunk_prefills_total)" = $((p0 + 1))
 check "/metrics: TTFT histogram, blends, queue depth" sh -c "curl -s $U/metrics | grep -q 'kvfs_serve_ttft_seconds_count' && curl -s $U/metrics | grep -q '^kvfs_serve_queue_depth 0' && curl -s $U/metrics | grep -q '^kvfs_serve_blends_total [1-9]'"
 
-# the engine down, then back
-kill "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
-c=$(code /v1/chat/completions "$req")
-check "the engine down: $c $(head -c 200 "$T/body")" sh -c "[ $c = 503 ] && grep -q 'down' '$T/body'"
+# 64 clients at once against 2 slots: queued, none refused, memory bounded
+# (one short document and question: the mount blends it once, the slots
+# restore it 64 times)
+rss() { awk '/^VmRSS:/ {print $2}' "/proc/$SERVE_PID/status"; }
+alive() { local p; for p in "$@"; do kill -0 "$p" 2> /dev/null && return 0; done; return 1; }
+python3 -c "
+import json
+for i in range(1, 65):
+    open('$T/m%d.req' % i, 'w').write(json.dumps({'messages': [{'role': 'user', 'content': 'May I copy it?'}],
+        'documents': [open('$T/LGPL-3.txt').read()[:400]], 'max_tokens': 2}))"
+rss0=$(rss) peak=$(rss) qmax=0 t0=$EPOCHREALTIME
+pids=()
+for i in $(seq 64); do
+    curl -s -o "$T/m$i.json" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' \
+        --data-binary "@$T/m$i.req" > "$T/m$i.code" &
+    pids+=($!)
+done
+while alive "${pids[@]}"; do
+    r=$(rss); [ "$r" -gt "$peak" ] && peak=$r
+    q=$(metric kvfs_serve_queue_depth); [ "${q:-0}" -gt "$qmax" ] && qmax=$q
+    sleep 0.2
+done
+wait "${pids[@]}"
+rss1=$(rss)
+n200=$(cat "$T"/m*.code | grep -o 200 | wc -l)
+check "64 clients against 2 slots: $n200 answered 200 in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}') s (up to $qmax queued at once)" test "$n200" = 64 -a "$qmax" -gt 2
+check "... kvfs-serve's RSS $((rss0 / 1024)) MiB before, $((peak / 1024)) MiB at most during, $((rss1 / 1024)) MiB after: within 64 MiB" \
+    test $((peak - rss0)) -lt 65536 -a $((rss1 - rss0)) -lt 65536
+
+# a chunk gone between two requests, and between the blend and the restore
+first() { json 'd["kvfs"]["tokens"][0]'; }
+sources() { json '" ".join(c["source"] for c in d["kvfs"]["chunks"])'; }
+h=$(json 'd["kvfs"]["chunks"][2]["hash"]' < "$T/r1.json")
+rm "$A/chunks/$h.kv"
+post /v1/chat/completions "$req" > "$T/gone1.json"
+check "a chunk removed between two requests: prefilled again ($(sources < "$T/gone1.json")), the same first token ($(first < "$T/gone1.json"))" \
+    test "$(sources < "$T/gone1.json")" = "hit hit prefilled hit" -a "$(first < "$T/gone1.json")" = "$want"
+touch "$HOLD"
+holds() { grep -c 'test hook: .* holds before restoring' "$T/serve.log"; }
+n=$(holds)
+post /v1/chat/completions "$req" > "$T/gone2.json" &
+bg=$!
+for _ in $(seq 600); do [ "$(holds)" -gt "$n" ] && break; sleep 0.05; done
+name=$(grep -o 'holds before restoring blend [^ ]*' "$T/serve.log" | tail -n 1 | cut -d' ' -f5)
+rm "$A/blends/$name.recipe" "$A/chunks/$h.kv"
+check "... removed with the blend (blends/$name.recipe) between the blend and the restore" test ! -e "$A/chunks/$h.kv"
+rm "$HOLD"
+wait "$bg"
+check "... the request blends again (reblended $(json 'd["kvfs"].get("reblended")' < "$T/gone2.json"), $(sources < "$T/gone2.json")) and answers the same first token ($(first < "$T/gone2.json"))" \
+    test "$(json 'd["kvfs"].get("reblended")' < "$T/gone2.json")" = True -a "$(sources < "$T/gone2.json")" = "hit hit prefilled hit" \
+    -a "$(first < "$T/gone2.json")" = "$want" -a "$(metric kvfs_serve_reblends_total)" = 1
+
+# the engine killed and restarted: nothing lost.  L streams a long answer;
+# A (whole) is held before its restore and B (streaming) queued for a slot
+# when the engine dies; C (whole) and D (streaming) arrive while it is down.
+stream_content() { python3 -c "
+import json, sys
+out = []
+for line in open(sys.argv[1]):
+    if line.startswith('data: {'):
+        d = json.loads(line[6:])
+        out.append(d['choices'][0]['delta'].get('content', ''))
+print(''.join(out))" "$1"; }
+curl -sN -X POST "$U/v1/completions" -H 'Content-Type: application/json' --data-binary "$lreq" > "$T/L.txt" &
+lpid=$!
+for _ in $(seq 600); do [ "$(grep -c '^data: ' "$T/L.txt")" -ge 3 ] && break; sleep 0.05; done
+touch "$HOLD"
+n=$(holds)
+curl -s -o "$T/A.json" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$req" > "$T/A.code" &
+apid=$!
+for _ in $(seq 600); do [ "$(holds)" -gt "$n" ] && break; sleep 0.05; done
+curl -sN -o "$T/B.txt" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$sreq" > "$T/B.code" &
+bpid=$!
+for _ in $(seq 600); do [ "$(metric kvfs_serve_queue_depth)" = 1 ] && break; sleep 0.05; done
+check "L streaming ($(grep -c '^data: ' "$T/L.txt") events), A held before its restore, B queued ($(metric kvfs_serve_queue_depth))" \
+    test "$(metric kvfs_serve_queue_depth)" = 1
+kill -9 "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null # a crash (SIGTERM waits up to 30 s for L's task)
+curl -s -o "$T/C.json" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$req" > "$T/C.code" &
+cpid=$!
+curl -sN -o "$T/D.txt" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$sreq" > "$T/D.code" &
+dpid=$!
+rm "$HOLD"
+wait "$lpid"
+sleep 2
+check "the engine killed: L's stream ends with an error event ($(grep '^data: {"error"' "$T/L.txt" | head -c 300)) and [DONE]" \
+    sh -c "grep -q '^data: {\"error\".*cannot be tried again' '$T/L.txt' && tail -n 2 '$T/L.txt' | grep -q '^data: \[DONE\]'"
+check "... A, B, C, D wait for it (queue depth $(metric kvfs_serve_queue_depth), engine up $(metric 'kvfs_serve_engine_up{engine="http://127.0.0.1:'$EPORT'"}'))" \
+    test "$(metric kvfs_serve_queue_depth)" = 4
 start_engine "$EPORT" "$A/llama" "$T/engine2.log" || exit 1
-for _ in $(seq 50); do curl -sf "$U/health" > /dev/null && break; sleep 0.1; done
-c=$(code /v1/chat/completions "$req")
-check "... back: $c, prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/body")" test "$c" = 200
+wait "$apid" "$bpid" "$cpid" "$dpid"
+for x in A C; do
+    check "... restarted: $x answered $(cat "$T/$x.code"), the same first token ($(first < "$T/$x.json")), retries $(json 'd["kvfs"].get("retries", 0)' < "$T/$x.json")" \
+        test "$(cat "$T/$x.code")" = 200 -a "$(first < "$T/$x.json")" = "$want" \
+        -a "$(json 'd["choices"][0]["message"]["content"]' < "$T/$x.json")" = "$(json 'd["choices"][0]["message"]["content"]' < "$T/r1.json")"
+done
+for x in B D; do
+    check "... restarted: $x streamed $(cat "$T/$x.code") the same answer ('$(stream_content "$T/$x.txt")'), [DONE], no error" \
+        sh -c "[ $(cat "$T/$x.code") = 200 ] && [ '$(stream_content "$T/$x.txt")' = '$scontent' ] && tail -n 2 '$T/$x.txt' | grep -q '^data: \[DONE\]' && ! grep -q '\"error\"' '$T/$x.txt'"
+done
+check "... A was tried again after its engine went down under it (retries $(json 'd["kvfs"].get("retries", 0)' < "$T/A.json"); kvfs_serve_engine_retries_total $(metric kvfs_serve_engine_retries_total))" \
+    test "$(json 'd["kvfs"].get("retries", 0)' < "$T/A.json")" -ge 1
+
+# left down past --engine-wait: 503 with the reason; a client that gives up
+# while waiting leaves the queue
+kill -9 "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
+d0=$(metric kvfs_serve_client_disconnects_total)
+t0=$EPOCHREALTIME
+curl -s -o "$T/E.json" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$req" > "$T/E.code" &
+epid=$!
+curl -s -o /dev/null -m 2 -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$req" &
+gpid=$!
+sleep 3.5
+check "the engine down again: a client that gave up after 2 s left the queue (queue depth $(metric kvfs_serve_queue_depth), disconnects $d0 -> $(metric kvfs_serve_client_disconnects_total))" \
+    test "$(metric kvfs_serve_queue_depth)" = 1 -a "$(metric kvfs_serve_client_disconnects_total)" = $((d0 + 1))
+wait "$epid" "$gpid"
+secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
+check "... left down past --engine-wait $WAIT: $(cat "$T/E.code") after ${secs}s: $(head -c 300 "$T/E.json")" \
+    sh -c "[ $(cat "$T/E.code") = 503 ] && grep -q 'none came back in $WAIT s' '$T/E.json' && grep -q 'is down: ' '$T/E.json' && awk 'BEGIN{exit !($secs >= $WAIT - 0.5)}'"
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
 
 # an engine whose model is not the mount's
 if [ -s "$OTHER" ]; then
     mount_kvfs b "model=$OTHER" || exit 1
-    kill "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
+    kill "$ENGINE_PID" 2>/dev/null; wait "$ENGINE_PID" 2>/dev/null
     start_engine "$EPORT" "$T/b.mnt/llama" "$T/engine3.log" || exit 1
     "$SERVE" --mount "$T/b.mnt" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" > "$T/serve-b.log" 2>&1
     rc=$?

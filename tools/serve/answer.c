@@ -62,6 +62,10 @@ struct req {
     struct slot_ref slot;
     int have_slot;
     double t_arrival;
+    double deadline;    /* a wait for an engine to come back ends here (pool_acquire; 0: not waited yet) */
+    int retries;        /* tries again after the engine went down under it */
+    int reblended;      /* blended again after a chunk or the result went away before the restore */
+    char down_err[SERVE_ERR]; /* what the engine's last failure was */
     int ttft_done;
     json_t *kvfs;       /* what kvfs did, returned as "kvfs" */
     /* streaming */
@@ -105,14 +109,42 @@ static void fail(struct req *r, struct answer_result *res, int status, const cha
         kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %d: %s", status, msg);
 }
 
-/* an engine call's failure as an HTTP status (and the engine marked down) */
-static int engine_status(struct req *r, int rc, const char *err)
+/* the client went away: no answer (main.c closes the connection) */
+static void gone(struct req *r, struct answer_result *res)
 {
+    metrics_add(r->sv, &r->sv->m.disconnects, 1);
+    res->status = 499;
+}
+
+/* An engine call's rc and HTTP status as one rc: a 503 is an engine that is
+ * (re)starting (llama-server's "Loading model"), taken as down */
+static int call_rc(int rc, long st)
+{
+    return rc ? rc : st == 503 ? -EHOSTDOWN : st == 200 ? 0 : -EIO;
+}
+
+/* A failed step of the request on its slot (what): -EAGAIN when the engine
+ * went down under it (marked down; the request is tried again once one is
+ * up), else the answer is the error (status; 499 when the client went
+ * away) and rc is returned */
+static int step_failed(struct req *r, struct answer_result *res, int rc, int status, const char *what, const char *err)
+{
+    char msg[SERVE_ERR + 128];
     if (rc == -EHOSTDOWN) {
-        pool_engine_down(r->sv, r->have_slot ? r->slot.engine : 0, err);
-        return 503;
+        pool_engine_down(r->sv, r->slot.engine, err);
+        if (snprintf(r->down_err, sizeof(r->down_err), "%s: %s", what, err) >= (int)sizeof(r->down_err))
+            r->down_err[sizeof(r->down_err) - 2] = '.';
+        return -EAGAIN;
     }
-    return rc == -ECANCELED ? 499 : 502;
+    if (rc == -ECANCELED) {
+        gone(r, res);
+        return rc;
+    }
+    /* a long reason is cut, never overflows (the length checked: no truncation warning) */
+    if (snprintf(msg, sizeof(msg), "%s: %s", what, err) >= (int)sizeof(msg))
+        msg[sizeof(msg) - 2] = '.';
+    fail(r, res, status, msg);
+    return rc ? rc : -EIO;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n)
@@ -144,15 +176,15 @@ static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t 
     json_decref(b);
     json_decref(out);
     out = NULL;
-    if (rc || st != 200)
-        return rc ? rc : -EIO;
+    if ((rc = call_rc(rc, st)))
+        return rc;
     b = json_pack("{s:o}", "filename", json_sprintf("kvfs-serve-%.16s.bin", c->hash));
     snprintf(path, sizeof(path), "/slots/%d?action=save", r->slot.id);
     rc = engine_call_json(e, "POST", path, b, 120, NULL, NULL, &out, &st, err, errlen);
     json_decref(b);
     json_decref(out);
-    if (rc || st != 200)
-        return rc ? rc : -EIO;
+    if ((rc = call_rc(rc, st)))
+        return rc;
     if (!chunk_present(r->sv, c->hash))
         return kvfs_errf(err, errlen, -EPROTO,
                          "the engine's state of %zu tokens was not stored as chunk %.16s...: is the engine's model "
@@ -319,9 +351,9 @@ static int restore(struct req *r, const char *name, uint32_t ntok, char *err, si
     snprintf(path, sizeof(path), "/slots/%d?action=restore", r->slot.id);
     int rc = engine_call_json(e, "POST", path, b, 300, NULL, NULL, &out, &st, err, errlen);
     json_decref(b);
-    if (rc || st != 200) {
+    if ((rc = call_rc(rc, st))) {
         json_decref(out);
-        return rc ? rc : -EIO;
+        return rc;
     }
     json_int_t n = json_integer_value(json_object_get(out, "n_restored"));
     json_decref(out);
@@ -336,7 +368,43 @@ static int restore(struct req *r, const char *name, uint32_t ntok, char *err, si
     rc = engine_call_json(e, "POST", "/completion", b, 300, client_gone, r, &out, &st, err, errlen);
     json_decref(b);
     json_decref(out);
-    return rc ? rc : st == 200 ? 0 : -EIO;
+    return call_rc(rc, st);
+}
+
+/* After a restore that failed with the engine up: did a chunk of the blend,
+ * or the blend itself, go away since it was blended (evicted, removed, the
+ * recipe forgotten)?  Then the mount cannot make llama/NAME.llama again;
+ * 1 and why, else 0. */
+static int blend_gone(struct req *r, const char *name, char *why, size_t whylen)
+{
+    char path[1400];
+    struct stat st;
+    for (int i = 0; i < r->plan.n_chunks; i++)
+        if (!chunk_present(r->sv, r->plan.chunks[i].hash)) {
+            snprintf(why, whylen, "chunk %.16s... is no longer in the mount", r->plan.chunks[i].hash);
+            return 1;
+        }
+    snprintf(path, sizeof(path), "%s/llama/%s.llama", r->sv->mount, name);
+    if (stat(path, &st) && errno == ENOENT) {
+        snprintf(why, whylen, "llama/%s.llama is gone", name);
+        return 1;
+    }
+    return 0;
+}
+
+/* Tests only (KVFS_SERVE_TEST_HOLD, kvfs-serve(1) ENVIRONMENT): while that
+ * file exists, a request about to restore its blend waits there, so that a
+ * test can remove chunks or stop the engine between the blend and the
+ * restore. */
+static void test_hold(struct req *r, const char *name)
+{
+    const char *f = r->sv->test_hold;
+    if (!f || access(f, F_OK))
+        return;
+    kvfs_log(KVFS_LOG_WARN, "kvfs-serve: test hook: %s holds before restoring blend %s into slot %d while %s exists",
+             r->id, name, r->slot.id, f);
+    while (!access(f, F_OK) && !client_gone(r))
+        usleep(20 * 1000);
 }
 
 /* the engine's /completion request for the client's parameters */
@@ -513,10 +581,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (rc == -ETIMEDOUT)
             continue;
         if (rc || !ev) {
+            char msg[SERVE_ERR + 160];
             if (rc == -EHOSTDOWN)
                 pool_engine_down(r->sv, r->slot.engine, err);
-            json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", rc ? err : "the engine's stream ended early",
-                                  "type", "server_error");
+            /* tokens were sent: the answer cannot be tried again */
+            if (snprintf(msg, sizeof(msg), "the engine %s failed after the answer had started streaming, so it "
+                         "cannot be tried again: %s", r->sv->engines[r->slot.engine].url,
+                         rc ? err : "its stream ended early") >= (int)sizeof(msg))
+                msg[sizeof(msg) - 2] = '.';
+            json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", msg, "type", "server_error");
             stream_event(r, e);
             json_decref(e);
             r->finished = 1;
@@ -534,6 +607,140 @@ static void stream_done(void *cls)
     if (!r->finished)
         metrics_add(r->sv, &r->sv->m.disconnects, 1);
     req_free(r); /* closes the engine's stream (it stops generating) and frees the slot */
+}
+
+/* One try at a request from its slot on: a slot, the chunks found or
+ * prefilled, the blend restored into the slot (blended again once when a
+ * chunk or the result went away in between), the answer: whole, or its
+ * first token when streaming (which commits the stream).  0 with res
+ * filled; -EAGAIN when the engine went down under it before the answer
+ * started (the caller releases the slot and tries again); another -errno
+ * with res the error. */
+static int serve_once(struct req *r, double ratio, struct answer_result *res)
+{
+    struct serve *sv = r->sv;
+    char err[SERVE_ERR] = "", msg[SERVE_ERR + 128];
+    int rc;
+    if ((rc = pool_acquire(sv, &r->slot, r->retries > 0, &r->deadline, client_gone, r, err, sizeof(err)))) {
+        if (rc == -ECANCELED)
+            gone(r, res);
+        else
+            fail(r, res, 503, err);
+        return rc;
+    }
+    r->have_slot = 1;
+    struct engine *e = &sv->engines[r->slot.engine];
+    json_object_set_new(r->kvfs, "engine", json_string(e->url));
+    json_object_set_new(r->kvfs, "slot", json_integer(r->slot.id));
+    if (r->retries)
+        json_object_set_new(r->kvfs, "retries", json_integer(r->retries));
+    if (r->plan.n_chunks == 0) {
+        metrics_add(sv, &sv->m.full_prefills, 1);
+        json_object_set_new(r->kvfs, "blend", json_null());
+    }
+    for (int again = 0; r->plan.n_chunks > 0; again++) {
+        uint32_t ntok = 0;
+        char name[256], why[320];
+        if ((rc = resolve_chunks(r, err, sizeof(err))))
+            return step_failed(r, res, rc, 502, "prefilling the documents", err);
+        json_t *cs = json_array();
+        for (int i = 0; i < r->plan.n_chunks; i++)
+            json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", r->plan.chunks[i].hash, "tokens",
+                                                (json_int_t)r->plan.chunks[i].n, "source",
+                                                source_name(r->plan.chunks[i].state)));
+        json_object_set_new(r->kvfs, "chunks", cs);
+        if ((rc = blend(r, ratio, name, sizeof(name), &ntok, err, sizeof(err)))) {
+            metrics_add(sv, &sv->m.blend_errors, 1);
+            snprintf(msg, sizeof(msg), "the mount's blend: %s", err);
+            fail(r, res, 500, msg);
+            return rc;
+        }
+        test_hold(r, name);
+        rc = restore(r, name, ntok, err, sizeof(err));
+        if (rc && rc != -EHOSTDOWN && rc != -ECANCELED && !again && blend_gone(r, name, why, sizeof(why))) {
+            /* evicted or removed between the blend and the restore: the
+             * chunks found or prefilled again, blended again, once */
+            kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %s: restoring blend %s failed (%s): %s since the blend: blending "
+                     "it again", r->id, name, err, why);
+            metrics_add(sv, &sv->m.reblends, 1);
+            r->reblended = 1;
+            continue;
+        }
+        if (rc) {
+            if (rc != -EHOSTDOWN)
+                metrics_add(sv, &sv->m.blend_errors, 1);
+            if (snprintf(msg, sizeof(msg), "restoring blend %s into slot %d of %s", name, r->slot.id, e->url) >=
+                (int)sizeof(msg))
+                msg[sizeof(msg) - 2] = '.';
+            return step_failed(r, res, rc, 502, msg, err);
+        }
+        metrics_add(sv, &sv->m.blends, 1);
+        json_object_set_new(r->kvfs, "blend", json_string(name));
+        json_object_set_new(r->kvfs, "blend_tokens", json_integer(ntok));
+        json_object_set_new(r->kvfs, "ratio", json_real(ratio));
+        if (r->reblended)
+            json_object_set_new(r->kvfs, "reblended", json_true());
+        break;
+    }
+
+    /* the answer */
+    json_t *body = completion_body(r);
+    if (r->stream) {
+        rc = engine_stream_open(e, "/completion", body, &r->es, err, sizeof(err));
+        json_decref(body);
+        if (rc) {
+            fail(r, res, 500, err);
+            return rc;
+        }
+        /* the first token before the stream is answered: until then an
+         * engine that goes down is a request tried again */
+        while (!r->ttft_done && !r->finished) {
+            json_t *ev = NULL;
+            rc = engine_stream_next(r->es, 0.2, &ev, err, sizeof(err));
+            if (rc == -ETIMEDOUT) {
+                if (client_gone(r))
+                    return step_failed(r, res, -ECANCELED, 499, "", "");
+                continue;
+            }
+            if (!rc && !ev)
+                rc = kvfs_errf(err, sizeof(err), -EIO, "its stream ended before the first token");
+            if (rc)
+                return step_failed(r, res, rc, 502, "the engine's answer", err);
+            rc = stream_event(r, ev);
+            json_decref(ev);
+            if (rc) {
+                fail(r, res, 500, "out of memory");
+                return rc;
+            }
+        }
+        res->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_done);
+        if (!res->stream) {
+            fail(r, res, 500, "cannot create the streaming response");
+            return -ENOMEM;
+        }
+        MHD_add_response_header(res->stream, "Content-Type", "text/event-stream");
+        MHD_add_response_header(res->stream, "Cache-Control", "no-cache");
+        res->status = 200;
+        return 0;
+    }
+    json_t *out = NULL;
+    long st;
+    rc = engine_call_json(e, "POST", "/completion", body, 0, client_gone, r, &out, &st, err, sizeof(err));
+    json_decref(body);
+    if ((rc = call_rc(rc, st))) {
+        json_decref(out);
+        return step_failed(r, res, rc, st == 400 ? 400 : 502, "the engine's answer", err);
+    }
+    json_t *t = json_object_get(out, "timings");
+    double pred_ms = json_number_value(json_object_get(t, "predicted_ms"));
+    double per_ms = json_number_value(json_object_get(t, "predicted_per_token_ms"));
+    double ttft = serve_now() - r->t_arrival - (pred_ms - per_ms) / 1000.0;
+    metrics_ttft(sv, ttft > 0 ? ttft : 0);
+    account(r, out);
+    res->status = 200;
+    res->body = whole_answer(r, out);
+    json_decref(out);
+    return 0;
 }
 
 void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, const char *text, size_t len,
@@ -590,28 +797,31 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         }
         ratio = json_number_value(v);
     }
-    /* the plan: an engine that is up renders the chat template */
+    /* the plan: an engine that is up renders the chat template (one is
+     * waited for, --engine-wait, when none is) */
     int e0 = -1;
-    pthread_mutex_lock(&sv->lock);
-    for (int i = 0; i < sv->n_engines && e0 < 0; i++)
-        if (sv->engines[i].up)
-            e0 = i;
-    pthread_mutex_unlock(&sv->lock);
-    if (e0 < 0) {
-        pthread_mutex_lock(&sv->lock);
-        snprintf(msg, sizeof(msg), "%s %s is down: %s", sv->n_engines > 1 ? "every engine is down; the first," : "the engine",
-                 sv->engines[0].url, sv->engines[0].down_reason);
-        pthread_mutex_unlock(&sv->lock);
-        fail(r, res, 503, msg);
-        goto done;
-    }
-    if ((rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err)))) {
-        if (rc == -EHOSTDOWN) {
-            pool_engine_down(sv, e0, err);
+    for (;;) {
+        if ((rc = pool_wait_up(sv, &r->deadline, client_gone, r, &e0, err, sizeof(err)))) {
+            if (rc == -ECANCELED)
+                gone(r, res);
+            else
+                fail(r, res, 503, err);
+            goto done;
+        }
+        rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err));
+        if (rc != -EHOSTDOWN)
+            break;
+        pool_engine_down(sv, e0, err);
+        plan_free(&r->plan);
+        if (r->retries == SERVE_MAX_RETRIES) {
             snprintf(msg, sizeof(msg), "the engine %s is down: %s", sv->engines[e0].url, err);
             fail(r, res, 503, msg);
             goto done;
         }
+        r->retries++;
+        metrics_add(sv, &sv->m.engine_retries, 1);
+    }
+    if (rc) {
         fail(r, res, rc == -EINVAL ? 400 : 500, err);
         goto done;
     }
@@ -628,113 +838,31 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         json_object_set_new(r->kvfs, "prompt_tokens", prompt_ids(&r->plan, 1));
     json_object_set_new(r->kvfs, "suffix_tokens", json_integer((json_int_t)r->plan.n_suffix));
 
-    /* a slot */
-    if ((rc = pool_acquire(sv, &r->slot, client_gone, r, err, sizeof(err)))) {
-        if (rc == -ECANCELED) {
-            metrics_add(sv, &sv->m.disconnects, 1);
-            res->status = 499;
-        } else
-            fail(r, res, 503, err);
-        goto done;
+    /* from the slot on, tried again (at most SERVE_MAX_RETRIES times) when
+     * the engine goes down before the answer has started */
+    for (;;) {
+        rc = serve_once(r, ratio, res);
+        if (rc != -EAGAIN)
+            break;
+        engine_stream_close(r->es);
+        r->es = NULL;
+        r->out.n = r->out.pos = 0;
+        r->sent_role = r->finished = 0;
+        pool_release(sv, &r->slot);
+        r->have_slot = 0;
+        if (r->retries == SERVE_MAX_RETRIES) {
+            snprintf(msg, sizeof(msg), "the engine went down under this request %d times; the last: %s",
+                     r->retries + 1, r->down_err);
+            fail(r, res, 503, msg);
+            break;
+        }
+        r->retries++;
+        metrics_add(sv, &sv->m.engine_retries, 1);
+        kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %s: the engine went down under it (%s): tried again once one is up",
+                 r->id, r->down_err);
     }
-    r->have_slot = 1;
-    json_object_set_new(r->kvfs, "engine", json_string(sv->engines[r->slot.engine].url));
-    json_object_set_new(r->kvfs, "slot", json_integer(r->slot.id));
-    if (r->plan.n_chunks == 0) {
-        metrics_add(sv, &sv->m.full_prefills, 1);
-        json_object_set_new(r->kvfs, "blend", json_null());
-    } else {
-        uint32_t ntok = 0;
-        char name[256];
-        if ((rc = resolve_chunks(r, err, sizeof(err)))) {
-            int st = engine_status(r, rc, err);
-            if (st == 499) {
-                metrics_add(sv, &sv->m.disconnects, 1);
-                res->status = 499;
-            } else {
-                snprintf(msg, sizeof(msg), "prefilling the documents: %s", err);
-                fail(r, res, st, msg);
-            }
-            goto done;
-        }
-        json_t *cs = json_array();
-        for (int i = 0; i < r->plan.n_chunks; i++)
-            json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", r->plan.chunks[i].hash, "tokens",
-                                                (json_int_t)r->plan.chunks[i].n, "source",
-                                                source_name(r->plan.chunks[i].state)));
-        json_object_set_new(r->kvfs, "chunks", cs);
-        if ((rc = blend(r, ratio, name, sizeof(name), &ntok, err, sizeof(err)))) {
-            metrics_add(sv, &sv->m.blend_errors, 1);
-            snprintf(msg, sizeof(msg), "the mount's blend: %s", err);
-            fail(r, res, rc == -ENOENT || rc == -EINVAL ? 500 : 500, msg);
-            goto done;
-        }
-        if ((rc = restore(r, name, ntok, err, sizeof(err)))) {
-            int st = engine_status(r, rc, err);
-            metrics_add(sv, &sv->m.blend_errors, 1);
-            if (st == 499) {
-                metrics_add(sv, &sv->m.disconnects, 1);
-                res->status = 499;
-            } else {
-                /* a long reason is cut, never overflows (the length checked: no truncation warning) */
-                if (snprintf(msg, sizeof(msg), "restoring blend %s into slot %d of %s: %s", name, r->slot.id,
-                             sv->engines[r->slot.engine].url, err) >= (int)sizeof(msg))
-                    msg[sizeof(msg) - 2] = '.';
-                fail(r, res, st, msg);
-            }
-            goto done;
-        }
-        metrics_add(sv, &sv->m.blends, 1);
-        json_object_set_new(r->kvfs, "blend", json_string(name));
-        json_object_set_new(r->kvfs, "blend_tokens", json_integer(ntok));
-        json_object_set_new(r->kvfs, "ratio", json_real(ratio));
-    }
-
-    /* the answer */
-    json_t *body = completion_body(r);
-    struct engine *e = &sv->engines[r->slot.engine];
-    if (r->stream) {
-        rc = engine_stream_open(e, "/completion", body, &r->es, err, sizeof(err));
-        json_decref(body);
-        if (rc) {
-            fail(r, res, 500, err);
-            goto done;
-        }
-        res->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_done);
-        if (!res->stream) {
-            fail(r, res, 500, "cannot create the streaming response");
-            goto done;
-        }
-        MHD_add_response_header(res->stream, "Content-Type", "text/event-stream");
-        MHD_add_response_header(res->stream, "Cache-Control", "no-cache");
-        res->status = 200;
+    if (res->stream)
         return; /* r lives on with the stream */
-    }
-    json_t *out = NULL;
-    long st;
-    rc = engine_call_json(e, "POST", "/completion", body, 0, client_gone, r, &out, &st, err, sizeof(err));
-    json_decref(body);
-    if (rc || st != 200) {
-        int hs = rc ? engine_status(r, rc, err) : st == 400 ? 400 : 502;
-        if (hs == 499) {
-            metrics_add(sv, &sv->m.disconnects, 1);
-            res->status = 499;
-        } else {
-            snprintf(msg, sizeof(msg), "the engine's answer: %s", err);
-            fail(r, res, hs, msg);
-        }
-        json_decref(out);
-        goto done;
-    }
-    json_t *t = json_object_get(out, "timings");
-    double pred_ms = json_number_value(json_object_get(t, "predicted_ms"));
-    double per_ms = json_number_value(json_object_get(t, "predicted_per_token_ms"));
-    double ttft = serve_now() - t_arrival - (pred_ms - per_ms) / 1000.0;
-    metrics_ttft(sv, ttft > 0 ? ttft : 0);
-    account(r, out);
-    res->status = 200;
-    res->body = whole_answer(r, out);
-    json_decref(out);
 done:
     req_free(r);
 }

@@ -66,6 +66,7 @@ static int curl_errno(CURLcode c)
     case CURLE_GOT_NOTHING:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE: /* the connection closed mid-reply: the engine went away */
         return -EHOSTDOWN;
     case CURLE_OPERATION_TIMEDOUT:
         return -ETIMEDOUT;

@@ -58,6 +58,8 @@ static void usage(FILE *f)
             "                       blend_ratio overrides it)\n"
             "  --chunk-tokens N     split longer documents into chunks of N tokens (default 512)\n"
             "  --max-connections N  clients at once (default 512)\n"
+            "  --engine-wait S      how long a request waits for an engine to come back when\n"
+            "                       none is up (restarting), then 503 (default 30; 0: at once)\n"
             "  -v, --verbose        log every refused request\n"
             "  -h, --help           this text\n"
             "  -V, --version        the version\n");
@@ -356,7 +358,8 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
         {"listen", required_argument, 0, 'l'},        {"model", required_argument, 0, 'M'},
         {"name", required_argument, 0, 'n'},          {"separator", required_argument, 0, 's'},
         {"ratio", required_argument, 0, 'r'},         {"chunk-tokens", required_argument, 0, 'c'},
-        {"max-connections", required_argument, 0, 'C'}, {"verbose", no_argument, 0, 'v'},
+        {"max-connections", required_argument, 0, 'C'}, {"engine-wait", required_argument, 0, 'w'},
+        {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
@@ -415,6 +418,13 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
             a->max_conn = (int)strtol(optarg, &end, 10);
             if (*end || a->max_conn < 1) {
                 fprintf(stderr, "kvfs-serve: --max-connections %s: a positive number\n", optarg);
+                return 2;
+            }
+            break;
+        case 'w':
+            sv->engine_wait = strtod(optarg, &end);
+            if (*end || !(sv->engine_wait >= 0 && sv->engine_wait <= 86400)) {
+                fprintf(stderr, "kvfs-serve: --engine-wait %s: seconds, 0 to 86400\n", optarg);
                 return 2;
             }
             break;
@@ -485,6 +495,12 @@ int main(int argc, char **argv)
     snprintf(sv->separator, sizeof(sv->separator), " # # ");
     sv->ratio = 0.15;
     sv->chunk_tokens = 512;
+    sv->engine_wait = 30;
+    /* tests only (kvfs-serve(1) ENVIRONMENT): a file whose existence holds
+     * restores */
+    sv->test_hold = getenv("KVFS_SERVE_TEST_HOLD");
+    if (sv->test_hold && !*sv->test_hold)
+        sv->test_hold = NULL;
     kvfs_set_log(log_stderr);
     if ((rc = parse_args(argc, argv, sv, &args)) >= 0)
         return rc;
@@ -550,6 +566,9 @@ int main(int argc, char **argv)
         total += sv->engines[i].n_slots;
     fprintf(stderr, "kvfs-serve: serving %s on http://%s: mount %s, %d engine(s), %d slot(s), chunks %s\n",
             sv->model_name, listen, sv->mount, sv->n_engines, total, kvfs_dtype_name(sv->chunk_dtype));
+    if (sv->test_hold)
+        fprintf(stderr, "kvfs-serve: warning: KVFS_SERVE_TEST_HOLD=%s: a test hook (restores wait while it exists)\n",
+                sv->test_hold);
     int sig;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvfs-serve: %s: stopping\n", strsignal(sig));

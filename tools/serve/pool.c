@@ -80,36 +80,91 @@ static int pick_engine(struct serve *sv)
     return best;
 }
 
-static int any_up(struct serve *sv, char *err, size_t errlen)
+static int any_up(struct serve *sv)
 {
     for (int i = 0; i < sv->n_engines; i++)
         if (sv->engines[i].up)
             return 1;
-    if (sv->n_engines == 1)
-        kvfs_errf(err, errlen, -EHOSTDOWN, "the engine %s is down: %s", sv->engines[0].url,
-                  sv->engines[0].down_reason);
-    else
-        kvfs_errf(err, errlen, -EHOSTDOWN, "all %d engines are down (%s: %s)", sv->n_engines, sv->engines[0].url,
-                  sv->engines[0].down_reason);
     return 0;
 }
 
-int pool_acquire(struct serve *sv, struct slot_ref *out, serve_cancel_fn cancel, void *arg, char *err, size_t errlen)
+/* no engine is up: 0 while the request may wait for one (*deadline set at
+ * the first call, --engine-wait from now), else -EHOSTDOWN with how long it
+ * waited and why the engines are down.  Under sv->lock. */
+static int down_wait_over(struct serve *sv, double *deadline, char *err, size_t errlen)
+{
+    double now = serve_now();
+    if (*deadline == 0)
+        *deadline = now + sv->engine_wait;
+    if (now < *deadline)
+        return 0;
+    char waited[96] = "";
+    if (sv->engine_wait > 0)
+        snprintf(waited, sizeof(waited), "none came back in %g s (--engine-wait): ", sv->engine_wait);
+    if (sv->n_engines == 1)
+        return kvfs_errf(err, errlen, -EHOSTDOWN, "%sthe engine %s is down: %s", waited, sv->engines[0].url,
+                         sv->engines[0].down_reason);
+    return kvfs_errf(err, errlen, -EHOSTDOWN, "%sall %d engines are down (%s: %s)", waited, sv->n_engines,
+                     sv->engines[0].url, sv->engines[0].down_reason);
+}
+
+int pool_wait_up(struct serve *sv, double *deadline, serve_cancel_fn cancel, void *arg, int *engine, char *err,
+                 size_t errlen)
+{
+    int rc = 0, counted = 0;
+    pthread_mutex_lock(&sv->lock);
+    for (;;) {
+        int e = -1;
+        for (int i = 0; i < sv->n_engines && e < 0; i++)
+            if (sv->engines[i].up)
+                e = i;
+        if (e >= 0) {
+            *engine = e;
+            break;
+        }
+        if (sv->stopping || (cancel && cancel(arg))) {
+            rc = kvfs_errf(err, errlen, -ECANCELED, "the client went away while waiting for an engine");
+            break;
+        }
+        if ((rc = down_wait_over(sv, deadline, err, errlen)))
+            break;
+        if (!counted) {
+            sv->queue_len++;
+            counted = 1;
+        }
+        struct timespec ts;
+        abs_in(&ts, 0.1);
+        pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
+    }
+    if (counted)
+        sv->queue_len--;
+    pthread_mutex_unlock(&sv->lock);
+    return rc;
+}
+
+int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *deadline, serve_cancel_fn cancel,
+                 void *arg, char *err, size_t errlen)
 {
     struct waiter w = {0};
     int rc = 0;
     pthread_mutex_lock(&sv->lock);
-    if (!any_up(sv, err, errlen)) {
-        pthread_mutex_unlock(&sv->lock);
-        return -EHOSTDOWN;
-    }
-    /* join the queue */
-    w.prev = sv->queue_tail;
-    if (sv->queue_tail)
-        sv->queue_tail->next = &w;
-    else
+    /* join the queue: at its end, or at its head when the request had a
+     * slot already and lost it to an engine that went down */
+    if (front) {
+        w.next = sv->queue_head;
+        if (sv->queue_head)
+            sv->queue_head->prev = &w;
+        else
+            sv->queue_tail = &w;
         sv->queue_head = &w;
-    sv->queue_tail = &w;
+    } else {
+        w.prev = sv->queue_tail;
+        if (sv->queue_tail)
+            sv->queue_tail->next = &w;
+        else
+            sv->queue_head = &w;
+        sv->queue_tail = &w;
+    }
     sv->queue_len++;
     for (;;) {
         int e;
@@ -125,14 +180,14 @@ int pool_acquire(struct serve *sv, struct slot_ref *out, serve_cancel_fn cancel,
                 }
             break;
         }
-        if (!any_up(sv, err, errlen)) {
-            rc = -EHOSTDOWN;
-            break;
-        }
         if (sv->stopping || (cancel && cancel(arg))) {
             rc = kvfs_errf(err, errlen, -ECANCELED, "the client went away while queued");
             break;
         }
+        /* no engine up: wait for one to come back (the health thread
+         * probes them), up to the deadline */
+        if (!any_up(sv) && (rc = down_wait_over(sv, deadline, err, errlen)))
+            break;
         struct timespec ts;
         abs_in(&ts, 0.1);
         pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
@@ -366,6 +421,11 @@ char *metrics_render(struct serve *sv)
     counter(&t, "kvfs_serve_chunk_prefill_errors_total", "Prefills that failed.", m.prefill_errors);
     counter(&t, "kvfs_serve_blends_total", "Blends made by the mount and restored into a slot.", m.blends);
     counter(&t, "kvfs_serve_blend_errors_total", "Blends or restores that failed.", m.blend_errors);
+    counter(&t, "kvfs_serve_reblends_total",
+            "Blends made again: a chunk or the result went away between the blend and the restore.", m.reblends);
+    counter(&t, "kvfs_serve_engine_retries_total",
+            "Requests tried again from their slot on because their engine went down before they answered.",
+            m.engine_retries);
     counter(&t, "kvfs_serve_full_prefills_total", "Requests without documents, prefilled in full by the engine.",
             m.full_prefills);
     counter(&t, "kvfs_serve_prompt_tokens_total", "Prompt tokens of the requests answered.", m.prompt_tokens);
@@ -383,7 +443,7 @@ char *metrics_render(struct serve *sv)
     put(&t, "kvfs_serve_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     put(&t, "kvfs_serve_ttft_seconds_sum %.6f\nkvfs_serve_ttft_seconds_count %llu\n", m.ttft_sum,
         (unsigned long long)m.ttft_count);
-    put(&t, "# HELP kvfs_serve_queue_depth Requests waiting for a slot.\n# TYPE kvfs_serve_queue_depth gauge\n"
+    put(&t, "# HELP kvfs_serve_queue_depth Requests waiting for a slot or for an engine to come back.\n# TYPE kvfs_serve_queue_depth gauge\n"
             "kvfs_serve_queue_depth %d\n",
         sv->queue_len);
     put(&t, "# HELP kvfs_serve_slots_busy Slots handed to requests, per engine.\n"

@@ -27,6 +27,9 @@ struct kvfs_model;
 
 #define SERVE_MAX_ENGINES 16
 #define SERVE_ERR 512
+/* a request whose engine goes down under it (before its answer started) is
+ * tried again at most this many times */
+#define SERVE_MAX_RETRIES 3
 
 /* One llama-server */
 struct engine {
@@ -50,6 +53,7 @@ struct serve_metrics {
     uint64_t requests, errors_4xx, errors_5xx, disconnects;
     uint64_t chunk_hits, chunk_misses, chunk_prefills, prefill_joins, prefill_errors;
     uint64_t blends, blend_errors, full_prefills, restores;
+    uint64_t reblends, engine_retries;
     uint64_t prompt_tokens, computed_tokens, completion_tokens;
     uint64_t ttft_count;
     double ttft_sum;
@@ -64,6 +68,8 @@ struct serve {
     double ratio;
     int chunk_tokens;
     int verbose;
+    double engine_wait;   /* --engine-wait: how long a request waits for an engine to come back */
+    const char *test_hold;/* KVFS_SERVE_TEST_HOLD (tests only): while this file exists, restores wait */
     /* the model: tokenizer and fingerprint (for chunk names) */
     struct kvfs_model *model;
     struct kvfs_tokenizer *tok;
@@ -94,7 +100,8 @@ extern const int serve_ttft_n;
 typedef int (*serve_cancel_fn)(void *arg);
 /* method "GET" or "POST"; body NULL or JSON text; *out the parsed JSON reply
  * (NULL when the body is not JSON), *status the HTTP status.  -EHOSTDOWN when
- * the engine cannot be reached, -ETIMEDOUT, -ECANCELED, -EIO. */
+ * the engine cannot be reached or the connection broke before the reply's
+ * end (the engine went away), -ETIMEDOUT, -ECANCELED, -EIO. */
 int engine_call(const struct engine *e, const char *method, const char *path, const char *body, double timeout_s,
                 serve_cancel_fn cancel, void *cancel_arg, json_t **out, long *status, char *err, size_t errlen);
 /* The same with body a JSON value (not consumed) */
@@ -116,9 +123,19 @@ void engine_stream_close(struct engine_stream *s);
 /* ---- pool.c ---- */
 int pool_init(struct serve *sv);
 void pool_free(struct serve *sv);
-/* Wait for a free slot (FIFO, least busy engine first).  -EHOSTDOWN when no
- * engine is up (err says why), -ECANCELED when cancel() said so. */
-int pool_acquire(struct serve *sv, struct slot_ref *out, serve_cancel_fn cancel, void *arg, char *err, size_t errlen);
+/* Wait for a free slot (FIFO, least busy engine first; front: at the head of
+ * the queue, for a request that lost its slot to an engine that went down).
+ * While no engine is up the request waits for one to come back until
+ * *deadline (serve_now() time; 0: set to now + engine_wait when it first
+ * finds none up, so that a request waits engine_wait in all): -EHOSTDOWN
+ * after that (err says how long and why they are down).  -ECANCELED when
+ * cancel() said so (the request leaves the queue). */
+int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *deadline, serve_cancel_fn cancel,
+                 void *arg, char *err, size_t errlen);
+/* Wait until an engine is up (*engine: the first), with the same deadline;
+ * counted in the queue depth while it waits.  -EHOSTDOWN, -ECANCELED. */
+int pool_wait_up(struct serve *sv, double *deadline, serve_cancel_fn cancel, void *arg, int *engine, char *err,
+                 size_t errlen);
 void pool_release(struct serve *sv, const struct slot_ref *s);
 void pool_engine_down(struct serve *sv, int engine, const char *why);
 /* Health: probes engines that are down (a thread of its own) */

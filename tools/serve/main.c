@@ -317,17 +317,19 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
                 goto out;
             snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hex);
             if (stat(path, &s) == 0) {
-                /* and the engine restores the mount's view of it (one KV
-                 * stream: -np 1, or a unified cache) */
+                /* and the engine restores the mount's view of it (as many
+                 * KV streams as its cache: one for -np 1 or a unified
+                 * cache, N for -np N with the mount's llama_streams=N) */
                 b = json_pack("{s:s+}", "filename", hex, ".llama");
                 rc = engine_call_json(e, "POST", "/slots/0?action=restore", b, 120, NULL, NULL, &out, &st, why,
                                       sizeof(why));
                 json_decref(b);
                 if (rc || st != 200)
                     rc = kvfs_errf(err, errlen, rc ? rc : -EIO,
-                                   "engine %s cannot restore %s/llama/%.16s....llama (%s): with several slots (-np) "
+                                   "engine %s cannot restore %s/llama/%.16s....llama (%s): with several slots (-np N) "
                                    "start llama-server with a unified KV cache (--kv-unified, and "
-                                   "--kv-unified-per-slot N for each slot's context)",
+                                   "--kv-unified-per-slot N for each slot's context), or mount kvfs with "
+                                   "-o llama_streams=N (a KV stream per slot)",
                                    e->url, sv->mount, hex, why);
                 goto out;
             }

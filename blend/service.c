@@ -248,8 +248,6 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
         kvfs_store_set_pin(s, pin_image, (void *)pm, unpin_image, (void *)pm->be.iface);
         svc->pinning = 1;
     }
-    if (svc->n_models > 0)
-        svc->trimmer_started = pthread_create(&svc->trimmer, NULL, trimmer, svc) == 0;
     kvfs_store_add_stats(s, stats, svc);
     *out = svc;
     return 0;
@@ -528,6 +526,12 @@ static void give_slot(struct kvfs_blend_service *svc)
     pthread_cond_broadcast(&svc->changed);
     if (svc->running == 0 && svc->waiting == 0) {
         svc->idle_since = blend_now_s();
+        /* started at the first blend, not at open: the daemon forks after
+         * opening the service, and a thread made before would stay in the
+         * parent, its wait on idle_cv left behind in the child for
+         * pthread_cond_destroy to wait on forever at unmount */
+        if (!svc->trimmer_started && !svc->closing)
+            svc->trimmer_started = pthread_create(&svc->trimmer, NULL, trimmer, svc) == 0;
         pthread_cond_signal(&svc->idle_cv);
     }
 }

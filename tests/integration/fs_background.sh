@@ -3,6 +3,8 @@
 # model) blends: the CPU backend's worker threads, made before the fork, are
 # started again in the daemon (they stayed in the parent; a blend used to
 # wait for them forever).  The blend equals the in-process one, byte for byte.
+# After the unmount the daemon exits (its blend service's idle trimmer, made
+# before the fork, used to leave a waiter that hung the exit forever).
 . "$(dirname "$0")/../lib.sh"
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [[ "$BUILD" == *tsan* ]] && skip "ThreadSanitizer does not support fork() in a multi-threaded process (the daemon forks after loading)"
@@ -23,4 +25,17 @@ check "...and equals the in-process blend, byte for byte" cmp "$T/local.kv" "$M/
 pid=$(pgrep -f "kvfs -o store=$store" | head -1)
 fusermount3 -u "$M"
 for _ in $(seq 200); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+check "the daemon exits after the unmount (pid $pid; its blend service's idle trimmer was made after the fork)" \
+    sh -c "[ -n '$pid' ] && ! kill -0 '$pid' 2>/dev/null"
+[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+# a daemon that loaded a model and never blended exits too
+store2=$T/bg2.store M2=$T/bg2.mnt
+mkdir -p "$store2" "$M2"
+"$KVFS" -o "store=$store2,model=$MODEL" "$M2" 2>"$T/start2.err" || fail "kvfs without -f did not start (2)"
+for _ in $(seq 600); do [ -e "$M2/.kvfs/stats" ] && break; sleep 0.05; done
+pid2=$(pgrep -f "kvfs -o store=$store2" | head -1)
+fusermount3 -u "$M2"
+for _ in $(seq 200); do [ -n "$pid2" ] && kill -0 "$pid2" 2>/dev/null || break; sleep 0.05; done
+check "... and one that never blended (pid $pid2)" sh -c "[ -n '$pid2' ] && ! kill -0 '$pid2' 2>/dev/null"
+[ -n "$pid2" ] && kill -9 "$pid2" 2>/dev/null
 finish

@@ -23,7 +23,9 @@
 #    for it and are answered as before; a stream that had sent tokens ends
 #    with an error event; left down past --engine-wait: 503 with the reason;
 #    a client that gives up while waiting leaves the queue;
-#  - an engine whose model is not the mount's: refused at start, both named.
+#  - an engine whose model is not the mount's: refused at start, both named;
+#  - an engine with a KV cache per slot (-np 2 without -kvu): served over a
+#    mount with llama_streams=2.
 # Run by `make test-engines`; skipped without llama-server.
 . "$(dirname "$0")/../lib.sh"
 MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -319,5 +321,29 @@ if [ -s "$OTHER" ]; then
 else
     echo "note: $OTHER missing: the model mismatch check is skipped"
 fi
+kill "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
+
+# an engine with a KV cache per slot (-np 2, no -kvu) served over a mount with
+# llama_streams=2 (its one-stream views it refuses: tests/engines/llama_server.sh)
+mount_kvfs c "model=$MODEL,llama_streams=2" || exit 1
+"$SERVER" -m "$MODEL" --slot-save-path "$T/c.mnt/llama/" -np 2 -c 8192 --cache-ram 0 -t "$(nproc)" --port "$EPORT" \
+    > "$T/engine4.log" 2>&1 &
+PIDS+=($!)
+ENGINE_PID=$!
+for _ in $(seq 600); do curl -sf "localhost:$EPORT/health" > /dev/null && break; sleep 0.1; done
+timeout 300 "$SERVE" --mount "$T/c.mnt" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" \
+    > "$T/serve-c.log" 2>&1 &
+PIDS+=($!)
+SERVE_PID=$!
+for _ in $(seq 600); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
+for i in 1 2; do
+    curl -s -m 240 -o "$T/np$i.json" -w '%{http_code}' -X POST "$U/v1/chat/completions" -H 'Content-Type: application/json' \
+        --data-binary "$req" > "$T/np$i.code"
+done
+check "-np 2 without -kvu, mount llama_streams=2: answered twice ($(cat "$T/np1.code") $(cat "$T/np2.code")), the second from the mount's chunks: $(head -c 200 "$T/np2.json")" \
+    sh -c "[ $(cat "$T/np2.code") = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not all(c[\"source\"] == \"hit\" for c in d[\"kvfs\"][\"chunks\"]))' '$T/np2.json'"
+check "... only the question's $ns tokens computed (timings.prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/np2.json" 2>/dev/null))" \
+    test "$(json 'd["timings"]["prompt_n"]' < "$T/np2.json" 2>/dev/null)" = "$ns"
+kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
 kill "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
 finish

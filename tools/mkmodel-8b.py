@@ -4,7 +4,9 @@
 with random weights, then quantize it to Q4_K_M with llama.cpp's own
 quantizer (llama_model_quantize from the pinned llama-cpp-python).
 
-Usage: tools/mkmodel-8b.py OUT.gguf [--layers N] [--keep-f16] [--quantizer PATH] [--fast]
+Usage: tools/mkmodel-8b.py OUT.gguf [--shape llama3-8b|qwen3-1.7b] [--layers N] [--keep-f16]
+                            [--quantizer PATH] [--fast]
+(--shape qwen3-1.7b: Qwen3-1.7B's shapes, per-head Q/K norms, tied embeddings; 1.1 GB)
 
 The F16 file (16 GB) is written beside OUT and removed once the Q4_K_M file
 (4.9 GB) is complete; OUT appears only when the quantizer succeeded.  The
@@ -60,18 +62,28 @@ def vocabulary(n_vocab):
     return toks, types
 
 
-def write_f16(gguf, path, n_layer, seed, fast=False):
-    E, H, KH, FF, V = 4096, 32, 8, 14336, 128256
-    D = E // H
-    w = gguf.GGUFWriter(path, 'llama')
-    w.add_name('kvfs random Llama-3-8B-shaped model')
+# the shapes: (arch, n_embd, heads, kv heads, head dim, ffn, vocabulary, RoPE base, layers, tied embeddings)
+SHAPES = {
+    'llama3-8b': ('llama', 4096, 32, 8, 128, 14336, 128256, 500000.0, 32, False),
+    # Qwen3-1.7B: per-head Q/K norms, tied embeddings
+    'qwen3-1.7b': ('qwen3', 2048, 16, 8, 128, 6144, 151936, 1000000.0, 28, True),
+}
+
+
+def write_f16(gguf, path, n_layer, seed, fast=False, shape='llama3-8b'):
+    arch, E, H, KH, D, FF, V, theta, _, tied = SHAPES[shape]
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f'kvfs random {shape}-shaped model')
     w.add_block_count(n_layer)
     w.add_context_length(8192)
     w.add_embedding_length(E)
     w.add_feed_forward_length(FF)
     w.add_head_count(H)
     w.add_head_count_kv(KH)
-    w.add_rope_freq_base(500000.0)
+    if D != E // H:
+        w.add_key_length(D)
+        w.add_value_length(D)
+    w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(D)
     w.add_file_type(1)  # F16
@@ -84,8 +96,12 @@ def write_f16(gguf, path, n_layer, seed, fast=False):
     w.add_bos_token_id(256)
     w.add_eos_token_id(256)
     w.add_add_bos_token(False)
-    shapes = [('token_embd.weight', (V, E), 1.0), ('output_norm.weight', (E,), None), ('output.weight', (V, E), 0.02)]
+    shapes = [('token_embd.weight', (V, E), 1.0), ('output_norm.weight', (E,), None)]
+    if not tied:
+        shapes.append(('output.weight', (V, E), 0.02))
     for l in range(n_layer):
+        if arch == 'qwen3':
+            shapes += [(f'blk.{l}.attn_q_norm.weight', (D,), None), (f'blk.{l}.attn_k_norm.weight', (D,), None)]
         shapes += [(f'blk.{l}.attn_norm.weight', (E,), None), (f'blk.{l}.ffn_norm.weight', (E,), None),
                    (f'blk.{l}.attn_q.weight', (H * D, E), 0.02), (f'blk.{l}.attn_k.weight', (KH * D, E), 0.02),
                    (f'blk.{l}.attn_v.weight', (KH * D, E), 0.02), (f'blk.{l}.attn_output.weight', (E, H * D), 0.02),
@@ -141,7 +157,9 @@ def quantize(src, dst, quantizer=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('out')
-    ap.add_argument('--layers', type=int, default=32)
+    ap.add_argument('--shape', choices=sorted(SHAPES), default='llama3-8b',
+                    help="the model's shapes (default llama3-8b; qwen3-1.7b: Qwen3-1.7B's)")
+    ap.add_argument('--layers', type=int, help="layers (default: the shape's)")
     ap.add_argument('--seed', type=int, default=8)
     ap.add_argument('--keep-f16', action='store_true')
     ap.add_argument('--quantizer', help="llama.cpp's llama-quantize program (default: llama_cpp's binding)")
@@ -150,8 +168,9 @@ def main():
     gguf = gguf_module()
     f16 = a.out + '.f16.part'
     part = a.out + '.part'
+    layers = a.layers or SHAPES[a.shape][8]
     try:
-        write_f16(gguf, f16, a.layers, a.seed, a.fast)
+        write_f16(gguf, f16, layers, a.seed, a.fast, a.shape)
         quantize(f16, part, a.quantizer)
         os.rename(part, a.out)
     finally:

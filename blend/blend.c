@@ -820,6 +820,9 @@ int blend_stream(const struct kvfs_model *m, struct kvfs_loader *ld, const int32
     run_free(&b);
     return 0;
 fail:
+    /* copies from page-locked chunks may still be reading them (backend.h,
+     * host_register): the device is done before the caller lets them go */
+    BE(m)->synchronize(CTX(m));
     kvfs_kv_cache_free(m, c);
     run_free(&b);
     return rc;

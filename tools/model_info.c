@@ -19,6 +19,13 @@ int tool_is_gguf(const char *path)
     return yes;
 }
 
+/* s as the body of a JSON string */
+static void json_text(const char *s)
+{
+    for (const char *c = s; *c; c++)
+        printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 32 ? " " : "%c", *c);
+}
+
 int tool_model_info(const char *path, int json)
 {
     struct kvfs_gguf *g;
@@ -50,10 +57,13 @@ int tool_model_info(const char *path, int json)
     if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
         why += strlen(path) + 2;
     if (json) {
-        printf("{\"path\": \"%s\", \"arch\": \"%s\", \"n_layer\": %u, \"n_tensors\": %llu, \"supported\": %s, "
-               "\"reason\": \"", path, arch, n_layer, (unsigned long long)g->n_tensors, ok ? "true" : "false");
-        for (const char *c = why; *c; c++) /* the reason as a JSON string */
-            printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 32 ? " " : "%c", *c);
+        printf("{\"path\": \"");
+        json_text(path);
+        printf("\", \"arch\": \"");
+        json_text(arch);
+        printf("\", \"n_layer\": %u, \"n_tensors\": %llu, \"supported\": %s, \"reason\": \"", n_layer,
+               (unsigned long long)g->n_tensors, ok ? "true" : "false");
+        json_text(why);
         printf("\"}\n");
     } else {
         printf("model:       %s\narch:        %s\nlayers:      %u\ntensors:     %llu (", path, arch, n_layer,

@@ -628,6 +628,7 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
             fail(r, res, 503, err);
         return rc;
     }
+    r->deadline = 0; /* an engine was up: a later outage gets --engine-wait of its own */
     r->have_slot = 1;
     struct engine *e = &sv->engines[r->slot.engine];
     json_object_set_new(r->kvfs, "engine", json_string(e->url));
@@ -688,10 +689,8 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     if (r->stream) {
         rc = engine_stream_open(e, "/completion", body, &r->es, err, sizeof(err));
         json_decref(body);
-        if (rc) {
-            fail(r, res, 500, err);
-            return rc;
-        }
+        if (rc) /* nothing reached the client: an engine gone is a request tried again */
+            return step_failed(r, res, rc, 502, "the engine's answer", err);
         /* the first token before the stream is answered: until then an
          * engine that goes down is a request tried again */
         while (!r->ttft_done && !r->finished) {

@@ -127,7 +127,8 @@ void pool_free(struct serve *sv);
  * the queue, for a request that lost its slot to an engine that went down).
  * While no engine is up the request waits for one to come back until
  * *deadline (serve_now() time; 0: set to now + engine_wait when it first
- * finds none up, so that a request waits engine_wait in all): -EHOSTDOWN
+ * finds none up; the caller sets it back to 0 once it holds a slot, so
+ * that each outage is waited engine_wait): -EHOSTDOWN
  * after that (err says how long and why they are down).  -ECANCELED when
  * cancel() said so (the request leaves the queue). */
 int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *deadline, serve_cancel_fn cancel,

@@ -47,6 +47,18 @@ __host__ __device__ __forceinline__ float f16_at(const uint8_t *p)
     return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
 }
 
+// Sub-block s's 6-bit scale and min of a K-quant block (quant.c's scale_min_k4)
+__host__ __device__ __forceinline__ void scale_min_k4(const uint8_t *sc, int s, int *scale, int *mn)
+{
+    if (s < 4) {
+        *scale = sc[s] & 63;
+        *mn = sc[s + 4] & 63;
+    } else {
+        *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+        *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+}
+
 // Element e of a row of `type`: the value quant.c's decoder writes there.
 __host__ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t *row, int e)
 {
@@ -83,14 +95,8 @@ __host__ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t 
         int v = s & 1 ? q[l] >> 4 : q[l] & 0x0f;
         if (five && (b[16 + l] >> s & 1))
             v += 16;
-        int scale, mn; // quant.c's scale_min_k4
-        if (s < 4) {
-            scale = sc[s] & 63;
-            mn = sc[s + 4] & 63;
-        } else {
-            scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-            mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        }
+        int scale, mn;
+        scale_min_k4(sc, s, &scale, &mn);
         float d1 = FMUL(f16_at(b), (float)scale), m1 = FMUL(f16_at(b + 2), (float)mn);
         return FSUB(FMUL(d1, (float)v), m1);
     }
@@ -141,13 +147,7 @@ __host__ __device__ __forceinline__ void kq_decode8(uint32_t type, const uint8_t
         const uint8_t *b = row + (size_t)(c >> 8) * 144, *sc = b + 4;
         int i = c & 255, s = i >> 5, l = i & 31;
         int scale, mn;
-        if (s < 4) {
-            scale = sc[s] & 63;
-            mn = sc[s + 4] & 63;
-        } else {
-            scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-            mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        }
+        scale_min_k4(sc, s, &scale, &mn);
         float d1 = FMUL(f16_at(b), (float)scale), m1 = FMUL(f16_at(b + 2), (float)mn);
         uint64_t q = load8(b + 16 + (s >> 1) * 32 + l) >> (s & 1 ? 4 : 0);
         for (int j = 0; j < 8; j++)

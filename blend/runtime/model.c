@@ -58,24 +58,8 @@ static int keep_encoded(const struct kvfs_model *m, const struct kvfs_gguf_tenso
     return m->be.iface->weight_create_quant && t && t->type != KVFS_GGML_F32 && !(e && *e && strcmp(e, "0"));
 }
 
-static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int in_dim, struct kvfs_weight **w,
-                       char *err, size_t errlen)
-{
-    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(m->gguf, name);
-    if (keep_encoded(m, t) && t->ne[0] == (uint64_t)in_dim && t->ne[1] * t->ne[2] * t->ne[3] == (uint64_t)out_dim &&
-        m->be.iface->weight_create_quant(m->be.ctx, t->type, t->data, kvfs_ggml_row_size(t->type, (uint64_t)in_dim),
-                                         out_dim, in_dim, w) == 0)
-        return 0; /* else (a type it cannot multiply by): decoded below, with tensor_f32's checks */
-    float *f;
-    int rc = tensor_f32(m->gguf, name, (uint64_t)in_dim, (uint64_t)out_dim, &f, err, errlen);
-    if (rc)
-        return rc;
-    rc = m->be.iface->weight_create(m->be.ctx, f, out_dim, in_dim, w);
-    free(f);
-    return rc;
-}
-
-/* Rows [row0, row0 + rows) of a fused weight of total_rows (phi3's
+/* Rows [row0, row0 + rows) of a weight of total_rows (all of them, or a part
+ * of a fused one: phi3's of total_rows (phi3's
  * attn_qkv and gate-up ffn_up), as a weight of its own: encoded rows are
  * contiguous, so the slice is the file's bytes from row0 on; decoded, the
  * whole tensor is decoded once and the slice taken. */
@@ -95,6 +79,14 @@ static int load_weight_part(struct kvfs_model *m, const char *name, int row0, in
     rc = m->be.iface->weight_create(m->be.ctx, f + (size_t)row0 * in_dim, rows, in_dim, w);
     free(f);
     return rc;
+}
+
+/* W whole: kept encoded where the backend multiplies by it so (else, a type
+ * it cannot multiply by, decoded with tensor_f32's checks) */
+static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int in_dim, struct kvfs_weight **w,
+                       char *err, size_t errlen)
+{
+    return load_weight_part(m, name, 0, out_dim, out_dim, in_dim, w, err, errlen);
 }
 
 /* The type ggml quantizes activations to before multiplying by a weight of

@@ -59,10 +59,11 @@ static int keep_encoded(const struct kvfs_model *m, const struct kvfs_gguf_tenso
 }
 
 /* Rows [row0, row0 + rows) of a weight of total_rows (all of them, or a part
- * of a fused one: phi3's of total_rows (phi3's
- * attn_qkv and gate-up ffn_up), as a weight of its own: encoded rows are
- * contiguous, so the slice is the file's bytes from row0 on; decoded, the
- * whole tensor is decoded once and the slice taken. */
+ * of a fused one: phi3's attn_qkv and gate-up ffn_up) as a weight of its
+ * own: kept encoded where the backend multiplies by it so (rows are
+ * contiguous: the file's bytes from row0 on), else (a type it cannot
+ * multiply by) the whole tensor decoded, with tensor_f32's checks, and the
+ * slice taken. */
 static int load_weight_part(struct kvfs_model *m, const char *name, int row0, int rows, int total_rows, int in_dim,
                             struct kvfs_weight **w, char *err, size_t errlen)
 {
@@ -81,8 +82,7 @@ static int load_weight_part(struct kvfs_model *m, const char *name, int row0, in
     return rc;
 }
 
-/* W whole: kept encoded where the backend multiplies by it so (else, a type
- * it cannot multiply by, decoded with tensor_f32's checks) */
+/* W whole */
 static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int in_dim, struct kvfs_weight **w,
                        char *err, size_t errlen)
 {

@@ -9,7 +9,7 @@ import os, subprocess, sys
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from paths import KVFSCTL, SMOLLM2, GEMMA3
-from llama_oracle import last_logits
+from llama_oracle import last_logprobs
 
 import llama_cpp
 
@@ -23,8 +23,7 @@ def llama_greedy(llm, ids, n):
     llm.eval(ids)
     out, gaps = [], []
     for _ in range(n):
-        lg = np.asarray(last_logits(llm), dtype=np.float64)
-        lp = lg - (np.log(np.sum(np.exp(lg - lg.max()))) + lg.max())
+        lp = last_logprobs(llm)
         t = int(np.argmax(lp))
         out.append(t)
         gaps.append(lp)

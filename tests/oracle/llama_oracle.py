@@ -21,6 +21,26 @@ def last_logits(llm):
     return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).copy()
 
 
+def last_logprobs(llm):
+    """Log-probabilities (float64) after the last evaluated token."""
+    import numpy as np
+    lg = np.asarray(last_logits(llm), dtype=np.float64)
+    return lg - (lg.max() + np.log(np.exp(lg - lg.max()).sum()))
+
+
+def judge(lp, ours, max_dlogp, near_tie):
+    """kvfs's top log-probabilities ours ([[id, logprob], ...], best first,
+    from kvfsctl logits) against llama.cpp's lp: (ok, near-tie, max |delta
+    log-prob| over llama.cpp's top 10).  ok: the same top-1, or kvfs's top-1
+    within near_tie nats of llama.cpp's own, and the delta within max_dlogp."""
+    import numpy as np
+    top = [int(t) for t in np.argsort(-lp)[:10]]
+    d = {t: v for t, v in ours}
+    dl = max(abs(lp[t] - d.get(t, -99.0)) for t in top)
+    near = ours[0][0] != top[0] and lp[top[0]] - lp[ours[0][0]] <= near_tie
+    return (ours[0][0] == top[0] or near) and dl <= max_dlogp, near, dl
+
+
 def greedy_llama(llm, ids, n):
     """llama.cpp's greedy continuation of n tokens after ids."""
     import numpy as np

@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from corpus import documents
 from paths import KVFSCTL, SMOLLM2
-from llama_oracle import last_logits
+from llama_oracle import last_logprobs, judge
 import llama_cpp
 
 MAX_DLOGP, NEAR_TIE = 1.2, 0.25
@@ -59,15 +59,11 @@ fails, far = 0, 0
 for path, ids in prompts:
     llm.reset()
     llm.eval(ids)
-    lg = np.array(last_logits(llm), dtype=np.float64)
-    lp = lg - (lg.max() + np.log(np.exp(lg - lg.max()).sum()))
+    lp = last_logprobs(llm)
     top = [int(t) for t in np.argsort(-lp)[:10]]
     ours, plain = kvfs_top(out, ids), kvfs_top(SMOLLM2, ids)
-    d, dp = {t: v for t, v in ours}, {t: v for t, v in plain}
-    dl = max(abs(lp[t] - d.get(t, -99.0)) for t in top)
-    dl_plain = max(abs(lp[t] - dp.get(t, -99.0)) for t in top)
-    near = ours[0][0] != top[0] and lp[top[0]] - lp[ours[0][0]] <= NEAR_TIE
-    ok = (ours[0][0] == top[0] or near) and dl <= MAX_DLOGP
+    ok, near, dl = judge(lp, ours, MAX_DLOGP, NEAR_TIE)
+    _, _, dl_plain = judge(lp, plain, MAX_DLOGP, NEAR_TIE)
     fails += not ok
     far += dl_plain > 2 * MAX_DLOGP or plain[0][0] != top[0]
     print(f'{"ok  " if ok else "FAIL"} n={len(ids):5d} top1 {ours[0][0]}/{top[0]} max|dlogp| {dl:.4f} '

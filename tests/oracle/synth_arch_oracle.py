@@ -10,7 +10,7 @@ import ctypes, json, os, subprocess, sys, tempfile
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from paths import KVFSCTL
-from llama_oracle import last_logits
+from llama_oracle import last_logprobs, judge
 import llama_cpp
 
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3']
@@ -52,8 +52,7 @@ for ai, arch in enumerate(ARCHES):
         for ids in prompts:
             llm.reset()
             llm.eval(ids)
-            lg = np.array(last_logits(llm), dtype=np.float64)
-            lp = lg - (lg.max() + np.log(np.exp(lg - lg.max()).sum()))
+            lp = last_logprobs(llm)
             top = [int(t) for t in np.argsort(-lp)[:10]]
             r = subprocess.run([KVFSCTL, 'logits', '-m', path, '--tokens-file', '-', '--top', '50'],
                                input=' '.join(map(str, ids)), capture_output=True, text=True)
@@ -62,12 +61,8 @@ for ai, arch in enumerate(ARCHES):
                 fails += 1
                 continue
             ours = json.loads(r.stdout)['top']
-            d = {t: v for t, v in ours}
-            dl = max(abs(lp[t] - d.get(t, -99.0)) for t in top)
+            ok, near, dl = judge(lp, ours, MAX_DLOGP_F32 if ftype is None else MAX_DLOGP, NEAR_TIE)
             worst = max(worst, dl)
-            near = ours[0][0] != top[0] and lp[top[0]] - lp[ours[0][0]] <= NEAR_TIE
-            bound = MAX_DLOGP_F32 if ftype is None else MAX_DLOGP
-            ok = (ours[0][0] == top[0] or near) and dl <= bound
             fails += not ok
             print(f'{"ok  " if ok else "FAIL"} {arch:7s} {tname:6s} n={len(ids):4d} top1 {ours[0][0]}/{top[0]}'
                   f'{" (near-tie)" if near else ""} max|dlogp| {dl:.4f} (top-1 log-prob {lp[top[0]]:.2f})')

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "blend.h"
+#include "service.h"
 #include "forward.h"
 #include "loader.h"
 #include "model.h"
@@ -170,25 +171,10 @@ static double stream_blend(struct kvfs_model *m, struct kvfs_store *st, const ch
 }
 
 /* the store's RAM tier page-locked through the model's backend, as the
- * daemon's blend service does (blend/service.c) */
-static int pin_image(void *arg, void *p, size_t n)
-{
-    const struct kvfs_model *m = arg;
-    return m->be.iface->host_register(m->be.ctx, p, n);
-}
-
-static void unpin_image(void *arg, void *p)
-{
-    ((const struct kvfs_backend_iface *)arg)->host_unregister(NULL, p);
-}
-
+ * daemon's blend service does (blend/service.c), or not */
 static void set_pinning(struct kvfs_store *st, const struct kvfs_model *m, int on)
 {
-    if (!m->be.iface->host_register)
-        return;
-    if (on)
-        kvfs_store_set_pin(st, pin_image, (void *)m, unpin_image, (void *)m->be.iface);
-    else
+    if (!on || !kvfs_blend_pin_store(st, m))
         kvfs_store_set_pin(st, NULL, NULL, NULL, NULL);
 }
 

@@ -184,15 +184,13 @@ static void unpin_image(void *arg, void *p)
     be->host_unregister(NULL, p);
 }
 
-static const struct kvfs_model *pinning_model(const struct kvfs_blend_service *svc)
+int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m)
 {
-    const char *env = getenv("KVFS_PIN_RAM");
-    if (env && !strcmp(env, "0"))
-        return NULL;
-    for (int i = 0; i < svc->n_models; i++)
-        if (svc->models[i].m->be.iface->host_register && svc->models[i].m->be.iface->host_unregister)
-            return svc->models[i].m;
-    return NULL;
+    const struct kvfs_backend_iface *be = m->be.iface;
+    if (!be->host_register || !be->host_unregister)
+        return 0;
+    kvfs_store_set_pin(s, pin_image, (void *)m, unpin_image, (void *)be);
+    return 1;
 }
 
 int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_service_opts *o,
@@ -243,11 +241,9 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
                      lm->n_lanes);
         }
     }
-    const struct kvfs_model *pm = pinning_model(svc);
-    if (pm) {
-        kvfs_store_set_pin(s, pin_image, (void *)pm, unpin_image, (void *)pm->be.iface);
-        svc->pinning = 1;
-    }
+    const char *pin_env = getenv("KVFS_PIN_RAM");
+    for (int i = 0; i < svc->n_models && !svc->pinning && !(pin_env && !strcmp(pin_env, "0")); i++)
+        svc->pinning = kvfs_blend_pin_store(s, svc->models[i].m);
     kvfs_store_add_stats(s, stats, svc);
     *out = svc;
     return 0;

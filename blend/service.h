@@ -35,6 +35,12 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
                             struct kvfs_blend_service **out, char *err, size_t errlen);
 /* Waits for running blends. */
 void kvfs_blend_service_close(struct kvfs_blend_service *svc);
+/* Page-lock s's RAM tier through m's backend (host_register), as the service
+ * does for its first such model (KVFS_PIN_RAM=0: it does not): its chunks
+ * then reach the device by DMA with no staging copy.  1 if set, 0 when the
+ * backend cannot (the CPU's); kvfs_store_set_pin(s, NULL, ...) undoes it. */
+struct kvfs_model;
+int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m);
 
 /* The i-th loaded model (in model= order): its chunks' fingerprint and its
  * vocabulary size.  -ENODEV past the last one. */

@@ -21,24 +21,19 @@ once and lays them out again with a random shift per tensor (seconds, not
 minutes: for a machine whose time is counted; the weights are as random for
 speed and memory measurements)."""
 import argparse
-import glob
 import os
 import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 
 
 def gguf_module():
-    if os.environ.get('GGUF_PY'):
-        sys.path.insert(0, os.environ['GGUF_PY'])
-    for p in sorted(glob.glob(os.path.join(ROOT, 'build', 'third_party', 'llama_cpp_python-*', 'vendor', 'llama.cpp',
-                                           'gguf-py'))):
-        sys.path.insert(0, p)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gguf_py import import_gguf
     try:
-        import gguf
+        gguf = import_gguf()
     except ImportError:
         sys.exit('mkmodel-8b: gguf-py not found: run `make llama-server` first (it unpacks the llama.cpp source) '
                  'or pip install gguf')

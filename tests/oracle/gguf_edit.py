@@ -8,19 +8,14 @@ what tests/oracle/model_refusals.sh gives kvfs to refuse.
                       [--tensor-values NAME=V,V,...]   (an f32 tensor of those values)
 Exit 77 when gguf-py cannot be found."""
 import argparse
-import glob
 import os
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-if os.environ.get('GGUF_PY'):
-    sys.path.insert(0, os.environ['GGUF_PY'])
-for p in sorted(glob.glob(os.path.join(ROOT, 'build', 'third_party', 'llama_cpp_python-*', 'vendor', 'llama.cpp',
-                                       'gguf-py'))):
-    sys.path.insert(0, p)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tools'))
+from gguf_py import import_gguf
 try:
     import numpy as np
-    import gguf
+    gguf = import_gguf()
 except ImportError as e:
     print(f'skip: {e}', file=sys.stderr)
     sys.exit(77)

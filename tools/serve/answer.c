@@ -17,6 +17,7 @@
 #include "kvfs.h"
 #include "log.h"
 #include "serve.h"
+#include "tokenizer.h"
 
 double serve_now(void)
 {
@@ -72,6 +73,9 @@ struct req {
     struct engine_stream *es;
     struct outbuf out;
     int sent_role, finished, done_sent;
+    /* the answer, whole (for saving the conversation's turn) */
+    struct outbuf answer;
+    int answered;       /* the engine finished the answer without an error */
 };
 
 static int client_gone(void *arg)
@@ -155,14 +159,6 @@ static json_t *ids_json(const int32_t *ids, size_t n)
     return a;
 }
 
-static int chunk_present(struct serve *sv, const char *hash)
-{
-    char path[1200];
-    struct stat st;
-    snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hash);
-    return stat(path, &st) == 0;
-}
-
 /* the engine prefills chunk c in our slot and saves its state into
  * MNT/llama/, which the mount stores as the chunk of those tokens */
 static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t errlen)
@@ -185,7 +181,7 @@ static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t 
     json_decref(out);
     if ((rc = call_rc(rc, st)))
         return rc;
-    if (!chunk_present(r->sv, c->hash))
+    if (!plan_chunk_present(r->sv, c->hash))
         return kvfs_errf(err, errlen, -EPROTO,
                          "the engine's state of %zu tokens was not stored as chunk %.16s...: is the engine's model "
                          "the mount's, and its --slot-save-path %s/llama/?",
@@ -213,7 +209,7 @@ static int resolve_chunks(struct req *r, char *err, size_t errlen)
         for (int i = 0; i < r->plan.n_chunks && !rc; i++) {
             struct chunk_plan *c = &r->plan.chunks[i];
             if (pass == 0) {
-                if (chunk_present(sv, c->hash)) {
+                if (plan_chunk_present(sv, c->hash)) {
                     metrics_add(sv, &sv->m.chunk_hits, 1);
                     continue;
                 }
@@ -221,7 +217,7 @@ static int resolve_chunks(struct req *r, char *err, size_t errlen)
             } else if (!pending[i])
                 continue;
             for (int tries = 0;; tries++) {
-                if (pass == 1 && chunk_present(sv, c->hash)) {
+                if (pass == 1 && plan_chunk_present(sv, c->hash)) {
                     c->state = 2;
                     metrics_add(sv, &sv->m.prefill_joins, 1);
                     break;
@@ -243,7 +239,7 @@ static int resolve_chunks(struct req *r, char *err, size_t errlen)
                     continue;
                 }
                 /* ours; another request may have finished it just now */
-                if (chunk_present(sv, c->hash)) {
+                if (plan_chunk_present(sv, c->hash)) {
                     c->state = 2;
                     pool_prefill_done(sv, c->hash);
                     break;
@@ -380,7 +376,7 @@ static int blend_gone(struct req *r, const char *name, char *why, size_t whylen)
     char path[1400];
     struct stat st;
     for (int i = 0; i < r->plan.n_chunks; i++)
-        if (!chunk_present(r->sv, r->plan.chunks[i].hash)) {
+        if (!plan_chunk_present(r->sv, r->plan.chunks[i].hash)) {
             snprintf(why, whylen, "chunk %.16s... is no longer in the mount", r->plan.chunks[i].hash);
             return 1;
         }
@@ -499,6 +495,8 @@ static int stream_event(struct req *r, json_t *ev)
     }
     const char *content = json_string_value(json_object_get(ev, "content"));
     int stop = json_is_true(json_object_get(ev, "stop"));
+    if (content && *content && out_add(&r->answer, content, strlen(content)))
+        return -ENOMEM;
     if (!r->ttft_done && ((content && *content) || stop)) {
         r->ttft_done = 1;
         metrics_ttft(r->sv, serve_now() - r->t_arrival);
@@ -526,6 +524,7 @@ static int stream_event(struct req *r, json_t *ev)
             json_object_set(o, "timings", t);
         json_object_set(o, "kvfs", r->kvfs);
         r->finished = 1;
+        r->answered = 1;
     }
     s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -541,17 +540,174 @@ emit:
     return rc;
 }
 
+/* The history went away between the plan and its restore: its tokens
+ * become the start of the suffix (the engine computes the whole prompt) */
+static int history_lost(struct req *r)
+{
+    struct plan *p = &r->plan;
+    struct chunk_plan *h = &p->chunks[0];
+    int32_t *s = malloc(sizeof(int32_t) * (h->n + p->n_suffix));
+    if (!s)
+        return -ENOMEM;
+    memcpy(s, h->ids, sizeof(int32_t) * h->n);
+    memcpy(s + h->n, p->suffix, sizeof(int32_t) * p->n_suffix);
+    free(p->suffix);
+    p->suffix = s;
+    p->n_suffix += h->n;
+    free(h->ids);
+    free(p->chunks);
+    p->chunks = NULL;
+    p->n_chunks = 0;
+    p->direct = 0;
+    p->history = -1;
+    return 0;
+}
+
+/* ---- a turn saved: after a chat answer, the conversation so far (the
+ * prompt as the next turn makes it, and the answer) is computed in the
+ * answer's slot, which holds nearly all of it already, and saved into the
+ * mount's llama/ as the chunk of those tokens: the next turn's history,
+ * found by its content hash from any slot, server or restart ---- */
+struct turn_save {
+    struct serve *sv;
+    struct slot_ref slot;
+    int32_t *ids;
+    size_t n;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+};
+
+static int stopping(void *arg)
+{
+    struct serve *sv = arg;
+    pthread_mutex_lock(&sv->lock);
+    int s = sv->stopping;
+    pthread_mutex_unlock(&sv->lock);
+    return s;
+}
+
+static void *save_turn(void *arg)
+{
+    struct turn_save *t = arg;
+    struct serve *sv = t->sv;
+    struct engine *e = &sv->engines[t->slot.engine];
+    char err[SERVE_ERR] = "", path[64];
+    json_t *out = NULL;
+    long st;
+    int rc = 0;
+    if (plan_chunk_present(sv, t->hash))
+        goto done; /* saved before (the same conversation again) */
+    json_t *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(t->ids, t->n), "n_predict", 0, "id_slot",
+                          t->slot.id, "cache_prompt", 1);
+    rc = engine_call_json(e, "POST", "/completion", b, 300, stopping, sv, &out, &st, err, sizeof(err));
+    rc = call_rc(rc, st); /* apart: st is set by the call */
+    json_decref(b);
+    json_decref(out);
+    out = NULL;
+    if (rc) {
+        if (!err[0])
+            snprintf(err, sizeof(err), "/completion: HTTP %ld", st);
+        goto done;
+    }
+    b = json_pack("{s:o}", "filename", json_sprintf("kvfs-serve-turn-%.16s.bin", t->hash));
+    snprintf(path, sizeof(path), "/slots/%d?action=save", t->slot.id);
+    rc = engine_call_json(e, "POST", path, b, 120, stopping, sv, &out, &st, err, sizeof(err));
+    rc = call_rc(rc, st);
+    json_decref(b);
+    json_decref(out);
+    if (rc && !err[0])
+        snprintf(err, sizeof(err), "%s: HTTP %ld", path, st);
+    if (!rc && !plan_chunk_present(sv, t->hash))
+        rc = kvfs_errf(err, sizeof(err), -EPROTO, "the engine's state of %zu tokens was not stored as chunk %.16s...",
+                       t->n, t->hash);
+done:
+    if (rc) {
+        metrics_add(sv, &sv->m.turn_save_errors, 1);
+        if (rc != -ECANCELED)
+            kvfs_log(KVFS_LOG_WARN, "kvfs-serve: saving a conversation's turn (%zu tokens) from slot %d of %s: %s",
+                     t->n, t->slot.id, e->url, err);
+        if (rc == -EHOSTDOWN)
+            pool_engine_down(sv, t->slot.engine, err);
+    } else
+        metrics_add(sv, &sv->m.turn_saves, 1);
+    pool_release(sv, &t->slot);
+    free(t->ids);
+    free(t);
+    pthread_mutex_lock(&sv->lock);
+    sv->n_savers--;
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+    return NULL;
+}
+
+/* Save r's turn from its slot (a thread of its own: the client has its
+ * answer); 1 when the slot went with it */
+static int turn_save_start(struct req *r)
+{
+    struct serve *sv = r->sv;
+    if (!sv->save_turns || !r->chat || !r->answered || !r->plan.canon || stopping(sv))
+        return 0;
+    struct turn_save *t = calloc(1, sizeof(*t));
+    int32_t *a = NULL;
+    size_t na = 0;
+    pthread_t th;
+    pthread_attr_t at;
+    if (!t)
+        return 0;
+    t->sv = sv;
+    t->slot = r->slot;
+    if ((r->answer.n && kvfs_tokenize(sv->tok, r->answer.p, r->answer.n, 0, 1, &a, &na)) ||
+        !(t->ids = malloc(sizeof(int32_t) * (r->plan.n_canon + na + 1))))
+        goto fail;
+    memcpy(t->ids, r->plan.canon, sizeof(int32_t) * r->plan.n_canon);
+    if (na)
+        memcpy(t->ids + r->plan.n_canon, a, sizeof(int32_t) * na);
+    t->n = r->plan.n_canon + na;
+    if (plan_chunk_hash(sv, t->ids, t->n, t->hash))
+        goto fail;
+    pthread_mutex_lock(&sv->lock);
+    sv->n_savers++;
+    pthread_mutex_unlock(&sv->lock);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&th, &at, save_turn, t);
+    pthread_attr_destroy(&at);
+    if (rc) {
+        pthread_mutex_lock(&sv->lock);
+        sv->n_savers--;
+        pthread_mutex_unlock(&sv->lock);
+        goto fail;
+    }
+    free(a);
+    return 1;
+fail:
+    metrics_add(sv, &sv->m.turn_save_errors, 1);
+    free(a);
+    free(t->ids);
+    free(t);
+    return 0;
+}
+
+void answer_drain(struct serve *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->stopping = 1;
+    while (sv->n_savers > 0)
+        pthread_cond_wait(&sv->cond, &sv->lock);
+    pthread_mutex_unlock(&sv->lock);
+}
+
 static void req_free(struct req *r)
 {
     if (!r)
         return;
     engine_stream_close(r->es);
-    if (r->have_slot)
+    if (r->have_slot && !turn_save_start(r))
         pool_release(r->sv, &r->slot);
     plan_free(&r->plan);
     json_decref(r->body);
     json_decref(r->kvfs);
     free(r->out.p);
+    free(r->answer.p);
     free(r);
 }
 
@@ -635,11 +791,36 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     json_object_set_new(r->kvfs, "slot", json_integer(r->slot.id));
     if (r->retries)
         json_object_set_new(r->kvfs, "retries", json_integer(r->retries));
+    if (r->plan.history)
+        json_object_set_new(r->kvfs, "history", json_pack("{s:s,s:I,s:b}", "hash", r->plan.history_hash, "tokens",
+                                                          (json_int_t)r->plan.n_history, "found",
+                                                          r->plan.history == 1));
+    if (r->plan.direct) {
+        /* the conversation's saved history, restored as it is */
+        rc = restore(r, r->plan.history_hash, (uint32_t)r->plan.n_history, err, sizeof(err));
+        if (rc && rc != -EHOSTDOWN && rc != -ECANCELED && !plan_chunk_present(sv, r->plan.history_hash)) {
+            kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %s: the history %.16s... left the mount before its restore (%s): "
+                     "the whole prompt computed", r->id, r->plan.history_hash, err);
+            if ((rc = history_lost(r))) {
+                fail(r, res, 500, "out of memory");
+                return rc;
+            }
+            json_object_set_new(json_object_get(r->kvfs, "history"), "found", json_false());
+        } else if (rc) {
+            if (snprintf(msg, sizeof(msg), "restoring the history %.16s... into slot %d of %s", r->plan.history_hash,
+                         r->slot.id, e->url) >= (int)sizeof(msg))
+                msg[sizeof(msg) - 2] = '.';
+            return step_failed(r, res, rc, 502, msg, err);
+        } else {
+            metrics_add(sv, &sv->m.history_restores, 1);
+            json_object_set_new(r->kvfs, "blend", json_null());
+        }
+    }
     if (r->plan.n_chunks == 0) {
         metrics_add(sv, &sv->m.full_prefills, 1);
         json_object_set_new(r->kvfs, "blend", json_null());
     }
-    for (int again = 0; r->plan.n_chunks > 0; again++) {
+    for (int again = 0; r->plan.n_chunks > 0 && !r->plan.direct; again++) {
         uint32_t ntok = 0;
         char name[256], why[320];
         if ((rc = resolve_chunks(r, err, sizeof(err))))
@@ -736,6 +917,9 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     double ttft = serve_now() - r->t_arrival - (pred_ms - per_ms) / 1000.0;
     metrics_ttft(sv, ttft > 0 ? ttft : 0);
     account(r, out);
+    const char *content = json_string_value(json_object_get(out, "content"));
+    if (content && out_add(&r->answer, content, strlen(content)) == 0)
+        r->answered = 1;
     res->status = 200;
     res->body = whole_answer(r, out);
     json_decref(out);
@@ -833,6 +1017,8 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         fail(r, res, 400, msg);
         goto done;
     }
+    if (r->plan.history)
+        metrics_add(sv, r->plan.history == 1 ? &sv->m.history_hits : &sv->m.history_misses, 1);
     if (json_is_true(json_object_get(r->body, "return_prompt_tokens")))
         json_object_set_new(r->kvfs, "prompt_tokens", prompt_ids(&r->plan, 1));
     json_object_set_new(r->kvfs, "suffix_tokens", json_integer((json_int_t)r->plan.n_suffix));

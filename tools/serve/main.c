@@ -60,6 +60,8 @@ static void usage(FILE *f)
             "  --max-connections N  clients at once (default 512)\n"
             "  --engine-wait S      how long a request waits for an engine to come back when\n"
             "                       none is up (restarting), then 503 (default 30; 0: at once)\n"
+            "  --no-save-turns      do not save chat answers as their conversation's history\n"
+            "                       (saved by default: the next turn computes only what is new)\n"
             "  -v, --verbose        log every refused request\n"
             "  -h, --help           this text\n"
             "  -V, --version        the version\n");
@@ -361,7 +363,7 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
         {"name", required_argument, 0, 'n'},          {"separator", required_argument, 0, 's'},
         {"ratio", required_argument, 0, 'r'},         {"chunk-tokens", required_argument, 0, 'c'},
         {"max-connections", required_argument, 0, 'C'}, {"engine-wait", required_argument, 0, 'w'},
-        {"verbose", no_argument, 0, 'v'},
+        {"verbose", no_argument, 0, 'v'},            {"no-save-turns", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
@@ -388,6 +390,9 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
             break;
         case 'l':
             a->listen = optarg;
+            break;
+        case 'T':
+            sv->save_turns = 0;
             break;
         case 'M':
             a->model = optarg;
@@ -498,6 +503,7 @@ int main(int argc, char **argv)
     sv->ratio = 0.15;
     sv->chunk_tokens = 512;
     sv->engine_wait = 30;
+    sv->save_turns = 1;
     /* tests only (kvfs-serve(1) ENVIRONMENT): a file whose existence holds
      * restores */
     sv->test_hold = getenv("KVFS_SERVE_TEST_HOLD");
@@ -580,8 +586,10 @@ out:
         pool_stop_health(sv);
     if (d)
         MHD_stop_daemon(d);
-    if (pool_ok)
+    if (pool_ok) {
+        answer_drain(sv);
         pool_free(sv);
+    }
     kvfs_tokenizer_free(sv->tok);
     kvfs_model_free(sv->model);
     curl_global_cleanup();

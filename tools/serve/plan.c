@@ -15,13 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "serve.h"
 #include "tokenizer.h"
 
-#define MARK "\x1fKVFS-SERVE-QUESTION\x1f"
+/* in place of message i's content while the template is rendered */
+#define MARK_FMT "\x1fKVFS-SERVE-M%zu\x1f"
 
 int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char hex[KVFS_HASH_HEX_LEN + 1])
 {
@@ -41,6 +43,14 @@ int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char h
         return rc;
     kvfs_hash_to_hex(d, hex);
     return 0;
+}
+
+int plan_chunk_present(const struct serve *sv, const char *hash)
+{
+    char path[1200];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hash);
+    return stat(path, &st) == 0;
 }
 
 int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, size_t *n, char *err, size_t errlen)
@@ -282,16 +292,140 @@ static int content_text(json_t *c, char **out, size_t *len)
     return 0;
 }
 
+/* A message's content as text ("" for null: an assistant turn of tool calls) */
+static int message_text(json_t *m, size_t idx, char **out, size_t *len, char *err, size_t errlen)
+{
+    json_t *c = json_object_get(m, "content");
+    if (!c || json_is_null(c)) {
+        *len = 0;
+        return (*out = strdup("")) ? 0 : -ENOMEM;
+    }
+    int rc = content_text(c, out, len);
+    if (rc == -EINVAL)
+        kvfs_errf(err, errlen, rc, "messages[%zu].content: a string or an array of text parts", idx);
+    return rc;
+}
+
+/* A user message's documents (its own "documents", then extra: the
+ * request's, for the last one) and its separator segments as chunks in
+ * docs; q and ql what is left: the question.  The same for every turn, so
+ * that an earlier turn's tokens come out as they were computed. */
+static int user_content(struct serve *sv, json_t *m, json_t *extra, const char *text, size_t len, size_t idx,
+                        struct plan *docs, const char **q, size_t *ql, char *err, size_t errlen)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "messages[%zu]", idx);
+    int rc = add_documents(sv, docs, json_object_get(m, "documents"), err, errlen);
+    if (!rc)
+        rc = add_documents(sv, docs, extra, err, errlen);
+    if (!rc)
+        rc = split_separator(sv, docs, text, len, q, ql, what, err, errlen);
+    return rc;
+}
+
+static int append_plan_ids(int32_t **dst, size_t *n, const struct plan *docs)
+{
+    int rc = 0;
+    for (int k = 0; !rc && k < docs->n_chunks; k++)
+        rc = append_ids(dst, n, docs->chunks[k].ids, docs->chunks[k].n);
+    return rc;
+}
+
+/* tokens appended to *dst */
+static int append_text(struct serve *sv, int32_t **dst, size_t *n, const char *text, size_t len, int bos,
+                       const char *what, char *err, size_t errlen)
+{
+    int32_t *ids = NULL;
+    size_t k = 0;
+    int rc = tokenize(sv, text, len, bos, 1, &ids, &k, err, errlen, what);
+    if (!rc)
+        rc = append_ids(dst, n, ids, k);
+    free(ids);
+    return rc;
+}
+
+/* ids[0..n) as chunks of at most chunk_tokens */
+static int add_id_chunks(struct serve *sv, struct plan *p, const int32_t *ids, size_t n)
+{
+    size_t step = sv->chunk_tokens > 0 ? (size_t)sv->chunk_tokens : n;
+    for (size_t off = 0; off < n; off += step) {
+        size_t k = n - off < step ? n - off : step;
+        int32_t *part = malloc(sizeof(int32_t) * k);
+        if (!part)
+            return -ENOMEM;
+        memcpy(part, ids + off, sizeof(int32_t) * k);
+        int rc = add_chunk(p, part, k, NULL);
+        if (rc) {
+            free(part);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* The messages rendered by the engine's template with a marker in place of
+ * the content of every marked message (marked[0..nm), in order); pos[k] the
+ * offset of marker k.  -ESRCH when the template does not show each marker
+ * once, in order. */
+static int render_marked(const struct engine *e, json_t *msgs, const size_t *marked, size_t nm, json_t **tr,
+                         const char **rendered, size_t *pos, char *err, size_t errlen)
+{
+    json_t *copy = json_deep_copy(msgs), *body = NULL;
+    int rc = 0;
+    long st;
+    *tr = NULL;
+    if (!copy)
+        return -ENOMEM;
+    for (size_t k = 0; k < nm; k++)
+        json_object_set_new(json_array_get(copy, marked[k]), "content", json_sprintf(MARK_FMT, marked[k]));
+    body = json_pack("{s:O}", "messages", copy);
+    if ((rc = engine_call_json(e, "POST", "/apply-template", body, 30, NULL, NULL, tr, &st, err, errlen)))
+        goto out;
+    json_t *pr = json_object_get(*tr, "prompt");
+    if (st != 200 || !json_is_string(pr)) {
+        rc = kvfs_errf(err, errlen, st >= 400 && st < 500 ? -EINVAL : -EIO, "the engine's chat template: %s",
+                       st == 200 ? "no prompt in its answer" : err);
+        goto out;
+    }
+    *rendered = json_string_value(pr);
+    size_t from = 0;
+    for (size_t k = 0; k < nm; k++) {
+        char mk[48];
+        snprintf(mk, sizeof(mk), MARK_FMT, marked[k]);
+        const char *hit = strstr(*rendered + from, mk);
+        if (!hit || strstr(hit + 1, mk) || strstr(*rendered, mk) != hit) {
+            rc = -ESRCH;
+            goto out;
+        }
+        pos[k] = (size_t)(hit - *rendered);
+        from = pos[k] + strlen(mk);
+    }
+out:
+    json_decref(body);
+    json_decref(copy);
+    return rc;
+}
+
+/* Chat.  The prompt's tokens are made the same way in every turn of a
+ * conversation (the template's text between the messages, each user
+ * message's documents and segments, each answer, tokenized apart), so that
+ * turn n's tokens up to the end of the last answer are exactly what turn
+ * n-1 computed plus that answer: the conversation's history, which
+ * kvfs-serve saved into the mount after turn n-1 (answer.c) under its
+ * content hash.  Found, it is the first chunk and only the rest is
+ * computed. */
 static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, struct plan *p, char *err, size_t errlen)
 {
-    json_t *msgs = json_object_get(req, "messages"), *copy = NULL, *tr = NULL, *body = NULL;
-    char *question = NULL, *head = NULL;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
+    json_t *msgs = json_object_get(req, "messages"), *tr = NULL;
+    int32_t *prefix = NULL, *tail = NULL, *q_ids = NULL;
+    size_t n_prefix = 0, n_tail = 0, n_q = 0, n_hist = 0;
+    size_t *marked = NULL, *pos = NULL, nm = 0;
+    char *text = NULL, *whole = NULL;
+    struct plan docs = {0}, out = {0};
     int rc = 0;
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return kvfs_errf(err, errlen, -EINVAL, "'messages' must be a non-empty array");
-    size_t i, last_user = (size_t)-1;
+    size_t i, last_user = (size_t)-1, nmsg = json_array_size(msgs);
     json_t *m;
     json_array_foreach(msgs, i, m) {
         json_t *role = json_object_get(m, "role");
@@ -305,92 +439,157 @@ static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, stru
     }
     if (last_user == (size_t)-1)
         return kvfs_errf(err, errlen, -EINVAL, "'messages' has no user message");
-    size_t qlen;
-    if ((rc = content_text(json_object_get(json_array_get(msgs, last_user), "content"), &question, &qlen))) {
-        if (rc == -EINVAL)
-            kvfs_errf(err, errlen, rc, "messages[%zu].content: a string or an array of text parts", last_user);
-        goto out;
-    }
-    /* the template, as the engine applies it, around a marker */
-    if (!(copy = json_deep_copy(msgs))) {
+    if (!(marked = malloc(sizeof(size_t) * nmsg)) || !(pos = malloc(sizeof(size_t) * nmsg))) {
         rc = -ENOMEM;
         goto out;
     }
-    json_object_set_new(json_array_get(copy, last_user), "content", json_string(MARK));
-    body = json_pack("{s:O}", "messages", copy);
-    long st;
-    if ((rc = engine_call_json(e, "POST", "/apply-template", body, 30, NULL, NULL, &tr, &st, err, errlen)))
-        goto out;
-    json_t *pr = json_object_get(tr, "prompt");
-    if (st != 200 || !json_is_string(pr)) {
-        rc = kvfs_errf(err, errlen, st >= 400 && st < 500 ? -EINVAL : -EIO, "the engine's chat template: %s",
-                       st == 200 ? "no prompt in its answer" : err);
-        goto out;
+    /* user and assistant messages up to the last user message are marked;
+     * a template that does not show them each once gets the last one alone
+     * (no history then) */
+    size_t last_asst = (size_t)-1;
+    for (i = 0; i <= last_user; i++) {
+        const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+        if (!strcmp(role, "user") || !strcmp(role, "assistant"))
+            marked[nm++] = i;
+        if (!strcmp(role, "assistant"))
+            last_asst = i;
     }
-    const char *rendered = json_string_value(pr), *mk = strstr(rendered, MARK);
-    if (!mk || strstr(mk + 1, MARK)) {
+    const char *rendered = NULL;
+    rc = render_marked(e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
+    if (rc == -ESRCH && nm > 1) {
+        json_decref(tr);
+        marked[0] = last_user, nm = 1, last_asst = (size_t)-1;
+        rc = render_marked(e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
+    }
+    if (rc == -ESRCH)
         rc = kvfs_errf(err, errlen, -EINVAL, "the engine's chat template does not show the last user message once");
+    if (rc)
         goto out;
-    }
-    size_t head_len = (size_t)(mk - rendered);
-    const char *tail = mk + strlen(MARK);
-    const char *q = question;
-    size_t ql = qlen;
-    /* documents: the array, then the separator's segments */
-    struct plan docs = {0};
-    if ((rc = add_documents(sv, &docs, json_object_get(req, "documents"), err, errlen)) ||
-        (rc = split_separator(sv, &docs, question, qlen, &q, &ql, "the last user message", err, errlen))) {
-        *p = docs;
-        goto out;
-    }
-    if (docs.n_chunks == 0) { /* no documents: the whole prompt, as the engine would tokenize it */
-        size_t tl = strlen(tail);
-        if (!(head = malloc(head_len + qlen + tl + 1))) {
-            rc = -ENOMEM;
+
+    /* the prefix: everything before the last user message's content */
+    size_t prev = 0;
+    for (size_t k = 0; k < nm; k++) {
+        size_t j = marked[k];
+        char what[64], mk[48];
+        snprintf(what, sizeof(what), "the chat template before messages[%zu]", j);
+        if ((rc = append_text(sv, &prefix, &n_prefix, rendered + prev, pos[k] - prev, k == 0, what, err, errlen)))
             goto out;
+        prev = pos[k] + (size_t)snprintf(mk, sizeof(mk), MARK_FMT, j);
+        json_t *mj = json_array_get(msgs, j);
+        size_t len;
+        free(text);
+        text = NULL;
+        if ((rc = message_text(mj, j, &text, &len, err, errlen)))
+            goto out;
+        snprintf(what, sizeof(what), "messages[%zu]", j);
+        if (j == last_user) {
+            const char *q;
+            size_t ql;
+            if ((rc = user_content(sv, mj, json_object_get(req, "documents"), text, len, j, &docs, &q, &ql, err,
+                                   errlen)) ||
+                (rc = tokenize(sv, q, ql, 0, 1, &q_ids, &n_q, err, errlen, "the question")))
+                goto out;
+            break;
         }
-        memcpy(head, rendered, head_len);
-        memcpy(head + head_len, question, qlen);
-        memcpy(head + head_len + qlen, tail, tl + 1);
-        rc = tokenize(sv, head, head_len + qlen + tl, 1, 1, &p->suffix, &p->n_suffix, err, errlen, "the prompt");
-        goto out;
-    }
-    /* the template's head first, then the documents */
-    struct plan hp = {0};
-    if ((rc = add_text_chunks(sv, &hp, rendered, head_len, 1, 1, "the chat template's head", err, errlen))) {
-        plan_free(&hp);
-        plan_free(&docs);
-        goto out;
-    }
-    /* then the documents' chunks, moved over */
-    for (int k = 0; k < docs.n_chunks; k++)
-        if ((rc = add_chunk(&hp, docs.chunks[k].ids, docs.chunks[k].n, docs.chunks[k].given_hash ? docs.chunks[k].hash : NULL))) {
-            plan_free(&hp);
-            plan_free(&docs);
-            goto out;
+        if (!strcmp(json_string_value(json_object_get(mj, "role")), "user")) {
+            struct plan earlier = {0};
+            const char *q;
+            size_t ql;
+            if (!(rc = user_content(sv, mj, NULL, text, len, j, &earlier, &q, &ql, err, errlen)) &&
+                !(rc = append_plan_ids(&prefix, &n_prefix, &earlier)))
+                rc = append_text(sv, &prefix, &n_prefix, q, ql, 0, what, err, errlen);
+            plan_free(&earlier);
         } else
-            docs.chunks[k].ids = NULL;
-    plan_free(&docs);
-    *p = hp;
-    /* the suffix: the question, then the template's tail */
-    int32_t *t2 = NULL;
-    size_t n2 = 0;
-    if ((rc = tokenize(sv, q, ql, 0, 1, &ids, &n_ids, err, errlen, "the question")) ||
-        (rc = tokenize(sv, tail, strlen(tail), 0, 1, &t2, &n2, err, errlen, "the chat template's tail")) ||
-        (rc = append_ids(&ids, &n_ids, t2, n2))) {
-        free(t2);
-        goto out;
+            rc = append_text(sv, &prefix, &n_prefix, text, len, 0, what, err, errlen);
+        if (rc)
+            goto out;
+        if (j == last_asst)
+            n_hist = n_prefix;
     }
-    free(t2);
-    p->suffix = ids;
-    p->n_suffix = n_ids;
-    ids = NULL;
+    char mk[48];
+    snprintf(mk, sizeof(mk), MARK_FMT, last_user);
+    const char *after = rendered + pos[nm - 1] + strlen(mk);
+    if ((rc = tokenize(sv, after, strlen(after), 0, 1, &tail, &n_tail, err, errlen, "the chat template's tail")))
+        goto out;
+
+    /* the prompt as the next turn will see it (saved with the answer) */
+    if ((rc = append_ids(&p->canon, &p->n_canon, prefix, n_prefix)) ||
+        (rc = append_plan_ids(&p->canon, &p->n_canon, &docs)) ||
+        (rc = append_ids(&p->canon, &p->n_canon, q_ids, n_q)) ||
+        (rc = append_ids(&p->canon, &p->n_canon, tail, n_tail)))
+        goto out;
+
+    /* the history: the last answer and all before it, saved by an earlier turn? */
+    size_t body_from = 0; /* prefix tokens after the history */
+    if (n_hist > 0) {
+        p->n_history = n_hist;
+        if ((rc = plan_chunk_hash(sv, prefix, n_hist, p->history_hash)))
+            goto out;
+        p->history = plan_chunk_present(sv, p->history_hash) ? 1 : -1;
+        if (p->history == 1) {
+            int32_t *h = malloc(sizeof(int32_t) * n_hist);
+            if (!h || (rc = add_chunk(&out, h, n_hist, NULL))) {
+                free(h);
+                rc = rc ? rc : -ENOMEM;
+                goto out;
+            }
+            memcpy(h, prefix, sizeof(int32_t) * n_hist);
+            body_from = n_hist;
+        }
+    }
+    if (docs.n_chunks == 0) {
+        if (p->history == 1) { /* the history restored as it is; the rest computed */
+            p->direct = 1;
+            if ((rc = append_ids(&out.suffix, &out.n_suffix, prefix + body_from, n_prefix - body_from)))
+                goto out;
+        } else if (n_hist > 0 || nm > 1) { /* the whole prompt computed, as the next turn will see it */
+            if ((rc = append_ids(&out.suffix, &out.n_suffix, prefix, n_prefix)))
+                goto out;
+        } else { /* a first turn without documents: the prompt as the engine itself tokenizes it */
+            size_t ql = 0;
+            free(text);
+            text = NULL;
+            if ((rc = message_text(json_array_get(msgs, last_user), last_user, &text, &ql, err, errlen)))
+                goto out;
+            size_t hl = pos[0], al = strlen(after);
+            if (!(whole = malloc(hl + ql + al + 1))) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            memcpy(whole, rendered, hl);
+            memcpy(whole + hl, text, ql);
+            memcpy(whole + hl + ql, after, al + 1);
+            rc = tokenize(sv, whole, hl + ql + al, 1, 1, &out.suffix, &out.n_suffix, err, errlen, "the prompt");
+            goto done;
+        }
+    } else {
+        /* the template's text (after the history) as chunks, then the documents */
+        if ((rc = add_id_chunks(sv, &out, prefix + body_from, n_prefix - body_from)))
+            goto out;
+        for (int k = 0; k < docs.n_chunks; k++) {
+            if ((rc = add_chunk(&out, docs.chunks[k].ids, docs.chunks[k].n,
+                                docs.chunks[k].given_hash ? docs.chunks[k].hash : NULL)))
+                goto out;
+            docs.chunks[k].ids = NULL;
+        }
+    }
+    if ((rc = append_ids(&out.suffix, &out.n_suffix, q_ids, n_q)) ||
+        (rc = append_ids(&out.suffix, &out.n_suffix, tail, n_tail)))
+        goto out;
+done:
+    p->chunks = out.chunks, p->n_chunks = out.n_chunks;
+    p->suffix = out.suffix, p->n_suffix = out.n_suffix;
+    memset(&out, 0, sizeof(out));
 out:
-    free(ids);
-    free(head);
-    free(question);
-    json_decref(body);
-    json_decref(copy);
+    plan_free(&out);
+    plan_free(&docs);
+    free(prefix);
+    free(tail);
+    free(q_ids);
+    free(marked);
+    free(pos);
+    free(text);
+    free(whole);
     json_decref(tr);
     return rc;
 }
@@ -454,5 +653,6 @@ void plan_free(struct plan *p)
         free(p->chunks[i].ids);
     free(p->chunks);
     free(p->suffix);
+    free(p->canon);
     memset(p, 0, sizeof(*p));
 }

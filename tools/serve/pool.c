@@ -426,6 +426,17 @@ char *metrics_render(struct serve *sv)
     counter(&t, "kvfs_serve_engine_retries_total",
             "Requests tried again from their slot on because their engine went down before they answered.",
             m.engine_retries);
+    counter(&t, "kvfs_serve_history_hits_total",
+            "Chat turns whose conversation so far was found saved in the mount.", m.history_hits);
+    counter(&t, "kvfs_serve_history_misses_total",
+            "Chat turns after an answer whose conversation so far was not in the mount (computed again).",
+            m.history_misses);
+    counter(&t, "kvfs_serve_history_restores_total",
+            "Saved conversations restored into a slot as they are (no documents to blend with them).",
+            m.history_restores);
+    counter(&t, "kvfs_serve_turn_saves_total", "Chat turns saved into the mount as the next turn's history.",
+            m.turn_saves);
+    counter(&t, "kvfs_serve_turn_save_errors_total", "Chat turns that could not be saved.", m.turn_save_errors);
     counter(&t, "kvfs_serve_full_prefills_total", "Requests without documents, prefilled in full by the engine.",
             m.full_prefills);
     counter(&t, "kvfs_serve_prompt_tokens_total", "Prompt tokens of the requests answered.", m.prompt_tokens);

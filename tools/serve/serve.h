@@ -54,6 +54,7 @@ struct serve_metrics {
     uint64_t chunk_hits, chunk_misses, chunk_prefills, prefill_joins, prefill_errors;
     uint64_t blends, blend_errors, full_prefills, restores;
     uint64_t reblends, engine_retries;
+    uint64_t history_hits, history_misses, history_restores, turn_saves, turn_save_errors;
     uint64_t prompt_tokens, computed_tokens, completion_tokens;
     uint64_t ttft_count;
     double ttft_sum;
@@ -68,6 +69,7 @@ struct serve {
     double ratio;
     int chunk_tokens;
     int verbose;
+    int save_turns;       /* chat answers saved as the next turn's history (--no-save-turns: 0) */
     double engine_wait;   /* --engine-wait: how long a request waits for an engine to come back */
     const char *test_hold;/* KVFS_SERVE_TEST_HOLD (tests only): while this file exists, restores wait */
     /* the model: tokenizer and fingerprint (for chunk names) */
@@ -90,6 +92,7 @@ struct serve {
     /* metrics (under lock) */
     struct serve_metrics m;
     int stopping;
+    int n_savers;         /* turns being saved (threads holding a slot) */
 };
 
 extern const double serve_ttft_bounds[]; /* histogram bounds, seconds */
@@ -170,6 +173,17 @@ struct plan {
     int32_t *suffix; /* the question and the template's tail */
     size_t n_suffix;
     size_t n_prompt; /* chunks + suffix */
+    /* chat: the prompt's tokens as the conversation's next turn makes them
+     * (the history it looks for is these and the answer) */
+    int32_t *canon;
+    size_t n_canon;
+    /* the conversation's history (its last answer and all before it): 0
+     * none (a first turn), 1 found in the mount (the first chunk), -1 not
+     * found */
+    int history;
+    size_t n_history;
+    char history_hash[KVFS_HASH_HEX_LEN + 1];
+    int direct; /* the history is the only chunk: restored as it is, not blended */
 };
 
 /* Build the plan of request req.  -EINVAL (400) with the reason in err;
@@ -179,6 +193,8 @@ int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, 
 void plan_free(struct plan *p);
 /* the content hash of a chunk of the mount's model with these tokens */
 int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char hex[KVFS_HASH_HEX_LEN + 1]);
+/* 1 when MNT/chunks/HASH.kv exists */
+int plan_chunk_present(const struct serve *sv, const char *hash);
 /* tokens of MNT/chunks/HASH.kv from its header: -ENOENT when absent */
 int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, size_t *n, char *err, size_t errlen);
 
@@ -194,6 +210,8 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
                     double t_arrival, struct answer_result *res);
 /* {"error": {...}} text, malloc'ed */
 char *answer_error_json(int status, const char *msg);
+/* at the end: no more turns saved; waits for those being saved */
+void answer_drain(struct serve *sv);
 double serve_now(void);
 
 #endif

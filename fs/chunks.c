@@ -136,7 +136,8 @@ static void chunks_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, st
 
 static const char *const XATTRS[] = {"user.kvfs.model", "user.kvfs.arch", "user.kvfs.tokens",
                                      "user.kvfs.layers", "user.kvfs.hits", "user.kvfs.pinned",
-                                     "user.kvfs.tier", "user.kvfs.stored_size", "user.kvfs.dtype"};
+                                     "user.kvfs.tier", "user.kvfs.stored_size", "user.kvfs.dtype",
+                                     "user.kvfs.salt"};
 
 static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *out, size_t len)
 {
@@ -155,11 +156,37 @@ static int xattr_value(const struct kvfs_chunk_info *c, const char *name, char *
     return -ENODATA;
 }
 
+/* user.kvfs.salt: a salted chunk's salt digest in hex, from its header (the
+ * index does not keep it); none (ENODATA, not listed) when unsalted */
+static int salt_value(struct kvfs_mount *m, const struct kvfs_chunk_info *c, char *out, size_t len)
+{
+    uint8_t salt[32];
+    char hex[KVFS_HASH_HEX_LEN + 1];
+    int rc = kvfs_store_salt(m->store, c->hash, salt);
+    if (rc == -ENOENT && c->remote_only) { /* fetched, as a read of it would */
+        struct kvfs_chunk_ref *ref;
+        if ((rc = kvfs_store_get(m->store, c->hash, &ref)) == 0) {
+            kvfs_chunk_release(ref);
+            rc = kvfs_store_salt(m->store, c->hash, salt);
+        }
+    }
+    if (rc <= 0)
+        return rc ? rc : -ENODATA;
+    kvfs_hash_to_hex(salt, hex);
+    return snprintf(out, len, "%s", hex);
+}
+
+static int chunk_xattr(struct kvfs_mount *m, const struct kvfs_chunk_info *c, const char *name, char *out,
+                       size_t len)
+{
+    return !strcmp(name, "user.kvfs.salt") ? salt_value(m, c, out, len) : xattr_value(c, name, out, len);
+}
+
 int chunk_getxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, char *val, size_t len)
 {
     struct kvfs_chunk_info c;
     int rc = chunk_of_ino(m, ino, &c);
-    return rc ? rc : xattr_value(&c, name, val, len);
+    return rc ? rc : chunk_xattr(m, &c, name, val, len);
 }
 
 size_t chunk_listxattr(fuse_ino_t ino, const char *const **names)
@@ -184,7 +211,7 @@ int chunk_setxattr(struct kvfs_mount *m, fuse_ino_t ino, const char *name, const
         return kvfs_store_set_pinned(m->store, c.hash, v);
     }
     char cur[128];
-    int n = xattr_value(&c, name, cur, sizeof(cur));
+    int n = chunk_xattr(m, &c, name, cur, sizeof(cur));
     /* setting a read-only attribute to its current value is harmless (cp -a) */
     if (n >= 0 && (size_t)n == size && !memcmp(cur, value, size))
         return 0;

@@ -9,7 +9,8 @@
  *   llama/NAME.vt.llama
  *   llama/ANYTHING-ELSE     written (llama-server --slot-save-path MOUNT/llama
  *                           and /slots/N?action=save): stored at close as a
- *                           chunk of the mount's first model, then gone
+ *                           chunk of the mount's first model, then gone;
+ *                           salted when the name holds .salt-<64 hex>
  *
  * One directory serves both ways because llama-server reads and writes its
  * slot files in one directory, by plain names.  The conversion is
@@ -184,16 +185,20 @@ int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse
     return blends_list_llama(m, fn, ctx);
 }
 
-int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-                 size_t errlen)
+int llama_ingest(struct kvfs_mount *m, const char *name, const void *buf, size_t len,
+                 char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_fingerprint fp;
     struct kvfs_writer w;
     uint32_t n_vocab;
+    uint8_t salt[32];
+    int salted = kvfs_llama_name_salt(name, salt, err, errlen);
+    if (salted < 0) /* refused at create already; a draft's name cannot change */
+        return salted;
     if (kvfs_blend_service_model(m->svc, 0, &fp, &n_vocab))
         return kvfs_errf(err, errlen, -ENODEV, "a llama.cpp state names no model and this mount has none "
                          "(-o model=PATH; or kvfsctl import -m MODEL)");
-    int rc = kvfs_llama_state_to_chunk(buf, len, &fp, n_vocab, &w, err, errlen);
+    int rc = kvfs_llama_state_to_chunk_salted(buf, len, &fp, n_vocab, salted ? salt : NULL, &w, err, errlen);
     if (rc)
         return rc;
     rc = ingest_put(m, w.buf, w.size, hash, err, errlen);
@@ -217,9 +222,19 @@ static void dir_chunk_entry(const char *hash, char *name, size_t cap, struct sta
     st->st_mode = S_IFREG | 0444;
 }
 
+/* a state to store: any name, but a salt it asks for must be well formed
+ * (refused here, at create, rather than after llama.cpp wrote it all) */
 static int dir_new_name(const char *name)
 {
-    return strlen(name) < 256 ? 0 : -ENAMETOOLONG;
+    char why[512];
+    uint8_t salt[32];
+    if (strlen(name) >= 256)
+        return -ENAMETOOLONG;
+    if (kvfs_llama_name_salt(name, salt, why, sizeof(why)) < 0) {
+        kvfs_log(KVFS_LOG_ERR, "refused llama/%s: %s", name, why);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* views go with their chunk or recipe */

@@ -22,9 +22,10 @@ int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st);
 int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h);
 /* the blends' views (the chunks' come from the store's listing) */
 int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx);
-/* a state written to llama/ stored as a chunk of the mount's first model */
-int llama_ingest(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-                 size_t errlen);
+/* a state written to llama/NAME stored as a chunk of the mount's first model,
+ * salted if NAME says so (kvfs_llama_name_salt) */
+int llama_ingest(struct kvfs_mount *m, const char *name, const void *buf, size_t len,
+                 char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen);
 
 
 extern const struct dir_ops llama_ops;

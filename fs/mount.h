@@ -46,8 +46,8 @@ struct fs_hooks {
     void (*passthrough_abandon)(struct kvfs_mount *m, struct fh *h);
     int (*blends_set_recipe)(struct kvfs_mount *m, const char *name, const void *buf, size_t len, int partial_ok,
                              char *err, size_t errlen);
-    int (*llama_ingest)(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1],
-                        char *err, size_t errlen);
+    int (*llama_ingest)(struct kvfs_mount *m, const char *name, const void *buf, size_t len,
+                        char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen);
 };
 
 struct kvfs_opts {

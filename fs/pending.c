@@ -249,7 +249,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         want = expect;
     }
     if (p->parent == INO_LLAMA) /* a llama.cpp state: converted, then stored like any chunk */
-        rc = m->hooks.llama_ingest(m, data, p->len, hash, err, sizeof(err));
+        rc = m->hooks.llama_ingest(m, p->name, data, p->len, hash, err, sizeof(err));
     else if (!want) /* incoming/: the mount names it */
         rc = ingest_put(m, data, p->len, hash, err, sizeof(err));
     else /* chunks/<hash>.kv: the name fixes the dtype (the hash covers it) */

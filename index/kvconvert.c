@@ -36,7 +36,8 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
     }
     for (uint32_t t = 0; t < h.n_tokens; t++)
         tokens[t] = kvfs_header_token(&h, t);
-    if ((rc = kvfs_writer_init(w, &h.fp, dtype, h.flags, h.pos0, h.n_tokens, tokens)))
+    /* the same identity but the dtype: a tenant's chunk stays its tenant's */
+    if ((rc = kvfs_writer_init_salted(w, &h.fp, dtype, h.flags, h.pos0, h.n_tokens, tokens, h.salt)))
         goto out;
     int codec = kvfs_dtype_quantized(dtype);
     for (uint32_t l = 0; l < h.fp.n_layer && !rc; l++) {

@@ -77,15 +77,26 @@ uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
 
 uint64_t kvfs_layer_stride(const struct kvfs_header *h) { return align_up(kvfs_layer_bytes(h)); }
 
+/* bytes of the header before its padding */
+static uint64_t header_used(uint32_t n_tokens, uint32_t n_layer, uint32_t flags)
+{
+    return KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * n_layer +
+           (flags & KVFS_FLAG_SALTED ? KVFS_SALT_BYTES : 0);
+}
+
+uint32_t kvfs_header_size_for_flags(uint32_t n_tokens, uint32_t n_layer, uint32_t flags)
+{
+    return (uint32_t)align_up(header_used(n_tokens, n_layer, flags));
+}
+
 uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer)
 {
-    uint64_t raw = KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * n_layer;
-    return (uint32_t)align_up(raw);
+    return kvfs_header_size_for_flags(n_tokens, n_layer, 0);
 }
 
 uint64_t kvfs_file_size_for(const struct kvfs_header *h)
 {
-    return kvfs_header_size_for(h->n_tokens, h->fp.n_layer) + kvfs_layer_stride(h) * h->fp.n_layer;
+    return kvfs_header_size_for_flags(h->n_tokens, h->fp.n_layer, h->flags) + kvfs_layer_stride(h) * h->fp.n_layer;
 }
 
 void kvfs_fingerprint_encode(const struct kvfs_fingerprint *fp, uint8_t out[80])
@@ -154,9 +165,20 @@ int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32])
     wr32(meta + 4, h->flags);
     wr32(meta + 8, h->pos0);
     wr32(meta + 12, h->n_tokens);
-    const void *parts[] = {domain, fp, meta, h->token_bytes};
-    size_t lens[] = {sizeof(domain), FP_BYTES, sizeof(meta), 4ull * h->n_tokens};
-    return sha256(parts, lens, 4, digest);
+    int salted = (h->flags & KVFS_FLAG_SALTED) != 0;
+    if (salted && !h->salt)
+        return -EINVAL;
+    const void *parts[] = {domain, fp, meta, h->token_bytes, h->salt};
+    size_t lens[] = {sizeof(domain), FP_BYTES, sizeof(meta), 4ull * h->n_tokens, KVFS_SALT_BYTES};
+    return sha256(parts, lens, 4 + salted, digest);
+}
+
+int kvfs_salt_digest(const void *salt, size_t len, uint8_t out[32])
+{
+    static const char domain[] = "kvfs-salt-v1"; /* hashed with its NUL */
+    const void *parts[] = {domain, len ? salt : ""};
+    size_t lens[] = {sizeof(domain), len};
+    return sha256(parts, lens, 2, out);
 }
 
 void kvfs_hash_to_hex(const uint8_t digest[32], char hex[KVFS_HASH_HEX_LEN + 1])
@@ -237,7 +259,7 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
 
     if (!kvfs_dtype_known(h->dtype))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)", h->dtype);
-    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL))
+    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
@@ -260,10 +282,11 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
                     h->fp.rope_dim, (double)h->fp.rope_theta);
     if (h->fp.arch[0] == '\0' || memchr(h->fp.arch, '\0', 16) == NULL)
         return kvfs_errf(errmsg, errlen, -EINVAL, "architecture name missing or not terminated");
-    if (h->header_size != kvfs_header_size_for(h->n_tokens, h->fp.n_layer))
-        return kvfs_errf(errmsg, errlen, -EINVAL, "header size %u, expected %u for %u tokens, %u layers",
-                    h->header_size, kvfs_header_size_for(h->n_tokens, h->fp.n_layer),
-                    h->n_tokens, h->fp.n_layer);
+    uint32_t want_size = kvfs_header_size_for_flags(h->n_tokens, h->fp.n_layer, h->flags);
+    if (h->header_size != want_size)
+        return kvfs_errf(errmsg, errlen, -EINVAL, "header size %u, expected %u for %u tokens, %u layers%s",
+                    h->header_size, want_size, h->n_tokens, h->fp.n_layer,
+                    h->flags & KVFS_FLAG_SALTED ? " and a salt" : "");
     if (h->file_size != kvfs_file_size_for(h))
         return kvfs_errf(errmsg, errlen, -EINVAL, "file size field %llu, expected %llu from the shape",
                     (unsigned long long)h->file_size, (unsigned long long)kvfs_file_size_for(h));
@@ -281,7 +304,9 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
         if (rd64(e) != h->header_size + l * stride || rd64(e + 8) != lbytes)
             return kvfs_errf(errmsg, errlen, -EINVAL, "layer table entry %u inconsistent", l);
     }
-    size_t used = KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens + (size_t)LAYER_ENTRY_BYTES * h->fp.n_layer;
+    if (h->flags & KVFS_FLAG_SALTED) /* covered by the header checksum above */
+        h->salt = h->layer_table + (uint64_t)h->fp.n_layer * LAYER_ENTRY_BYTES;
+    size_t used = (size_t)header_used(h->n_tokens, h->fp.n_layer, h->flags);
     if (!all_zero(buf + used, h->header_size - used))
         return kvfs_errf(errmsg, errlen, -EINVAL, "non-zero header padding");
     return 0;
@@ -337,10 +362,20 @@ int kvfs_file_verify(const void *vbuf, size_t len, struct kvfs_header *h, char *
 int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
                      uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens)
 {
+    return kvfs_writer_init_salted(w, fp, dtype, flags, pos0, n_tokens, tokens, NULL);
+}
+
+int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
+                            uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens,
+                            const uint8_t salt[32])
+{
     memset(w, 0, sizeof(*w));
+    if (salt)
+        flags |= KVFS_FLAG_SALTED;
     if (!kvfs_dtype_known(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
         fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS ||
-        (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64))
+        (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64) ||
+        (!salt && (flags & KVFS_FLAG_SALTED)))
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;
     h->version = KVFS_VERSION;
@@ -349,7 +384,7 @@ int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, u
     h->n_tokens = n_tokens;
     h->pos0 = pos0;
     h->fp = *fp;
-    h->header_size = kvfs_header_size_for(n_tokens, fp->n_layer);
+    h->header_size = kvfs_header_size_for_flags(n_tokens, fp->n_layer, flags);
     h->file_size = kvfs_file_size_for(h);
     void *buf = NULL;
     if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0)
@@ -371,6 +406,11 @@ int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, u
         wr32(b + KVFS_FIXED_HEADER_SIZE + 4ull * i, tokens[i]);
     h->token_bytes = b + KVFS_FIXED_HEADER_SIZE;
     h->layer_table = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens;
+    if (salt) {
+        uint8_t *at = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * fp->n_layer;
+        memcpy(at, salt, KVFS_SALT_BYTES);
+        h->salt = at;
+    }
     return 0;
 }
 

@@ -5,6 +5,7 @@
  *   [fixed header, 128 bytes]
  *   [token ids: u32 x n_tokens]
  *   [layer table: n_layer x struct kvfs_layer_entry (24 bytes)]
+ *   [salt digest, 32 bytes: only with KVFS_FLAG_SALTED]
  *   [zero padding up to header_size, a multiple of KVFS_ALIGN]
  *   [layer 0: K then V, each [token][kv_head][head_dim] of dtype,
  *             zero padded up to a multiple of KVFS_ALIGN]
@@ -54,6 +55,10 @@ enum kvfs_rope_type {
 /* with BLENDED: the recipe was short enough to be prefilled in full, every
  * row recomputed (kvfs(8), the fidelity floor): equal to a prefill */
 #define KVFS_FLAG_FULL_PREFILL 0x4u
+/* a 32-byte salt digest (kvfs_salt_digest) follows the layer table and is
+ * hashed into the name: one tenant's chunks never match another's */
+#define KVFS_FLAG_SALTED 0x8u
+#define KVFS_SALT_BYTES 32u
 
 /* What determines the KV bytes besides the tokens.  Canonical encoding is the
  * header bytes 40..120 (see kvfs_fingerprint_encode). */
@@ -84,6 +89,7 @@ struct kvfs_header {
     const uint8_t *token_bytes; /* n_tokens u32, little-endian, maybe unaligned:
                                    use kvfs_header_token() */
     const uint8_t *layer_table; /* n_layer entries of 24 bytes: use kvfs_layer_entry_get() */
+    const uint8_t *salt;        /* KVFS_SALT_BYTES after the layer table; NULL when not SALTED */
 };
 
 /* On-disk layer table entry, 24 bytes. */
@@ -105,8 +111,10 @@ const char *kvfs_dtype_name(uint32_t dtype);          /* "f32", "f16", "bf16", "
 uint32_t kvfs_dtype_parse(const char *name);          /* the reverse; 0 for anything else */
 uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer, unpadded */
 uint64_t kvfs_layer_stride(const struct kvfs_header *h);/* padded to KVFS_ALIGN */
-uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer);
-uint64_t kvfs_file_size_for(const struct kvfs_header *h);
+uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer); /* unsalted */
+/* the same for a header with these flags (KVFS_FLAG_SALTED adds the salt) */
+uint32_t kvfs_header_size_for_flags(uint32_t n_tokens, uint32_t n_layer, uint32_t flags);
+uint64_t kvfs_file_size_for(const struct kvfs_header *h); /* from its shape and flags */
 
 /* Parse and validate the header at buf[0..len).  len may be just the header
  * (>= header_size) or the whole file.  Checks magic, version, dtype, shapes,
@@ -127,8 +135,13 @@ int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer,
 
 /* Content hash of a chunk (see kvfs(5), "Content hash"): SHA-256 over
  * "kvfs-chunk-v1\0", the 80-byte canonical fingerprint, dtype, flags, pos0,
- * n_tokens and the token ids, all little-endian.  hex gets 64 chars + NUL. */
+ * n_tokens and the token ids, all little-endian, then with KVFS_FLAG_SALTED
+ * the 32 salt bytes (-EINVAL if h->salt is NULL then).  hex gets 64 chars +
+ * NUL. */
 int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32]);
+/* A tenant's salt (any bytes, e.g. its name) as the 32 bytes a chunk
+ * carries: SHA-256 over "kvfs-salt-v1\0" then the len bytes of salt. */
+int kvfs_salt_digest(const void *salt, size_t len, uint8_t out[32]);
 void kvfs_hash_to_hex(const uint8_t digest[32], char hex[KVFS_HASH_HEX_LEN + 1]);
 int kvfs_hex_to_hash(const char *hex, uint8_t digest[32]); /* -EINVAL if not 64 hex */
 
@@ -151,6 +164,13 @@ struct kvfs_writer {
 int kvfs_writer_init(struct kvfs_writer *w, const struct kvfs_fingerprint *fp,
                      uint32_t dtype, uint32_t flags, uint32_t pos0,
                      uint32_t n_tokens, const uint32_t *tokens);
+/* The same with a salt digest (kvfs_salt_digest): a non-NULL salt sets
+ * KVFS_FLAG_SALTED; NULL is none, and then flags must not have it (-EINVAL).
+ * kvfs_writer_init is this with NULL. */
+int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint *fp,
+                            uint32_t dtype, uint32_t flags, uint32_t pos0,
+                            uint32_t n_tokens, const uint32_t *tokens,
+                            const uint8_t salt[32]);
 void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer); /* K then V */
 int kvfs_writer_finish(struct kvfs_writer *w);
 void kvfs_writer_free(struct kvfs_writer *w);

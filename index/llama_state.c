@@ -347,8 +347,38 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
     return rc;
 }
 
+static int ascii_alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+int kvfs_llama_name_salt(const char *name, uint8_t salt[32], char *err, size_t errlen)
+{
+    const char *at = strstr(name, KVFS_LLAMA_SALT_MARK);
+    if (!at)
+        return 0;
+    const char *hex = at + strlen(KVFS_LLAMA_SALT_MARK);
+    char digits[KVFS_HASH_HEX_LEN + 1];
+    size_t n = strnlen(hex, KVFS_HASH_HEX_LEN);
+    memcpy(digits, hex, n);
+    digits[n] = '\0';
+    if (n < KVFS_HASH_HEX_LEN || ascii_alnum(hex[KVFS_HASH_HEX_LEN]) || kvfs_hex_to_hash(digits, salt))
+        return kvfs_errf(err, errlen, -EINVAL, "'%s' wants 64 lowercase hex digits (a salt digest: "
+                         "kvfsctl prefill --salt, kvfs_salt_digest) after " KVFS_LLAMA_SALT_MARK, name);
+    if (strstr(hex, KVFS_LLAMA_SALT_MARK))
+        return kvfs_errf(err, errlen, -EINVAL, "'%s' names more than one salt", name);
+    return 1;
+}
+
 int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fingerprint *fp, uint32_t n_vocab,
                               struct kvfs_writer *w, char *err, size_t errlen)
+{
+    return kvfs_llama_state_to_chunk_salted(buf, len, fp, n_vocab, NULL, w, err, errlen);
+}
+
+int kvfs_llama_state_to_chunk_salted(const void *buf, size_t len, const struct kvfs_fingerprint *fp,
+                                     uint32_t n_vocab, const uint8_t salt[32], struct kvfs_writer *w, char *err,
+                                     size_t errlen)
 {
     struct reader r = {buf, len, 0};
     uint32_t magic, version, n_tok, n_stream, n_cells = 0, v_trans, n_layer, dtype = 0;
@@ -405,7 +435,7 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
         free(ids);
         return rc;
     }
-    if ((rc = kvfs_writer_init(w, fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, n_cells, ids))) {
+    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, n_cells, ids, salt))) {
         free(ids);
         return kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
     }

@@ -69,5 +69,18 @@ size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj,
  * sequences, token ids >= n_vocab), -ENOMEM. */
 int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fingerprint *fp, uint32_t n_vocab,
                               struct kvfs_writer *w, char *err, size_t errlen);
+/* The same as a salted chunk (salt: a kvfs_salt_digest, or NULL for none). */
+int kvfs_llama_state_to_chunk_salted(const void *buf, size_t len, const struct kvfs_fingerprint *fp,
+                                     uint32_t n_vocab, const uint8_t salt[32], struct kvfs_writer *w, char *err,
+                                     size_t errlen);
+
+/* The salt a saved state's file name asks for (kvfs(8), llama/): a name
+ * holding ".salt-" then 64 lowercase hex digits (a kvfs_salt_digest, not a
+ * tenant's string), then its end or a character that is no letter or digit
+ * ("doc.salt-<hex>.bin"), is stored salted.  Returns 1 with salt filled, 0
+ * for a name without ".salt-", -EINVAL (a reason in err) for a malformed or
+ * repeated one. */
+#define KVFS_LLAMA_SALT_MARK ".salt-"
+int kvfs_llama_name_salt(const char *name, uint8_t salt[32], char *err, size_t errlen);
 
 #endif

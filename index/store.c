@@ -214,33 +214,60 @@ int kvfs_store_set_pinned(struct kvfs_store *s, const char *hash, int pinned)
     return rc;
 }
 
-int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len)
+/* A local chunk's object opened, its prefix read and its header parsed into
+ * h (pointing into *hb), counting no hit: the caller closes *fd and frees
+ * info and *hb. */
+static int open_object_prefix(struct kvfs_store *s, const char *hash, int *fd, struct kvfs_obj_info *info,
+                              uint8_t **hb, struct kvfs_header *h)
 {
-    char p[4096];
+    char p[4096], why[256];
+    struct stat st;
     int rc = kvfs_store_object_path(s, hash, p, sizeof(p));
     if (rc)
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    if ((*fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
         return -errno;
-    struct stat st;
+    rc = fstat(*fd, &st) != 0 ? -errno : kvfs_obj_read_prefix(*fd, (uint64_t)st.st_size, info, hb, h, why, sizeof(why));
+    if (rc) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len)
+{
+    int fd;
     struct kvfs_obj_info info;
     struct kvfs_header h;
     uint8_t *hb = NULL;
-    char why[256];
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        goto close_fd;
-    }
-    if ((rc = kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why))))
-        goto close_fd;
+    int rc = open_object_prefix(s, hash, &fd, &info, &hb, &h);
+    if (rc)
+        return rc;
     if (len < kvfs_layer_bytes(&h))
         rc = -ERANGE;
     else
         rc = kvfs_obj_read_layer(fd, &info, &h, layer, dst);
     kvfs_obj_info_free(&info);
     free(hb);
-close_fd:
+    close(fd);
+    return rc;
+}
+
+int kvfs_store_salt(struct kvfs_store *s, const char *hash, uint8_t salt[32])
+{
+    int fd;
+    struct kvfs_obj_info info;
+    struct kvfs_header h;
+    uint8_t *hb = NULL;
+    int rc = open_object_prefix(s, hash, &fd, &info, &hb, &h);
+    if (rc)
+        return rc;
+    if (h.salt)
+        memcpy(salt, h.salt, KVFS_SALT_BYTES);
+    rc = h.salt != NULL;
+    kvfs_obj_info_free(&info);
+    free(hb);
     close(fd);
     return rc;
 }

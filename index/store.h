@@ -171,6 +171,10 @@ int kvfs_store_object_path(struct kvfs_store *s, const char *hash, char *out, si
  * object, without the RAM tier.  -ERANGE if len is too small, -EBADMSG on a
  * checksum mismatch. */
 int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer, void *dst, size_t len);
+/* A local chunk's salt (kvfs(5), KVFS_FLAG_SALTED) from its object's header,
+ * counting no hit: 1 with salt filled, 0 if unsalted, -ENOENT if not stored
+ * here (the remote tier's alone). */
+int kvfs_store_salt(struct kvfs_store *s, const char *hash, uint8_t salt[32]);
 const char *kvfs_store_dir(const struct kvfs_store *s);
 /* Page-lock the RAM tier's images (blending on a GPU: its backend's
  * host_register), those cached now and those to come; pin NULL undoes it.

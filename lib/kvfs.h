@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define LIBKVFS_VERSION_MAJOR 1
-#define LIBKVFS_VERSION_MINOR 0
+#define LIBKVFS_VERSION_MINOR 1
 
 /* dtype of K and V (kvfs(5)) */
 #define LIBKVFS_DTYPE_F32 1u
@@ -39,6 +39,7 @@ extern "C" {
 #define LIBKVFS_FLAG_KEYS_ROPED 0x1u /* keys stored after RoPE at positions pos0, pos0+1, ... */
 #define LIBKVFS_FLAG_BLENDED 0x2u    /* composed by blending: an approximation of a prefill */
 #define LIBKVFS_FLAG_FULL_PREFILL 0x4u /* with BLENDED: prefilled in full (a short recipe): exact */
+#define LIBKVFS_FLAG_SALTED 0x8u     /* a tenant's salt digest is part of the name: see libkvfs_info.salt */
 
 /* rope_type */
 #define LIBKVFS_ROPE_NORM 0u /* rotates pairs (x[2i], x[2i+1]) */
@@ -76,6 +77,7 @@ struct libkvfs_info {
     uint64_t file_size;
     uint64_t layer_bytes;  /* K + V of one layer */
     uint64_t layer_stride; /* layer L starts at header_size + L * layer_stride */
+    const uint8_t *salt;   /* LIBKVFS_FLAG_SALTED: the 32-byte salt digest, inside the mapping; else NULL */
 };
 
 /* One of K or V of one layer: data[n_tokens][n_kv_head][head_dim] of dtype,

@@ -28,7 +28,7 @@ _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_
                    LIBKVFS_DTYPE_Q4 == KVFS_DTYPE_Q4 && LIBKVFS_DTYPE_Q4S == KVFS_DTYPE_Q4S,
                "public dtypes are the format's");
 _Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
-                   LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL,
+                   LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL && LIBKVFS_FLAG_SALTED == KVFS_FLAG_SALTED,
                "public flags are the format's");
 _Static_assert(LIBKVFS_ROPE_NORM == KVFS_ROPE_NORM && LIBKVFS_ROPE_NEOX == KVFS_ROPE_NEOX,
                "public rope types are the format's");
@@ -141,6 +141,7 @@ static void fill_info(struct libkvfs_file *f)
     in->file_size = h->file_size;
     in->layer_bytes = kvfs_layer_bytes(h);
     in->layer_stride = kvfs_layer_stride(h);
+    in->salt = h->salt;
 }
 
 static int check(struct libkvfs_file *f, unsigned flags, char *err, size_t errlen)

@@ -20,15 +20,18 @@ static void usage(FILE *f)
                "its path in the mount with -M).\n\n"
                "  -m, --model PATH    GGUF model the state was computed with\n"
                "  -o, --output FILE   write the chunk file here\n"
-               "  -M, --mount DIR     store it in a mounted kvfs (via DIR/incoming/)\n",
+               "  -M, --mount DIR     store it in a mounted kvfs (via DIR/incoming/)\n"
+               "  --salt STRING       a tenant's chunk: the digest of STRING in its name\n",
             KVFS_LLAMA_SEQ_VERSION);
 }
 
 int cmd_import(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *mount = NULL;
+    struct tool_salt salt = {0};
     const struct tool_opt opts[] = {TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("output", 'o', STR, &out),
-                                    TOOL_OPT("mount", 'M', STR, &mount), {0}};
+                                    TOOL_OPT("mount", 'M', STR, &mount),
+                                    TOOL_OPT_CALL("salt", 0, tool_opt_salt, &salt), {0}};
     const struct tool_cmd cmd = {usage, opts, 1, 1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
@@ -49,7 +52,8 @@ int cmd_import(int argc, char **argv)
     }
     if (tool_load_model(model, "cpu", 1, &m, &tok))
         goto free_buf;
-    if ((rc = kvfs_llama_state_to_chunk(buf, len, &m->fp, (uint32_t)m->hp.n_vocab, &w, err, sizeof(err)))) {
+    if ((rc = kvfs_llama_state_to_chunk_salted(buf, len, &m->fp, (uint32_t)m->hp.n_vocab,
+                                               salt.set ? salt.digest : NULL, &w, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl import: %s against %s: %s [%s]\n", in, model, err, strerror(-rc));
         goto free_model;
     }

@@ -42,8 +42,10 @@ int cmd_info(int argc, char **argv)
         return 1;
     }
     const struct libkvfs_info *h = libkvfs_info(f);
-    char mid[65];
+    char mid[65], salt[65] = "";
     kvfs_hash_to_hex(h->model_id, mid);
+    if (h->salt)
+        kvfs_hash_to_hex(h->salt, salt);
     const char *rope = h->rope_type == LIBKVFS_ROPE_NEOX ? "neox" : "norm";
     /* a file in a kvfs mount: which tiers hold it (ram, disk, remote) */
     char tier[64] = "";
@@ -66,6 +68,8 @@ int cmd_info(int argc, char **argv)
                 printf("%s%u", i ? ", " : "", h->tokens[i]);
             printf("]");
         }
+        if (salt[0])
+            printf(", \"salt\": \"%s\"", salt);
         if (tier[0])
             printf(", \"tier\": \"%s\"", tier);
         printf("}\n");
@@ -82,6 +86,8 @@ int cmd_info(int argc, char **argv)
                                                         : "\nblended:     yes (composed from chunks; approximates a prefill)",
                h->n_tokens, h->pos0, (unsigned long long)h->layer_bytes,
                (unsigned long long)h->layer_stride, h->header_size);
+        if (salt[0])
+            printf("salt:        %s\n", salt);
         if (tier[0])
             printf("tier:        %s\n", tier);
         if (show_tokens) {

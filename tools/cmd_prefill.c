@@ -27,6 +27,8 @@ static void usage(FILE *f)
                "                      q4s are block-quantized (kvfs(5)): 0.53x, 0.30x and 0.30x of\n"
                "                      f16's bytes (q4s: q4 with finer key groups)\n"
                "  --kv-quant q8|q4|q4s|none  the same as --dtype q8|q4|q4s|f16\n"
+               "  --salt STRING       a tenant's chunk: its name mixes in the digest of STRING,\n"
+               "                      so another tenant (another salt, or none) never finds it\n"
                "  --backend NAME      cpu, cuda, auto (default cpu)\n"
                "  -t, --threads N     CPU threads (default: all cores)\n");
 }
@@ -36,11 +38,12 @@ int cmd_prefill(int argc, char **argv)
     const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu", *id_list = NULL;
     int pos0 = 0, bos = 0, threads = 0;
     uint32_t dtype = KVFS_DTYPE_F16;
+    struct tool_salt salt = {0};
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("output", 'o', STR, &out),
         TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0), TOOL_OPT("ids", 0, STR, &id_list),
         TOOL_OPT("bos", 0, FLAG, &bos), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype),
-        TOOL_OPT_CALL("kv-quant", 0, tool_opt_kv_quant, &dtype),
+        TOOL_OPT_CALL("kv-quant", 0, tool_opt_kv_quant, &dtype), TOOL_OPT_CALL("salt", 0, tool_opt_salt, &salt),
         TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 1};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -88,7 +91,8 @@ int cmd_prefill(int argc, char **argv)
         goto free_cache;
     }
     double t1 = tool_now();
-    if ((rc = kvfs_kv_cache_to_chunk(m, &cache, 0, (int)n, ids, dtype, &w))) {
+    if ((rc = kvfs_kv_cache_to_chunk_salted(m, &cache, 0, (int)n, ids, dtype, 0, salt.set ? salt.digest : NULL,
+                                            &w))) {
         fprintf(stderr, "kvfsctl prefill: cannot build the chunk: %s\n", strerror(-rc));
         goto free_cache;
     }

@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "  --seed N              token ids and data derive from it (default 1)\n"
             "  --arch NAME           architecture string (default llama)\n"
             "  --size-mib M          pick the token count so the file is about M MiB\n"
+            "  --salt STRING         a tenant's chunk: the digest of STRING in its name\n"
             "Prints the chunk's content hash.\n");
 }
 
@@ -45,13 +46,14 @@ int cmd_synth(int argc, char **argv)
     unsigned long layers = 4, tokens = 16, kvh = 2, heads = 0, hd = 64, pos0 = 0, seed = 1;
     double size_mib = 0;
     uint32_t dtype = KVFS_DTYPE_F16;
+    struct tool_salt salt = {0};
     const struct tool_opt opts[] = {
         TOOL_OPT("output", 'o', STR, &out), TOOL_OPT("layers", 0, ULONG, &layers),
         TOOL_OPT("tokens", 0, ULONG, &tokens), TOOL_OPT("kv-heads", 0, ULONG, &kvh),
         TOOL_OPT("heads", 0, ULONG, &heads), TOOL_OPT("head-dim", 0, ULONG, &hd),
         TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype), TOOL_OPT("pos0", 0, ULONG, &pos0),
         TOOL_OPT("seed", 0, ULONG, &seed), TOOL_OPT("arch", 0, STR, &arch),
-        TOOL_OPT("size-mib", 0, DOUBLE, &size_mib), {0}};
+        TOOL_OPT("size-mib", 0, DOUBLE, &size_mib), TOOL_OPT_CALL("salt", 0, tool_opt_salt, &salt), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 0};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
@@ -85,7 +87,8 @@ int cmd_synth(int argc, char **argv)
     for (unsigned long i = 0; i < tokens; i++)
         ids[i] = (uint32_t)(rng_next(&rs) % 49152);
     struct kvfs_writer w;
-    rc = kvfs_writer_init(&w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, (uint32_t)tokens, ids);
+    rc = kvfs_writer_init_salted(&w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, (uint32_t)tokens, ids,
+                                 salt.set ? salt.digest : NULL);
     free(ids);
     if (rc) {
         fprintf(stderr, "kvfsctl synth: invalid shape (%s)\n", strerror(-rc));

@@ -190,6 +190,18 @@ int tool_opt_kv_quant(void *dst, const char *arg)
     return 0;
 }
 
+int tool_opt_salt(void *dst, const char *arg)
+{
+    struct tool_salt *salt = dst;
+    int rc = kvfs_salt_digest(arg, strlen(arg), salt->digest);
+    if (rc) {
+        fprintf(stderr, "kvfsctl: cannot digest the salt: %s\n", strerror(-rc));
+        return rc;
+    }
+    salt->set = 1;
+    return 0;
+}
+
 int tool_opt_dtype(void *dst, const char *arg)
 {
     uint32_t d = kvfs_dtype_parse(arg);

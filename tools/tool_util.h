@@ -65,4 +65,11 @@ int tool_usage_error(const struct tool_cmd *cmd);
 /* --kv-quant q8|q4|none: the dtype q8, q4 or f16 */
 int tool_opt_kv_quant(void *dst, const char *arg);
 int tool_opt_dtype(void *dst, const char *arg);
+/* TOOL_OPT_FN for --salt STRING: a tenant's salt, kvfs_salt_digest of the
+ * string's bytes, into a struct tool_salt (kvfs(5), CONTENT HASH) */
+struct tool_salt {
+    int set;
+    uint8_t digest[32];
+};
+int tool_opt_salt(void *dst, const char *arg);
 #endif

@@ -337,10 +337,17 @@ int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cach
 int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                                  const int32_t *tokens, uint32_t dtype, uint32_t flags, struct kvfs_writer *w)
 {
+    return kvfs_kv_cache_to_chunk_salted(m, c, first, count, tokens, dtype, flags, NULL, w);
+}
+
+int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                                  const int32_t *tokens, uint32_t dtype, uint32_t flags, const uint8_t salt[32],
+                                  struct kvfs_writer *w)
+{
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
-    int rc = kvfs_writer_init(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags, (uint32_t)c->host_pos[first],
-                              (uint32_t)count, (const uint32_t *)tokens);
+    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags, (uint32_t)c->host_pos[first],
+                                     (uint32_t)count, (const uint32_t *)tokens, salt);
     if (rc)
         return rc;
     size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd;

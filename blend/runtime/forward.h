@@ -47,6 +47,12 @@ int kvfs_kv_cache_to_chunk(const struct kvfs_model *m, const struct kvfs_kv_cach
 /* The same with extra header flags (KVFS_FLAG_BLENDED). */
 int kvfs_kv_cache_to_chunk_flags(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
                                  const int32_t *tokens, uint32_t dtype, uint32_t flags, struct kvfs_writer *w);
+/* The same salted (a tenant's prefill: salt is its kvfs_salt_digest, or NULL
+ * for none).  Blend results are kept by their recipe's key, not by content
+ * hash, so blends need no salt. */
+int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int first, int count,
+                                  const int32_t *tokens, uint32_t dtype, uint32_t flags, const uint8_t salt[32],
+                                  struct kvfs_writer *w);
 
 /* Building blocks, shared with blending (blend/blend.c). */
 struct kvfs_work { /* device buffers for up to n rows */

@@ -23,7 +23,8 @@ MAX_TOKENS = 1 << 24
 LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4, DTYPE_Q4S = 1, 2, 3, 4, 5, 6
-FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL = 0x1, 0x2, 0x4
+FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL, FLAG_SALTED = 0x1, 0x2, 0x4, 0x8
+SALT_BYTES = 32  # with FLAG_SALTED, right after the layer table; hashed into the name
 ROPE_NORM, ROPE_NEOX = 0, 2
 
 # bf16 has no numpy dtype: its views hold the raw bits (see bf16_to_f32)
@@ -57,8 +58,17 @@ def _align(v):
     return (v + ALIGN - 1) // ALIGN * ALIGN
 
 
-def header_size_for(n_tokens, n_layer):
-    return _align(FIXED_HEADER_SIZE + 4 * n_tokens + LAYER_ENTRY.size * n_layer)
+def header_size_for(n_tokens, n_layer, flags=0):
+    salt = SALT_BYTES if flags & FLAG_SALTED else 0
+    return _align(FIXED_HEADER_SIZE + 4 * n_tokens + LAYER_ENTRY.size * n_layer + salt)
+
+
+def salt_digest(salt):
+    """A tenant's salt (str or bytes) as the 32 bytes a salted chunk carries
+    (kvfs_salt_digest): SHA-256 of b"kvfs-salt-v1\\0" and the salt."""
+    if isinstance(salt, str):
+        salt = salt.encode()
+    return hashlib.sha256(b"kvfs-salt-v1\0" + bytes(salt)).digest()
 
 
 def bf16_to_f32(bits):
@@ -92,7 +102,7 @@ class ChunkFile:
                             % (self.version, VERSION))
         if self.dtype not in _DTYPE_NAME:
             raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=q4s)" % self.dtype)
-        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL):
+        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
             raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
@@ -126,7 +136,7 @@ class ChunkFile:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
             self.layer_bytes = 2 * self.n_tokens * kv_dim * self.elem_size
         self.layer_stride = _align(self.layer_bytes)
-        expect = header_size_for(self.n_tokens, self.n_layer)
+        expect = header_size_for(self.n_tokens, self.n_layer, self.flags)
         if self.header_size != expect:
             raise self._bad(errno.EINVAL, "header size %d, expected %d for %d tokens, %d layers"
                             % (self.header_size, expect, self.n_tokens, self.n_layer))
@@ -148,6 +158,10 @@ class ChunkFile:
                 raise self._bad(errno.EINVAL, "layer table entry %d inconsistent" % layer)
             self._checksums.append(checksum)
         used = table_at + LAYER_ENTRY.size * self.n_layer
+        self.salt = None
+        if self.flags & FLAG_SALTED:
+            self.salt = bytes(buf[used:used + SALT_BYTES])
+            used += SALT_BYTES
         if np.frombuffer(buf, np.uint8, self.header_size - used, used).any():
             raise self._bad(errno.EINVAL, "non-zero header padding")
         if n != self.file_size:  # checked verified or not: views must not reach past the end
@@ -171,6 +185,11 @@ class ChunkFile:
     def full_prefill(self):
         """A blend result whose recipe was short enough to be prefilled in full: exact."""
         return bool(self.flags & FLAG_FULL_PREFILL)
+
+    @property
+    def salted(self):
+        """A tenant's chunk: self.salt (32 bytes, else None) is in its name."""
+        return bool(self.flags & FLAG_SALTED)
 
     @property
     def keys_roped(self):
@@ -214,6 +233,8 @@ class ChunkFile:
         h.update(self._fingerprint)
         h.update(struct.pack("<IIII", self.dtype, self.flags, self.pos0, self.n_tokens))
         h.update(self._mapped()[FIXED_HEADER_SIZE:FIXED_HEADER_SIZE + 4 * self.n_tokens])
+        if self.salt is not None:
+            h.update(self.salt)
         return h.hexdigest()
 
     # -- layers ----------------------------------------------------------

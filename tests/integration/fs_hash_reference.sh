@@ -4,7 +4,8 @@
 . "$(dirname "$0")/../lib.sh"
 mount_kvfs a || exit 1
 M=$T/a.mnt
-for args in "--tokens 7" "--tokens 300 --dtype f32 --pos0 17" "--tokens 5 --dtype bf16 --layers 2 --kv-heads 1 --head-dim 128"; do
+for args in "--tokens 7" "--tokens 300 --dtype f32 --pos0 17" "--tokens 5 --dtype bf16 --layers 2 --kv-heads 1 --head-dim 128" \
+            "--tokens 7 --salt tenant-a"; do
     synth "$T/x.kv" $args > /dev/null
     cp "$T/x.kv" "$M/incoming/"
     ref=$(python3 - "$T/x.kv" <<'PY'
@@ -14,7 +15,13 @@ assert b[:8] == b'KVFSCHNK'
 dtype, flags, n_tokens, pos0 = struct.unpack_from('<IIII', b, 24)
 fingerprint = b[40:120]
 tokens = b[128:128 + 4 * n_tokens]
-h = hashlib.sha256(b'kvfs-chunk-v1\0' + fingerprint + struct.pack('<IIII', dtype, flags, pos0, n_tokens) + tokens)
+n_layer, = struct.unpack_from('<I', b, 40)
+salt_at = 128 + 4 * n_tokens + 24 * n_layer  # with flag 0x8: the salt digest
+salt = b[salt_at:salt_at + 32] if flags & 8 else b''
+if flags & 8:  # a tenant's salt string as the digest kvfs keeps
+    assert salt == hashlib.sha256(b'kvfs-salt-v1\0tenant-a').digest()
+h = hashlib.sha256(b'kvfs-chunk-v1\0' + fingerprint + struct.pack('<IIII', dtype, flags, pos0, n_tokens) + tokens
+                   + salt)
 print(h.hexdigest())
 PY
 )

@@ -3,7 +3,9 @@
 #define KVFS_SYNTH_CHUNK_H
 #include <string.h>
 #include "kvformat.h"
-static inline int synth_chunk(struct kvfs_writer *w, uint32_t layers, uint32_t tokens, uint32_t seed, uint32_t dtype)
+/* salt: a kvfs_salt_digest, or NULL for an unsalted chunk */
+static inline int synth_chunk_salted(struct kvfs_writer *w, uint32_t layers, uint32_t tokens, uint32_t seed,
+                                     uint32_t dtype, const uint8_t *salt)
 {
     struct kvfs_fingerprint fp = {.n_layer = layers, .n_kv_head = 2, .head_dim = 8, .rope_type = KVFS_ROPE_NEOX,
                                   .rope_theta = 10000.0f, .rope_dim = 8, .n_head = 4, .n_embd = 32};
@@ -15,7 +17,7 @@ static inline int synth_chunk(struct kvfs_writer *w, uint32_t layers, uint32_t t
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (uint32_t)(s >> 40) % 50000;
     }
-    int rc = kvfs_writer_init(w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, 0, tokens, ids);
+    int rc = kvfs_writer_init_salted(w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, 0, tokens, ids, salt);
     if (rc)
         return rc;
     for (uint32_t l = 0; l < layers; l++) {
@@ -26,5 +28,9 @@ static inline int synth_chunk(struct kvfs_writer *w, uint32_t layers, uint32_t t
         }
     }
     return kvfs_writer_finish(w);
+}
+static inline int synth_chunk(struct kvfs_writer *w, uint32_t layers, uint32_t tokens, uint32_t seed, uint32_t dtype)
+{
+    return synth_chunk_salted(w, layers, tokens, seed, dtype, NULL);
 }
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kvconvert.h"
 #include "kvformat.h"
 #include "synth_chunk.h"
 
@@ -23,6 +24,102 @@ static void hex_of(const struct kvfs_header *h, char out[65])
     uint8_t d[32];
     kvfs_content_hash(h, d);
     kvfs_hash_to_hex(d, out);
+}
+
+/* Salted chunks (KVFS_FLAG_SALTED): the salt after the layer table, under
+ * the header checksum, in the name; kept by a dtype conversion.  plain is
+ * the name of the same chunk unsalted. */
+static void test_salt(const char plain[65])
+{
+    uint8_t sa[32], sb[32], zero[32] = {0};
+    char hex[65];
+    CHECK_EQ(kvfs_salt_digest("tenant-a", 8, sa), 0);
+    kvfs_hash_to_hex(sa, hex); /* SHA-256 of "kvfs-salt-v1\0tenant-a" (python hashlib) */
+    CHECK(strcmp(hex, "a0ca8a19b74f51be0d8a73e12d0f6f35a06d8b449234cbe1c17c5c9765e11dc5") == 0);
+    CHECK_EQ(kvfs_salt_digest("tenant-b", 8, sb), 0);
+    CHECK(memcmp(sa, sb, 32) != 0);
+    CHECK_EQ(kvfs_salt_digest(NULL, 0, zero), 0); /* the empty salt is a salt too */
+
+    struct kvfs_writer w, wb, wz;
+    struct kvfs_header h;
+    char why[256];
+    CHECK_EQ(synth_chunk_salted(&w, 3, 37, 1, KVFS_DTYPE_F16, sa), 0);
+    CHECK(w.hdr.flags & KVFS_FLAG_SALTED);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK(h.flags & KVFS_FLAG_SALTED);
+    CHECK(h.salt == w.buf + KVFS_FIXED_HEADER_SIZE + 4 * 37 + 24 * 3); /* right after the layer table */
+    CHECK(h.salt && memcmp(h.salt, sa, 32) == 0);
+    CHECK_EQ(h.header_size, kvfs_header_size_for_flags(37, 3, KVFS_FLAG_SALTED));
+    CHECK_EQ(h.header_size % KVFS_ALIGN, 0);
+    CHECK_EQ(kvfs_header_token(&h, 0), kvfs_header_token(&w.hdr, 0));
+    /* 4096 - 128 - 24*3 = 3896 bytes for tokens and the salt: 974 tokens
+     * fill a page unsalted and push a salted header to the next */
+    CHECK_EQ(kvfs_header_size_for_flags(974, 3, 0), 4096);
+    CHECK_EQ(kvfs_header_size_for_flags(974, 3, KVFS_FLAG_SALTED), 8192);
+
+    /* unsalted, salt a, salt b and the zero salt: four names */
+    char ha[65], hb[65], hz[65];
+    hex_of(&h, ha);
+    CHECK_EQ(synth_chunk_salted(&wb, 3, 37, 1, KVFS_DTYPE_F16, sb), 0);
+    hex_of(&wb.hdr, hb);
+    CHECK_EQ(synth_chunk_salted(&wz, 3, 37, 1, KVFS_DTYPE_F16, zero), 0);
+    hex_of(&wz.hdr, hz);
+    CHECK(strcmp(ha, plain) != 0);
+    CHECK(strcmp(hb, plain) != 0);
+    CHECK(strcmp(ha, hb) != 0);
+    CHECK(strcmp(hz, plain) != 0 && strcmp(hz, ha) != 0);
+    struct kvfs_header nosalt = h; /* SALTED without its bytes: no name */
+    nosalt.salt = NULL;
+    uint8_t d[32];
+    CHECK_EQ(kvfs_content_hash(&nosalt, d), -EINVAL);
+
+    /* a flipped salt byte or a cleared flag fails the header checksum; a
+     * byte after the salt (checksum made right) is non-zero padding */
+    uint8_t *bad = malloc(w.size);
+    size_t salt_at = (size_t)(h.salt - w.buf);
+    memcpy(bad, w.buf, w.size);
+    bad[salt_at + 31] ^= 0x04;
+    CHECK_EQ(verify(bad, w.size), -EBADMSG);
+    memcpy(bad, w.buf, w.size);
+    bad[28] &= (uint8_t)~KVFS_FLAG_SALTED;
+    CHECK_EQ(verify(bad, w.size), -EBADMSG);
+    struct kvfs_writer wp;
+    CHECK_EQ(synth_chunk_salted(&wp, 3, 37, 1, KVFS_DTYPE_F16, sa), 0);
+    wp.buf[salt_at + 32] = 1;
+    CHECK_EQ(kvfs_writer_finish(&wp), 0);
+    CHECK_EQ(kvfs_file_verify(wp.buf, wp.size, &h, why, sizeof(why)), -EINVAL);
+    CHECK(strstr(why, "padding") != NULL);
+    kvfs_writer_free(&wp);
+    free(bad);
+
+    /* the flag without a salt is refused; a salt sets the flag */
+    struct kvfs_fingerprint fp = w.hdr.fp;
+    uint32_t ids[2] = {1, 2};
+    CHECK_EQ(kvfs_writer_init_salted(&wp, &fp, KVFS_DTYPE_F16, KVFS_FLAG_SALTED, 0, 2, ids, NULL), -EINVAL);
+    CHECK_EQ(kvfs_writer_init(&wp, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_SALTED, 0, 2, ids), -EINVAL);
+    CHECK_EQ(kvfs_writer_init_salted(&wp, &fp, KVFS_DTYPE_F16, 0, 0, 2, ids, sb), 0);
+    CHECK_EQ(wp.hdr.flags, KVFS_FLAG_SALTED);
+    CHECK_EQ(kvfs_writer_finish(&wp), 0);
+    CHECK_EQ(verify(wp.buf, wp.size), 0);
+    kvfs_writer_free(&wp);
+
+    /* a dtype conversion keeps the salt: its name is the salted name of
+     * the same chunk made in that dtype */
+    struct kvfs_writer conv, direct;
+    char hc[65], hd[65];
+    CHECK_EQ(kvfs_chunk_convert(w.buf, w.size, KVFS_DTYPE_F32, &conv, why, sizeof(why)), 0);
+    CHECK_EQ(kvfs_file_verify(conv.buf, conv.size, &h, why, sizeof(why)), 0);
+    CHECK(h.salt && memcmp(h.salt, sa, 32) == 0);
+    hex_of(&h, hc);
+    CHECK_EQ(synth_chunk_salted(&direct, 3, 37, 1, KVFS_DTYPE_F32, sa), 0);
+    hex_of(&direct.hdr, hd);
+    CHECK(strcmp(hc, hd) == 0);
+    CHECK(strcmp(hc, ha) != 0);
+    kvfs_writer_free(&conv);
+    kvfs_writer_free(&direct);
+    kvfs_writer_free(&w);
+    kvfs_writer_free(&wb);
+    kvfs_writer_free(&wz);
 }
 
 int main(void)
@@ -122,6 +219,8 @@ int main(void)
     char again[65];
     hex_of(&w.hdr, again);
     CHECK(strcmp(again, h1) == 0);
+
+    test_salt(h1);
 
     /* f16 / bf16 */
     float vals[] = {0.0f, 1.0f, -2.5f, 65504.0f, 6.1e-5f, 3.0e-7f, 0.333333f};

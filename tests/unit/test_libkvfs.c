@@ -132,6 +132,7 @@ static void test_fields_and_views(void)
     CHECK(strcmp(in->hash, hex) == 0);
     CHECK(strcmp(in->model, model) == 0);
     CHECK(memcmp(in->model_id, w.hdr.fp.model_id, 32) == 0);
+    CHECK(in->salt == NULL);
 
     /* views: inside the mapping, at the format's offsets, the bytes written */
     size_t len;
@@ -160,6 +161,44 @@ static void test_fields_and_views(void)
     CHECK_EQ(libkvfs_verify_layer(f, 4), -ERANGE);
     libkvfs_close(f);
     kvfs_writer_free(&w);
+}
+
+/* a tenant's chunk: the salt in the mapping, in the hash; layers after it */
+static void test_salted(void)
+{
+    struct kvfs_writer w, plain;
+    uint8_t salt[32];
+    CHECK_EQ(kvfs_salt_digest("tenant", 6, salt), 0);
+    CHECK_EQ(synth_chunk_salted(&w, 4, 37, 7, KVFS_DTYPE_F16, salt), 0);
+    CHECK_EQ(synth_chunk(&plain, 4, 37, 7, KVFS_DTYPE_F16), 0);
+    CHECK_EQ(write_file(path_of("salted.kv"), w.buf, w.size), 0);
+    struct libkvfs_file *f;
+    char err[256] = "", hex[65], plain_hex[65];
+    CHECK_EQ(libkvfs_open(path_of("salted.kv"), 0, &f, err, sizeof(err)), 0);
+    if (!f) {
+        fprintf(stderr, "open: %s\n", err);
+        check_failures++;
+        goto out;
+    }
+    const struct libkvfs_info *in = libkvfs_info(f);
+    size_t len;
+    const uint8_t *base = libkvfs_data(f, &len);
+    CHECK_EQ(in->flags, LIBKVFS_FLAG_KEYS_ROPED | LIBKVFS_FLAG_SALTED);
+    CHECK(in->salt == base + KVFS_FIXED_HEADER_SIZE + 4 * 37 + 24 * 4);
+    CHECK(in->salt && memcmp(in->salt, salt, 32) == 0);
+    uint8_t digest[32];
+    kvfs_content_hash(&w.hdr, digest);
+    kvfs_hash_to_hex(digest, hex);
+    kvfs_content_hash(&plain.hdr, digest);
+    kvfs_hash_to_hex(digest, plain_hex);
+    CHECK(strcmp(in->hash, hex) == 0 && strcmp(in->hash, plain_hex) != 0);
+    struct libkvfs_view k;
+    CHECK_EQ(libkvfs_layer(f, 3, &k, NULL), 0);
+    CHECK(memcmp(k.data, kvfs_writer_layer(&plain, 3), k.bytes) == 0); /* the same K/V as unsalted */
+    libkvfs_close(f);
+out:
+    kvfs_writer_free(&w);
+    kvfs_writer_free(&plain);
 }
 
 /* values read through the views at [t][h][d]; pos0 and BLENDED */
@@ -398,6 +437,7 @@ int main(void)
         return 1;
     }
     test_fields_and_views();
+    test_salted();
     test_layout();
     test_bad_files();
     test_pipe();

@@ -23,6 +23,7 @@ struct kvfs_hparams {
     int scale_q;              /* applied to Q before attention (gemma), not to the scores */
     float embd_scale;         /* token embeddings times this (gemma: sqrt(n_embd)); 0: none */
     float logit_softcap;      /* final logits c * tanh(x / c); 0: none */
+    float attn_softcap;       /* gemma2: attention scores c * tanh(s / c) before the softmax; 0: none */
     int n_swa;                /* sliding window of the local layers; 0: none */
     float rope_theta_swa;     /* RoPE base of those layers */
     int ffn_geglu;            /* FFN gate through GELU (gemma), not SiLU */

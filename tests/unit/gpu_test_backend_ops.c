@@ -575,12 +575,14 @@ int main(void)
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
     test_quant();
-    static const char *const arches[] = {"llama", "qwen2", "qwen3", "gemma3", "granite", "smollm3", "olmo2", "phi3"};
+    static const char *const arches[] = {"llama", "qwen2",   "qwen3", "gemma2", "gemma3",
+                                         "granite", "smollm3", "olmo2", "phi3",   "mistral3"};
+    enum { N_ARCHES = sizeof(arches) / sizeof(arches[0]) };
     setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */
-    for (int a = 0; a < 8; a++)
+    for (int a = 0; a < N_ARCHES; a++)
         test_model(arches[a], 1e-3);
     unsetenv("KVFS_CUDA_ATTN");
-    for (int a = 0; a < 8; a++)
+    for (int a = 0; a < N_ARCHES; a++)
         test_model(arches[a], 1e-2);
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);

@@ -307,6 +307,12 @@ static void check_model(const char *arch, const char *path)
     CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
     CHECK((m->layers[0].bq != NULL) == !strcmp(arch, "qwen2"));
     CHECK((m->layers[0].attn_q_norm != NULL) == gemma);
+    if (!strcmp(arch, "gemma2")) { /* even layers local (window 8), soft-capped scores and logits, Q pre-scaled */
+        CHECK_EQ(m->hp.head_dim, 32);
+        CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[2].window == 8);
+        CHECK(m->hp.attn_softcap == 5.0f && m->hp.logit_softcap == 15.0f && m->hp.scale_q);
+        CHECK(m->layers[0].attn_post_norm && m->layers[0].ffn_post_norm);
+    }
     if (gemma) { /* heads of 32 on n_embd 64; layers 0 and 1 local (window 4, base 10000), 2 global */
         CHECK_EQ(m->hp.head_dim, 32);
         CHECK_EQ(m->hp.q_dim, 128);
@@ -402,6 +408,7 @@ int main(void)
     check_model("llama", path);
     check_model("qwen2", path);
     check_model("gemma3", path);
+    check_model("gemma2", path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
     struct kvfs_backend cpu;

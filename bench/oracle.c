@@ -98,7 +98,7 @@ static double question_kl(struct run *R, unsigned char **exact, float **mass)
         if (mass) {
             memset(mass[l], 0, sizeof(float) * (size_t)n_ctx);
             rc = be->attn_mass(ctx, w.q, w.pos, R->nq, R->mix.k[l], R->mix.pos, n_ctx, hp->n_head, hp->n_kv_head,
-                               hp->head_dim, scale, m->layers[l].window, mass[l]);
+                               hp->head_dim, scale, m->layers[l].window, hp->attn_softcap, mass[l]);
         }
         if (!rc)
             rc = kvfs_layer_finish(m, l, &w, R->nq, &R->mix, n_ctx);

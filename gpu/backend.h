@@ -88,21 +88,27 @@ struct kvfs_backend_iface {
      *   (llama.cpp's LLAMA_SWA_TYPE_STANDARD); a backend without windows
      *   returns -ENOTSUP for window > 0
      *   (GQA: head h uses kv head h / (n_head / n_kv_head))
-     *   out[n_q][n_head][head_dim] = softmax(scale * q.k^T) . v
+     *   out[n_q][n_head][head_dim] = softmax(cap(scale * q.k^T)) . v
+     *   where cap(s) = softcap * tanh(s / softcap) when softcap > 0 (Gemma
+     *   2's attention logit soft-capping, computed as ggml: s * (1 /
+     *   softcap), tanhf, times softcap; before the mask), else s unchanged
      * Must not materialise more than O(n_q * n_kv) per head at once. */
     int (*attention)(void *ctx, const float *q, const int32_t *q_pos, int n_q,
                      const float *k, const float *v, const int32_t *kv_pos, int n_kv,
-                     int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
+                     int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap,
+                     float *out);
 
     /* Attention mass: out[j] += sum over queries i and heads h of the
-     * attention probability softmax_j(scale * q[i][h] . k[j][h/group]) with
-     * attention's exact causal mask, for j < n_kv (out: device f32[n_kv]);
-     * window > 0: a sliding-window layer's mask (as attention's).
+     * attention probability softmax_j(cap(scale * q[i][h] . k[j][h/group]))
+     * with attention's exact causal mask, for j < n_kv (out: device
+     * f32[n_kv]); window > 0: a sliding-window layer's mask, softcap > 0:
+     * the soft-capping (both as attention's).
      * How much each kv row weighs in the queries' answers: blending's query
      * selection ranks chunk rows by it. */
     int (*attn_mass)(void *ctx, const float *q, const int32_t *q_pos, int n_q,
                      const float *k, const int32_t *kv_pos, int n_kv,
-                     int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
+                     int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap,
+                     float *out);
 
     /* out[i] = sum_j (a[i][j] - b[i][j])^2 for i < n; out is a device f32[n] */
     int (*row_sqdiff)(void *ctx, const float *a, const float *b, float *out, int n, int dim);
@@ -234,7 +240,7 @@ void kvfs_cpu_stats(void *ctx, FILE *f);
  * debug level). */
 int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
 /* the plugin's entry point and the interface version it must match */
-#define KVFS_CUDA_PLUGIN_VERSION 3 /* 2: chunk_shift, host_register; 3: rope's freq_factors */
+#define KVFS_CUDA_PLUGIN_VERSION 4 /* 2: chunk_shift, host_register; 3: rope's freq_factors; 4: attention's softcap */
 /* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
 void kvfs_backend_free(struct kvfs_backend *b);

@@ -116,17 +116,17 @@ static int w_get_rows(void *vctx, const float *table, const int32_t *ids, float 
 }
 static int w_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float *out)
+                       int window, float softcap, float *out)
 {
-    TIMED(P_ATTENTION,
-          attention(p_->ctx, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window, out));
+    TIMED(P_ATTENTION, attention(p_->ctx, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
+                                 window, softcap, out));
 }
 static int w_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float *out)
+                       int window, float softcap, float *out)
 {
-    TIMED(P_ATTN_MASS,
-          attn_mass(p_->ctx, q, q_pos, n_q, k, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window, out));
+    TIMED(P_ATTN_MASS, attn_mass(p_->ctx, q, q_pos, n_q, k, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
+                                 window, softcap, out));
 }
 static int w_row_sqdiff(void *vctx, const float *a, const float *b, float *out, int n, int dim)
 {

@@ -9,7 +9,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma3|granite|smollm3|olmo2|phi3] [--layers N] [--embd N] [--heads N]\n"
+    fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|granite|smollm3|olmo2|phi3|mistral3]\n"
+               "                        [--layers N] [--embd N] [--heads N]\n"
                "                        [--kv-heads N] [--ff N] [--seed N]\n"
                "Write a tiny model with random F32 weights and a byte-level vocabulary\n"
                "(defaults: llama, 2 layers, 64 wide, 4 heads, 2 KV heads, ff 128).\n");
@@ -32,7 +33,7 @@ int cmd_mkmodel(int argc, char **argv)
     o.seed = (uint32_t)seed;
     if (!out || (strcmp(o.arch, "llama") && strcmp(o.arch, "qwen2") && strcmp(o.arch, "qwen3") &&
                  strcmp(o.arch, "gemma3") && strcmp(o.arch, "granite") && strcmp(o.arch, "smollm3") && strcmp(o.arch, "olmo2") &&
-                 strcmp(o.arch, "phi3")) ||
+                 strcmp(o.arch, "phi3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "mistral3")) ||
         o.n_layer < 1 || o.n_head < 1 ||
         o.n_kv_head < 1 || o.n_embd % o.n_head || o.n_head % o.n_kv_head || (o.n_embd / o.n_head) % 2) {
         fprintf(stderr, "kvfsctl mkmodel: bad options (see --help)\n");

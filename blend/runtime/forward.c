@@ -153,7 +153,7 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
     int rc, E = hp->n_embd;
     size_t e = (size_t)n * E;
     if ((rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
-                            hp->head_dim, hp->scale_q ? 1.0f : hp->attn_scale, L->window, w->att)) ||
+                            hp->head_dim, hp->scale_q ? 1.0f : hp->attn_scale, L->window, hp->attn_softcap, w->att)) ||
         (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||

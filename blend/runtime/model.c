@@ -176,7 +176,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_qwen2 = !strcmp(hp->arch, "qwen2"), is_gemma3 = !strcmp(hp->arch, "gemma3");
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
-    int is_phi3 = !strcmp(hp->arch, "phi3");
+    int is_phi3 = !strcmp(hp->arch, "phi3"), is_gemma2 = !strcmp(hp->arch, "gemma2");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -213,6 +213,11 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->rope_dim = hp->head_dim;
     hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
+    if (!strcmp(hp->arch, "mistral3") && hp->rope_dim != hp->head_dim) { /* llama.cpp asserts it */
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: mistral3 with RoPE on %d of %d dims", path, hp->rope_dim,
+                       hp->head_dim);
+        goto fail;
+    }
     hp->rope_theta = 10000.0f;
     snprintf(name, sizeof(name), "%s.rope.freq_base", hp->arch);
     kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta);
@@ -221,8 +226,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
-                                                                             : KVFS_ROPE_STYLE_NORM;
+    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
+                                                                                          : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
     hp->qk_norm_full = is_olmo2;
     hp->rope_theta_swa = hp->rope_theta;
@@ -265,6 +270,28 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta_swa);
         if (hp->n_swa < 0 || !(hp->logit_softcap >= 0.0f)) {
             rc = kvfs_errf(err, errlen, -EINVAL, "%s: bad sliding window or logit soft-capping", path);
+            goto fail;
+        }
+    }
+    if (is_gemma2) { /* llama.cpp's models/gemma2.cpp, its defaults where the file is silent */
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->ffn_geglu = 1;
+        hp->scale_q = 1;
+        if (hp->n_layer == 46) /* 27B: query_pre_attn_scalar = n_embd / n_head */
+            hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+        hp->attn_softcap = 50.0f;
+        hp->logit_softcap = 30.0f;
+        snprintf(name, sizeof(name), "%s.attn_logit_softcapping", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->attn_softcap);
+        snprintf(name, sizeof(name), "%s.final_logit_softcapping", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->logit_softcap);
+        hp->n_swa = 4096; /* every other layer local (swa_layer's default pattern 2) */
+        hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
+        snprintf(name, sizeof(name), "%s.rope.freq_base_swa", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta_swa);
+        /* llama.cpp divides by both caps unconditionally: 0 would be NaN */
+        if (hp->n_swa <= 0 || !(hp->attn_softcap > 0.0f) || !(hp->logit_softcap > 0.0f)) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "%s: bad sliding window or soft-capping", path);
             goto fail;
         }
     }
@@ -362,12 +389,12 @@ output:
             ((rc = load_vec(m, T("attn_q_norm.weight"), hp->q_dim, 0, &L->attn_q_norm, err, errlen)) ||
              (rc = load_vec(m, T("attn_k_norm.weight"), kv_dim, 0, &L->attn_k_norm, err, errlen))))
             goto fail;
-        if ((is_gemma3 || is_olmo2) &&
+        if ((is_gemma2 || is_gemma3 || is_olmo2) &&
             ((rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
              (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
             goto fail;
         int local = 0;
-        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, is_olmo2 ? 4 : 6, &local))) {
+        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, is_olmo2 ? 4 : is_gemma2 ? 2 : 6, &local))) {
             kvfs_errf(err, errlen, rc, "%s: bad %s.attention.sliding_window_pattern", path, hp->arch);
             goto fail;
         }

@@ -1,8 +1,11 @@
 /* model.h - a transformer loaded from GGUF onto a compute backend.
- * Architectures: llama (Llama 2/3, SmolLM2, Mistral, Yi), qwen2 (QKV
- * biases) and gemma3 (scaled embeddings, Q/K norms, post-attention and
- * post-FFN norms, GeGLU, sliding-window layers with their own RoPE base).  Weights are dequantized to f32 at load (then run by the
- * backend's tuned matrix products). */
+ * Architectures: llama (Llama 2/3, SmolLM2, Mistral, Yi; mistral3 computes
+ * as it), qwen2 (QKV biases), gemma3 (scaled embeddings, Q/K norms,
+ * post-attention and post-FFN norms, GeGLU, sliding-window layers with
+ * their own RoPE base), gemma2 (as gemma3 without Q/K norms, with soft-capped
+ * attention scores), qwen3, granite, smollm3, olmo2, phi3 (model.c).
+ * Weights stay in the file's encoding where the backend multiplies by them
+ * so, else are decoded to f32 at load. */
 #ifndef KVFS_MODEL_H
 #define KVFS_MODEL_H
 
@@ -23,6 +26,7 @@ struct kvfs_hparams {
     int scale_q;              /* applied to Q before attention (gemma), not to the scores */
     float embd_scale;         /* token embeddings times this (gemma: sqrt(n_embd)); 0: none */
     float logit_softcap;      /* final logits c * tanh(x / c); 0: none */
+    float attn_softcap;       /* gemma2: attention scores c * tanh(s / c) before the softmax; 0: none */
     int n_swa;                /* sliding window of the local layers; 0: none */
     float rope_theta_swa;     /* RoPE base of those layers */
     int ffn_geglu;            /* FFN gate through GELU (gemma), not SiLU */

@@ -35,23 +35,26 @@ static const struct {
 int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t errlen)
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
-        !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3"))
+        !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
+        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
             return kvfs_errf(err, errlen, -ENOTSUP,
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
-    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2, phi3)", path,
-                     arch);
+    return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
+                     "gemma3, granite, smollm3, olmo2, phi3, mistral3)", path, arch);
 }
 
 /* a tensor the runtime reads for this architecture */
 static int tensor_known(const char *name, const char *arch, int n_layer)
 {
-    int is_gemma3 = !strcmp(arch, "gemma3");
-    if (!strcmp(name, "rope_freqs.weight")) /* Llama 3.1's frequency factors: llama.cpp reads them for llama */
-        return !strcmp(arch, "llama");
+    int is_gemma3 = !strcmp(arch, "gemma3"), is_gemma2 = !strcmp(arch, "gemma2");
+    if (!strcmp(name, "rope_freqs.weight")) /* Llama 3.1's frequency factors: llama.cpp reads them for these */
+        return !strcmp(arch, "llama") || !strcmp(arch, "mistral3");
+    if (is_gemma2 && !strcmp(name, "output.weight")) /* llama.cpp's gemma2 projects by the embedding, always */
+        return 0;
     static const char *const global[] = {"token_embd.weight", "output.weight", "output_norm.weight"};
     static const char *const layer[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
                                         "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
@@ -72,6 +75,9 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
     if (!strcmp(arch, "phi3") && (!strcmp(name + at, "attn_qkv.weight"))) /* fused Q, K, V */
         return 1;
     for (int i = 0; i < n_norms; i++)
+        if (!strcmp(name + at, gemma3[i]))
+            return 1;
+    for (int i = 2; is_gemma2 && i < 4; i++) /* gemma2: the post norms only */
         if (!strcmp(name + at, gemma3[i]))
             return 1;
     return 0;
@@ -138,9 +144,16 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     int finetuned = 1;
     if (!kvfs_gguf_get_bool(g, key, &finetuned) && !finetuned)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = false (no RoPE) is not supported yet", path, key);
+    /* computed for gemma2 (model.c), which is the one llama.cpp caps */
     snprintf(key, sizeof(key), "%s.attn_logit_softcapping", arch);
-    if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f)
+    if (strcmp(arch, "gemma2") && !kvfs_gguf_get_f32(g, key, &f) && f != 0.0f)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: attention logit soft-capping (%s = %g) is not supported yet",
+                         path, key, (double)f);
+    /* Llama 4-style attention temperature (mistral3 reads it): Q scaled by
+     * position */
+    snprintf(key, sizeof(key), "%s.attention.temperature_scale", arch);
+    if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: attention temperature scaling (%s = %g) is not supported yet",
                          path, key, (double)f);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const struct kvfs_gguf_str *n = &g->tensors[i].name;

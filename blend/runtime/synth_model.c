@@ -1,4 +1,5 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma3/granite/smollm3/olmo2/phi3 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3
+ * model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -38,8 +39,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
-    /* gemma3's heads are not n_embd / n_head wide (270M: 256 with 640 / 4) */
-    int head_dim = o->n_embd / o->n_head * (gemma ? 2 : 1), qd = head_dim * o->n_head, kv = head_dim * o->n_kv_head;
+    int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3");
+    /* gemma's heads are not n_embd / n_head wide (gemma3 270M: 256 with 640 / 4) */
+    int head_dim = o->n_embd / o->n_head * (gemma || gemma2 ? 2 : 1), qd = head_dim * o->n_head;
+    int kv = head_dim * o->n_kv_head;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
     rc = kvfs_gguf_add_str(w, "general.architecture", a);
     if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
@@ -63,6 +66,15 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 4);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window_pattern"), 3);
+    /* gemma2: caps that bend the scores and logits of a random model (Gemma
+     * 2's 50 and 30 would not; a final cap of 3 flattens them: logits reach
+     * about 40), a window shorter than test prompts, every other layer local
+     * (llama.cpp's default pattern) */
+    if (gemma2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (gemma2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (gemma2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
+    if (gemma2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("attn_logit_softcapping"), 5.0f);
+    if (gemma2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("final_logit_softcapping"), 15.0f);
 #undef KEY
     /* byte-level vocabulary: token i < 256 is byte i in GPT-2's encoding */
     char (*texts)[8] = calloc((size_t)vocab, 8);
@@ -96,10 +108,15 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 256);
     if (!rc) rc = kvfs_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", 0);
     float sc = 1.0f / (float)o->n_embd;
+    /* gemma2: scores large enough for its attention soft-cap to bend them
+     * (with the usual gain no cap above 0.5 moved a log-prob by 0.01) */
+    float qk_gain = gemma2 ? 8.0f : 1.0f;
     if (!rc) rc = add_rand(w, "token_embd.weight", o->n_embd, vocab, 2.0f, 0.0f, &s);
     if (!rc) rc = add_rand(w, "output_norm.weight", o->n_embd, 1, 0.2f, 1.0f, &s);
     if (olmo2 && !rc) /* llama.cpp's olmo2 requires its own output projection */
         rc = add_rand(w, "output.weight", o->n_embd, vocab, 0.5f, 0.0f, &s);
+    if (mistral3 && !rc) /* Llama 3.1-style frequency factors, which llama.cpp's mistral3 reads: in [1, 4) */
+        rc = add_rand(w, "rope_freqs.weight", head_dim / 2, 1, 3.0f, 2.5f, &s);
     for (int l = 0; l < o->n_layer && !rc; l++) {
 #define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
         if (!olmo2) /* olmo2 normalizes after its sublayers instead */
@@ -108,8 +125,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
             if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);
         } else {
-            if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
-            if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8 * qk_gain, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8 * qk_gain, 0, &s);
             if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
@@ -129,8 +146,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (olmo2 && !rc) rc = add_rand(w, T("attn_k_norm.weight"), kv, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (gemma && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (gemma && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if ((gemma || gemma2) && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if ((gemma || gemma2) && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T
     }
     if (!rc)

@@ -4,9 +4,13 @@
 #include <stdint.h>
 struct kvfs_synth_model_opts {
     const char *arch;  /* "llama", "qwen2" (adds QKV biases, NeoX RoPE), "qwen3" (per-head
-                        * Q/K norms, NeoX RoPE) or "gemma3"
+                        * Q/K norms, NeoX RoPE), "gemma3"
                         * (heads of 2 n_embd / n_head, Q/K and post norms, a
-                        * sliding window of 4 on all layers but each 3rd) */
+                        * sliding window of 4 on all layers but each 3rd),
+                        * "gemma2" (heads as gemma3's, post norms, soft-capping
+                        * of 5 and 15, a window of 8 on every other layer),
+                        * "mistral3" (llama with RoPE frequency factors), or
+                        * granite, smollm3, olmo2, phi3 */
     int n_layer, n_embd, n_head, n_kv_head, n_ff;
     float rope_theta;
     uint32_t seed;

@@ -23,6 +23,7 @@ struct softmax_job {
     const int32_t *q_pos, *kv_pos;
     int r0, r1, n_kv, ld, sorted;
     int window; /* > 0: keys at q_pos - window or before are masked too */
+    float softcap; /* > 0: scores soft-capped (softcap_scores) before the mask */
 };
 
 /* e^x for x <= 0 (scores minus their row max), in a form the compiler turns
@@ -121,8 +122,18 @@ static int32_t window_hides(int32_t qp, int window)
     return h < INT32_MIN ? INT32_MIN : (int32_t)h;
 }
 
+/* Gemma 2's attention logit soft-capping, as ggml computes it (scale by
+ * 1 / cap, tanhf, scale by cap): x[i] = cap * tanh(x[i] / cap). */
+static void softcap_scores(float *x, int n, float cap)
+{
+    float inv = 1.0f / cap;
+    for (int i = 0; i < n; i++)
+        x[i] = tanhf(x[i] * inv) * cap;
+}
+
 /* Masked softmax of score rows [r0, r1): exact causal mask by position
- * (and window).  With sorted positions a row's visible keys are [begin, end). */
+ * (and window), after the soft-capping where there is one.  With sorted
+ * positions a row's visible keys are [begin, end). */
 __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
 {
     struct softmax_job *j = arg;
@@ -133,7 +144,11 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
             end = visible_end(j->kv_pos, n, j->q_pos[i]);
             if (j->window > 0)
                 begin = visible_end(j->kv_pos, end, window_hides(j->q_pos[i], j->window));
+            if (j->softcap > 0.0f)
+                softcap_scores(full + begin, end - begin, j->softcap);
         } else {
+            if (j->softcap > 0.0f) /* before the mask: tanh would take -inf to -cap */
+                softcap_scores(full, n, j->softcap);
             for (int c = 0; c < n; c++)
                 if (j->kv_pos[c] > j->q_pos[i] || (j->window > 0 && j->kv_pos[c] <= window_hides(j->q_pos[i], j->window)))
                     full[c] = -INFINITY;
@@ -236,7 +251,7 @@ struct attn_call {
     const int32_t *q_pos, *kv_pos;
     float *out;
     int n_q, n_kv, n_head, n_kv_head, head_dim, window, sorted;
-    float scale;
+    float scale, softcap;
     atomic_int next; /* the next unit */
     atomic_int rc;
     const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
@@ -285,7 +300,7 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
     nk -= kb;
     blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale, qq, qstride, kk, kstride,
                 0.0f, sc, nk);
-    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window};
+    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window, c->softcap};
     softmax_rows(&job);
     blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride, 0.0f,
                 out, qstride);
@@ -323,7 +338,7 @@ static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int g, i
                 c->kt + (size_t)kh * hd * c->n_kv_pad + kb, c->n_kv_pad, 0.0f, sc, width);
     for (int hh = 0; hh < g; hh++) {
         struct softmax_job job = {sc + (size_t)hh * rows * width, c->q_pos, c->kv_pos + kb, i0, i1, nk - kb, width,
-                                  c->sorted, c->window};
+                                  c->sorted, c->window, c->softcap};
         softmax_rows(&job);
     }
     for (int i = 0; i < gr; i++)
@@ -474,15 +489,16 @@ static void kt_range(void *arg, size_t lo, size_t hi)
 
 int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                         int window, float *out)
+                         int window, float softcap, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0)
         return 0;
-    if (n_kv <= 0 || n_head % n_kv_head || window < 0)
+    if (n_kv <= 0 || n_head % n_kv_head || window < 0 || !(softcap >= 0.0f))
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, 0, 0, NULL, 0, NULL, NULL, 0};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, softcap, 0, 0, NULL, 0, NULL, NULL,
+                          0};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -534,7 +550,7 @@ struct mass_call {
     float *sc; /* [n_head][rows][n_kv] */
     float *out;
     int i0, rows, n_kv, n_head, group, head_dim, window, sorted;
-    float scale;
+    float scale, softcap;
     atomic_int next;
 };
 
@@ -548,7 +564,7 @@ static void *mass_heads(void *arg)
                             c->q + (size_t)c->i0 * qstride + h * c->head_dim, qstride,
                             c->k + (h / c->group) * c->head_dim, kstride, 0.0f, sc, c->n_kv);
         struct softmax_job job = {sc, c->q_pos, c->kv_pos, c->i0, c->i0 + c->rows, c->n_kv, c->n_kv, c->sorted,
-                                  c->window};
+                                  c->window, c->softcap};
         softmax_rows(&job);
     }
     return NULL;
@@ -567,12 +583,12 @@ static void mass_sum(void *arg, size_t lo, size_t hi)
 
 int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
                          const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                         int window, float *out)
+                         int window, float softcap, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0 || n_kv <= 0)
         return 0;
-    if (n_head % n_kv_head)
+    if (n_head % n_kv_head || !(softcap >= 0.0f))
         return -EINVAL;
     /* the queries are few (a prompt's suffix): a block of them per sgemm */
     int block = n_q < ATT_BLOCK ? n_q : ATT_BLOCK;
@@ -580,7 +596,7 @@ int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, con
     if (!buf)
         return -ENOMEM;
     struct mass_call c = {ctx, q, k, q_pos, kv_pos, buf->p, out, 0, 0, n_kv, n_head, n_head / n_kv_head, head_dim,
-                          window, positions_sorted(kv_pos, n_kv), scale, 0};
+                          window, positions_sorted(kv_pos, n_kv), scale, softcap, 0};
     struct mass_call *jobs[KVFS_PARALLEL_MAX];
     int nt = pool_jobs(ctx);
     nt = nt > n_head ? n_head : nt;

@@ -82,9 +82,10 @@ int cpu_scatter_rows(void *ctx, const float *src, const int32_t *idx, float *dst
 int cpu_topk(void *ctx, const float *scores, const uint8_t *forced, int n, int k, int32_t *out);
 int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                   const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window,
-                  float *out);
+                  float softcap, float *out);
 int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
-                  int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
+                  int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap,
+                  float *out);
 int cpu_upload_kv(void *vctx, float *dst, const void *host, size_t count, int type);
 int cpu_upload_kvq(void *vctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim, int codec);
 

@@ -25,7 +25,7 @@ template <int D> static size_t flash_smem(void)
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
 k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-        int n_kv, int n_head, int n_kv_head, float scale, int window, float *out)
+        int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, float *out)
 {
     extern __shared__ float sm[];
     float *qs = sm;                        /* [BQ][D+1], pre-scaled */
@@ -79,8 +79,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         float tmax = -INFINITY;
 #pragma unroll
         for (int cc = 0; cc < FA_BK / 4; cc++) {
-            if (!kv_seen(kp_s[sub + 4 * cc], my_pos, window))
-                sc[cc] = -INFINITY;
+            sc[cc] = kv_seen(kp_s[sub + 4 * cc], my_pos, window) ? attn_softcap(sc[cc], softcap) : -INFINITY;
             tmax = fmaxf(tmax, sc[cc]);
         }
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
@@ -126,7 +125,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
 #define MAX_HD 256
 __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k, const float *v,
                             const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                            int window, float *out)
+                            int window, float softcap, float *out)
 {
     int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     int kh = h / (n_head / n_kv_head);
@@ -151,7 +150,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
             float dot = 0.0f;
             for (int d = 0; d < head_dim; d++)
                 dot += qs[d] * kr[d];
-            s = dot * scale;
+            s = attn_softcap(dot * scale, softcap);
         }
         red[t] = s;
         __syncthreads();
@@ -196,7 +195,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
 template <int D>
 static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos, int n_q, const float *k,
                         const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                        int window, float *out)
+                        int window, float softcap, float *out)
 {
     size_t smem = flash_smem<D>();
     int bit = D == 64 ? 1 : 2;
@@ -209,31 +208,33 @@ static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos
     }
     dim3 grid((unsigned)((n_q + FA_BQ - 1) / FA_BQ), (unsigned)n_head);
     k_flash<D><<<grid, FA_THREADS, smem, c->stream>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                                      window, out);
+                                                      window, softcap, out);
     return LAUNCHED("flash attention");
 }
 
 int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float *out)
+                       int window, float softcap, float *out)
 {
     if (n_q <= 0)
         return 0;
-    if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD)
+    if (n_kv <= 0 || n_head % n_kv_head || head_dim > MAX_HD || !(softcap >= 0.0f))
         return -EINVAL;
     /* 16 rows and more (prefills, a blend's recomputed rows) on the tensor
      * cores; a decoding step's row in f32 */
     if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin)
         return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                window, out),
+                                window, softcap, out),
                         "attention (tensor cores)");
     if (head_dim == 128)
-        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
+        return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap,
+                                 out);
     if (head_dim == 64)
-        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
+        return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap,
+                                out);
     dim3 grid((unsigned)n_q, (unsigned)n_head);
     k_attention<<<grid, ATT_T, 0, CTX->stream>>>(q, q_pos, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
-                                                  window, out);
+                                                  window, softcap, out);
     return LAUNCHED("attention");
 }
 
@@ -241,7 +242,7 @@ int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
  * row's probability added to out (atomics: blocks share rows).  Scores are
  * recomputed in each pass rather than stored: the queries are few. */
 __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
-                            int n_head, int group, int head_dim, float scale, int window, float *out)
+                            int n_head, int group, int head_dim, float scale, int window, float softcap, float *out)
 {
     __shared__ float qs[256];
     __shared__ float red[256];
@@ -251,7 +252,7 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
         qs[d] = qr[d] * scale;
     __syncthreads();
-    /* scaled score of kv row j, -INFINITY where the mask hides it */
+    /* scaled (and capped) score of kv row j, -INFINITY where the mask hides it */
     auto score = [&](int j) {
         if (!kv_seen(kv_pos[j], qp, window))
             return -INFINITY;
@@ -259,7 +260,7 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
         float dot = 0;
         for (int d = 0; d < head_dim; d++)
             dot += qs[d] * kr[d];
-        return dot;
+        return attn_softcap(dot, softcap);
     };
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
@@ -286,7 +287,8 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
  * a thread per key adds up its probabilities over the rows (no atomics). */
 #define MASS_KEYS 64 /* keys per block of the score pass */
 __global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
-                              int n_head, int group, int head_dim, float scale, int window, float *S)
+                              int n_head, int group, int head_dim, float scale, int window, float softcap,
+                              float *S)
 {
     __shared__ float qs[256];
     int row = blockIdx.x, i = row / n_head, h = row % n_head, kstride = n_head / group * head_dim;
@@ -307,7 +309,7 @@ __global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float 
         for (int off = 16; off > 0; off >>= 1)
             dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0)
-            S[(size_t)row * n_kv + j] = kv_seen(kv_pos[j], qp, window) ? dot : -INFINITY;
+            S[(size_t)row * n_kv + j] = kv_seen(kv_pos[j], qp, window) ? attn_softcap(dot, softcap) : -INFINITY;
     }
 }
 
@@ -346,11 +348,11 @@ __global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m
 
 int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float *out)
+                       int window, float softcap, float *out)
 {
     if (n_q <= 0 || n_kv <= 0)
         return 0;
-    if (n_head % n_kv_head || head_dim > 256)
+    if (n_head % n_kv_head || head_dim > 256 || !(softcap >= 0.0f))
         return -EINVAL;
     int group = n_head / n_kv_head, rows = n_q * n_head;
     size_t cells = (size_t)rows * n_kv;
@@ -358,7 +360,7 @@ int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
     if (cells <= ((size_t)64 << 20) && c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows), (void **)&S) == 0) {
         float *m = S + cells, *inv = m + rows;
         k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
-            q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, S);
+            q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, softcap, S);
         k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, m, inv);
         k_mass_keys<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv, out);
         int rc = LAUNCHED("attn_mass");
@@ -367,7 +369,7 @@ int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
     }
     /* many query rows: one block per (query, head), nothing kept */
     k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale,
-                                                       window, out);
+                                                       window, softcap, out);
     return LAUNCHED("attn_mass");
 }
 

@@ -37,7 +37,7 @@ template <int D> struct tc_layout {
 template <int D>
 __global__ void __launch_bounds__(32 * WARPS)
 k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-           int n_kv, int n_head, int n_kv_head, float scale, int window, float *out)
+           int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, float *out)
 {
     typedef tc_layout<D> Lay;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -111,7 +111,7 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
                 int c = lane + 32 * u;
                 int32_t kp = kp_s[c];
                 bool seen = j0 + c < n_kv && kv_seen(kp, qp, window);
-                s2[u] = seen ? ss[r * Lay::SLD + c] : -INFINITY;
+                s2[u] = seen ? attn_softcap(ss[r * Lay::SLD + c], softcap) : -INFINITY;
                 tmax = fmaxf(tmax, s2[u]);
             }
             for (int off = 16; off > 0; off >>= 1)
@@ -164,7 +164,7 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
 template <int D>
 static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, int n_q, const float *k,
                           const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                          int window, float *out)
+                          int window, float softcap, float *out)
 {
     size_t smem = tc_layout<D>::bytes;
     static int smem_set; /* the attribute is the kernel's, process-wide: set once (setting it twice is harmless) */
@@ -176,7 +176,7 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
     }
     dim3 grid((unsigned)((n_q + TQ - 1) / TQ), (unsigned)n_head);
     k_flash_tc<D><<<grid, 32 * WARPS, smem, s>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window,
-                                                 out);
+                                                 softcap, out);
     return cudaGetLastError();
 }
 
@@ -192,14 +192,14 @@ size_t attn_tc_smem(int head_dim)
 
 cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
                     const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                    int window, float *out)
+                    int window, float softcap, float *out)
 {
     if (n_q <= 0)
         return cudaSuccess;
     switch (head_dim) {
-    case 64: return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
-    case 128: return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
-    case 256: return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, out);
+    case 64: return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
+    case 128: return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
+    case 256: return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -12,6 +12,6 @@ size_t attn_tc_smem(int head_dim);
 
 cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
                     const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                    int window, float *out);
+                    int window, float softcap, float *out);
 
 #endif

@@ -1,7 +1,8 @@
-// attn_mask.cuh - attention's mask by position, one definition for every CUDA
-// kernel (backend.h's, the CPU reference's): a key at kp is seen by a query at
-// qp when kp <= qp and, on a sliding-window layer (window > 0), qp - kp <
-// window.  Computed in 64 bits, so a missing query row's INT_MIN sees nothing.
+// attn_mask.cuh - attention's mask by position and its scores' soft-capping,
+// one definition for every CUDA kernel (backend.h's, the CPU reference's): a
+// key at kp is seen by a query at qp when kp <= qp and, on a sliding-window
+// layer (window > 0), qp - kp < window.  Computed in 64 bits, so a missing
+// query row's INT_MIN sees nothing.
 #ifndef KVFS_ATTN_MASK_CUH
 #define KVFS_ATTN_MASK_CUH
 
@@ -11,6 +12,13 @@
 __device__ __forceinline__ bool kv_seen(int32_t kp, int32_t qp, int window)
 {
     return kp <= qp && !(window > 0 && (long long)kp <= (long long)qp - window);
+}
+
+// Gemma 2's soft-capping of a scaled score (softcap > 0), as ggml: s * (1 /
+// cap), tanhf, times cap; applied to seen keys only (tanh(-inf) is -1)
+__device__ __forceinline__ float attn_softcap(float s, float softcap)
+{
+    return softcap > 0.0f ? tanhf(s * (1.0f / softcap)) * softcap : s;
 }
 
 // the smallest and largest of p[0 .. n)

@@ -181,8 +181,9 @@ int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *i
 /* attention_cuda.cu */
 int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
                 const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window,
-                float *out);
+                float softcap, float *out);
 int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
-                int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float *out);
+                int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap,
+                float *out);
 
 #endif

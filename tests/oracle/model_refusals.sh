@@ -15,6 +15,10 @@ got=$("$KVFSCTL" generate -m "$T/copy.gguf" -p "$P" -n 4 --ids 2>/dev/null)
 check "an unedited copy loads and answers as the original ($got)" test -n "$want" -a "$got" = "$want"
 check "kvfsctl info on the model: supported" sh -c \
     "'$KVFSCTL' info '$MODEL' > '$T/x' && grep -q '^supported: *yes' '$T/x' && grep -q '^arch: *llama' '$T/x'"
+# mistral3 is computed as llama: the copy under that name answers the same
+python3 "$EDIT" "$MODEL" "$T/m3.gguf" --arch mistral3 2>/dev/null
+got=$("$KVFSCTL" generate -m "$T/m3.gguf" -p "$P" -n 4 --ids 2>/dev/null)
+check "the copy as mistral3 loads and answers as llama ($got)" test -n "$want" -a "$got" = "$want"
 refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
     local what=$1 pat=$2
     shift 2
@@ -40,7 +44,9 @@ refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is n
 refused "a mixture-of-experts family" "architecture 'qwen3moe' is not supported: mixture of experts" --arch qwen3moe
 refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma3, granite, smollm3, olmo2, phi3)" --arch novel
+refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
+    --arch mistral3 --f32 mistral3.attention.temperature_scale=0.1
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3)" --arch novel
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

@@ -13,7 +13,8 @@ from paths import KVFSCTL
 from llama_oracle import last_logprobs, judge
 import llama_cpp
 
-ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3']
+ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3',
+                          'mistral3']
 # SmolLM2's bounds (logits_oracle.py): llama.cpp rounds activations to 8 bits
 # inside quantized products and keeps an f16 cache, as kvfs does, but sums
 # in another order

@@ -164,22 +164,28 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             kvp[i] = qp[i] = i;
         G->upload(B->ctx, dkvp, kvp, sizeof(int32_t) * n);
         G->upload(B->ctx, dqp, qp, sizeof(int32_t) * n);
-        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
+             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attention", pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
         /* a sliding-window layer's (gemma3's local layers) */
-        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, oc),
-             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, dy));
+        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, oc),
+             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attn window", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
+        /* and soft-capped (gemma2's local layers) */
+        BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, 0.5f, oc),
+             G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.5f, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * n * embd);
+        snprintf(lab, sizeof(lab), "%s%s", "attn softcap", pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
         for (int i = 0; i < nsel; i++)
             qp[i] = (i * 7919) % n;
         G->upload(B->ctx, dqp, qp, sizeof(int32_t) * nsel);
-        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
+             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attn sparse", pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
@@ -187,18 +193,26 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         {
             float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
             float *dm = dev_of(B, mc, sizeof(float) * n);
-            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, mc),
-                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, dm));
+            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, mc),
+                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
             snprintf(lab, sizeof(lab), "%s%s", "attn_mass", pass ? " (2)" : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5); /* one kernel, f32, on both passes */
             /* and through a sliding window (a local layer's votes) */
             memset(mc, 0, sizeof(float) * n);
             G->upload(B->ctx, dm, mc, sizeof(float) * n);
-            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, mc),
-                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, dm));
+            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, mc),
+                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
             snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", pass ? " (2)" : "");
+            report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
+            /* soft-capped (gemma2's votes) */
+            memset(mc, 0, sizeof(float) * n);
+            G->upload(B->ctx, dm, mc, sizeof(float) * n);
+            BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, mc),
+                 G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, dm));
+            G->download(B->ctx, mg, dm, sizeof(float) * n);
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass softcap", pass ? " (2)" : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
             G->free(B->ctx, dm);
             free(mc);
@@ -208,8 +222,8 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         for (int i = 0; i < n; i++)
             kvp[i] = (int32_t)((i * 7919u) % (unsigned)n);
         G->upload(B->ctx, dkvp, kvp, sizeof(int32_t) * n);
-        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, oc),
-             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, dy));
+        BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
+             G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attn unsorted", pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
@@ -561,12 +575,14 @@ int main(void)
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
     test_quant();
-    static const char *const arches[] = {"llama", "qwen2", "qwen3", "gemma3", "granite", "smollm3", "olmo2", "phi3"};
+    static const char *const arches[] = {"llama", "qwen2",   "qwen3", "gemma2", "gemma3",
+                                         "granite", "smollm3", "olmo2", "phi3",   "mistral3"};
+    enum { N_ARCHES = sizeof(arches) / sizeof(arches[0]) };
     setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */
-    for (int a = 0; a < 8; a++)
+    for (int a = 0; a < N_ARCHES; a++)
         test_model(arches[a], 1e-3);
     unsetenv("KVFS_CUDA_ATTN");
-    for (int a = 0; a < 8; a++)
+    for (int a = 0; a < N_ARCHES; a++)
         test_model(arches[a], 1e-2);
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);

@@ -439,9 +439,12 @@ int main(void)
             k[i] = cosf(0.3f * (float)i + 1.0f);
         for (int j = 0; j < NK; j++)
             kp[j] = (j * 7) % NK;
-        for (int window = 0; window <= 5; window += 5) {
+        for (int t = 0; t < 3; t++) { /* causal, windowed, windowed and soft-capped (gemma2) */
+            int window = t ? 5 : 0;
+            double cap = t == 2 ? 0.3 : 0.0;
             memset(mass, 0, sizeof(mass));
-            CHECK_EQ(m->be.iface->attn_mass(m->be.ctx, q, qp, NQ, k, kp, NK, NH, NKH, HD, 0.25f, window, mass), 0);
+            CHECK_EQ(m->be.iface->attn_mass(m->be.ctx, q, qp, NQ, k, kp, NK, NH, NKH, HD, 0.25f, window, (float)cap,
+                                            mass), 0);
             double want[NK] = {0}, total = 0, err_max = 0;
             for (int i = 0; i < NQ; i++)
                 for (int h = 0; h < NH; h++) {
@@ -451,7 +454,7 @@ int main(void)
                         for (int x = 0; x < HD; x++)
                             d += (double)q[(i * NH + h) * HD + x] * k[(j * NKH + h / 2) * HD + x];
                         int seen = kp[j] <= qp[i] && (window == 0 || kp[j] > qp[i] - window);
-                        sc[j] = seen ? 0.25 * d : -INFINITY;
+                        sc[j] = seen ? (cap > 0 ? cap * tanh(0.25 * d / cap) : 0.25 * d) : -INFINITY;
                         mx = fmax(mx, sc[j]);
                     }
                     for (int j = 0; j < NK; j++)
@@ -466,8 +469,8 @@ int main(void)
                 if (kp[j] > 12 || (window && kp[j] <= 2))
                     CHECK(mass[j] == 0.0f);
             }
-            fprintf(stderr, "attn_mass (window %d): max error %.3g, total %.4f (want %d)\n", window, err_max, total,
-                    NQ * NH);
+            fprintf(stderr, "attn_mass (window %d, cap %g): max error %.3g, total %.4f (want %d)\n", window, cap,
+                    err_max, total, NQ * NH);
             CHECK(err_max < 1e-5);
             CHECK(fabs(total - NQ * NH) < 1e-4);
         }

@@ -162,12 +162,14 @@ static void attention_inputs(float *q, float *k, float *v, int32_t *pos, int n, 
 /* The backend's attention alone, batch invariance: the first P queries
  * over the first P keys (a prefill's first call) give, bit for bit, the rows
  * the full call gives them, whatever block of queries P ends in (tails of 1
- * to 255 rows), for head widths 64 / 128 / 256, causal and windowed. */
+ * to 255 rows), for head widths 64 / 128 / 256, causal and windowed, with
+ * and without soft-capping. */
 static void check_attention_invariance(const struct kvfs_backend *b)
 {
     enum { N = 900, H = 4, KH = 2 };
-    static const struct { int p, d, window; } cases[] = {
-        {600, 64, 0}, {520, 64, 0}, {513, 128, 4}, {600, 128, 0}, {700, 256, 512}, {17, 64, 0}, {899, 64, 7}};
+    static const struct { int p, d, window; float cap; } cases[] = {
+        {600, 64, 0, 0}, {520, 64, 0, 0}, {513, 128, 4, 0}, {600, 128, 0, 0}, {700, 256, 512, 0}, {17, 64, 0, 0},
+        {899, 64, 7, 0}, {600, 64, 0, 0.05f}, {513, 128, 9, 0.05f}};
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
         int P = cases[t].p, D = cases[t].d;
         float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * N * KH * D);
@@ -175,8 +177,10 @@ static void check_attention_invariance(const struct kvfs_backend *b)
         float *o2 = malloc(sizeof(float) * N * H * D);
         int32_t *pos = malloc(sizeof(int32_t) * N);
         attention_inputs(q, k, v, pos, N, H * D, KH * D, 3);
-        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, cases[t].window, o1), 0);
-        CHECK_EQ(b->iface->attention(b->ctx, q, pos, P, k, v, pos, P, H, KH, D, 0.125f, cases[t].window, o2), 0);
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, cases[t].window,
+                                     cases[t].cap, o1), 0);
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, P, k, v, pos, P, H, KH, D, 0.125f, cases[t].window,
+                                     cases[t].cap, o2), 0);
         int bad = 0;
         for (int i = 0; i < P; i++)
             bad += !!memcmp(o1 + (size_t)i * H * D, o2 + (size_t)i * H * D, sizeof(float) * H * D);
@@ -211,8 +215,9 @@ static void check_sparse_query_invariance(const struct kvfs_backend *b, int H, i
     }
     const int windows[] = {0, 512};
     for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
-        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, windows[w], o1), 0);
-        CHECK_EQ(b->iface->attention(b->ctx, qs, qpos, n, k, v, pos, N, H, KH, D, 0.125f, windows[w], o2), 0);
+        float cap = w ? 0.05f : 0.0f; /* the windowed case soft-capped too (gemma2) */
+        CHECK_EQ(b->iface->attention(b->ctx, q, pos, N, k, v, pos, N, H, KH, D, 0.125f, windows[w], cap, o1), 0);
+        CHECK_EQ(b->iface->attention(b->ctx, qs, qpos, n, k, v, pos, N, H, KH, D, 0.125f, windows[w], cap, o2), 0);
         int bad = 0;
         for (int j = 0; j < n; j++)
             bad += !!memcmp(o1 + (size_t)row[j] * H * D, o2 + (size_t)j * H * D, sizeof(float) * H * D);
@@ -226,7 +231,8 @@ static void check_sparse_query_invariance(const struct kvfs_backend *b, int H, i
 
 /* The backend's attention with a sliding window against its definition,
  * computed here in double: positions in order (the skipping paths) and
- * shuffled, several windows, GQA. */
+ * shuffled, several windows, GQA, with and without soft-capping (a cap of
+ * 0.05 where the scaled scores reach about +-0.3: tanh bends them). */
 static void check_window_attention(const struct kvfs_backend *b)
 {
     enum { NQ = 7, NKV = 40, H = 4, KH = 2, D = 16 };
@@ -246,9 +252,10 @@ static void check_window_attention(const struct kvfs_backend *b)
         for (int i = 0; i < NQ; i++)
             qp[i] = shuffled ? 39 - 5 * i : 30 + i;
         const int windows[] = {0, 1, 4, 9, 100};
-        for (size_t wi = 0; wi < sizeof(windows) / sizeof(windows[0]); wi++) {
-            int win = windows[wi];
-            CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, out), 0);
+        for (size_t wi = 0; wi < 2 * sizeof(windows) / sizeof(windows[0]); wi++) {
+            int win = windows[wi % 5];
+            float cap = wi >= 5 ? 0.05f : 0.0f;
+            CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, cap, out), 0);
             double worst = 0;
             for (int i = 0; i < NQ; i++)
                 for (int h = 0; h < H; h++) {
@@ -259,7 +266,7 @@ static void check_window_attention(const struct kvfs_backend *b)
                         double d = 0;
                         for (int c = 0; c < D; c++)
                             d += (double)q[(i * H + h) * D + c] * k[(j * KH + kh) * D + c];
-                        sc[j] = vis ? 0.3 * d : -1e300;
+                        sc[j] = vis ? (cap > 0 ? cap * tanh(0.3 * d / cap) : 0.3 * d) : -1e300;
                         mx = sc[j] > mx ? sc[j] : mx;
                     }
                     for (int j = 0; j < NKV; j++)
@@ -273,12 +280,13 @@ static void check_window_attention(const struct kvfs_backend *b)
                     }
                 }
             if (worst > 1e-5)
-                fprintf(stderr, "window %d (%s positions): max error %.2e\n", win, shuffled ? "shuffled" : "sorted",
-                        worst);
+                fprintf(stderr, "window %d, cap %g (%s positions): max error %.2e\n", win, (double)cap,
+                        shuffled ? "shuffled" : "sorted", worst);
             CHECK(worst <= 1e-5);
         }
     }
-    CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, -1, out), -EINVAL);
+    CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, -1, 0.0f, out), -EINVAL);
+    CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, 0, -1.0f, out), -EINVAL);
 }
 
 static void check_model(const char *arch, const char *path)
@@ -299,6 +307,12 @@ static void check_model(const char *arch, const char *path)
     CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
     CHECK((m->layers[0].bq != NULL) == !strcmp(arch, "qwen2"));
     CHECK((m->layers[0].attn_q_norm != NULL) == gemma);
+    if (!strcmp(arch, "gemma2")) { /* even layers local (window 8), soft-capped scores and logits, Q pre-scaled */
+        CHECK_EQ(m->hp.head_dim, 32);
+        CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[2].window == 8);
+        CHECK(m->hp.attn_softcap == 5.0f && m->hp.logit_softcap == 15.0f && m->hp.scale_q);
+        CHECK(m->layers[0].attn_post_norm && m->layers[0].ffn_post_norm);
+    }
     if (gemma) { /* heads of 32 on n_embd 64; layers 0 and 1 local (window 4, base 10000), 2 global */
         CHECK_EQ(m->hp.head_dim, 32);
         CHECK_EQ(m->hp.q_dim, 128);
@@ -394,6 +408,7 @@ int main(void)
     check_model("llama", path);
     check_model("qwen2", path);
     check_model("gemma3", path);
+    check_model("gemma2", path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
     struct kvfs_backend cpu;

@@ -260,22 +260,49 @@ static int layer_header(struct reader *r, int which, int trans, uint32_t l, cons
 }
 
 /* The cells: a run of consecutive positions from *pos0, each of one
- * sequence. */
-static int check_cells(const uint8_t *cells, uint32_t n_cells, int32_t *pos0, char *err, size_t errlen)
+ * sequence, in any order (a KV cache shared by several slots places a
+ * sequence's cells where they were free); row[i] is cell i's token row in
+ * the chunk (malloc'ed). */
+static int check_cells(const uint8_t *cells, uint32_t n_cells, int32_t *pos0, uint32_t **row, char *err,
+                       size_t errlen)
 {
-    *pos0 = (int32_t)get32(cells);
+    int64_t lo = INT32_MAX;
+    uint8_t *seen = NULL;
+    int rc = 0;
+    *row = NULL;
     for (uint32_t i = 0; i < n_cells; i++) {
         const uint8_t *c = cells + 12ull * i;
-        if ((int32_t)get32(c) != *pos0 + (int32_t)i)
-            return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u at position %d, want %d (a chunk is a run "
-                             "of consecutive positions)", i, (int32_t)get32(c), *pos0 + (int32_t)i);
+        if ((int32_t)get32(c) < lo)
+            lo = (int32_t)get32(c);
         if (get32(c + 4) != 1)
             return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u belongs to %u sequences (want a state "
                              "saved for one sequence)", i, get32(c + 4));
     }
+    *pos0 = (int32_t)lo;
     if (*pos0 < 0)
         return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: negative position %d", *pos0);
-    return 0;
+    if (!(*row = malloc(sizeof(uint32_t) * n_cells)) || !(seen = calloc(n_cells, 1))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < n_cells; i++) {
+        int64_t at = (int64_t)(int32_t)get32(cells + 12ull * i) - lo;
+        if (at >= n_cells || seen[at]) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: cell %u at position %d: the %u cells are not one "
+                           "run of positions from %d (a chunk is a run of consecutive positions)", i,
+                           (int32_t)get32(cells + 12ull * i), n_cells, *pos0);
+            goto out;
+        }
+        seen[at] = 1;
+        (*row)[i] = (uint32_t)at;
+    }
+out:
+    free(seen);
+    if (rc) {
+        free(*row);
+        *row = NULL;
+    }
+    return rc;
 }
 
 /* llama-server packs its slot's prompt in the token list: LLAMA_TOKEN_NULL,
@@ -320,7 +347,7 @@ static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uin
 /* K blocks, then V blocks (V transposed when v_trans): into the chunk's
  * layers. */
 static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
-                       uint32_t n_cells, uint32_t v_trans, size_t len, char *err, size_t errlen)
+                       uint32_t n_cells, const uint32_t *row, uint32_t v_trans, size_t len, char *err, size_t errlen)
 {
     size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
     size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
@@ -336,13 +363,14 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
                 break;
             }
             uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
-            if (!trans) {
-                memcpy(dst, p, blk);
+            if (!trans) { /* cell c's row to its position's */
+                for (uint32_t c = 0; c < n_cells; c++)
+                    memcpy(dst + (size_t)row[c] * kv_dim * ds, p + (size_t)c * kv_dim * ds, kv_dim * ds);
                 continue;
             }
-            for (size_t j = 0; j < kv_dim; j++) /* [dim][cell] -> [cell][dim] */
+            for (size_t j = 0; j < kv_dim; j++) /* [dim][cell] -> [position][dim] */
                 for (uint32_t c = 0; c < n_cells; c++)
-                    memcpy(dst + ((size_t)c * kv_dim + j) * ds, p + (j * n_cells + c) * ds, ds);
+                    memcpy(dst + ((size_t)row[c] * kv_dim + j) * ds, p + (j * n_cells + c) * ds, ds);
         }
     return rc;
 }
@@ -418,29 +446,28 @@ int kvfs_llama_state_to_chunk_salted(const void *buf, size_t len, const struct k
     if (n_layer != fp->n_layer)
         return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state has %u layers, the model (%s) %u", n_layer, fp->arch,
                          fp->n_layer);
-    int32_t pos0;
-    int rc = check_cells(cells, n_cells, &pos0, err, errlen);
+    int32_t pos0 = 0;
+    uint32_t *row = NULL, *ids = NULL;
+    int rc = check_cells(cells, n_cells, &pos0, &row, err, errlen);
     if (rc || (rc = unpack_prompt(&tok, &n_tok, err, errlen)))
-        return rc;
+        goto fail;
     /* the tokens of the cells: the same count, or a saved prompt whose last
      * (sampled, not yet decoded) tokens have no cell yet */
-    if (n_tok < n_cells || (n_tok > n_cells && pos0 != 0))
-        return kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: %u tokens for %u cells at positions %d..", n_tok,
-                         n_cells, pos0);
-    uint32_t *ids;
+    if (n_tok < n_cells || (n_tok > n_cells && pos0 != 0)) {
+        rc = kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: %u tokens for %u cells at positions %d..", n_tok,
+                       n_cells, pos0);
+        goto fail;
+    }
     if ((rc = token_ids(tok, n_cells, n_vocab, &ids, err, errlen)))
-        return rc;
+        goto fail;
     struct reader probe = r; /* layer 0's K type sizes the object */
-    if ((rc = layer_header(&probe, 0, 0, 0, fp, &dtype, len, err, errlen))) {
-        free(ids);
-        return rc;
-    }
+    if ((rc = layer_header(&probe, 0, 0, 0, fp, &dtype, len, err, errlen)))
+        goto fail;
     if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, n_cells, ids, salt))) {
-        free(ids);
-        return kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
+        rc = kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
+        goto fail;
     }
-    free(ids);
-    rc = copy_layers(&r, w, fp, dtype, n_cells, v_trans, len, err, errlen);
+    rc = copy_layers(&r, w, fp, dtype, n_cells, row, v_trans, len, err, errlen);
     for (uint32_t s = s_cells + 1; s < n_stream && !rc; s++) { /* the other streams: empty */
         uint32_t c;
         if (take32(&r, &c))
@@ -453,7 +480,10 @@ int kvfs_llama_state_to_chunk_salted(const void *buf, size_t len, const struct k
         rc = kvfs_errf(err, errlen, -EINVAL, "llama.cpp state: %zu trailing bytes after the cache", len - r.at);
     if (!rc)
         rc = kvfs_writer_finish(w);
+fail:
     if (rc)
         kvfs_writer_free(w);
+    free(row);
+    free(ids);
     return rc;
 }

@@ -33,6 +33,34 @@ check "... byte for byte the original chunk" cmp "$A/chunks/$h1.kv" "$B/chunks/$
 check "... and leaves llama/ as a view, not a file" sh -c "! ls '$B/llama' | grep -q slot.bin"
 check "the log says where it went" grep -q "stored llama/slot.bin as chunks/$h1.kv" "$T/b.log"
 check "a V-transposed state round-trips too" sh -c "cp '$A/llama/$h2.vt.llama' '$B/llama/vt.bin' && cmp '$A/chunks/$h2.kv' '$B/chunks/$h2.kv'"
+# llama-server with a KV cache shared by its slots (-kvu) saves a slot's cells
+# where they lay in the cache, not in position order: the same chunk
+python3 - "$T/h1.llama" "$T/h1.shuffled" << 'EOF'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()
+n_tok, = struct.unpack_from('<I', b, 8)
+at = 12 + 4 * n_tok
+n_stream, n = struct.unpack_from('<II', b, at)
+at += 8
+cells = [b[at + 12 * i:at + 12 * i + 12] for i in range(n)]
+order = [(i + 7) % n for i in range(n)]  # cell i of the new file is the old cell order[i]
+out = bytearray(b[:at]) + b''.join(cells[j] for j in order)
+at += 12 * n
+v_trans, n_layer = struct.unpack_from('<II', b, at)
+assert v_trans == 0
+out += b[at:at + 8]
+at += 8
+for _ in range(2 * n_layer):  # K of every layer, then V: a 12-byte header, n rows
+    row, = struct.unpack_from('<Q', b, at + 4)
+    out += b[at:at + 12]
+    at += 12
+    out += b''.join(b[at + row * j:at + row * (j + 1)] for j in order)
+    at += row * n
+out += b[at:]
+open(sys.argv[2], 'wb').write(out)
+EOF
+check "a state whose cells are out of position order (a shared KV cache) is the same chunk" \
+    sh -c "rm '$B/chunks/$h1.kv' && cp '$T/h1.shuffled' '$B/llama/shuffled.bin' && cmp '$A/chunks/$h1.kv' '$B/chunks/$h1.kv'"
 check "kvfsctl import -o gives the same chunk" sh -c "'$KVFSCTL' import -m '$MODEL' -o '$T/imp.kv' '$T/h1.llama' 2>/dev/null | grep -qx '$h1' && cmp '$T/imp.kv' '$A/chunks/$h1.kv'"
 # a blend as a state: blended on open, its size real once blended
 Q=$'\nQuestion: which license is this?'

@@ -69,6 +69,8 @@ struct req {
     char down_err[SERVE_ERR]; /* what the engine's last failure was */
     int ttft_done;
     json_t *kvfs;       /* what kvfs did, returned as "kvfs" */
+    uint8_t salt[KVFS_SALT_BYTES]; /* the tenant's and the request's cache salt, digested */
+    int salted;
     /* streaming */
     struct engine_stream *es;
     struct outbuf out;
@@ -159,6 +161,16 @@ static json_t *ids_json(const int32_t *ids, size_t n)
     return a;
 }
 
+/* The file name an engine saves a chunk's state under in MNT/llama/: with
+ * a salt, ".salt-<its 64 hex digits>", which makes the mount store it salted */
+static json_t *save_name(const char *what, const char *hash, const uint8_t *salt)
+{
+    char hex[2 * KVFS_SALT_BYTES + 1] = "";
+    for (unsigned i = 0; salt && i < KVFS_SALT_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", salt[i]);
+    return salt ? json_sprintf("%s-%.16s.salt-%s.bin", what, hash, hex) : json_sprintf("%s-%.16s.bin", what, hash);
+}
+
 /* the engine prefills chunk c in our slot and saves its state into
  * MNT/llama/, which the mount stores as the chunk of those tokens */
 static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t errlen)
@@ -174,7 +186,7 @@ static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t 
     out = NULL;
     if ((rc = call_rc(rc, st)))
         return rc;
-    b = json_pack("{s:o}", "filename", json_sprintf("kvfs-serve-%.16s.bin", c->hash));
+    b = json_pack("{s:o}", "filename", save_name("kvfs-serve", c->hash, r->plan.salt));
     snprintf(path, sizeof(path), "/slots/%d?action=save", r->slot.id);
     rc = engine_call_json(e, "POST", path, b, 120, NULL, NULL, &out, &st, err, errlen);
     json_decref(b);
@@ -571,6 +583,8 @@ static int history_lost(struct req *r)
 struct turn_save {
     struct serve *sv;
     struct slot_ref slot;
+    uint8_t salt[KVFS_SALT_BYTES];
+    int salted;
     int32_t *ids;
     size_t n;
     char hash[KVFS_HASH_HEX_LEN + 1];
@@ -608,7 +622,7 @@ static void *save_turn(void *arg)
             snprintf(err, sizeof(err), "/completion: HTTP %ld", st);
         goto done;
     }
-    b = json_pack("{s:o}", "filename", json_sprintf("kvfs-serve-turn-%.16s.bin", t->hash));
+    b = json_pack("{s:o}", "filename", save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL));
     snprintf(path, sizeof(path), "/slots/%d?action=save", t->slot.id);
     rc = engine_call_json(e, "POST", path, b, 120, stopping, sv, &out, &st, err, sizeof(err));
     rc = call_rc(rc, st);
@@ -662,7 +676,9 @@ static int turn_save_start(struct req *r)
     if (na)
         memcpy(t->ids + r->plan.n_canon, a, sizeof(int32_t) * na);
     t->n = r->plan.n_canon + na;
-    if (plan_chunk_hash(sv, t->ids, t->n, t->hash))
+    if ((t->salted = r->salted))
+        memcpy(t->salt, r->salt, KVFS_SALT_BYTES);
+    if (plan_chunk_hash(sv, t->salted ? t->salt : NULL, t->ids, t->n, t->hash))
         goto fail;
     pthread_mutex_lock(&sv->lock);
     sv->n_savers++;
@@ -927,7 +943,7 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
 }
 
 void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, const char *text, size_t len,
-                    double t_arrival, struct answer_result *res)
+                    const char *tenant, double t_arrival, struct answer_result *res)
 {
     char err[SERVE_ERR] = "", msg[SERVE_ERR + 128];
     struct req *r = calloc(1, sizeof(*r));
@@ -970,6 +986,30 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         fail(r, res, 400, "'n' must be 1: one answer per request");
         goto done;
     }
+    /* the cache salt: the tenant's and the request's (vLLM's cache_salt),
+     * so that no other tenant or salt can find or detect these chunks */
+    v = json_object_get(r->body, "cache_salt");
+    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 1024)) {
+        fail(r, res, 400, "'cache_salt' must be a string of 1 to 1024 bytes");
+        goto done;
+    }
+    if (tenant || (v && !json_is_null(v))) {
+        const char *cs = v && !json_is_null(v) ? json_string_value(v) : "";
+        size_t tl = tenant ? strlen(tenant) : 0, cl = strlen(cs);
+        char *both = malloc(tl + 1 + cl); /* tenant NUL cache_salt */
+        if (both) {
+            memcpy(both, tenant ? tenant : "", tl);
+            both[tl] = '\0';
+            memcpy(both + tl + 1, cs, cl);
+        }
+        if (!both || kvfs_salt_digest(both, tl + 1 + cl, r->salt)) {
+            free(both);
+            fail(r, res, 500, "cannot digest the cache salt");
+            goto done;
+        }
+        free(both);
+        r->salted = 1;
+    }
     r->stream = json_is_true(json_object_get(r->body, "stream"));
     double ratio = sv->ratio;
     v = json_object_get(r->body, "blend_ratio");
@@ -991,7 +1031,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
                 fail(r, res, 503, err);
             goto done;
         }
-        rc = plan_build(sv, &sv->engines[e0], r->body, chat, &r->plan, err, sizeof(err));
+        rc = plan_build(sv, &sv->engines[e0], r->body, chat, r->salted ? r->salt : NULL, &r->plan, err, sizeof(err));
         if (rc != -EHOSTDOWN)
             break;
         pool_engine_down(sv, e0, err);

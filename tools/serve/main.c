@@ -60,6 +60,8 @@ static void usage(FILE *f)
             "  --max-connections N  clients at once (default 512)\n"
             "  --engine-wait S      how long a request waits for an engine to come back when\n"
             "                       none is up (restarting), then 503 (default 30; 0: at once)\n"
+            "  --api-keys FILE      \"KEY TENANT\" lines: a request needs a key (401 without);\n"
+            "                       each tenant's chunks are its own (a cache salt)\n"
             "  --no-save-turns      do not save chat answers as their conversation's history\n"
             "                       (saved by default: the next turn computes only what is new)\n"
             "  -v, --verbose        log every refused request\n"
@@ -182,8 +184,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return reply_error(c, 405, "POST only");
     if (cc->too_large)
         return reply_error(c, 413, "the request is larger than 32 MiB");
+    const char *tenant = NULL;
+    if (sv->n_keys && !(tenant = tenants_find(sv, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))) {
+        metrics_add(sv, &sv->m.errors_4xx, 1);
+        return reply_error(c, 401, "an API key is needed: \"Authorization: Bearer KEY\" with a key of --api-keys");
+    }
     struct answer_result res;
-    answer_request(sv, c, chat, cc->body ? cc->body : "", cc->len, cc->t0, &res);
+    answer_request(sv, c, chat, cc->body ? cc->body : "", cc->len, tenant, cc->t0, &res);
     if (res.stream) {
         enum MHD_Result ok = MHD_queue_response(c, (unsigned)res.status, res.stream);
         MHD_destroy_response(res.stream);
@@ -254,7 +261,7 @@ static void mount_model_of(struct serve *sv, const int32_t *ids, size_t n, time_
         int32_t *t = NULL;
         size_t k = 0;
         char e[128];
-        if (plan_chunk_tokens(sv, hash, &t, &k, e, sizeof(e)) == 0 && k == n && !memcmp(t, ids, n * sizeof(*t))) {
+        if (plan_chunk_tokens(sv, hash, NULL, &t, &k, e, sizeof(e)) == 0 && k == n && !memcmp(t, ids, n * sizeof(*t))) {
             char model[64] = "?", arch[32] = "?";
             ssize_t a = getxattr(path, "user.kvfs.model", model, sizeof(model) - 1);
             model[a > 0 ? a : 1] = '\0';
@@ -315,7 +322,7 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
             struct stat s;
             sv->chunk_dtype = dtypes[d];
             sv->chunk_flags = flags[f];
-            if ((rc = plan_chunk_hash(sv, ids, n, hex)))
+            if ((rc = plan_chunk_hash(sv, NULL, ids, n, hex)))
                 goto out;
             snprintf(path, sizeof(path), "%s/chunks/%s.kv", sv->mount, hex);
             if (stat(path, &s) == 0) {
@@ -353,6 +360,7 @@ out:
 struct serve_args {
     const char *listen, *model, *name;
     int max_conn;
+    const char *api_keys;
 };
 
 static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args *a)
@@ -364,6 +372,7 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
         {"ratio", required_argument, 0, 'r'},         {"chunk-tokens", required_argument, 0, 'c'},
         {"max-connections", required_argument, 0, 'C'}, {"engine-wait", required_argument, 0, 'w'},
         {"verbose", no_argument, 0, 'v'},            {"no-save-turns", no_argument, 0, 'T'},
+        {"api-keys", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
@@ -393,6 +402,9 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
             break;
         case 'T':
             sv->save_turns = 0;
+            break;
+        case 'K':
+            a->api_keys = optarg;
             break;
         case 'M':
             a->model = optarg;
@@ -493,7 +505,7 @@ static int load_model(struct serve *sv, const char *model, const char *name)
 int main(int argc, char **argv)
 {
     struct serve *sv = &SV;
-    struct serve_args args = {"127.0.0.1:8090", NULL, NULL, 512};
+    struct serve_args args = {"127.0.0.1:8090", NULL, NULL, 512, NULL};
     const char *listen;
     int max_conn, rc = 1, pool_ok = 0;
     char err[2048];
@@ -521,6 +533,11 @@ int main(int argc, char **argv)
     if (stat(p, &st)) {
         fprintf(stderr, "kvfs-serve: %s is not a kvfs mount (no .kvfs/control)\n", sv->mount);
         return 1;
+    }
+    if (args.api_keys && tenants_load(sv, args.api_keys, err, sizeof(err))) {
+        fprintf(stderr, "kvfs-serve: %s\n", err);
+        tenants_free(sv);
+        return 2;
     }
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -592,6 +609,7 @@ out:
     }
     kvfs_tokenizer_free(sv->tok);
     kvfs_model_free(sv->model);
+    tenants_free(sv);
     curl_global_cleanup();
     return rc;
 }

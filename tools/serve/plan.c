@@ -25,7 +25,8 @@
 /* in place of message i's content while the template is rendered */
 #define MARK_FMT "\x1fKVFS-SERVE-M%zu\x1f"
 
-int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char hex[KVFS_HASH_HEX_LEN + 1])
+int plan_chunk_hash(const struct serve *sv, const uint8_t *salt, const int32_t *ids, size_t n,
+                    char hex[KVFS_HASH_HEX_LEN + 1])
 {
     uint8_t *tb = malloc(4 * n + 1), d[32];
     if (!tb)
@@ -35,8 +36,8 @@ int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char h
         tb[4 * i] = (uint8_t)v, tb[4 * i + 1] = (uint8_t)(v >> 8), tb[4 * i + 2] = (uint8_t)(v >> 16),
         tb[4 * i + 3] = (uint8_t)(v >> 24);
     }
-    struct kvfs_header h = {.dtype = sv->chunk_dtype, .flags = sv->chunk_flags, .n_tokens = (uint32_t)n,
-                            .pos0 = 0, .fp = sv->fp, .token_bytes = tb};
+    struct kvfs_header h = {.dtype = sv->chunk_dtype, .flags = sv->chunk_flags | (salt ? KVFS_FLAG_SALTED : 0),
+                            .n_tokens = (uint32_t)n, .pos0 = 0, .fp = sv->fp, .token_bytes = tb, .salt = salt};
     int rc = kvfs_content_hash(&h, d);
     free(tb);
     if (rc)
@@ -53,7 +54,8 @@ int plan_chunk_present(const struct serve *sv, const char *hash)
     return stat(path, &st) == 0;
 }
 
-int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, size_t *n, char *err, size_t errlen)
+int plan_chunk_tokens(const struct serve *sv, const char *hash, const uint8_t *salt, int32_t **ids, size_t *n,
+                      char *err, size_t errlen)
 {
     char path[1200];
     uint8_t fixed[KVFS_FIXED_HEADER_SIZE], *buf = NULL;
@@ -84,6 +86,11 @@ int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, s
     char why[256];
     if ((rc = kvfs_header_parse(buf, hs, &h, why, sizeof(why)))) {
         kvfs_errf(err, errlen, rc, "chunk %s: %s", hash, why);
+        goto out;
+    }
+    if (!salt != !h.salt || (salt && memcmp(salt, h.salt, KVFS_SALT_BYTES))) {
+        /* another tenant's (or cache salt's): as if it were not there */
+        rc = kvfs_errf(err, errlen, -ENOENT, "chunk %s: not in the mount", hash);
         goto out;
     }
     if (!(*ids = malloc(sizeof(int32_t) * h.n_tokens))) {
@@ -206,7 +213,7 @@ static int add_documents(struct serve *sv, struct plan *p, json_t *docs, char *e
             int32_t *ids;
             size_t n;
             char why[300];
-            if ((rc = plan_chunk_tokens(sv, hash, &ids, &n, why, sizeof(why))))
+            if ((rc = plan_chunk_tokens(sv, hash, p->salt, &ids, &n, why, sizeof(why))))
                 return kvfs_errf(err, errlen, rc == -ENOENT ? -EINVAL : rc, "%s: %s", what, why);
             if ((rc = add_chunk(p, ids, n, hash))) {
                 free(ids);
@@ -421,7 +428,7 @@ static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, stru
     size_t n_prefix = 0, n_tail = 0, n_q = 0, n_hist = 0;
     size_t *marked = NULL, *pos = NULL, nm = 0;
     char *text = NULL, *whole = NULL;
-    struct plan docs = {0}, out = {0};
+    struct plan docs = {.salt = p->salt}, out = {.salt = p->salt};
     int rc = 0;
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return kvfs_errf(err, errlen, -EINVAL, "'messages' must be a non-empty array");
@@ -492,7 +499,7 @@ static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, stru
             break;
         }
         if (!strcmp(json_string_value(json_object_get(mj, "role")), "user")) {
-            struct plan earlier = {0};
+            struct plan earlier = {.salt = p->salt};
             const char *q;
             size_t ql;
             if (!(rc = user_content(sv, mj, NULL, text, len, j, &earlier, &q, &ql, err, errlen)) &&
@@ -523,7 +530,7 @@ static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, stru
     size_t body_from = 0; /* prefix tokens after the history */
     if (n_hist > 0) {
         p->n_history = n_hist;
-        if ((rc = plan_chunk_hash(sv, prefix, n_hist, p->history_hash)))
+        if ((rc = plan_chunk_hash(sv, p->salt, prefix, n_hist, p->history_hash)))
             goto out;
         p->history = plan_chunk_present(sv, p->history_hash) ? 1 : -1;
         if (p->history == 1) {
@@ -625,10 +632,11 @@ static int plan_completion(struct serve *sv, json_t *req, struct plan *p, char *
     return tokenize(sv, q, ql, 0, 1, &p->suffix, &p->n_suffix, err, errlen, "the question");
 }
 
-int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, struct plan *p, char *err,
-               size_t errlen)
+int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, const uint8_t *salt, struct plan *p,
+               char *err, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
+    p->salt = salt;
     p->chat = chat;
     int rc = chat ? plan_chat(sv, e, req, p, err, errlen) : plan_completion(sv, req, p, err, errlen);
     if (rc)
@@ -641,7 +649,8 @@ int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, 
     p->n_prompt = p->n_suffix;
     for (int i = 0; i < p->n_chunks; i++) {
         p->n_prompt += p->chunks[i].n;
-        if (!p->chunks[i].given_hash && (rc = plan_chunk_hash(sv, p->chunks[i].ids, p->chunks[i].n, p->chunks[i].hash)))
+        if (!p->chunks[i].given_hash && (rc = plan_chunk_hash(sv, p->salt, p->chunks[i].ids, p->chunks[i].n,
+                                                                   p->chunks[i].hash)))
             return rc;
     }
     return 0;

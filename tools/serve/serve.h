@@ -9,6 +9,7 @@
  *              template as the engine applies it, documents, the separator
  *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
  *              completion) and the OpenAI responses, streamed or not
+ *   tenants.c  --api-keys: keys and their tenants (each its own cache salt)
  *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
  *
  * Every function returns 0 or a negative errno and says why in err. */
@@ -93,6 +94,9 @@ struct serve {
     struct serve_metrics m;
     int stopping;
     int n_savers;         /* turns being saved (threads holding a slot) */
+    /* --api-keys */
+    struct tenant_key *keys;
+    int n_keys;
 };
 
 extern const double serve_ttft_bounds[]; /* histogram bounds, seconds */
@@ -122,6 +126,12 @@ int engine_stream_open(const struct engine *e, const char *path, json_t *body, s
  * timeout_s for it (-ETIMEDOUT; call again) */
 int engine_stream_next(struct engine_stream *s, double timeout_s, json_t **ev, char *err, size_t errlen);
 void engine_stream_close(struct engine_stream *s);
+
+/* ---- tenants.c ---- */
+int tenants_load(struct serve *sv, const char *path, char *err, size_t errlen);
+/* the tenant of an "Authorization: Bearer KEY" header, or NULL */
+const char *tenants_find(const struct serve *sv, const char *authorization);
+void tenants_free(struct serve *sv);
 
 /* ---- pool.c ---- */
 int pool_init(struct serve *sv);
@@ -184,19 +194,24 @@ struct plan {
     size_t n_history;
     char history_hash[KVFS_HASH_HEX_LEN + 1];
     int direct; /* the history is the only chunk: restored as it is, not blended */
+    const uint8_t *salt; /* the tenant's cache salt (KVFS_SALT_BYTES, the request's), or NULL */
 };
 
 /* Build the plan of request req.  -EINVAL (400) with the reason in err;
  * -EHOSTDOWN when the engine (chat template) cannot be reached. */
-int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, struct plan *p, char *err,
-               size_t errlen);
+int plan_build(struct serve *sv, const struct engine *e, json_t *req, int chat, const uint8_t *salt, struct plan *p,
+               char *err, size_t errlen);
 void plan_free(struct plan *p);
-/* the content hash of a chunk of the mount's model with these tokens */
-int plan_chunk_hash(const struct serve *sv, const int32_t *ids, size_t n, char hex[KVFS_HASH_HEX_LEN + 1]);
+/* the content hash of a chunk of the mount's model with these tokens (and
+ * this salt digest, or NULL) */
+int plan_chunk_hash(const struct serve *sv, const uint8_t *salt, const int32_t *ids, size_t n,
+                    char hex[KVFS_HASH_HEX_LEN + 1]);
 /* 1 when MNT/chunks/HASH.kv exists */
 int plan_chunk_present(const struct serve *sv, const char *hash);
-/* tokens of MNT/chunks/HASH.kv from its header: -ENOENT when absent */
-int plan_chunk_tokens(const struct serve *sv, const char *hash, int32_t **ids, size_t *n, char *err, size_t errlen);
+/* tokens of MNT/chunks/HASH.kv from its header: -ENOENT when absent or
+ * not of this salt (NULL: an unsalted chunk) */
+int plan_chunk_tokens(const struct serve *sv, const char *hash, const uint8_t *salt, int32_t **ids, size_t *n,
+                      char *err, size_t errlen);
 
 /* ---- answer.c ---- */
 struct MHD_Connection;
@@ -205,9 +220,10 @@ struct answer_result {
     char *body;                    /* malloc'ed; NULL when streaming */
     struct MHD_Response *stream;   /* a streaming response */
 };
-/* Serve a completion request (chat or not) from body[0..len) */
+/* Serve a completion request (chat or not) from body[0..len) for tenant
+ * (--api-keys; NULL without) */
 void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, const char *body, size_t len,
-                    double t_arrival, struct answer_result *res);
+                    const char *tenant, double t_arrival, struct answer_result *res);
 /* {"error": {...}} text, malloc'ed */
 char *answer_error_json(int status, const char *msg);
 /* at the end: no more turns saved; waits for those being saved */

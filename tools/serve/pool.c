@@ -47,6 +47,7 @@ int pool_init(struct serve *sv)
         e->slot_busy = calloc((size_t)e->n_slots, 1);
         if (!e->slot_busy)
             return -ENOMEM;
+        e->slot_cap = e->n_slots;
         e->up = 1;
     }
     return 0;
@@ -231,6 +232,21 @@ void pool_engine_down(struct serve *sv, int engine, const char *why)
     pthread_mutex_unlock(&sv->lock);
 }
 
+/* Room for n slots' flags (under the lock).  Flags of slots beyond a
+ * smaller count stay until their requests release them. */
+static int engine_resize(struct engine *e, int n)
+{
+    if (n <= e->slot_cap)
+        return 0;
+    unsigned char *b = realloc(e->slot_busy, (size_t)n);
+    if (!b)
+        return -ENOMEM;
+    memset(b + e->slot_cap, 0, (size_t)(n - e->slot_cap));
+    e->slot_busy = b;
+    e->slot_cap = n;
+    return 0;
+}
+
 static void *health_main(void *arg)
 {
     struct serve *sv = arg;
@@ -249,10 +265,35 @@ static void *health_main(void *arg)
             json_decref(r);
             int ok = rc == 0 && st == 200;
             pthread_mutex_lock(&sv->lock);
-            if (ok && !e->up) {
+            int was_up = e->up;
+            pthread_mutex_unlock(&sv->lock);
+            struct engine now = {0};
+            char why[512] = "";
+            if (ok && !was_up) { /* back: perhaps restarted with other slots, context or model */
+                snprintf(now.url, sizeof(now.url), "%s", e->url);
+                if (engine_discover(&now, why, sizeof(why)))
+                    ok = 0;
+            }
+            pthread_mutex_lock(&sv->lock);
+            if (ok && !e->up && strcmp(now.model_path, e->model_path)) {
+                char r[sizeof(e->down_reason)];
+                snprintf(r, sizeof(r), "it came back with model %.200s, not %.200s: not used (restart kvfs-serve "
+                         "to serve another model)", now.model_path, e->model_path);
+                if (strcmp(r, e->down_reason)) {
+                    snprintf(e->down_reason, sizeof(e->down_reason), "%s", r);
+                    kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s: %s", e->url, r);
+                }
+            } else if (ok && !e->up && engine_resize(e, now.n_slots) == 0) {
+                if (now.n_slots != e->n_slots || now.n_ctx != e->n_ctx)
+                    kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s came back with %d slots of %d tokens (was %d of %d)",
+                             e->url, now.n_slots, now.n_ctx, e->n_slots, e->n_ctx);
+                e->n_slots = now.n_slots;
+                e->n_ctx = now.n_ctx;
                 e->up = 1;
                 kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is back", e->url);
                 pthread_cond_broadcast(&sv->cond);
+            } else if (!ok && !e->up && why[0] && strcmp(why, e->down_reason)) {
+                snprintf(e->down_reason, sizeof(e->down_reason), "%s", why);
             } else if (!ok && e->up) {
                 e->up = 0;
                 if (rc)

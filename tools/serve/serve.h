@@ -40,8 +40,9 @@ struct engine {
     int n_ctx;            /* per slot (default_generation_settings.n_ctx) */
     int busy;             /* slots handed out */
     int up;               /* answered its last call */
-    char down_reason[256];
-    unsigned char *slot_busy; /* [n_slots] */
+    char down_reason[512];
+    unsigned char *slot_busy; /* [slot_cap]: n_slots now, more when it came back with fewer */
+    int slot_cap;
 };
 
 /* A slot handed to one request */

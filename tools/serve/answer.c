@@ -63,6 +63,7 @@ struct req {
     struct slot_ref slot;
     int have_slot;
     double t_arrival;
+    double t_mark;      /* the end of the last phase timed (mark()) */
     double deadline;    /* a wait for an engine to come back ends here (pool_acquire; 0: not waited yet) */
     int retries;        /* tries again after the engine went down under it */
     int reblended;      /* blended again after a chunk or the result went away before the restore */
@@ -120,6 +121,21 @@ static void gone(struct req *r, struct answer_result *res)
 {
     metrics_add(r->sv, &r->sv->m.disconnects, 1);
     res->status = 499;
+}
+
+/* The time since the last mark, added to kvfs.ms.PHASE (what a request's
+ * time went to: a slow answer says where) */
+static void mark(struct req *r, const char *phase)
+{
+    double now = serve_now();
+    json_t *ms = json_object_get(r->kvfs, "ms");
+    if (!ms) {
+        ms = json_object();
+        json_object_set_new(r->kvfs, "ms", ms);
+    }
+    double was = json_number_value(json_object_get(ms, phase));
+    json_object_set_new(ms, phase, json_real(was + (now - r->t_mark) * 1000.0));
+    r->t_mark = now;
 }
 
 /* An engine call's rc and HTTP status as one rc: a 503 is an engine that is
@@ -348,9 +364,9 @@ static json_t *prompt_ids(const struct plan *p, int with_suffix)
     return a;
 }
 
-/* restore the blend into our slot and leave the documents' rows only, so
- * that the engine computes the suffix itself */
-static int restore(struct req *r, const char *name, uint32_t ntok, char *err, size_t errlen)
+/* restore the blend (or a saved history) into our slot; a blend's suffix
+ * rows are dropped (trim), so that the engine computes the suffix itself */
+static int restore(struct req *r, const char *name, uint32_t ntok, int trim, char *err, size_t errlen)
 {
     struct engine *e = &r->sv->engines[r->slot.engine];
     char path[64];
@@ -368,6 +384,8 @@ static int restore(struct req *r, const char *name, uint32_t ntok, char *err, si
     if (n != (json_int_t)ntok)
         return kvfs_errf(err, errlen, -EPROTO, "restored %lld tokens of llama/%s.llama, the blend has %u",
                          (long long)n, name, ntok);
+    if (!trim) /* a history: the answer's prompt starts with all of it */
+        return 0;
     /* the documents' tokens alone: the engine keeps the rows they share
      * with the restored cache and drops the suffix's (it evaluates the
      * last document token again to have logits) */
@@ -511,6 +529,7 @@ static int stream_event(struct req *r, json_t *ev)
         return -ENOMEM;
     if (!r->ttft_done && ((content && *content) || stop)) {
         r->ttft_done = 1;
+        mark(r, "first_token");
         metrics_ttft(r->sv, serve_now() - r->t_arrival);
     }
     json_t *o = base_object(r, r->chat ? "chat.completion.chunk" : "text_completion");
@@ -802,6 +821,7 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     }
     r->deadline = 0; /* an engine was up: a later outage gets --engine-wait of its own */
     r->have_slot = 1;
+    mark(r, "queue");
     struct engine *e = &sv->engines[r->slot.engine];
     json_object_set_new(r->kvfs, "engine", json_string(e->url));
     json_object_set_new(r->kvfs, "slot", json_integer(r->slot.id));
@@ -813,7 +833,8 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
                                                           r->plan.history == 1));
     if (r->plan.direct) {
         /* the conversation's saved history, restored as it is */
-        rc = restore(r, r->plan.history_hash, (uint32_t)r->plan.n_history, err, sizeof(err));
+        rc = restore(r, r->plan.history_hash, (uint32_t)r->plan.n_history, 0, err, sizeof(err));
+        mark(r, "restore");
         if (rc && rc != -EHOSTDOWN && rc != -ECANCELED && !plan_chunk_present(sv, r->plan.history_hash)) {
             kvfs_log(KVFS_LOG_WARN, "kvfs-serve: %s: the history %.16s... left the mount before its restore (%s): "
                      "the whole prompt computed", r->id, r->plan.history_hash, err);
@@ -841,6 +862,7 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
         char name[256], why[320];
         if ((rc = resolve_chunks(r, err, sizeof(err))))
             return step_failed(r, res, rc, 502, "prefilling the documents", err);
+        mark(r, "chunks");
         json_t *cs = json_array();
         for (int i = 0; i < r->plan.n_chunks; i++)
             json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", r->plan.chunks[i].hash, "tokens",
@@ -853,8 +875,10 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
             fail(r, res, 500, msg);
             return rc;
         }
+        mark(r, "blend");
         test_hold(r, name);
-        rc = restore(r, name, ntok, err, sizeof(err));
+        rc = restore(r, name, ntok, 1, err, sizeof(err));
+        mark(r, "restore");
         if (rc && rc != -EHOSTDOWN && rc != -ECANCELED && !again && blend_gone(r, name, why, sizeof(why))) {
             /* evicted or removed between the blend and the restore: the
              * chunks found or prefilled again, blended again, once */
@@ -932,6 +956,7 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     double per_ms = json_number_value(json_object_get(t, "predicted_per_token_ms"));
     double ttft = serve_now() - r->t_arrival - (pred_ms - per_ms) / 1000.0;
     metrics_ttft(sv, ttft > 0 ? ttft : 0);
+    mark(r, "answer");
     account(r, out);
     const char *content = json_string_value(json_object_get(out, "content"));
     if (content && out_add(&r->answer, content, strlen(content)) == 0)
@@ -957,7 +982,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
     }
     r->sv = sv;
     r->chat = chat;
-    r->t_arrival = t_arrival;
+    r->t_arrival = r->t_mark = t_arrival;
     r->created = (long long)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
@@ -1048,6 +1073,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         fail(r, res, rc == -EINVAL ? 400 : 500, err);
         goto done;
     }
+    mark(r, "plan");
     int n_ctx = sv->engines[e0].n_ctx;
     if (r->plan.n_prompt >= (size_t)n_ctx) {
         snprintf(msg, sizeof(msg),

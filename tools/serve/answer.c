@@ -1061,7 +1061,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
             break;
         pool_engine_down(sv, e0, err);
         plan_free(&r->plan);
-        if (r->retries == SERVE_MAX_RETRIES) {
+        if (r->retries >= sv->max_retries) {
             snprintf(msg, sizeof(msg), "the engine %s is down: %s", sv->engines[e0].url, err);
             fail(r, res, 503, msg);
             goto done;
@@ -1089,7 +1089,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         json_object_set_new(r->kvfs, "prompt_tokens", prompt_ids(&r->plan, 1));
     json_object_set_new(r->kvfs, "suffix_tokens", json_integer((json_int_t)r->plan.n_suffix));
 
-    /* from the slot on, tried again (at most SERVE_MAX_RETRIES times) when
+    /* from the slot on, tried again (at most --engine-retries times) when
      * the engine goes down before the answer has started */
     for (;;) {
         rc = serve_once(r, ratio, res);
@@ -1101,7 +1101,7 @@ void answer_request(struct serve *sv, struct MHD_Connection *conn, int chat, con
         r->sent_role = r->finished = 0;
         pool_release(sv, &r->slot);
         r->have_slot = 0;
-        if (r->retries == SERVE_MAX_RETRIES) {
+        if (r->retries >= sv->max_retries) {
             snprintf(msg, sizeof(msg), "the engine went down under this request %d times; the last: %s",
                      r->retries + 1, r->down_err);
             fail(r, res, 503, msg);

@@ -64,6 +64,8 @@ static void usage(FILE *f)
             "                       each tenant's chunks are its own (a cache salt)\n"
             "  --no-save-turns      do not save chat answers as their conversation's history\n"
             "                       (saved by default: the next turn computes only what is new)\n"
+            "  --engine-retries N   tries again of a request whose engine went down under it\n"
+            "                       before its answer started (default 3)\n"
             "  -v, --verbose        log every refused request\n"
             "  -h, --help           this text\n"
             "  -V, --version        the version\n");
@@ -373,6 +375,7 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
         {"max-connections", required_argument, 0, 'C'}, {"engine-wait", required_argument, 0, 'w'},
         {"verbose", no_argument, 0, 'v'},            {"no-save-turns", no_argument, 0, 'T'},
         {"api-keys", required_argument, 0, 'K'},
+        {"engine-retries", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
@@ -406,6 +409,15 @@ static int parse_args(int argc, char **argv, struct serve *sv, struct serve_args
         case 'K':
             a->api_keys = optarg;
             break;
+        case 'R': {
+            long n = strtol(optarg, &end, 10);
+            if (*end || end == optarg || n < 0 || n > 100) {
+                fprintf(stderr, "kvfs-serve: --engine-retries %s: 0 to 100\n", optarg);
+                return 2;
+            }
+            sv->max_retries = (int)n;
+            break;
+        }
         case 'M':
             a->model = optarg;
             break;
@@ -515,6 +527,7 @@ int main(int argc, char **argv)
     sv->ratio = 0.15;
     sv->chunk_tokens = 512;
     sv->engine_wait = 30;
+    sv->max_retries = 3;
     sv->save_turns = 1;
     /* tests only (kvfs-serve(1) ENVIRONMENT): a file whose existence holds
      * restores */

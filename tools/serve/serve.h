@@ -28,9 +28,6 @@ struct kvfs_model;
 
 #define SERVE_MAX_ENGINES 16
 #define SERVE_ERR 512
-/* a request whose engine goes down under it (before its answer started) is
- * tried again at most this many times */
-#define SERVE_MAX_RETRIES 3
 
 /* One llama-server */
 struct engine {
@@ -73,6 +70,7 @@ struct serve {
     int verbose;
     int save_turns;       /* chat answers saved as the next turn's history (--no-save-turns: 0) */
     double engine_wait;   /* --engine-wait: how long a request waits for an engine to come back */
+    int max_retries;      /* --engine-retries: tries again of a request whose engine went down under it */
     const char *test_hold;/* KVFS_SERVE_TEST_HOLD (tests only): while this file exists, restores wait */
     /* the model: tokenizer and fingerprint (for chunk names) */
     struct kvfs_model *model;

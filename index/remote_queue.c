@@ -28,6 +28,8 @@ int remote_queue_open(struct kvfs_remote *r, char *err, size_t errlen)
                      "CREATE TABLE IF NOT EXISTS uploaded(hash TEXT PRIMARY KEY);",
                      NULL, NULL, NULL) != SQLITE_OK)
         return kvfs_errf(err, errlen, -EIO, "cannot open the upload queue %s", path);
+    /* failed uploads: how often (a queue of an older kvfs gets the column) */
+    sqlite3_exec(r->q, "ALTER TABLE queue ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0", NULL, NULL, NULL);
     return 0;
 }
 
@@ -83,8 +85,8 @@ int remote_queue_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1],
     sqlite3_stmt *st;
     int k = 0;
     pthread_mutex_lock(&r->lock);
-    if (sqlite3_prepare_v2(r->q, "SELECT hash FROM queue ORDER BY enqueued_at, hash LIMIT ?1", -1, &st, NULL) ==
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(r->q, "SELECT hash FROM queue WHERE enqueued_at <= strftime('%s','now') "
+                                 "ORDER BY enqueued_at, hash LIMIT ?1", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int(st, 1, n);
         while (k < n && sqlite3_step(st) == SQLITE_ROW) {
             const unsigned char *h = sqlite3_column_text(st, 0);
@@ -95,6 +97,24 @@ int remote_queue_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1],
     }
     pthread_mutex_unlock(&r->lock);
     return k;
+}
+
+int remote_queue_defer(struct kvfs_remote *r, const char *hash)
+{
+    sqlite3_stmt *st;
+    int attempts = -EIO;
+    pthread_mutex_lock(&r->lock);
+    /* 2, 4, 8 ... seconds, at most 10 minutes: behind everything due */
+    if (sqlite3_prepare_v2(r->q, "UPDATE queue SET attempts = attempts + 1, enqueued_at = strftime('%s','now') + "
+                                 "min(600, 1 << min(attempts + 1, 10)) WHERE hash = ?1 RETURNING attempts",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            attempts = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return attempts;
 }
 
 void remote_mark_uploaded(struct kvfs_remote *r, const char *hash)

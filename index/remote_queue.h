@@ -22,11 +22,15 @@ void remote_queue_hold_queued(struct kvfs_remote *r);
 void remote_on_stored(void *ctx, const char *hash);
 /* Local chunks the pool has not had from us join the queue. */
 void remote_enqueue_unshared(struct kvfs_remote *r);
-/* Up to n queued hashes, oldest first. */
+/* Up to n queued hashes that are due, oldest first. */
 int remote_queue_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1], int n);
 /* Push one queued chunk (object, xattrs, its model's index entry, the
  * registry of models) and dequeue it; 0 or a librados -errno. */
 int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash);
+/* An upload that failed for this chunk alone (not an outage): it goes
+ * behind the others, due again after 2, 4 ... 600 s, so that one chunk the
+ * pool refuses does not hold up the queue; the attempts so far, or -EIO. */
+int remote_queue_defer(struct kvfs_remote *r, const char *hash);
 /* The pool has it (pushed or fetched): remember. */
 void remote_mark_uploaded(struct kvfs_remote *r, const char *hash);
 /* The store's "has" hook: 1 if the pool has the chunk from us. */

@@ -65,9 +65,11 @@ static void *worker_main(void *arg)
                         r->errors++;
                         snprintf(r->last_error, sizeof(r->last_error), "upload %.64s: %.120s", batch[i], strerror(-rc));
                         pthread_mutex_unlock(&r->lock);
-                        kvfs_log(KVFS_LOG_ERR, "remote tier: upload of %s failed: %s (will retry)", batch[i],
-                                 strerror(-rc));
-                        ok = 0;
+                        /* this chunk's own failure: behind the others, tried again later */
+                        int tries = remote_queue_defer(r, batch[i]);
+                        int wait_s = tries >= 10 ? 600 : tries > 0 ? 1 << tries : 0;
+                        kvfs_log(KVFS_LOG_ERR, "remote tier: upload of %s failed: %s (attempt %d; tried again in %d s, "
+                                 "after the rest of the queue)", batch[i], strerror(-rc), tries, wait_s);
                     }
                 }
             }

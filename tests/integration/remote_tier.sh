@@ -176,4 +176,22 @@ unmount_kvfs c
 mount_kvfs c "$R" || exit 1
 check "a chunk stored before rados= was configured is uploaded at mount" drained "$T/c.mnt" 20
 check "... and is in the pool" rados -p kvfs stat "$hc"
+# one chunk the pool refuses (larger than osd_max_object_size: EFBIG, this
+# chunk's own failure, not an outage) does not hold up the queue behind it
+ceph tell 'osd.*' config set osd_max_object_size 1048576 > "$T/tell.out" 2>&1
+head -c 2000000 /dev/zero > "$T/2m"
+for _ in $(seq 40); do rados -p kvfs put probe-2m "$T/2m" 2> /dev/null || break; rados -p kvfs rm probe-2m; sleep 0.25; done
+check "the OSDs refuse objects over 1 MiB now" sh -c "! rados -p kvfs put probe-2m '$T/2m' 2> /dev/null"
+hrefused=$(synth "$T/c7.kv" --tokens 1500 --layers 8 --seed 77)
+cp "$T/c7.kv" "$A/chunks/$hrefused.kv"
+hnext=$(synth "$T/c8.kv" --tokens 64 --layers 8 --seed 88)
+cp "$T/c8.kv" "$A/chunks/$hnext.kv"
+check "a chunk the pool refuses ($(stat -c %s "$T/c7.kv") bytes, over osd_max_object_size) does not hold up the next one" \
+    sh -c "for i in \$(seq 60); do rados -p kvfs stat $hnext > /dev/null 2>&1 && exit 0; sleep 0.25; done; exit 1"
+queued=$(remote "$A" 'r["queued"]')
+check "... it stays queued ($queued), with a log line: $(grep -o "upload of $hrefused failed.*" "$T/a.log" | head -1)" \
+    sh -c "grep -q 'upload of $hrefused failed: .*attempt 1;' '$T/a.log' && [ $queued -ge 1 ]"
+ceph tell 'osd.*' config set osd_max_object_size 134217728 > /dev/null 2>&1
+check "... and is uploaded once the pool takes it" drained "$A" 40
+check "... B reads it from the pool byte for byte" cmp "$T/c7.kv" "$B/chunks/$hrefused.kv"
 finish

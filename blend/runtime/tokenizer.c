@@ -79,13 +79,15 @@ static int32_t smap_get(const struct smap *m, const char *k, size_t n)
     return -1;
 }
 
+#define KVFS_MAX_PRE_REGEXES 6 /* deepseek-llm's list is the longest */
+
 struct kvfs_tokenizer {
     uint32_t n_vocab;
     struct kvfs_gguf_str *tokens;
     int32_t *types;
     struct smap vocab;   /* token text -> id */
     struct smap merges;  /* "left right" -> rank */
-    pcre2_code *re[4];
+    pcre2_code *re[KVFS_MAX_PRE_REGEXES];
     int n_re;
     int32_t bos, eos, eot;
     int add_bos;
@@ -151,8 +153,60 @@ static const char *QWEN2_RE =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* GPT-2's word split without the final catch-all (llama.cpp's mpt, falcon) */
+static const char *GPT2_WORDS_RE = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+static const char *QWEN35_RE =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* DeepSeek's (llama.cpp's lists, letters and CJK given as code point ranges) */
+static const char *DEEPSEEK_CJK_RE = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
+static const char *DEEPSEEK_LLM_LETTERS_RE =
+    "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+    "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+    "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+    "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+    "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb"
+    "\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+";
+static const char *DEEPSEEK_LLM_PUNCT_RE = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+";
+
 static int pre_regexes(const char *pre, const char **out)
 {
+    if (!strcmp(pre, "mpt")) {
+        out[0] = GPT2_WORDS_RE;
+        return 1;
+    }
+    if (!strcmp(pre, "falcon")) {
+        out[0] = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
+        out[1] = GPT2_WORDS_RE;
+        out[2] = "[0-9][0-9][0-9]";
+        return 3;
+    }
+    if (!strcmp(pre, "qwen35")) {
+        out[0] = QWEN35_RE;
+        return 1;
+    }
+    if (!strcmp(pre, "deepseek-coder")) {
+        out[0] = "[\\r\\n]";
+        out[1] = "\\s?\\p{L}+";
+        out[2] = "\\s?\\p{P}+";
+        out[3] = DEEPSEEK_CJK_RE;
+        out[4] = "\\p{N}";
+        return 5;
+    }
+    if (!strcmp(pre, "deepseek-llm")) {
+        out[0] = "[\\r\\n]";
+        out[1] = DEEPSEEK_LLM_LETTERS_RE;
+        out[2] = DEEPSEEK_LLM_PUNCT_RE;
+        out[3] = "\\s+$";
+        out[4] = DEEPSEEK_CJK_RE;
+        out[5] = "\\p{N}+";
+        return 6;
+    }
     if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") || !strcmp(pre, "refact") ||
         !strcmp(pre, "command-r")) {
         out[0] = "\\p{N}";
@@ -285,7 +339,7 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
     }
     if ((rc = index_special(t)))
         goto fail;
-    const char *res[4];
+    const char *res[KVFS_MAX_PRE_REGEXES];
     int n = spm ? 0 : pre_regexes(pre_name, res);
     t->ignore_merges = !spm && (!strcmp(pre_name, "llama3") || !strcmp(pre_name, "llama-bpe"));
     if (n < 0) {

@@ -16,7 +16,8 @@ if not dirs:
     sys.exit(77)
 SEP = '\n__ggml_vocab_test__\n'
 # what kvfs tokenizes today (a refusal of one of these is a failure, not a refusal)
-MUST = {'gpt-2', 'llama-bpe', 'llama-spm', 'phi-3', 'qwen2', 'command-r', 'refact', 'starcoder'}
+MUST = {'gpt-2', 'llama-bpe', 'llama-spm', 'phi-3', 'qwen2', 'command-r', 'refact', 'starcoder', 'mpt', 'falcon',
+        'qwen35', 'deepseek-coder', 'deepseek-llm'}
 fails = supported = refused = 0
 seen = set()
 for inp in sorted(glob.glob(os.path.join(dirs[-1], 'ggml-vocab-*.gguf.inp'))):

@@ -98,14 +98,16 @@ class Rig:
     def __init__(self, td, name, slots, mount, port):
         self.procs, self.td, self.mnt = [], td, None
         self.eport, self.port = port, port + 1
-        flags = ['-m', MODEL, '-np', str(slots), '-kvu', '--kv-unified-per-slot', '4096', '--cache-reuse', '256',
+        # a KV cache per slot (llama-server's default; a unified one makes every slot's attention
+        # scan all slots' cells): the mount shows N-stream views (llama_streams=N) to match
+        flags = ['-m', MODEL, '-np', str(slots), '-c', str(4096 * slots), '--cache-reuse', '256',
                  '-t', str(os.cpu_count()), '--port', str(self.eport)]
         if mount:
             self.mnt = os.path.join(td, name + '.mnt')
             store = os.path.join(td, name + '.store')
             os.makedirs(self.mnt), os.makedirs(store)
             self.procs.append(subprocess.Popen([os.path.join(BUILD, 'kvfs'), '-f', '-o',
-                                                f'store={store},ram=1G,model={MODEL}', self.mnt],
+                                                f'store={store},ram=1G,model={MODEL},llama_streams={slots}', self.mnt],
                                                stderr=open(os.path.join(td, name + '.kvfs.log'), 'w')))
             for _ in range(400):
                 if os.path.exists(os.path.join(self.mnt, '.kvfs', 'stats')):
@@ -161,6 +163,7 @@ def zipf_draw(rng, n, k, s=1.1):
 
 def request(rng, pool, serial):
     idx = zipf_draw(rng, len(pool), rng.randint(4, 6))
+    rng.shuffle(idx)  # in the retriever's order (relevance), not by popularity
     q = f'{rng.choice(QUESTIONS)} (request {serial})'
     return [pool[i] for i in idx], q
 
@@ -201,10 +204,12 @@ def load(port, pool, via_kvfs, clients, seconds):
     for t in th:
         t.join()
     wall = time.perf_counter() - t0
+    load_avg = os.getloadavg()[0]  # other work on the machine shows here (this run's own is ~clients/2)
     q = statistics.quantiles(ttfts, n=100) if len(ttfts) > 1 else [float('nan')] * 99
     return {'requests': done[0], 'prompts_per_s': done[0] / seconds,
             'ttft_p50': statistics.median(ttfts) if ttfts else float('nan'),
-            'ttft_p99': q[98], 'wall_s': wall, 'errors': len(errors), 'first_error': errors[:1]}
+            'ttft_p99': q[98], 'wall_s': wall, 'errors': len(errors), 'first_error': errors[:1],
+            'loadavg_1m_at_end': load_avg}
 
 
 def ingest(port, pool):
@@ -217,7 +222,7 @@ def ingest(port, pool):
             st, r = call(port, 'POST', '/v1/completions', {'documents': g, 'prompt': '\nQ: ok?\nA:', 'max_tokens': 1})
             if st != 200:
                 raise RuntimeError(f'ingest: HTTP {st}: {r}')
-    th = [threading.Thread(target=work, args=(groups[k::2],)) for k in range(2)]
+    th = [threading.Thread(target=work, args=(groups[k::4],)) for k in range(4)]
     for t in th:
         t.start()
     for t in th:
@@ -316,6 +321,10 @@ def main():
     res = {'cpu': cpu_model(), 'date': time.strftime('%Y-%m-%d'), 'model': os.path.basename(MODEL),
            'clients': a.clients, 'seconds': a.seconds}
     td = tempfile.mkdtemp(prefix='kvfs-front.')
+
+    def save():  # after every phase: a run cut short keeps what it measured
+        if a.out:
+            open(a.out, 'w').write(json.dumps(res, indent=1))
     port = 30000 + random.randrange(10000) * 2
     try:
         base = Rig(td, 'alone', a.clients, False, port)
@@ -324,6 +333,7 @@ def main():
             res['pool'] = len(pool)
             print(f'pool: {len(pool)} passages; llama-server alone, {a.clients} clients, {a.seconds:g} s', file=sys.stderr)
             res['llama_server'] = load(base.port, pool, False, a.clients, a.seconds)
+            save()
         finally:
             base.stop()
         kv = Rig(td, 'kvfs', a.clients, True, port + 2)
@@ -331,19 +341,23 @@ def main():
             res['ingest_s'] = ingest(kv.port, pool)
             print(f'ingested in {res["ingest_s"]:.1f} s; kvfs-serve, {a.clients} clients', file=sys.stderr)
             res['kvfs_serve'] = load(kv.port, pool, True, a.clients, a.seconds)
+            save()
             res['fidelity'] = fidelity(kv, pool, a.sample)
+            save()
             res['overhead'] = overhead(kv, pool)
+            save()
         finally:
             kv.stop()
         for name, via in (('turns_llama_server', False), ('turns_kvfs_serve', True)):
             rig = Rig(td, name, 2, via, port + 4)
             try:
                 res[name] = turns(rig.port, pool, via)
+                save()
             finally:
                 rig.stop()
         ls, ks = res['llama_server'], res['kvfs_serve']
         res['ratios'] = {'ttft_p50': ls['ttft_p50'] / ks['ttft_p50'],
-                         'prompts_per_s': ks['prompts_per_s'] / ls['prompts_per_s'],
+                         'prompts_per_s': ks['prompts_per_s'] / ls['prompts_per_s'] if ls['prompts_per_s'] else None,
                          'kvfs_p99_over_p50': ks['ttft_p99'] / ks['ttft_p50'],
                          'turns_ttft_p50': res['turns_llama_server']['later_ttft_p50'] /
                          res['turns_kvfs_serve']['later_ttft_p50']}

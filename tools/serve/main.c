@@ -571,6 +571,10 @@ int main(int argc, char **argv)
         goto out;
     }
     rc = 1;
+    if (memo_init(&sv->tokens, 8192, 128u << 20) || memo_init(&sv->templates, 256, 4u << 20)) {
+        fprintf(stderr, "kvfs-serve: out of memory\n");
+        goto out;
+    }
     pool_ok = 1;
     if (pool_init(sv)) {
         fprintf(stderr, "kvfs-serve: out of memory\n");
@@ -623,6 +627,8 @@ out:
     kvfs_tokenizer_free(sv->tok);
     kvfs_model_free(sv->model);
     tenants_free(sv);
+    memo_free(&sv->tokens);
+    memo_free(&sv->templates);
     curl_global_cleanup();
     return rc;
 }

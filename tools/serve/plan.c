@@ -106,14 +106,28 @@ out:
     return rc;
 }
 
-static int tokenize(const struct serve *sv, const char *text, size_t len, int bos, int special, int32_t **ids,
+static int tokenize(struct serve *sv, const char *text, size_t len, int bos, int special, int32_t **ids,
                     size_t *n, char *err, size_t errlen, const char *what)
 {
     *ids = NULL;
     *n = 0;
     if (len == 0 && !bos)
         return 0;
+    /* long texts (documents, come again and again) through the memo */
+    struct memo *memo = &sv->tokens;
+    unsigned char key[32];
+    const char how[2] = {(char)bos, (char)special};
+    int memo_ok = len >= 256 && memo->e && memo_key(key, text, len, how, 2) == 0;
+    void *v;
+    size_t vl;
+    if (memo_ok && memo_get(memo, key, &v, &vl) == 0) {
+        *ids = v;
+        *n = vl / sizeof(int32_t);
+        return 0;
+    }
     int rc = kvfs_tokenize(sv->tok, text, len, bos, special, ids, n);
+    if (!rc && memo_ok)
+        memo_put(memo, key, *ids, *n * sizeof(int32_t));
     if (rc == -EILSEQ)
         return kvfs_errf(err, errlen, -EINVAL, "%s is not valid UTF-8", what);
     if (rc)
@@ -374,8 +388,8 @@ static int add_id_chunks(struct serve *sv, struct plan *p, const int32_t *ids, s
  * the content of every marked message (marked[0..nm), in order); pos[k] the
  * offset of marker k.  -ESRCH when the template does not show each marker
  * once, in order. */
-static int render_marked(const struct engine *e, json_t *msgs, const size_t *marked, size_t nm, json_t **tr,
-                         const char **rendered, size_t *pos, char *err, size_t errlen)
+static int render_marked(struct memo *templates, const struct engine *e, json_t *msgs, const size_t *marked,
+                         size_t nm, json_t **tr, const char **rendered, size_t *pos, char *err, size_t errlen)
 {
     json_t *copy = json_deep_copy(msgs), *body = NULL;
     int rc = 0;
@@ -386,8 +400,27 @@ static int render_marked(const struct engine *e, json_t *msgs, const size_t *mar
     for (size_t k = 0; k < nm; k++)
         json_object_set_new(json_array_get(copy, marked[k]), "content", json_sprintf(MARK_FMT, marked[k]));
     body = json_pack("{s:O}", "messages", copy);
-    if ((rc = engine_call_json(e, "POST", "/apply-template", body, 30, NULL, NULL, tr, &st, err, errlen)))
+    /* the same conversation's template (every first turn with the same
+     * system prompt) through the memo */
+    char *text = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    unsigned char key[32];
+    void *v = NULL;
+    size_t vl;
+    int memo_ok = text && memo_key(key, e->url, strlen(e->url), text, strlen(text)) == 0;
+    free(text);
+    if (memo_ok && memo_get(templates, key, &v, &vl) == 0) {
+        *tr = json_pack("{s:s%}", "prompt", (const char *)v, vl);
+        free(v);
+        st = 200;
+        if (!*tr) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    } else if ((rc = engine_call_json(e, "POST", "/apply-template", body, 30, NULL, NULL, tr, &st, err, errlen)))
         goto out;
+    else if (memo_ok && st == 200 && json_is_string(json_object_get(*tr, "prompt")))
+        memo_put(templates, key, json_string_value(json_object_get(*tr, "prompt")),
+                 json_string_length(json_object_get(*tr, "prompt")));
     json_t *pr = json_object_get(*tr, "prompt");
     if (st != 200 || !json_is_string(pr)) {
         rc = kvfs_errf(err, errlen, st >= 400 && st < 500 ? -EINVAL : -EIO, "the engine's chat template: %s",
@@ -462,11 +495,11 @@ static int plan_chat(struct serve *sv, const struct engine *e, json_t *req, stru
             last_asst = i;
     }
     const char *rendered = NULL;
-    rc = render_marked(e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
+    rc = render_marked(&sv->templates, e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
     if (rc == -ESRCH && nm > 1) {
         json_decref(tr);
         marked[0] = last_user, nm = 1, last_asst = (size_t)-1;
-        rc = render_marked(e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
+        rc = render_marked(&sv->templates, e, msgs, marked, nm, &tr, &rendered, pos, err, errlen);
     }
     if (rc == -ESRCH)
         rc = kvfs_errf(err, errlen, -EINVAL, "the engine's chat template does not show the last user message once");

@@ -290,6 +290,7 @@ static void *health_main(void *arg)
                 e->n_slots = now.n_slots;
                 e->n_ctx = now.n_ctx;
                 e->up = 1;
+                memo_clear(&sv->templates); /* restarted: perhaps with another --chat-template */
                 kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is back", e->url);
                 pthread_cond_broadcast(&sv->cond);
             } else if (!ok && !e->up && why[0] && strcmp(why, e->down_reason)) {

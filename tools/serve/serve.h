@@ -10,6 +10,7 @@
  *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
  *              completion) and the OpenAI responses, streamed or not
  *   tenants.c  --api-keys: keys and their tenants (each its own cache salt)
+ *   memo.c     bounded caches: documents' tokens, chat template renderings
  *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
  *
  * Every function returns 0 or a negative errno and says why in err. */
@@ -60,6 +61,16 @@ struct serve_metrics {
     uint64_t ttft_bucket[16];  /* cumulative at render time; counts per bucket here */
 };
 
+/* A bounded cache, least recently used out (memo.c) */
+struct memo_entry;
+struct memo {
+    struct memo_entry *e;
+    int n, cap;
+    size_t bytes, max_bytes;
+    uint64_t clock, hits, misses;
+    pthread_mutex_t lock;
+};
+
 struct serve {
     /* options */
     char mount[1024];
@@ -93,6 +104,8 @@ struct serve {
     struct serve_metrics m;
     int stopping;
     int n_savers;         /* turns being saved (threads holding a slot) */
+    struct memo tokens;    /* a text's tokens (documents come back) */
+    struct memo templates; /* the engine's renderings of a conversation's template */
     /* --api-keys */
     struct tenant_key *keys;
     int n_keys;
@@ -125,6 +138,16 @@ int engine_stream_open(const struct engine *e, const char *path, json_t *body, s
  * timeout_s for it (-ETIMEDOUT; call again) */
 int engine_stream_next(struct engine_stream *s, double timeout_s, json_t **ev, char *err, size_t errlen);
 void engine_stream_close(struct engine_stream *s);
+
+/* ---- memo.c ---- */
+int memo_init(struct memo *m, int cap, size_t max_bytes);
+void memo_free(struct memo *m);
+void memo_clear(struct memo *m);
+/* the key of (a, b): SHA-256; -EIO when it cannot be made (then no memo) */
+int memo_key(unsigned char key[32], const void *a, size_t alen, const void *b, size_t blen);
+/* a malloc'ed copy of the value: 0, -ENOENT, -ENOMEM */
+int memo_get(struct memo *m, const unsigned char key[32], void **val, size_t *len);
+void memo_put(struct memo *m, const unsigned char key[32], const void *val, size_t len);
 
 /* ---- tenants.c ---- */
 int tenants_load(struct serve *sv, const char *path, char *err, size_t errlen);

@@ -316,10 +316,15 @@ def main():
     ap.add_argument('--clients', type=int, default=8)
     ap.add_argument('--pool', type=int, default=200)
     ap.add_argument('--sample', type=int, default=30)
+    ap.add_argument('--phases', default='load,fidelity,overhead,turns',
+                    help='which of load, fidelity, overhead, turns (comma-separated)')
     ap.add_argument('--out')
     a = ap.parse_args()
+    phases = set(a.phases.split(','))
+    if phases - {'load', 'fidelity', 'overhead', 'turns'}:
+        ap.error(f'--phases: unknown {sorted(phases - {"load", "fidelity", "overhead", "turns"})}')
     res = {'cpu': cpu_model(), 'date': time.strftime('%Y-%m-%d'), 'model': os.path.basename(MODEL),
-           'clients': a.clients, 'seconds': a.seconds}
+           'clients': a.clients, 'seconds': a.seconds, 'phases': sorted(phases)}
     td = tempfile.mkdtemp(prefix='kvfs-front.')
 
     def save():  # after every phase: a run cut short keeps what it measured
@@ -331,36 +336,46 @@ def main():
         try:
             pool = passages(base.eport, a.pool)
             res['pool'] = len(pool)
-            print(f'pool: {len(pool)} passages; llama-server alone, {a.clients} clients, {a.seconds:g} s', file=sys.stderr)
-            res['llama_server'] = load(base.port, pool, False, a.clients, a.seconds)
-            save()
+            if 'load' in phases:
+                print(f'pool: {len(pool)} passages; llama-server alone, {a.clients} clients, {a.seconds:g} s',
+                      file=sys.stderr)
+                res['llama_server'] = load(base.port, pool, False, a.clients, a.seconds)
+                save()
         finally:
             base.stop()
-        kv = Rig(td, 'kvfs', a.clients, True, port + 2)
-        try:
-            res['ingest_s'] = ingest(kv.port, pool)
-            print(f'ingested in {res["ingest_s"]:.1f} s; kvfs-serve, {a.clients} clients', file=sys.stderr)
-            res['kvfs_serve'] = load(kv.port, pool, True, a.clients, a.seconds)
-            save()
-            res['fidelity'] = fidelity(kv, pool, a.sample)
-            save()
-            res['overhead'] = overhead(kv, pool)
-            save()
-        finally:
-            kv.stop()
+        if phases & {'load', 'fidelity', 'overhead'}:
+            kv = Rig(td, 'kvfs', a.clients, True, port + 2)
+            try:
+                if 'load' in phases:
+                    res['ingest_s'] = ingest(kv.port, pool)
+                    print(f'ingested in {res["ingest_s"]:.1f} s; kvfs-serve, {a.clients} clients', file=sys.stderr)
+                    res['kvfs_serve'] = load(kv.port, pool, True, a.clients, a.seconds)
+                    save()
+                if 'fidelity' in phases:
+                    res['fidelity'] = fidelity(kv, pool, a.sample)
+                    save()
+                if 'overhead' in phases:
+                    res['overhead'] = overhead(kv, pool)
+                    save()
+            finally:
+                kv.stop()
         for name, via in (('turns_llama_server', False), ('turns_kvfs_serve', True)):
+            if 'turns' not in phases:
+                break
             rig = Rig(td, name, 2, via, port + 4)
             try:
                 res[name] = turns(rig.port, pool, via)
                 save()
             finally:
                 rig.stop()
-        ls, ks = res['llama_server'], res['kvfs_serve']
-        res['ratios'] = {'ttft_p50': ls['ttft_p50'] / ks['ttft_p50'],
-                         'prompts_per_s': ks['prompts_per_s'] / ls['prompts_per_s'] if ls['prompts_per_s'] else None,
-                         'kvfs_p99_over_p50': ks['ttft_p99'] / ks['ttft_p50'],
-                         'turns_ttft_p50': res['turns_llama_server']['later_ttft_p50'] /
-                         res['turns_kvfs_serve']['later_ttft_p50']}
+        r = res['ratios'] = {}
+        if 'load' in phases:
+            ls, ks = res['llama_server'], res['kvfs_serve']
+            r['ttft_p50'] = ls['ttft_p50'] / ks['ttft_p50']
+            r['prompts_per_s'] = ks['prompts_per_s'] / ls['prompts_per_s'] if ls['prompts_per_s'] else None
+            r['kvfs_p99_over_p50'] = ks['ttft_p99'] / ks['ttft_p50']
+        if 'turns' in phases:
+            r['turns_ttft_p50'] = res['turns_llama_server']['later_ttft_p50'] / res['turns_kvfs_serve']['later_ttft_p50']
     finally:
         shutil.rmtree(td, ignore_errors=True)
     out = json.dumps(res, indent=1)

@@ -87,6 +87,12 @@ PY
     want="3x$n 15x$((n < NSWA ? n : NSWA)) end"
     check "$d: two parts, 3 global layers x $n cells, 15 SWA layers x the window's cells ($got)" test "$got" = "$want"
 done
+# with llama_streams=2 each part ends with the other stream's empty header
+mount_kvfs c "model=$MODEL,llama_streams=2" || exit 1
+cp "$A/chunks/$h_long.kv" "$T/c.mnt/chunks/"
+check "llama_streams=2: the long view is 8 bytes longer (two parts), size = bytes read" \
+    test "$(stat -c %s "$T/c.mnt/llama/$h_long.llama")" = "$(($(stat -c %s "$T/long.llama") + 8))" -a \
+    "$(wc -c < "$T/c.mnt/llama/$h_long.llama")" = "$(stat -c %s "$T/c.mnt/llama/$h_long.llama")"
 # references: the server's own full prefill of the same tokens
 mkdir "$T/plain"
 start "$T/plain/" "$T/ref.log"
@@ -158,6 +164,14 @@ check "... only the query is computed ($(json 'd["timings"]["prompt_n"]' < "$T/b
     test "$(json 'd["timings"]["prompt_n"]' < "$T/back.json")" = "$nq"
 v=$(same "$T/back.json" "$T/ref_swa-full_short.json")
 check "... the greedy answer = the server's own full prefill: $v" sh -c "echo '$v' | grep -q 'identical\|near-tie'"
+# a blend's view: the same two-part layout, restored
+cp "$A/chunks/$h_long.kv" "$B/chunks/"
+"$KVFSCTL" blend -M "$B" --name q --ratio 0.15 --suffix $'\nQuestion: Who wrote these?' $h_short $h_long > /dev/null
+nb=$("$KVFSCTL" info --json "$B/blends/q.kv" | json 'd["n_tokens"]')
+check "the blend's llama/q.llama: size ($(stat -c %s "$B/llama/q.llama")) = bytes read" \
+    test "$(stat -c %s "$B/llama/q.llama")" = "$(wc -c < "$B/llama/q.llama")"
+r=$(post /slots/0?action=restore '{"filename": "q.llama"}')
+check "... restored ($nb tokens): $(echo "$r" | cut -c1-60)" test "$(echo "$r" | json 'd.get("n_restored")')" = "$nb"
 # --swa-full does not make a longer state storable: llama.cpp still saves
 # only the window's cells of the sliding-window layers
 post /completion "{\"prompt\": [$t_long], \"n_predict\": 0, \"cache_prompt\": true, \"id_slot\": 0}" > /dev/null

@@ -35,10 +35,8 @@ static uint64_t get64(const uint8_t *p)
 
 /* ---- v1 object -> state file ---------------------------------------- */
 
-/* Which cache layer l is in (0: the only or non-SWA one, 1: SWA), and how
- * many cells the SWA one keeps of n: those within the window of the last
- * position (llama-kv-cache.cpp state_write: is_masked_swa, STANDARD:
- * p_last - p >= n_swa is masked). */
+/* Whether the model has a second (SWA) cache: llama.cpp makes one whenever
+ * it has sliding-window layers (llama-model.cpp create_memory). */
 static int swa_on(const struct kvfs_llama_swa *swa, uint32_t n_layer)
 {
     if (!swa || !swa->n_swa)
@@ -49,6 +47,9 @@ static int swa_on(const struct kvfs_llama_swa *swa, uint32_t n_layer)
     return 0;
 }
 
+/* The cells the SWA cache saves of n: those within the window of the last
+ * position (llama-kv-cache.cpp state_write skips is_masked_swa ones;
+ * STANDARD: p_last - p >= n_swa is masked). */
 static uint64_t swa_cells(const struct kvfs_llama_swa *swa, uint64_t n)
 {
     return n < swa->n_swa ? n : swa->n_swa;

@@ -9,6 +9,7 @@
 
 #include "llama_state.h"
 #include "log.h"
+#include "service.h"
 
 /* One recipe text parsed and keyed, shared by the blend that has it and
  * the opens serving it (a rewrite does not pull it from under them). */
@@ -24,6 +25,7 @@ struct entry {
     struct version *v;   /* NULL: empty or refused */
     char err[512];       /* the last error line ("" when none) */
     uint64_t size, llama_size; /* of the last result served */
+    uint32_t llama_parts;
     int removed;         /* forgotten while held: goes with its last hold */
     int opens;           /* holds: handles and serves in progress */
     struct entry *next;
@@ -109,6 +111,7 @@ static void info_of(const struct entry *e, struct kvfs_blend_info *info)
     info->err_len = strlen(e->err);
     info->size = e->size;
     info->llama_size = e->llama_size;
+    info->llama_parts = e->llama_parts;
 }
 
 int kvfs_registry_lookup(struct kvfs_blend_registry *reg, const char *name, struct kvfs_blend_info *info)
@@ -297,12 +300,16 @@ static void finish(struct kvfs_blend_registry *reg, uint64_t id, struct version 
                    struct kvfs_chunk_ref *ref, int hold)
 {
     uint64_t size = 0, llama_size = 0;
+    uint32_t llama_parts = 1;
     struct kvfs_header h;
     struct kvfs_llama_view lv;
+    struct kvfs_llama_swa swa;
     if (!rc) {
         size = kvfs_chunk_size(ref);
-        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) && !kvfs_llama_view_init(&lv, &h, 0, 1)) {
+        if (!kvfs_header_parse(kvfs_chunk_data(ref), size, &h, NULL, 0) &&
+            (kvfs_blend_service_swa(reg->svc, &h.fp, &swa), !kvfs_llama_view_init_swa(&lv, &h, 0, 1, &swa))) {
             llama_size = lv.size;
+            llama_parts = lv.n_parts;
             kvfs_llama_view_free(&lv);
         }
     }
@@ -318,6 +325,7 @@ static void finish(struct kvfs_blend_registry *reg, uint64_t id, struct version 
             e->err[0] = '\0';
             e->size = size;
             e->llama_size = llama_size;
+            e->llama_parts = llama_parts;
         }
     }
     struct version *gone = version_unref(v);

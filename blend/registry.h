@@ -30,6 +30,7 @@ struct kvfs_blend_info {
     uint64_t err_len;      /* its last error line ("" when none) */
     uint64_t size;         /* the last result served (0 before the first) */
     uint64_t llama_size;   /* that result as a llama.cpp state of one stream (index/llama_state.h) */
+    uint32_t llama_parts;  /* its caches (2: sliding-window layers), each with an empty header per other stream */
 };
 
 int kvfs_registry_new(struct kvfs_blend_service *svc, struct kvfs_store *store, struct kvfs_blend_registry **out);

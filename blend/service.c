@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "blend.h"
+#include "llama_state.h"
 #include "blend_internal.h" /* blend_now_s */
 #include "loader.h"
 #include "model.h"
@@ -284,6 +285,28 @@ int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct
     *fp = svc->models[i].m->fp;
     *n_vocab = (uint32_t)svc->models[i].m->hp.n_vocab;
     return 0;
+}
+
+void kvfs_model_llama_swa(const struct kvfs_model *m, struct kvfs_llama_swa *swa)
+{
+    memset(swa, 0, sizeof(*swa));
+    for (int l = 0; l < m->hp.n_layer && l < (int)KVFS_MAX_LAYERS; l++)
+        if ((swa->local[l] = m->layers[l].window > 0))
+            swa->n_swa = (uint32_t)m->layers[l].window;
+}
+
+int kvfs_blend_service_swa(const struct kvfs_blend_service *svc, const struct kvfs_fingerprint *fp,
+                           struct kvfs_llama_swa *swa)
+{
+    uint8_t enc[80];
+    memset(swa, 0, sizeof(*swa));
+    kvfs_fingerprint_encode(fp, enc);
+    for (int i = 0; svc && i < svc->n_models; i++)
+        if (!memcmp(svc->models[i].fp, enc, 80)) {
+            kvfs_model_llama_swa(svc->models[i].m, swa);
+            return 0;
+        }
+    return -ENODEV;
 }
 
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,

@@ -46,6 +46,13 @@ int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m);
  * vocabulary size.  -ENODEV past the last one. */
 int kvfs_blend_service_model(const struct kvfs_blend_service *svc, int i, struct kvfs_fingerprint *fp,
                              uint32_t *n_vocab);
+/* The sliding-window layers of model m, or of the loaded model of
+ * fingerprint fp (as llama.cpp caches them: llama_state.h); -ENODEV when no
+ * loaded model has fp (swa then says none). */
+struct kvfs_llama_swa;
+void kvfs_model_llama_swa(const struct kvfs_model *m, struct kvfs_llama_swa *swa);
+int kvfs_blend_service_swa(const struct kvfs_blend_service *svc, const struct kvfs_fingerprint *fp,
+                           struct kvfs_llama_swa *swa);
 
 /* The key a recipe's result is stored under. */
 void kvfs_blend_service_key(const struct kvfs_blend_service *svc, const struct kvfs_recipe *r,

@@ -68,7 +68,7 @@ static void fill_attr(const struct kvfs_mount *mnt, const struct kvfs_blend_info
     st->st_gid = getgid();
     st->st_size = kind == BLEND_RECIPE ? (off_t)b->recipe_len : kind == BLEND_ERR ? (off_t)b->err_len
                 : kind == BLEND_KV ? (off_t)b->size
-                : b->llama_size ? (off_t)(b->llama_size + 4u * (mnt->opts.llama_streams - 1)) /* the empty streams */
+                : b->llama_size ? (off_t)(b->llama_size + 4u * b->llama_parts * (mnt->opts.llama_streams - 1)) /* the empty streams */
                 : 0;
     clock_gettime(CLOCK_REALTIME, &st->st_mtim);
     st->st_atim = st->st_ctim = st->st_mtim;

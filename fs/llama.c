@@ -62,8 +62,10 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     for (int i = 0; kvfs_blend_service_model(m->svc, i, &fp, &n_vocab) == 0; i++) {
         kvfs_fingerprint_id(&fp, id);
         if (!strcmp(id, c->model) && fp.n_layer == c->n_layer) {
-            *size = kvfs_llama_state_size(c->n_tokens, fp.n_layer, (uint64_t)fp.n_kv_head * fp.head_dim,
-                                          m->opts.llama_streams);
+            struct kvfs_llama_swa swa;
+            kvfs_blend_service_swa(m->svc, &fp, &swa);
+            *size = kvfs_llama_state_size_swa(c->n_tokens, fp.n_layer, (uint64_t)fp.n_kv_head * fp.head_dim,
+                                              m->opts.llama_streams, &swa);
             return 0;
         }
     }
@@ -74,7 +76,7 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     if (rc)
         return rc;
     if (!(rc = kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0)) &&
-        !(rc = kvfs_llama_view_init(&v, &h, 0, m->opts.llama_streams))) {
+        !(rc = kvfs_llama_view_init(&v, &h, 0, m->opts.llama_streams))) { /* no model: no SWA layers known */
         *size = v.size;
         kvfs_llama_view_free(&v);
     }
@@ -145,15 +147,17 @@ int llama_attr_of_hash(struct kvfs_mount *m, const char *hash, struct stat *st)
 }
 
 /* The view over h->ref (a chunk or a blend result) into h. */
-static int view_of_ref(struct fh *h, int vt, uint32_t n_streams)
+static int view_of_ref(struct kvfs_mount *m, struct fh *h, int vt, uint32_t n_streams)
 {
     struct kvfs_header hdr;
+    struct kvfs_llama_swa swa;
     int rc = kvfs_header_parse(kvfs_chunk_data(h->ref), kvfs_chunk_size(h->ref), &hdr, NULL, 0);
     if (rc)
         return rc;
     if (!(h->view = calloc(1, sizeof(*h->view))))
         return -ENOMEM;
-    if ((rc = kvfs_llama_view_init(h->view, &hdr, vt, n_streams))) {
+    kvfs_blend_service_swa(m->svc, &hdr.fp, &swa); /* none for a model not loaded, as view_size says */
+    if ((rc = kvfs_llama_view_init_swa(h->view, &hdr, vt, n_streams, &swa))) {
         free(h->view);
         h->view = NULL;
     }
@@ -177,7 +181,7 @@ int llama_open(struct kvfs_mount *m, fuse_ino_t ino, struct fh *h)
         if (rc || (rc = kvfs_store_get(m->store, hash, &h->ref)))
             return rc;
     }
-    return view_of_ref(h, vt, m->opts.llama_streams); /* on error the handle's release frees the ref */
+    return view_of_ref(m, h, vt, m->opts.llama_streams); /* on error the handle's release frees the ref */
 }
 
 int llama_list(struct kvfs_mount *m, int (*fn)(void *ctx, const char *name, fuse_ino_t ino), void *ctx)
@@ -198,7 +202,9 @@ int llama_ingest(struct kvfs_mount *m, const char *name, const void *buf, size_t
     if (kvfs_blend_service_model(m->svc, 0, &fp, &n_vocab))
         return kvfs_errf(err, errlen, -ENODEV, "a llama.cpp state names no model and this mount has none "
                          "(-o model=PATH; or kvfsctl import -m MODEL)");
-    int rc = kvfs_llama_state_to_chunk_salted(buf, len, &fp, n_vocab, salted ? salt : NULL, &w, err, errlen);
+    struct kvfs_llama_swa swa;
+    kvfs_blend_service_swa(m->svc, &fp, &swa);
+    int rc = kvfs_llama_state_to_chunk_swa(buf, len, &fp, n_vocab, &swa, salted ? salt : NULL, &w, err, errlen);
     if (rc)
         return rc;
     rc = ingest_put(m, w.buf, w.size, hash, err, errlen);

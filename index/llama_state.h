@@ -36,25 +36,50 @@ enum { KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_BF16 = 30 };
  * streams (the others empty).  llama.cpp restores a state only into a cache
  * of as many streams: 1 for a unified cache (llama-server's default, -kvu),
  * else one per slot (-np N). */
+/* A model with sliding-window layers: llama.cpp keeps them in a second
+ * cache (llama_kv_cache_iswa) whose state follows the other's in the file,
+ * each part "n_stream, cells, v_trans, n_layer, K, V" of its own layers; the
+ * SWA part holds only the cells in the window of the last position
+ * (llama_kv_cache::state_write skips masked ones; llama.cpp's cache may not
+ * have room for more). */
+struct kvfs_llama_swa {
+    uint32_t n_swa;                 /* window; 0: no SWA layers, one cache */
+    uint8_t local[KVFS_MAX_LAYERS]; /* layer l sits in the SWA cache */
+};
+
+/* One cache's part of a view */
+struct kvfs_llama_part {
+    uint64_t at, data0, tail, end; /* its n_stream, its first K header, its empty streams, its end */
+    uint32_t t0, n;                /* its cells: the chunk's rows t0 .. t0 + n - 1 */
+    uint32_t l0, n_layer;          /* its layers: layer[l0 .. l0 + n_layer) */
+    uint8_t *hdr;                  /* bytes [at, data0): generated (part 0: from the file's start) */
+};
+
 struct kvfs_llama_view {
     struct kvfs_header h;   /* of the object; its pointers point into the object */
     int v_trans;            /* V transposed: engines without flash attention */
     uint32_t kv_dim;        /* n_kv_head * head_dim */
-    uint32_t n_streams;     /* the cells in the first; the others' empty headers at the end */
+    uint32_t n_streams;     /* the cells in the first; the others' empty headers at each part's end */
     uint64_t size;          /* of the state file */
-    uint64_t data0;         /* offset of layer 0's K header */
-    uint8_t *prelude;       /* bytes [0, data0): generated */
+    uint32_t n_parts;       /* 1, or 2 with sliding-window layers (the non-SWA cache first) */
+    struct kvfs_llama_part part[2];
+    uint16_t layer[KVFS_MAX_LAYERS]; /* the model's layers in the file's order */
 };
 
 /* The view of the object whose parsed header is h (whose token and layer
- * table pointers stay valid while the view is used).  -EINVAL for a shape
- * llama.cpp cannot hold, -ENOMEM. */
+ * table pointers stay valid while the view is used); swa: the model's
+ * sliding-window layers, or NULL (none).  -EINVAL for a shape llama.cpp
+ * cannot hold, -ENOMEM. */
 #define KVFS_LLAMA_MAX_STREAMS 256 /* llama.cpp's LLAMA_MAX_SEQ */
 int kvfs_llama_view_init(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans, uint32_t n_streams);
+int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header *h, int v_trans,
+                             uint32_t n_streams, const struct kvfs_llama_swa *swa);
 void kvfs_llama_view_free(struct kvfs_llama_view *v);
 /* The size of a view of n_tokens rows of kv_dim (either V layout) in
- * n_streams streams */
+ * n_streams streams; _swa: with the sliding-window layers swa (or NULL) */
 uint64_t kvfs_llama_state_size(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim, uint32_t n_streams);
+uint64_t kvfs_llama_state_size_swa(uint64_t n_tokens, uint32_t n_layer, uint64_t kv_dim, uint32_t n_streams,
+                                   const struct kvfs_llama_swa *swa);
 /* len bytes of the state file at off (clipped to its size) from the whole
  * object image obj; returns the bytes written */
 size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj, uint64_t off, void *dst, size_t len);
@@ -73,6 +98,11 @@ int kvfs_llama_state_to_chunk(const void *buf, size_t len, const struct kvfs_fin
 int kvfs_llama_state_to_chunk_salted(const void *buf, size_t len, const struct kvfs_fingerprint *fp,
                                      uint32_t n_vocab, const uint8_t salt[32], struct kvfs_writer *w, char *err,
                                      size_t errlen);
+/* The same for a model with sliding-window layers swa (or NULL): a state of
+ * two parts, whose SWA part must hold every cell (kvfs(8), llama/). */
+int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs_fingerprint *fp, uint32_t n_vocab,
+                                  const struct kvfs_llama_swa *swa, const uint8_t salt[32], struct kvfs_writer *w,
+                                  char *err, size_t errlen);
 
 /* The salt a saved state's file name asks for (kvfs(8), llama/): a name
  * holding ".salt-" then 64 lowercase hex digits (a kvfs_salt_digest, not a

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "llama_state.h"
 #include "model_util.h"
+#include "service.h"
 #include "tool_util.h"
 
 static void usage(FILE *f)
@@ -52,8 +53,10 @@ int cmd_import(int argc, char **argv)
     }
     if (tool_load_model(model, "cpu", 1, &m, &tok))
         goto free_buf;
-    if ((rc = kvfs_llama_state_to_chunk_salted(buf, len, &m->fp, (uint32_t)m->hp.n_vocab,
-                                               salt.set ? salt.digest : NULL, &w, err, sizeof(err)))) {
+    struct kvfs_llama_swa swa;
+    kvfs_model_llama_swa(m, &swa);
+    if ((rc = kvfs_llama_state_to_chunk_swa(buf, len, &m->fp, (uint32_t)m->hp.n_vocab, &swa,
+                                            salt.set ? salt.digest : NULL, &w, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl import: %s against %s: %s [%s]\n", in, model, err, strerror(-rc));
         goto free_model;
     }

@@ -156,6 +156,8 @@ check "... the same first token as llama-server's full prefill" test "$(first "$
 hits=$(metric kvfs_serve_history_hits_total)
 check "/metrics: history hits $hits, misses $(metric kvfs_serve_history_misses_total), saves $(metric kvfs_serve_turn_saves_total)" \
     test "$hits" = 3 -a "$(metric kvfs_serve_history_misses_total)" = 0
+check "/metrics: the documents' tokens come again from the memo ($(metric 'kvfs_serve_memo_hits_total{memo="tokens"}') hits)" \
+    test "$(metric 'kvfs_serve_memo_hits_total{memo="tokens"}')" -ge 2
 wait_saves 7
 kill "$SERVE_PID"; wait "$SERVE_PID" 2> /dev/null
 start_serve "$T/serve2.log" --no-save-turns || exit 1

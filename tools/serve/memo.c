@@ -118,3 +118,10 @@ void memo_put(struct memo *m, const unsigned char key[32], const void *val, size
     m->bytes += len;
     pthread_mutex_unlock(&m->lock);
 }
+
+void memo_stats(struct memo *m, uint64_t *hits, uint64_t *misses, int *entries, size_t *bytes)
+{
+    pthread_mutex_lock(&m->lock);
+    *hits = m->hits, *misses = m->misses, *entries = m->n, *bytes = m->bytes;
+    pthread_mutex_unlock(&m->lock);
+}

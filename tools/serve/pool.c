@@ -479,6 +479,26 @@ char *metrics_render(struct serve *sv)
     counter(&t, "kvfs_serve_turn_saves_total", "Chat turns saved into the mount as the next turn's history.",
             m.turn_saves);
     counter(&t, "kvfs_serve_turn_save_errors_total", "Chat turns that could not be saved.", m.turn_save_errors);
+    struct memo *memos[2] = {&sv->tokens, &sv->templates};
+    static const char *memo_names[2] = {"tokens", "templates"};
+    uint64_t mh[2] = {0}, mm[2] = {0};
+    size_t mb[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        int n;
+        if (memos[i]->e)
+            memo_stats(memos[i], &mh[i], &mm[i], &n, &mb[i]);
+    }
+    put(&t, "# HELP kvfs_serve_memo_hits_total Documents found tokenized (memo=tokens), chat templates found rendered "
+            "(memo=templates).\n# TYPE kvfs_serve_memo_hits_total counter\n");
+    for (int i = 0; i < 2; i++)
+        put(&t, "kvfs_serve_memo_hits_total{memo=\"%s\"} %llu\n", memo_names[i], (unsigned long long)mh[i]);
+    put(&t, "# HELP kvfs_serve_memo_misses_total Texts tokenized, templates rendered by the engine.\n"
+            "# TYPE kvfs_serve_memo_misses_total counter\n");
+    for (int i = 0; i < 2; i++)
+        put(&t, "kvfs_serve_memo_misses_total{memo=\"%s\"} %llu\n", memo_names[i], (unsigned long long)mm[i]);
+    put(&t, "# HELP kvfs_serve_memo_bytes What the memos hold.\n# TYPE kvfs_serve_memo_bytes gauge\n");
+    for (int i = 0; i < 2; i++)
+        put(&t, "kvfs_serve_memo_bytes{memo=\"%s\"} %zu\n", memo_names[i], mb[i]);
     counter(&t, "kvfs_serve_full_prefills_total", "Requests without documents, prefilled in full by the engine.",
             m.full_prefills);
     counter(&t, "kvfs_serve_prompt_tokens_total", "Prompt tokens of the requests answered.", m.prompt_tokens);

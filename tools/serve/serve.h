@@ -148,6 +148,7 @@ int memo_key(unsigned char key[32], const void *a, size_t alen, const void *b, s
 /* a malloc'ed copy of the value: 0, -ENOENT, -ENOMEM */
 int memo_get(struct memo *m, const unsigned char key[32], void **val, size_t *len);
 void memo_put(struct memo *m, const unsigned char key[32], const void *val, size_t len);
+void memo_stats(struct memo *m, uint64_t *hits, uint64_t *misses, int *entries, size_t *bytes);
 
 /* ---- tenants.c ---- */
 int tenants_load(struct serve *sv, const char *path, char *err, size_t errlen);

@@ -629,29 +629,39 @@ static void *save_turn(void *arg)
     int rc = 0;
     if (plan_chunk_present(sv, t->hash))
         goto done; /* saved before (the same conversation again) */
-    json_t *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(t->ids, t->n), "n_predict", 0, "id_slot",
-                          t->slot.id, "cache_prompt", 1);
-    rc = engine_call_json(e, "POST", "/completion", b, 300, stopping, sv, &out, &st, err, sizeof(err));
-    rc = call_rc(rc, st); /* apart: st is set by the call */
-    json_decref(b);
-    json_decref(out);
-    out = NULL;
-    if (rc) {
-        if (!err[0])
-            snprintf(err, sizeof(err), "/completion: HTTP %ld", st);
-        goto done;
-    }
-    b = json_pack("{s:o}", "filename", save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL));
-    snprintf(path, sizeof(path), "/slots/%d?action=save", t->slot.id);
-    rc = engine_call_json(e, "POST", path, b, 120, stopping, sv, &out, &st, err, sizeof(err));
-    rc = call_rc(rc, st);
-    json_decref(b);
-    json_decref(out);
-    if (rc && !err[0])
-        snprintf(err, sizeof(err), "%s: HTTP %ld", path, st);
-    if (!rc && !plan_chunk_present(sv, t->hash))
+    /* twice at most: once (under a sanitizer's slowness) the saved state held
+     * the prompt without the answer; the second try computes it again */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        json_t *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(t->ids, t->n), "n_predict", 0, "id_slot",
+                              t->slot.id, "cache_prompt", 1);
+        err[0] = '\0';
+        rc = engine_call_json(e, "POST", "/completion", b, 300, stopping, sv, &out, &st, err, sizeof(err));
+        rc = call_rc(rc, st); /* apart: st is set by the call */
+        json_decref(b);
+        json_decref(out);
+        out = NULL;
+        if (rc) {
+            if (!err[0])
+                snprintf(err, sizeof(err), "/completion: HTTP %ld", st);
+            goto done;
+        }
+        b = json_pack("{s:o}", "filename", save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL));
+        snprintf(path, sizeof(path), "/slots/%d?action=save", t->slot.id);
+        rc = engine_call_json(e, "POST", path, b, 120, stopping, sv, &out, &st, err, sizeof(err));
+        rc = call_rc(rc, st);
+        json_decref(b);
+        json_decref(out);
+        out = NULL;
+        if (rc) {
+            if (!err[0])
+                snprintf(err, sizeof(err), "%s: HTTP %ld", path, st);
+            goto done;
+        }
+        if (plan_chunk_present(sv, t->hash))
+            goto done;
         rc = kvfs_errf(err, sizeof(err), -EPROTO, "the engine's state of %zu tokens was not stored as chunk %.16s...",
                        t->n, t->hash);
+    }
 done:
     if (rc) {
         metrics_add(sv, &sv->m.turn_save_errors, 1);

@@ -205,6 +205,10 @@ struct kvfs_backend_iface {
      * (it takes no context: ctx may be NULL). */
     int (*host_register)(void *ctx, void *host, size_t bytes);
     void (*host_unregister)(void *ctx, void *host);
+    /* Optional (NULL: mixture-of-experts models are refused at load):
+     * y[i][j] = x[i][j] * s[i] for i < n, j < dim (s device f32[n]; the
+     * experts' routing weights); y may equal x */
+    int (*mul_rows)(void *ctx, const float *x, const float *s, float *y, int n, int dim);
 };
 
 struct kvfs_backend {

@@ -18,12 +18,12 @@
 enum {
     P_MATMUL, P_MATMUL_ACT, P_RMSNORM, P_ROPE, P_ADD, P_SWIGLU, P_GEGLU, P_SCALE, P_GET_ROWS, P_WEIGHT_ROWS,
     P_ATTENTION, P_ATTN_MASS, P_ROW_SQDIFF, P_GATHER, P_SCATTER, P_ACT_QUANT, P_ROUND_F16, P_TOPK, P_UPLOAD_KV,
-    P_UPLOAD_KVQ, P_CHUNK_SHIFT, P_UPLOAD, P_DOWNLOAD, P_COPY, P_N
+    P_UPLOAD_KVQ, P_CHUNK_SHIFT, P_UPLOAD, P_DOWNLOAD, P_COPY, P_MUL_ROWS, P_N
 };
 static const char *const op_names[P_N] = {
     "matmul", "matmul_act", "rmsnorm", "rope", "add", "swiglu", "geglu", "scale", "get_rows", "weight_rows",
     "attention", "attn_mass", "row_sqdiff", "gather_rows", "scatter_rows", "act_quant", "round_f16", "topk",
-    "upload_kv", "upload_kvq", "chunk_shift", "upload", "download", "copy"};
+    "upload_kv", "upload_kvq", "chunk_shift", "upload", "download", "copy", "mul_rows"};
 
 struct prof_ctx {
     const struct kvfs_backend_iface *in;
@@ -180,6 +180,10 @@ static int w_geglu(void *vctx, const float *gate, const float *up, float *out, s
 {
     TIMED(P_GEGLU, geglu(p_->ctx, gate, up, out, count));
 }
+static int w_mul_rows(void *vctx, const float *x, const float *s, float *y, int n, int dim)
+{
+    TIMED(P_MUL_ROWS, mul_rows(p_->ctx, x, s, y, n, dim));
+}
 static void w_trim(void *vctx) { IN(vctx)->trim(CX(vctx)); }
 static int w_upload_kvq(void *vctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim,
                         int codec)
@@ -216,7 +220,7 @@ static const struct kvfs_backend_iface *wrapped(const struct kvfs_backend_iface 
         W(matmul), W(rmsnorm), W(rope), W(add), W(swiglu), W(get_rows), W(attention), W(attn_mass);
         W(row_sqdiff), W(act_quant), W(round_f16), W(topk), W(upload_kv), W(destroy), W(weight_create_quant);
         W(weight_rows), W(matmul_act), W(scale), W(geglu), W(trim), W(upload_kvq), W(chunk_shift);
-        W(host_register);
+        W(host_register), W(mul_rows);
 #undef W
         o->gather_rows = in->gather_rows ? w_gather : NULL;
         o->scatter_rows = in->scatter_rows ? w_scatter : NULL;

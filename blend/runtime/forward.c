@@ -143,6 +143,123 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     return 0;
 }
 
+/* The experts' FFN of n rows of w->xn into w->o, as llama.cpp's
+ * build_moe_ffn: router logits, softmax, the top n_expert_used experts of
+ * each row, their probabilities renormalized to sum 1; then expert by
+ * expert, its rows gathered, one SwiGLU product for them all, scattered to
+ * their slot (k-th choice of their row), weighted; the slots summed in
+ * order.  Cost follows the routed rows, so a blend's few recomputed rows
+ * cost few products. */
+static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp, rc;
+    size_t nk = (size_t)n * k;
+    float *d_logit = NULL, *d_xg = NULL, *d_g = NULL, *d_u = NULL, *d_y = NULL, *d_slots = NULL, *d_wt = NULL;
+    int32_t *d_src = NULL, *d_dst = NULL;
+    float *logit = malloc(sizeof(float) * (size_t)n * ne), *wt = malloc(sizeof(float) * nk);
+    int32_t *sel = malloc(sizeof(int32_t) * nk), *src = malloc(sizeof(int32_t) * nk),
+            *dst = malloc(sizeof(int32_t) * nk), *cnt = calloc((size_t)ne + 1, sizeof(int32_t));
+    if (!logit || !wt || !sel || !src || !dst || !cnt) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * ne, (void **)&d_logit)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * E, (void **)&d_xg)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * F, (void **)&d_g)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * F, (void **)&d_u)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * E, (void **)&d_y)) ||
+        (rc = be->alloc(ctx, sizeof(float) * nk * E, (void **)&d_slots)) ||
+        (rc = be->alloc(ctx, sizeof(float) * nk, (void **)&d_wt)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * nk, (void **)&d_src)) ||
+        (rc = be->alloc(ctx, sizeof(int32_t) * nk, (void **)&d_dst)) ||
+        (rc = kvfs_linear(m, L->ffn_gate_inp, NULL, L->act_q_moe[0], w->xn, w->aq, d_logit, n, E)) ||
+        (rc = be->download(ctx, logit, d_logit, sizeof(float) * (size_t)n * ne)))
+        goto out;
+    for (int r = 0; r < n; r++) {
+        float *p = logit + (size_t)r * ne, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < ne; j++)
+            mx = p[j] > mx ? p[j] : mx;
+        double s = 0.0; /* ggml's soft_max: exp(x - max), summed in double */
+        for (int j = 0; j < ne; j++)
+            s += (double)(p[j] = expf(p[j] - mx));
+        for (int j = 0; j < ne; j++)
+            p[j] *= (float)(1.0 / s);
+        for (int i = 0; i < k; i++) { /* top k, best first; a tie to the lower expert */
+            int b = -1;
+            for (int j = 0; j < ne; j++) {
+                int taken = 0;
+                for (int q = 0; q < i; q++)
+                    taken |= sel[(size_t)r * k + q] == j;
+                if (!taken && (b < 0 || p[j] > p[b]))
+                    b = j;
+            }
+            sel[(size_t)r * k + i] = b;
+            sum += p[b];
+        }
+        sum = sum < 6.103515625e-5f ? 6.103515625e-5f : sum; /* llama.cpp's clamp of the sum */
+        for (int i = 0; i < k; i++) /* slot-major: row r's i-th choice is row i * n + r of the slots */
+            wt[(size_t)i * n + r] = p[sel[(size_t)r * k + i]] / sum;
+    }
+    /* rows grouped by expert: cnt[e] .. cnt[e + 1] of src (token rows) and dst (slot rows) */
+    for (size_t j = 0; j < nk; j++)
+        cnt[sel[j] + 1]++;
+    for (int e = 0; e < ne; e++)
+        cnt[e + 1] += cnt[e];
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < k; i++) {
+            int e = sel[(size_t)r * k + i];
+            int at = cnt[e]++;
+            src[at] = r;
+            dst[at] = i * n + r;
+        }
+    for (int e = ne; e > 0; e--) /* back to starts */
+        cnt[e] = cnt[e - 1];
+    cnt[0] = 0;
+    if ((rc = be->upload(ctx, d_src, src, sizeof(int32_t) * nk)) ||
+        (rc = be->upload(ctx, d_dst, dst, sizeof(int32_t) * nk)) ||
+        (rc = be->upload(ctx, d_wt, wt, sizeof(float) * nk)))
+        goto out;
+    for (int e = 0; e < ne; e++) {
+        int c = cnt[e + 1] - cnt[e];
+        if (c == 0)
+            continue;
+        if ((rc = be->gather_rows(ctx, w->xn, d_src + cnt[e], d_xg, c, E)) ||
+            (rc = kvfs_linear(m, L->exp_gate[e], NULL, L->act_q_moe[1], d_xg, w->aq, d_g, c, E)) ||
+            (rc = kvfs_linear(m, L->exp_up[e], NULL, L->act_q_moe[2], d_xg, w->aq, d_u, c, E)) ||
+            (rc = be->swiglu(ctx, d_g, d_u, d_g, (size_t)c * F)) ||
+            (m->ggml_compat && L->act_q_moe[3] && (rc = be->act_quant(ctx, d_g, d_g, c, F, L->act_q_moe[3]))) ||
+            (rc = be->matmul(ctx, L->exp_down[e], NULL, d_g, d_y, c)) ||
+            (rc = be->scatter_rows(ctx, d_y, d_dst + cnt[e], d_slots, c, E)))
+            goto out;
+    }
+    /* llama.cpp: experts times their weights, then slot 0 + slot 1 + ... */
+    if ((rc = be->mul_rows(ctx, d_slots, d_wt, d_slots, (int)nk, E)) ||
+        (rc = be->copy(ctx, w->o, d_slots, sizeof(float) * (size_t)n * E)))
+        goto out;
+    for (int i = 1; i < k && !rc; i++)
+        rc = be->add(ctx, w->o, d_slots + (size_t)i * n * E, w->o, (size_t)n * E);
+    /* the buffers below are freed at once: their ops must be done */
+    if (!rc)
+        rc = be->synchronize(ctx);
+out:
+    {
+        void *bufs[] = {d_logit, d_xg, d_g, d_u, d_y, d_slots, d_wt, d_src, d_dst};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    free(logit);
+    free(wt);
+    free(sel);
+    free(src);
+    free(dst);
+    free(cnt);
+    return rc;
+}
+
 int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
                       int n_ctx)
 {
@@ -159,8 +276,11 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
         (rc = L->ffn_norm ? be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)
-                          : be->copy(ctx, w->xn, w->x, sizeof(float) * e)) ||
-        (rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
+                          : be->copy(ctx, w->xn, w->x, sizeof(float) * e)))
+        return rc;
+    if (L->ffn_gate_inp) /* qwen3moe: no post norm, no residual scale */
+        return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
+    if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
         (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
         return rc;

@@ -43,7 +43,7 @@ static void put_str(struct buf *b, const char *s)
 
 struct tensor {
     char *name;
-    uint64_t ne0, ne1;
+    uint64_t ne0, ne1, ne2; /* ne2 > 1: a 3-D tensor (experts) */
     float *data;
 };
 
@@ -138,26 +138,34 @@ int kvfs_gguf_add_f32_array(struct kvfs_gguf_writer *w, const char *k, const flo
     return w->kv.err;
 }
 
-int kvfs_gguf_add_tensor_f32(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
-                             const float *data)
+int kvfs_gguf_add_tensor_f32_3d(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
+                                uint64_t ne2, const float *data)
 {
     struct tensor *t = realloc(w->t, sizeof(*t) * (w->n_t + 1));
     if (!t)
         return -ENOMEM;
     w->t = t;
     t = &w->t[w->n_t];
+    size_t bytes = sizeof(float) * ne0 * ne1 * ne2;
     t->name = strdup(name);
-    t->data = malloc(sizeof(float) * ne0 * ne1);
+    t->data = malloc(bytes);
     if (!t->name || !t->data) {
         free(t->name);
         free(t->data);
         return -ENOMEM;
     }
-    memcpy(t->data, data, sizeof(float) * ne0 * ne1);
+    memcpy(t->data, data, bytes);
     t->ne0 = ne0;
     t->ne1 = ne1;
+    t->ne2 = ne2;
     w->n_t++;
     return 0;
+}
+
+int kvfs_gguf_add_tensor_f32(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
+                             const float *data)
+{
+    return kvfs_gguf_add_tensor_f32_3d(w, name, ne0, ne1, 1, data);
 }
 
 int kvfs_gguf_write_file(struct kvfs_gguf_writer *w, const char *path)
@@ -171,17 +179,19 @@ int kvfs_gguf_write_file(struct kvfs_gguf_writer *w, const char *path)
     uint64_t off = 0;
     for (uint64_t i = 0; i < w->n_t; i++) {
         put_str(&b, w->t[i].name);
-        put_u32(&b, 2);
+        put_u32(&b, w->t[i].ne2 > 1 ? 3 : 2);
         put_u64(&b, w->t[i].ne0);
         put_u64(&b, w->t[i].ne1);
+        if (w->t[i].ne2 > 1)
+            put_u64(&b, w->t[i].ne2);
         put_u32(&b, KVFS_GGML_F32);
         put_u64(&b, off);
-        off += (sizeof(float) * w->t[i].ne0 * w->t[i].ne1 + 31) / 32 * 32;
+        off += (sizeof(float) * w->t[i].ne0 * w->t[i].ne1 * w->t[i].ne2 + 31) / 32 * 32;
     }
     static const uint8_t zeros[32];
     put(&b, zeros, (32 - b.n % 32) % 32);
     for (uint64_t i = 0; i < w->n_t; i++) {
-        size_t n = sizeof(float) * w->t[i].ne0 * w->t[i].ne1;
+        size_t n = sizeof(float) * w->t[i].ne0 * w->t[i].ne1 * w->t[i].ne2;
         put(&b, w->t[i].data, n);
         put(&b, zeros, (32 - n % 32) % 32);
     }

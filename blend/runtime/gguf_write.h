@@ -18,6 +18,9 @@ int kvfs_gguf_add_i32_array(struct kvfs_gguf_writer *w, const char *key, const i
 /* An F32 tensor of ne0 x ne1 (ne0 fastest); data is copied. */
 int kvfs_gguf_add_tensor_f32(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
                              const float *data);
+/* ... of ne0 x ne1 x ne2 (the experts' tensors: one ne0 x ne1 slice each) */
+int kvfs_gguf_add_tensor_f32_3d(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,
+                                uint64_t ne2, const float *data);
 int kvfs_gguf_write_file(struct kvfs_gguf_writer *w, const char *path);
 
 #endif

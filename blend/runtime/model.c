@@ -89,6 +89,41 @@ static int load_weight(struct kvfs_model *m, const char *name, int out_dim, int 
     return load_weight_part(m, name, 0, out_dim, out_dim, in_dim, w, err, errlen);
 }
 
+/* The n_exp slices [rows][in_dim] of a 3-D expert tensor, each a weight of
+ * its own (kept encoded as load_weight_part's); a type kept as f32 is
+ * decoded once for all of them, not once per expert. */
+static int load_experts(struct kvfs_model *m, const char *name, int n_exp, int rows, int in_dim,
+                        struct kvfs_weight ***out, char *err, size_t errlen)
+{
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(m->gguf, name);
+    float *f = NULL;
+    int rc = 0;
+    if (!t)
+        return kvfs_errf(err, errlen, -ENOENT, "tensor %s missing", name);
+    if (t->ne[0] != (uint64_t)in_dim || t->ne[1] != (uint64_t)rows || t->ne[2] != (uint64_t)n_exp || t->ne[3] != 1)
+        return kvfs_errf(err, errlen, -EINVAL, "tensor %s has shape %llux%llux%llu, expected %dx%dx%d", name,
+                         (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                         in_dim, rows, n_exp);
+    struct kvfs_weight **w = calloc((size_t)n_exp, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    *out = w; /* freed with the model, whatever was loaded */
+    size_t rb = kvfs_ggml_row_size(t->type, (uint64_t)in_dim), per = (size_t)rows * rb;
+    for (int e = 0; e < n_exp; e++) {
+        if (keep_encoded(m, t) && rb &&
+            m->be.iface->weight_create_quant(m->be.ctx, t->type, t->data + (size_t)e * per, rb, rows, in_dim,
+                                             &w[e]) == 0)
+            continue;
+        if (!f && (rc = tensor_f32(m->gguf, name, (uint64_t)in_dim, (uint64_t)rows * n_exp, &f, err, errlen)))
+            goto out;
+        if ((rc = m->be.iface->weight_create(m->be.ctx, f + (size_t)e * rows * in_dim, rows, in_dim, &w[e])))
+            goto out;
+    }
+out:
+    free(f);
+    return rc;
+}
+
 /* The type ggml quantizes activations to before multiplying by a weight of
  * type t (its vec_dot type): 0 when it multiplies in float. */
 static int act_quant_type(const struct kvfs_gguf *g, const char *name)
@@ -177,17 +212,30 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
     int is_phi3 = !strcmp(hp->arch, "phi3"), is_gemma2 = !strcmp(hp->arch, "gemma2");
+    int is_qwen3moe = !strcmp(hp->arch, "qwen3moe");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
-        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, 1))) {
+        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe))) {
         kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
     if ((rc = kvfs_model_file_check(path, m->gguf, hp->arch, hp->n_layer, err, errlen)))
         goto fail;
+    if (is_qwen3moe) { /* model_check.c has checked the counts; llama.cpp's default width of an expert */
+        hp_u32(m->gguf, hp->arch, "expert_count", &hp->n_expert, 0);
+        hp_u32(m->gguf, hp->arch, "expert_used_count", &hp->n_expert_used, 0);
+        if (hp->n_expert_used > 0)
+            hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+        hp_u32(m->gguf, hp->arch, "expert_feed_forward_length", &hp->n_ff_exp, 0);
+        if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "%s: bad expert counts (%d experts, %d used, width %d)", path,
+                           hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
+            goto fail;
+        }
+    }
     hp->n_kv_head = hp->n_head;
     hp_u32(m->gguf, hp->arch, "attention.head_count_kv", &hp->n_kv_head, 0);
     hp->n_ctx_train = 4096;
@@ -226,7 +274,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
+    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
                                                                                           : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
     hp->qk_norm_full = is_olmo2;
@@ -307,8 +355,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu)) {
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu)", path,
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
+        (hp->n_expert && !be->mul_rows)) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows)", path,
                        be->name, hp->arch);
         goto fail;
     }
@@ -375,12 +424,32 @@ output:
                                      errlen)) ||
               (rc = load_weight_part(m, T("ffn_up.weight"), hp->n_ff, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_up,
                                      err, errlen)))) ||
-            (!is_phi3 && (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
-            (!is_phi3 && (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
-            (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen)))
+            (!is_phi3 && !hp->n_expert &&
+             (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
+            (!is_phi3 && !hp->n_expert &&
+             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
+            (!hp->n_expert && (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
             goto fail;
+        /* qwen3moe: the router, and the experts one weight each so that a
+         * routed row meets the same products a dense FFN's row would */
+        if (hp->n_expert &&
+            ((rc = load_weight(m, T("ffn_gate_inp.weight"), hp->n_expert, hp->n_embd, &L->ffn_gate_inp, err,
+                               errlen)) ||
+             (rc = load_experts(m, T("ffn_gate_exps.weight"), hp->n_expert, hp->n_ff_exp, hp->n_embd, &L->exp_gate,
+                                err, errlen)) ||
+             (rc = load_experts(m, T("ffn_up_exps.weight"), hp->n_expert, hp->n_ff_exp, hp->n_embd, &L->exp_up, err,
+                                errlen)) ||
+             (rc = load_experts(m, T("ffn_down_exps.weight"), hp->n_expert, hp->n_embd, hp->n_ff_exp, &L->exp_down,
+                                err, errlen))))
+            goto fail;
+        if (hp->n_expert) {
+            static const char *moe[4] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                         "ffn_down_exps.weight"};
+            for (int k = 0; k < 4; k++)
+                L->act_q_moe[k] = act_quant_type(m->gguf, T(moe[k]));
+        }
         /* gemma3 and qwen3: each head's Q and K RMS-normed before RoPE */
-        if ((is_gemma3 || is_qwen3) &&
+        if ((is_gemma3 || is_qwen3 || is_qwen3moe) &&
             ((rc = load_vec(m, T("attn_q_norm.weight"), hp->head_dim, 0, &L->attn_q_norm, err, errlen)) ||
              (rc = load_vec(m, T("attn_k_norm.weight"), hp->head_dim, 0, &L->attn_k_norm, err, errlen))))
             goto fail;
@@ -478,6 +547,18 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->weight_free(c, L->w_gate);
                 be->weight_free(c, L->w_up);
                 be->weight_free(c, L->w_down);
+                be->weight_free(c, L->ffn_gate_inp);
+                for (int e = 0; e < m->hp.n_expert; e++) {
+                    if (L->exp_gate)
+                        be->weight_free(c, L->exp_gate[e]);
+                    if (L->exp_up)
+                        be->weight_free(c, L->exp_up[e]);
+                    if (L->exp_down)
+                        be->weight_free(c, L->exp_down[e]);
+                }
+                free(L->exp_gate);
+                free(L->exp_up);
+                free(L->exp_down);
             }
         }
         be->free(c, m->tok_embd);

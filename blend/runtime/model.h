@@ -3,7 +3,8 @@
  * as it), qwen2 (QKV biases), gemma3 (scaled embeddings, Q/K norms,
  * post-attention and post-FFN norms, GeGLU, sliding-window layers with
  * their own RoPE base), gemma2 (as gemma3 without Q/K norms, with soft-capped
- * attention scores), qwen3, granite, smollm3, olmo2, phi3 (model.c).
+ * attention scores), qwen3, granite, smollm3, olmo2, phi3, qwen3moe (qwen3's
+ * attention, a mixture of SwiGLU experts as its FFN) (model.c).
  * Weights stay in the file's encoding where the backend multiplies by them
  * so, else are decoded to f32 at load. */
 #ifndef KVFS_MODEL_H
@@ -33,6 +34,7 @@ struct kvfs_hparams {
     float residual_scale;     /* granite: attention and FFN outputs times this before the residual add; 0: none */
     float logit_scale;        /* granite: final logits divided by this; 0: none */
     int qk_norm_full;         /* olmo2: Q and K RMS-normed across all heads at once, not head by head */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, routed per token, their FFN width; else 0 */
 };
 
 struct kvfs_layer_weights {
@@ -50,6 +52,11 @@ struct kvfs_layer_weights {
     int window;       /* sliding window of this layer's attention; 0: full causal */
     float rope_theta; /* this layer's RoPE base */
     int no_rope;      /* keys and queries not rotated at all (smollm3: every 4th layer) */
+    /* qwen3moe: the router [n_expert][n_embd] and each expert's SwiGLU
+     * (arrays of n_expert weights: one slice each of the 3-D tensors);
+     * w_gate, w_up, w_down NULL then */
+    struct kvfs_weight *ffn_gate_inp, **exp_gate, **exp_up, **exp_down;
+    int act_q_moe[4]; /* as act_q: router, gate, up, down */
 };
 
 struct kvfs_model {

@@ -14,7 +14,7 @@
 static const struct {
     const char *arch, *why;
 } refused[] = {
-    {"qwen2moe", "mixture of experts"},  {"qwen3moe", "mixture of experts"},  {"deepseek", "mixture of experts"},
+    {"qwen2moe", "mixture of experts with a shared expert"}, {"deepseek", "mixture of experts"},
     {"deepseek2", "mixture of experts and latent attention (MLA)"},         {"dbrx", "mixture of experts"},
     {"olmoe", "mixture of experts"},     {"grok", "mixture of experts"},      {"arctic", "mixture of experts"},
     {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},   {"gpt-oss", "mixture of experts"},
@@ -36,7 +36,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
         !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
-        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3"))
+        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
@@ -44,7 +44,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, granite, smollm3, olmo2, phi3, mistral3)", path, arch);
+                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe)", path, arch);
 }
 
 /* a tensor the runtime reads for this architecture */
@@ -69,6 +69,15 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
     int l, at = 0;
     if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at == 0 || l < 0 || l >= n_layer)
         return 0;
+    if (!strcmp(arch, "qwen3moe")) { /* llama.cpp's qwen3moe reads no dense FFN: the router and experts instead */
+        static const char *const moe[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                          "ffn_down_exps.weight", "attn_q_norm.weight", "attn_k_norm.weight"};
+        for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++)
+            if (!strcmp(name + at, moe[i]))
+                return 1;
+        if (!strncmp(name + at, "ffn_", 4) && strcmp(name + at, "ffn_norm.weight"))
+            return 0;
+    }
     for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++)
         if (!strcmp(name + at, layer[i]))
             return 1;
@@ -117,6 +126,41 @@ static int rope_freqs_check(const char *path, const struct kvfs_gguf *g, const c
     return 0;
 }
 
+/* qwen3moe's routing as llama.cpp computes it (build_moe_ffn: softmax,
+ * top expert_used_count, the chosen weights renormalized, always, whatever
+ * expert_weights_norm says, unscaled): the counts it needs, one for all
+ * layers; the keys that would route otherwise refused by name */
+static int moe_check(const char *path, const struct kvfs_gguf *g, const char *arch, char *err, size_t errlen)
+{
+    char key[160];
+    uint32_t n_exp = 0, used = 0, u;
+    static const char *const one[] = {"expert_count", "expert_used_count", "expert_feed_forward_length"};
+    for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, one[i]);
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, key);
+        if (kv && kv->type == KVFS_GGUF_ARRAY)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s per layer (an array) is not supported yet", path, key);
+        if (kv && kvfs_gguf_get_u32(g, key, &u))
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s is not a count", path, key);
+    }
+    snprintf(key, sizeof(key), "%s.expert_count", arch);
+    kvfs_gguf_get_u32(g, key, &n_exp);
+    snprintf(key, sizeof(key), "%s.expert_used_count", arch);
+    kvfs_gguf_get_u32(g, key, &used);
+    if (n_exp == 0 || used == 0 || used > n_exp)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: %s needs expert_count > 0 and 0 < expert_used_count <= it "
+                         "(%u, %u)", path, arch, n_exp, used);
+    /* llama.cpp reads these for every arch: groups change the selection */
+    static const char *const zero[] = {"expert_group_count", "expert_group_used_count"};
+    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, zero[i]);
+        if (kvfs_gguf_find(g, key) && (kvfs_gguf_get_u32(g, key, &u) || u > 1))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s (grouped expert selection) is not supported yet", path,
+                             key);
+    }
+    return 0;
+}
+
 int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                           size_t errlen)
 {
@@ -137,8 +181,13 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
                              (double)f);
     }
     snprintf(key, sizeof(key), "%s.expert_count", arch);
-    if (!kvfs_gguf_get_u32(g, key, &u) && u > 0)
+    if (strcmp(arch, "qwen3moe") && !kvfs_gguf_get_u32(g, key, &u) && u > 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
+    if (!strcmp(arch, "qwen3moe")) {
+        int rc = moe_check(path, g, arch, err, errlen);
+        if (rc)
+            return rc;
+    }
     /* granite: rope.scaling.finetuned false switches RoPE off */
     snprintf(key, sizeof(key), "%s.rope.scaling.finetuned", arch);
     int finetuned = 1;

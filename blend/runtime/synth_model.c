@@ -1,5 +1,5 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3
- * model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3/
+ * qwen3moe model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -15,17 +15,24 @@ static float rnd(uint64_t *s)
     return ((float)(*s >> 40) / (float)(1 << 24) - 0.5f); /* uniform [-0.5, 0.5) */
 }
 
+static int add_rand3(struct kvfs_gguf_writer *w, const char *name, int ne0, int ne1, int ne2, float scale,
+                     float bias, uint64_t *s)
+{
+    size_t n = (size_t)ne0 * ne1 * ne2;
+    float *d = malloc(sizeof(float) * n);
+    if (!d)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        d[i] = bias + scale * rnd(s);
+    int rc = kvfs_gguf_add_tensor_f32_3d(w, name, (uint64_t)ne0, (uint64_t)ne1, (uint64_t)ne2, d);
+    free(d);
+    return rc;
+}
+
 static int add_rand(struct kvfs_gguf_writer *w, const char *name, int ne0, int ne1, float scale, float bias,
                     uint64_t *s)
 {
-    float *d = malloc(sizeof(float) * (size_t)ne0 * ne1);
-    if (!d)
-        return -ENOMEM;
-    for (size_t i = 0; i < (size_t)ne0 * ne1; i++)
-        d[i] = bias + scale * rnd(s);
-    int rc = kvfs_gguf_add_tensor_f32(w, name, (uint64_t)ne0, (uint64_t)ne1, d);
-    free(d);
-    return rc;
+    return add_rand3(w, name, ne0, ne1, 1, scale, bias, s);
 }
 
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o)
@@ -39,7 +46,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
-    int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3");
+    int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), moe = !strcmp(a, "qwen3moe");
+    int n_exp = o->n_expert > 0 ? o->n_expert : 8, n_used = o->n_expert_used > 0 ? o->n_expert_used : 2;
+    int ff_exp = o->n_ff_exp > 0 ? o->n_ff_exp : 64;
+    qwen3 |= moe; /* its attention */
     /* gemma's heads are not n_embd / n_head wide (gemma3 270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma || gemma2 ? 2 : 1), qd = head_dim * o->n_head;
     int kv = head_dim * o->n_kv_head;
@@ -60,6 +70,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("residual_scale"), 0.6f);
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("attention.scale"), 0.25f);
     if (granite && !rc) rc = kvfs_gguf_add_f32(w, KEY("logit_scale"), 0.25f);
+    if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_count"), (uint32_t)n_exp);
+    if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_used_count"), (uint32_t)n_used);
+    if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ff_exp);
     if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
         rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
@@ -130,13 +143,19 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
-        if (phi3) {
+        if (moe) { /* a router whose logits spread a few units (routing that matters); experts of the
+                    * dense FFN's gain, twice its output (fewer, narrower rows) */
+            if (!rc) rc = add_rand(w, T("ffn_gate_inp.weight"), o->n_embd, n_exp, 0.5f, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_up_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc * 8, 0, &s);
+        } else if (phi3) {
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
         } else {
             if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
         }
-        if (!rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!moe && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);

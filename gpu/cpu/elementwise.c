@@ -143,6 +143,28 @@ int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count)
     return 0;
 }
 
+struct mul_rows_args {
+    const float *x, *s;
+    float *y;
+    int dim;
+};
+
+static void mul_rows_range(void *arg, size_t lo, size_t hi)
+{
+    const struct mul_rows_args *a = arg;
+    for (size_t i = lo; i < hi; i++)
+        for (int j = 0; j < a->dim; j++)
+            a->y[i * a->dim + j] = a->x[i * a->dim + j] * a->s[i];
+}
+
+int cpu_mul_rows(void *ctx, const float *x, const float *s, float *y, int n, int dim)
+{
+    struct mul_rows_args a = {x, s, y, dim};
+    if (n > 0)
+        cpu_par_for(ctx, (size_t)n, (size_t)dim, mul_rows_range, &a);
+    return 0;
+}
+
 /* ggml's GELU (tanh form) of every f16 value, rounded to f16: the table
  * ggml-cpu evaluates GELU through (GGML_GELU_FP16), so the same products */
 static float gelu_table[1 << 16];

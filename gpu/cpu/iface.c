@@ -37,6 +37,7 @@ static const struct kvfs_backend_iface cpu_iface = {
     .topk = cpu_topk,
     .destroy = cpu_destroy,
     .scale = cpu_scale,
+    .mul_rows = cpu_mul_rows,
     .geglu = cpu_geglu,
     .trim = cpu_trim,
     .upload_kvq = cpu_upload_kvq,

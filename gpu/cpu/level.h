@@ -34,6 +34,7 @@
 #define cpu_add KVFS_CPU_NAME(cpu_add)
 #define cpu_swiglu KVFS_CPU_NAME(cpu_swiglu)
 #define cpu_scale KVFS_CPU_NAME(cpu_scale)
+#define cpu_mul_rows KVFS_CPU_NAME(cpu_mul_rows)
 #define cpu_geglu KVFS_CPU_NAME(cpu_geglu)
 #define cpu_get_rows KVFS_CPU_NAME(cpu_get_rows)
 #define cpu_row_sqdiff KVFS_CPU_NAME(cpu_row_sqdiff)
@@ -74,6 +75,7 @@ int cpu_rope(void *ctx, float *x, const int32_t *pos, int n, int n_heads, int he
 int cpu_add(void *ctx, const float *a, const float *b, float *out, size_t count);
 int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out, size_t count);
 int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count);
+int cpu_mul_rows(void *ctx, const float *x, const float *s, float *y, int n, int dim);
 int cpu_geglu(void *ctx, const float *gate, const float *up, float *out, size_t count);
 int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float *out, int n, int dim);
 int cpu_row_sqdiff(void *ctx, const float *a, const float *b, float *out, int n, int dim);

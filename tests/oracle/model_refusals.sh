@@ -41,12 +41,17 @@ refused "a RoPE scaling factor" "llama.rope.scaling.factor = 4" --f32 llama.rope
 refused "experts in a llama file (Mixtral)" "mixture of 8 experts (llama.expert_count)" --u32 llama.expert_count=8
 refused "attention soft-capping" "soft-capping (llama.attn_logit_softcapping = 50)" --f32 llama.attn_logit_softcapping=50
 refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is not one" --tensor blk.0.attn_output.bias=576
-refused "a mixture-of-experts family" "architecture 'qwen3moe' is not supported: mixture of experts" --arch qwen3moe
+refused "a mixture-of-experts family" "architecture 'qwen2moe' is not supported: mixture of experts" --arch qwen2moe
+refused "qwen3moe without experts" "qwen3moe needs expert_count > 0 and 0 < expert_used_count" --arch qwen3moe
+refused "qwen3moe with grouped expert selection" "qwen3moe.expert_group_count (grouped expert selection)" \
+    --arch qwen3moe --u32 qwen3moe.expert_count=8 --u32 qwen3moe.expert_used_count=2 --u32 qwen3moe.expert_group_count=4
+refused "qwen3moe with a dense FFN" "is not one kvfs's qwen3moe runtime computes with" \
+    --arch qwen3moe --u32 qwen3moe.expert_count=8 --u32 qwen3moe.expert_used_count=2
 refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
     --arch mistral3 --f32 mistral3.attention.temperature_scale=0.1
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3)" --arch novel
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe)" --arch novel
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

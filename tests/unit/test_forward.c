@@ -100,7 +100,8 @@ static void check_batch_invariance(const char *arch, const char *path)
 {
     enum { N = 900 };
     static const int splits[] = {256, 300, 513, 520, 600, 644};
-    struct kvfs_synth_model_opts o = {arch, 2, 256, 4, 2, 512, !strcmp(arch, "gemma3") ? 1e6f : 10000.0f, 7, 0, 0, 0};
+    struct kvfs_synth_model_opts o = {arch, 2, 256, 4, 2, 512, !strcmp(arch, "gemma3") ? 1e6f : 10000.0f, 7,
+                                      0, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *m;
     char err[256];
@@ -306,7 +307,11 @@ static void check_model(const char *arch, const char *path)
     CHECK_EQ(m->hp.n_kv_head, 2);
     CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
     CHECK((m->layers[0].bq != NULL) == !strcmp(arch, "qwen2"));
-    CHECK((m->layers[0].attn_q_norm != NULL) == gemma);
+    CHECK((m->layers[0].attn_q_norm != NULL) == (gemma || !strcmp(arch, "qwen3moe")));
+    if (!strcmp(arch, "qwen3moe")) { /* mkmodel's 8 experts, 2 routed, of width 64; no dense FFN */
+        CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 64);
+        CHECK(m->layers[0].ffn_gate_inp && m->layers[0].exp_down && m->layers[0].exp_down[7] && !m->layers[0].w_gate);
+    }
     if (!strcmp(arch, "gemma2")) { /* even layers local (window 8), soft-capped scores and logits, Q pre-scaled */
         CHECK_EQ(m->hp.head_dim, 32);
         CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[2].window == 8);
@@ -409,8 +414,11 @@ int main(void)
     check_model("qwen2", path);
     check_model("gemma3", path);
     check_model("gemma2", path);
+    check_model("qwen3moe", path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
+    /* not qwen3moe: its experts' products have other row counts in each
+     * split, which the CPU gemm sums otherwise (logits within 4e-6) */
     struct kvfs_backend cpu;
     if (kvfs_backend_cpu_init(2, &cpu) == 0) {
         check_window_attention(&cpu);

@@ -274,8 +274,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3 ? KVFS_ROPE_STYLE_NEOX
-                                                                                          : KVFS_ROPE_STYLE_NORM;
+    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3
+                         ? KVFS_ROPE_STYLE_NEOX
+                         : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
     hp->qk_norm_full = is_olmo2;
     hp->rope_theta_swa = hp->rope_theta;
@@ -357,8 +358,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     const struct kvfs_backend_iface *be = m->be.iface;
     if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows)) {
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows)", path,
-                       be->name, hp->arch);
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows)",
+                       path, be->name, hp->arch);
         goto fail;
     }
     float *emb;
@@ -428,7 +429,8 @@ output:
              (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
             (!is_phi3 && !hp->n_expert &&
              (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
-            (!hp->n_expert && (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
+            (!hp->n_expert &&
+             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
             goto fail;
         /* qwen3moe: the router, and the experts one weight each so that a
          * routed row meets the same products a dense FFN's row would */

@@ -47,12 +47,17 @@ static int swa_on(const struct kvfs_llama_swa *swa, uint32_t n_layer)
     return 0;
 }
 
-/* The cells the SWA cache saves of n: those within the window of the last
- * position (llama-kv-cache.cpp state_write skips is_masked_swa ones;
- * STANDARD: p_last - p >= n_swa is masked). */
+/* The cells of n a view gives the SWA cache: llama.cpp saves the n_swa within
+ * the window of the last position (llama-kv-cache.cpp state_write skips
+ * is_masked_swa ones: p_last - p >= n_swa), and reads any count its SWA cache
+ * holds (n_swa + n_ubatch at least, when the other part fits).  One cell more
+ * than it saves, masked for every later token, keeps the sequence's pos_min
+ * below llama-server's threshold (pos_next - n_swa, server-context.cpp): with
+ * the window alone, a server without --swa-full finds no checkpoint for it
+ * and prefills the restored prompt again in full. */
 static uint64_t swa_cells(const struct kvfs_llama_swa *swa, uint64_t n)
 {
-    return n < swa->n_swa ? n : swa->n_swa;
+    return n <= swa->n_swa ? n : swa->n_swa + 1u;
 }
 
 /* one cache's part: n_stream, cell_count, cells, v_trans, n_layer, K and V
@@ -132,7 +137,7 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
                 v->layer[k++] = (uint16_t)l;
         pt->n_layer = k - pt->l0;
         pt->n = p ? (uint32_t)swa_cells(swa, n) : n;
-        pt->t0 = n - pt->n; /* the SWA part: the window's last cells */
+        pt->t0 = n - pt->n; /* the SWA part: the window's cells and the one before */
         if (part_init(v, pt, p ? v->part[0].end : 0)) {
             kvfs_llama_view_free(v);
             return -ENOMEM;

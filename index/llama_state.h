@@ -39,9 +39,10 @@ enum { KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_BF16 = 30 };
 /* A model with sliding-window layers: llama.cpp keeps them in a second
  * cache (llama_kv_cache_iswa) whose state follows the other's in the file,
  * each part "n_stream, cells, v_trans, n_layer, K, V" of its own layers; the
- * SWA part holds only the cells in the window of the last position
- * (llama_kv_cache::state_write skips masked ones; llama.cpp's cache may not
- * have room for more). */
+ * SWA part llama.cpp saves holds only the cells in the window of the last
+ * position (llama_kv_cache::state_write skips masked ones), a view's those
+ * and the one before (llama-server's check of a restored prompt wants a cell
+ * out of the window; llama_state.c swa_cells). */
 struct kvfs_llama_swa {
     uint32_t n_swa;                 /* window; 0: no SWA layers, one cache */
     uint8_t local[KVFS_MAX_LAYERS]; /* layer l sits in the SWA cache */

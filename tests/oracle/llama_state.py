@@ -1,14 +1,16 @@
 """Restore a llama.cpp sequence-state file (a kvfs llama/ view) into
 llama.cpp through llama-cpp-python and continue greedily after it.
 
-usage: llama_state.py MODEL STATE_FILE N QUERY_IDS [--no-flash-attn] [--expect IDS]
+usage: llama_state.py MODEL STATE_FILE N QUERY_IDS [--no-flash-attn] [--no-swa-full] [--expect IDS]
 Prints: the restored token count, the number of prompt tokens llama.cpp
 evaluated after the restore (its perf counter), then the N greedy token ids
 after STATE's tokens + QUERY_IDS, comma-separated, one line each.  With
 --expect (another engine's greedy ids): exit 0 if they are the same, or if at
 the first difference llama.cpp's own log-probability of the expected token is
 within NEAR_TIE nats of its top-1 (a near-tie, as in logits_oracle.py); exit 1
-otherwise, saying where."""
+otherwise, saying where.  --no-swa-full: a sliding-window model's SWA cache
+sized to the window as llama-server makes it (llama.cpp's own default, which
+llama-cpp-python keeps, is the full-size one)."""
 import ctypes
 import os
 import sys
@@ -23,11 +25,12 @@ def main():
     model, state, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     query = [int(t) for t in sys.argv[4].split(',') if t]
     flash = '--no-flash-attn' not in sys.argv
+    swa_full = '--no-swa-full' not in sys.argv
     expect = None
     if '--expect' in sys.argv:
         expect = [int(t) for t in sys.argv[sys.argv.index('--expect') + 1].replace(' ', ',').split(',') if t]
     llm = llama_cpp.Llama(model_path=model, n_ctx=4096, n_batch=512, n_threads=os.cpu_count(), logits_all=True,
-                          flash_attn=flash, verbose=False)
+                          flash_attn=flash, swa_full=swa_full, verbose=False)
     cap = 4096
     toks = (llama_cpp.llama_token * cap)()
     n_out = ctypes.c_size_t(0)

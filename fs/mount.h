@@ -66,6 +66,8 @@ struct kvfs_opts {
     char *rados_pool; /* remote tier: RADOS pool */
     char *ceph_conf;
     char *rados_id;
+    char *rados_keyring; /* cephx keyring of rados_id */
+    char *rados_ns;      /* RADOS namespace (tenant) of every object */
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */

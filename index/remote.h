@@ -37,6 +37,8 @@ struct kvfs_remote_opts {
     const char *pool;      /* RADOS pool (required) */
     const char *ceph_conf; /* NULL: librados' search (CEPH_CONF, /etc/ceph/ceph.conf) */
     const char *rados_id;  /* client id, NULL: "admin" */
+    const char *keyring;   /* cephx keyring of that client, NULL: the config's */
+    const char *ns;        /* RADOS namespace of every object, NULL or "": the pool's default */
     int timeout_s;         /* bound on every remote call (default 5) */
     int list_refresh_s;    /* refresh the fleet listing this often (default 30; -1 = never) */
 };

@@ -63,6 +63,10 @@ int remote_connect(struct kvfs_remote *r, char *err, size_t errlen)
                   strerror(-rc));
         goto fail;
     }
+    if (r->keyring && (rc = rados_conf_set(c, "keyring", r->keyring)) < 0) {
+        kvfs_errf(err, errlen, rc, "rados_keyring=%s: %s", r->keyring, strerror(-rc));
+        goto fail;
+    }
     /* every call is bounded: mount, monitor and OSD operations */
     rados_conf_set(c, "client_mount_timeout", t);
     rados_conf_set(c, "rados_mon_op_timeout", t);
@@ -70,13 +74,29 @@ int remote_connect(struct kvfs_remote *r, char *err, size_t errlen)
     rados_conf_set(c, "objecter_tick_interval", "1");
     rados_conf_set(c, "objecter_timeout", "2");
     if ((rc = rados_connect(c)) < 0) {
-        kvfs_errf(err, errlen, rc, "cannot connect to the cluster: %s", strerror(-rc));
+        kvfs_errf(err, errlen, rc, "cannot connect to the cluster as client.%s: %s%s", r->id, strerror(-rc),
+                  rc == -EACCES || rc == -EPERM ? " (its cephx key: rados_keyring=, or the config's keyring)" : "");
         goto fail;
     }
     if ((rc = rados_ioctx_create(c, r->pool, &io)) < 0) {
         kvfs_errf(err, errlen, rc, "pool %s: %s", r->pool, strerror(-rc));
         goto fail;
     }
+    /* every object, the omap indexes and the probe included, lives in the
+     * namespace: cephx caps on it keep tenants apart */
+    rados_ioctx_set_namespace(io, r->ns[0] ? r->ns : NULL);
+    /* a key without caps on the namespace connects, then every call fails:
+     * say so once, here, not for each chunk (ENOENT: allowed, no probe yet) */
+    uint64_t sz;
+    time_t mt;
+    if ((rc = rados_stat(io, "kvfs.probe", &sz, &mt)) == -EPERM || rc == -EACCES) {
+        kvfs_errf(err, errlen, rc, "client.%s may not use pool %s%s%s: %s (its cephx caps: osd 'allow rw pool=%s%s%s')",
+                  r->id, r->pool, r->ns[0] ? " namespace " : "", r->ns, strerror(-rc), r->pool,
+                  r->ns[0] ? " namespace=" : "", r->ns);
+        rados_ioctx_destroy(io);
+        goto fail;
+    }
+    rc = 0;
     pthread_mutex_lock(&r->lock);
     r->cluster = c;
     r->io = io;
@@ -86,6 +106,18 @@ int remote_connect(struct kvfs_remote *r, char *err, size_t errlen)
 fail:
     rados_shutdown(c);
     return rc;
+}
+
+int remote_ns_valid(const char *ns)
+{
+    size_t n = strlen(ns);
+    if (n > 64)
+        return 0;
+    for (const char *p = ns; *p; p++)
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+              *p == '_' || *p == '-'))
+            return 0;
+    return 1;
 }
 
 rados_ioctx_t remote_io(struct kvfs_remote *r, int *state)

@@ -17,7 +17,7 @@ enum { ST_CONNECTING, ST_CONNECTED, ST_DOWN };
 
 struct kvfs_remote {
     struct kvfs_store *s;
-    char *pool, *conf, *id;
+    char *pool, *conf, *id, *keyring, *ns; /* ns: "" for the default namespace */
     int timeout_s;
     pthread_mutex_t lock;        /* everything below */
     pthread_cond_t cond;
@@ -37,6 +37,8 @@ struct kvfs_remote {
     uint64_t known;                   /* chunks in the listing */
 };
 
+/* "" or 1-64 of A-Z a-z 0-9 . _ - */
+int remote_ns_valid(const char *ns);
 /* seconds on CLOCK_MONOTONIC */
 double remote_now_s(void);
 /* "connected", "down" or "connecting" */

@@ -16,6 +16,41 @@
 
 _Thread_local int remote_fetching;
 
+/* The pool and namespace this store's queue, uploaded set and listing
+ * belong to, recorded on first use (a queue from before namespaces: the
+ * default one).  Another target is refused: its queued chunks would go into
+ * another namespace (another tenant's), and what "uploaded" and the listing
+ * say would be about other objects. */
+static int queue_target_check(struct kvfs_remote *r, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = 0;
+    if (sqlite3_exec(r->q, "CREATE TABLE IF NOT EXISTS target(pool TEXT NOT NULL, namespace TEXT NOT NULL)", NULL, NULL,
+                     NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(r->q, "SELECT pool, namespace FROM target", -1, &st, NULL) != SQLITE_OK)
+        return kvfs_errf(err, errlen, -EIO, "cannot read the upload queue's target in %s", path);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *pool = (const char *)sqlite3_column_text(st, 0), *ns = (const char *)sqlite3_column_text(st, 1);
+        if (!pool || !ns || strcmp(pool, r->pool) || strcmp(ns, r->ns))
+            rc = kvfs_errf(err, errlen, -EINVAL,
+                           "this store's upload queue and listing (%s) belong to pool %s, namespace '%s', not pool %s, "
+                           "namespace '%s': a store serves one namespace (its chunks would otherwise reach another "
+                           "tenant's); mount it with rados=%s,rados_namespace=%s, or give this namespace a store of its own",
+                           path, pool ? pool : "?", ns ? ns : "?", r->pool, r->ns, pool ? pool : "?", ns ? ns : "?");
+        sqlite3_finalize(st);
+        return rc;
+    }
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(r->q, "INSERT INTO target(pool, namespace) VALUES (?, ?)", -1, &st, NULL) != SQLITE_OK)
+        return kvfs_errf(err, errlen, -EIO, "cannot record the upload queue's target in %s", path);
+    sqlite3_bind_text(st, 1, r->pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->ns, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        rc = kvfs_errf(err, errlen, -EIO, "cannot record the upload queue's target in %s", path);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int remote_queue_open(struct kvfs_remote *r, char *err, size_t errlen)
 {
     char path[4096];
@@ -30,7 +65,7 @@ int remote_queue_open(struct kvfs_remote *r, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EIO, "cannot open the upload queue %s", path);
     /* failed uploads: how often (a queue of an older kvfs gets the column) */
     sqlite3_exec(r->q, "ALTER TABLE queue ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0", NULL, NULL, NULL);
-    return 0;
+    return queue_target_check(r, path, err, errlen);
 }
 
 void remote_queue_hold_queued(struct kvfs_remote *r)

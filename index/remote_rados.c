@@ -34,7 +34,15 @@ static void *worker_main(void *arg)
             char err[256];
             int rc = remote_connect(r, err, sizeof(err));
             if (rc) {
+                pthread_mutex_lock(&r->lock);
+                int again = !strcmp(r->last_error, err);
+                pthread_mutex_unlock(&r->lock);
                 remote_mark_down(r, rc, "connect", NULL);
+                pthread_mutex_lock(&r->lock); /* the reason, not only the errno */
+                snprintf(r->last_error, sizeof(r->last_error), "%s", err);
+                pthread_mutex_unlock(&r->lock);
+                if (!again)
+                    kvfs_log(KVFS_LOG_WARN, "remote tier: %s", err);
                 ok = 0;
             } else {
                 kvfs_log(KVFS_LOG_INFO, "remote tier: connected to pool %s", r->pool);
@@ -208,12 +216,18 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->pool = strdup(o->pool);
     r->conf = o->ceph_conf ? strdup(o->ceph_conf) : NULL;
     r->id = strdup(o->rados_id ? o->rados_id : "admin");
+    r->keyring = o->keyring ? strdup(o->keyring) : NULL;
+    r->ns = strdup(o->ns ? o->ns : "");
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     int rc = 0;
-    if (!r->pool || !r->id) {
+    if (r->ns && !remote_ns_valid(r->ns)) {
+        rc = kvfs_errf(err, errlen, -EINVAL, "rados_namespace=%s: a namespace is 1-64 of A-Z a-z 0-9 . _ -", r->ns);
+        goto fail;
+    }
+    if (!r->pool || !r->id || !r->ns || (o->keyring && !r->keyring)) {
         rc = kvfs_errf(err, errlen, -EIO, "cannot open the upload queue: out of memory");
         goto fail;
     }
@@ -270,6 +284,8 @@ void kvfs_remote_close(struct kvfs_remote *r)
     free(r->pool);
     free(r->conf);
     free(r->id);
+    free(r->keyring);
+    free(r->ns);
     free(r);
 }
 
@@ -278,10 +294,10 @@ void kvfs_remote_stats(void *ctx, FILE *f)
     struct kvfs_remote *r = ctx;
     pthread_mutex_lock(&r->lock);
     fprintf(f,
-            ",\n  \"remote\": {\"state\": \"%s\", \"pool\": \"%s\", \"timeout_s\": %d, \"queued\": %" PRIu64
+            ",\n  \"remote\": {\"state\": \"%s\", \"pool\": \"%s\", \"namespace\": \"%s\", \"timeout_s\": %d, \"queued\": %" PRIu64
             ", \"pushed\": %" PRIu64 ", \"fetched\": %" PRIu64 ", \"rejected\": %" PRIu64 ", \"errors\": %" PRIu64
             ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"last_error\": \"",
-            remote_state_name(r->state), r->pool, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
+            remote_state_name(r->state), r->pool, r->ns, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
             r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0);
     for (const char *p = r->last_error; *p; p++)
         if (*p == '"' || *p == '\\')

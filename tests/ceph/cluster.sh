@@ -3,6 +3,7 @@
 # Adapted from ../shared/tools/ceph-test-cluster.sh (known to work on our 2-core hosts).
 #
 #   tests/ceph/cluster.sh start DIR [bluestore|memstore] [NOSD]   prints CEPH_CONF path, pool "kvfs"
+#     (CEPHX=1: cephx authentication on, client.admin's keyring in DIR/keyring, named by the config)
 #   tests/ceph/cluster.sh stop  DIR                               kills daemons, removes DIR
 #   tests/ceph/cluster.sh kill-osd DIR ID | start-osd DIR ID      fault injection (kill -9 / restart)
 #
@@ -51,6 +52,7 @@ stop_all; rm -rf "$B"; mkdir -p "$B"/{run,log,crash,mon.a}
 # on any failure below, leave nothing running
 trap 'rc=$?; [ $rc -ne 0 ] && { echo "cluster.sh: start failed (rc=$rc), logs in $B/log" >&2; tail -n 20 "$B"/log/*.log >&2 2>/dev/null; stop_all; }' EXIT
 
+AUTH=none; [ "${CEPHX:-0}" = 1 ] && AUTH=cephx
 FSID=$(uuidgen); MONADDR="[v2:127.0.0.1:$PORT,v1:127.0.0.1:$((PORT+1))]"
 cat > "$CEPH_CONF" <<CONF
 [global]
@@ -60,9 +62,10 @@ public addr = 127.0.0.1
 public network = 127.0.0.0/8
 ms bind ipv4 = true
 ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
+auth cluster required = $AUTH
+auth service required = $AUTH
+auth client required = $AUTH
+keyring = $B/keyring
 mon warn on insecure global id reclaim allowed = false
 run dir = $B/run
 pid file = $B/run/\$name.pid
@@ -88,6 +91,7 @@ admin socket = $B/run/\$name.asok
 log file = $B/log/\$name.log
 [osd]
 osd data = $B/osd.\$id
+keyring = $B/osd.\$id/keyring
 admin socket = $B/run/\$name.asok
 log file = $B/log/\$name.log
 osd objectstore = $STORE
@@ -111,10 +115,27 @@ rados mon op timeout = 5
 client mount timeout = 5
 CONF
 monmaptool --create --fsid "$FSID" --addv a "$MONADDR" "$B/monmap" >/dev/null
-ceph-mon --mkfs -i a --monmap "$B/monmap"
+if [ $AUTH = cephx ]; then
+    ceph-authtool --create-keyring "$B/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
+    ceph-authtool --create-keyring "$B/keyring" --gen-key -n client.admin --cap mon 'allow *' --cap osd 'allow *' \
+        --cap mgr 'allow *' >/dev/null
+    ceph-authtool "$B/mon.keyring" --import-keyring "$B/keyring" >/dev/null
+    ceph-mon --mkfs -i a --monmap "$B/monmap" --keyring "$B/mon.keyring"
+else
+    ceph-mon --mkfs -i a --monmap "$B/monmap"
+fi
 ceph-mon -i a
 for i in $(seq 0 $((NOSD-1))); do
-    U=$(uuidgen); id=$(timeout 30 ceph osd new "$U"); mkdir -p "$B/osd.$id"
+    U=$(uuidgen)
+    if [ $AUTH = cephx ]; then
+        KEY=$(ceph-authtool --gen-print-key)
+        id=$(echo "{\"cephx_secret\": \"$KEY\"}" | timeout 30 ceph osd new "$U" -i -)
+        mkdir -p "$B/osd.$id"
+        ceph-authtool --create-keyring "$B/osd.$id/keyring" --name "osd.$id" --add-key "$KEY" >/dev/null
+    else
+        id=$(timeout 30 ceph osd new "$U")
+    fi
+    mkdir -p "$B/osd.$id"
     ceph-osd -i "$id" --mkfs --osd-uuid "$U" >>"$B/log/mkfs.log" 2>&1
     ceph-osd -i "$id" >>"$B/log/start.log" 2>&1
 done

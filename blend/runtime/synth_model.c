@@ -152,18 +152,19 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
-        if (oss) { /* every bias llama.cpp reads; sinks of about the scores' size (softmaxes they change);
-                    * gates and ups large enough for swiglu_oai's clamp at 7 to bite, the down
+        if (oss) { /* every bias llama.cpp reads; sinks in [-2, 6), of the scores' size (without them
+                    * kvfs's F32 log-probs differ from llama.cpp's by 0.8); gates and ups of a few
+                    * units, so that swiglu_oai's clamp at 7 bites (without it: 2.0), the down
                     * projection smaller to match */
             if (!rc) rc = add_rand(w, T("attn_output.bias"), o->n_embd, 1, 0.2f, 0, &s);
-            if (!rc) rc = add_rand(w, T("attn_sinks.weight"), o->n_head, 1, 4.0f, 1.0f, &s);
+            if (!rc) rc = add_rand(w, T("attn_sinks.weight"), o->n_head, 1, 8.0f, 2.0f, &s);
             if (!rc) rc = add_rand(w, T("ffn_gate_inp.weight"), o->n_embd, n_exp, 0.5f, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_gate_inp.bias"), n_exp, 1, 1.0f, 0, &s);
-            if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 32, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 64, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_gate_exps.bias"), ff_exp, n_exp, 1.0f, 0, &s);
-            if (!rc) rc = add_rand3(w, T("ffn_up_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 32, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_up_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 64, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_up_exps.bias"), ff_exp, n_exp, 1.0f, 0, &s);
-            if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc * 2, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_down_exps.bias"), o->n_embd, n_exp, 0.2f, 0, &s);
         } else if (moe) { /* a router whose logits spread a few units (routing that matters); experts of the
                     * dense FFN's gain, twice its output (fewer, narrower rows) */

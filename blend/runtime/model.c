@@ -132,7 +132,7 @@ static int act_quant_type(const struct kvfs_gguf *g, const char *name)
     if (!t)
         return 0;
     switch (t->type) {
-    case KVFS_GGML_Q4_0: case KVFS_GGML_Q5_0: case KVFS_GGML_Q8_0: return KVFS_GGML_Q8_0;
+    case KVFS_GGML_Q4_0: case KVFS_GGML_Q5_0: case KVFS_GGML_Q8_0: case KVFS_GGML_MXFP4: return KVFS_GGML_Q8_0;
     case KVFS_GGML_Q4_1: case KVFS_GGML_Q5_1: return KVFS_GGML_Q8_1;
     case KVFS_GGML_Q4_K: case KVFS_GGML_Q5_K: case KVFS_GGML_Q6_K: return KVFS_GGML_Q8_K;
     default: return 0;

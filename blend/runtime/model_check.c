@@ -236,7 +236,7 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         if (tensor_known(name, arch, n_layer)) {
             if (!kvfs_ggml_block_size(type) || type == KVFS_GGML_Q8_K)
                 return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s has type %s, which kvfs does not decode (F32, "
-                                 "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, name,
+                                 "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)", path, name,
                                  kvfs_ggml_type_name(type) ? kvfs_ggml_type_name(type) : "unknown");
             continue;
         }

@@ -2,8 +2,8 @@
 built from source) on a synthetic model of that architecture written by
 kvfsctl mkmodel (random weights, byte vocabulary, 2 layers) and loaded by
 both: F32 weights, and the same model quantized by llama.cpp itself
-(llama_model_quantize) to Q8_0 and Q4_K_M.  On prompts of random token ids
-(16 to 300): top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats)
+(llama_model_quantize) to Q8_0 and Q4_K_M (the mixture-of-experts families
+also with MXFP4 experts).  On prompts of random token ids (16 to 300): top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats)
 and max |delta log-prob| over llama.cpp's top 10 within MAX_DLOGP.  Prints
 each case and the worst difference per architecture and type."""
 import ctypes, json, os, subprocess, sys, tempfile
@@ -27,6 +27,10 @@ MAX_DLOGP, NEAR_TIE = 1.2, 0.25
 # quantized bound so that a missing op (a norm, a bias) cannot hide in it
 MAX_DLOGP_F32 = 0.01
 TYPES = [('F32', None), ('Q8_0', llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0), ('Q4_K_M', llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M)]
+# the mixture-of-experts families also with their experts in MXFP4 (the rest
+# Q8_0), as OpenAI ships gpt-oss
+MOE_TYPES = [('MXFP4', llama_cpp.LLAMA_FTYPE_MOSTLY_MXFP4_MOE)]
+MOE = ('qwen3moe', 'gpt-oss')
 rng = np.random.default_rng(7)
 prompts = [[int(t) for t in rng.integers(0, 256, n)] for n in (16, 90, 300)]
 tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
@@ -35,7 +39,7 @@ for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
     subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch, '--layers', '4', '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
-    for tname, ftype in TYPES:
+    for tname, ftype in TYPES + (MOE_TYPES if arch in MOE else []):
         path = f32
         if ftype is not None:
             path = os.path.join(tmp, f'{arch}.{tname}.gguf')

@@ -3,9 +3,10 @@ built from source) on a synthetic model of that architecture written by
 kvfsctl mkmodel (random weights, byte vocabulary, 2 layers) and loaded by
 both: F32 weights, and the same model quantized by llama.cpp itself
 (llama_model_quantize) to Q8_0 and Q4_K_M (the mixture-of-experts families
-also with MXFP4 experts).  On prompts of random token ids (16 to 300): top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats)
-and max |delta log-prob| over llama.cpp's top 10 within MAX_DLOGP.  Prints
-each case and the worst difference per architecture and type."""
+also with MXFP4 experts).  On prompts of random token ids (16 to 300):
+top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats) and max
+|delta log-prob| over llama.cpp's top 10 within MAX_DLOGP.  Prints each case
+and the worst difference per architecture and type."""
 import ctypes, json, os, subprocess, sys, tempfile
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))

@@ -132,7 +132,11 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
                          m->rope_freqs)) ||
           (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
                          hp->rope_style, m->rope_freqs)))) ||
-        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))))
+        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))) ||
+        /* gpt-oss's YaRN: ggml's cos and sin carry a magnitude (RoPE on every dim there) */
+        (hp->rope_mscale != 0.0f && hp->rope_mscale != 1.0f &&
+         ((rc = be->scale(ctx, w->q, hp->rope_mscale, w->q, (size_t)n * hp->q_dim)) ||
+          (rc = be->scale(ctx, w->k, hp->rope_mscale, w->k, (size_t)n * kv_dim)))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */

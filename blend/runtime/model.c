@@ -188,6 +188,47 @@ static int swa_layer(const struct kvfs_gguf *g, const char *arch, int l, int n_d
     return 0;
 }
 
+/* gpt-oss's YaRN RoPE scaling as llama.cpp computes it (llama-context.cpp's
+ * cparams, ggml's rope_yarn): ext_factor 1, beta_fast 32, beta_slow 1 (its
+ * defaults; the file's yarn keys are not read), freq_scale 1 / factor,
+ * n_ctx_orig rope.scaling.original_context_length else context_length.
+ * Pair j's angle pos * theta_j * (freq_scale * (1 - ramp_j) + ramp_j) is
+ * linear in pos, so it goes in as frequency factors ff[j] (angle divided
+ * by it: what every rotation of kvfs, the chunk shift's included, takes);
+ * the magnitude scale of ggml's cos and sin goes to *mscale. */
+static int yarn_factors(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff, float *mscale)
+{
+    char k[128];
+    float factor = 0.0f, attn = 1.0f;
+    int n_ctx_orig = hp->n_ctx_train;
+    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &factor);
+    snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &attn);
+    hp_u32(g, hp->arch, "rope.scaling.original_context_length", &n_ctx_orig, 0);
+    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, scale = 1.0f / fs;
+    /* cparams.yarn_attn_factor: get_mscale(factor, 1) / (1 + 0.1 ln factor) * rope_attn_factor */
+    float a = scale <= 1.0f ? 1.0f : 0.1f * logf(scale) + 1.0f;
+    a *= 1.0f / (1.0f + 0.1f * logf(scale));
+    a *= attn;
+    *mscale = a * (1.0f + 0.1f * logf(1.0f / fs)); /* rope_yarn, ext_factor != 0 */
+    int d = hp->rope_dim;
+    float lo = floorf((float)d * logf((float)n_ctx_orig / (32.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
+    float hi = ceilf((float)d * logf((float)n_ctx_orig / (1.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < (float)(d - 1) ? hi : (float)(d - 1);
+    float *f = malloc(sizeof(float) * (size_t)(d / 2));
+    if (!f)
+        return -ENOMEM;
+    for (int j = 0; j < d / 2; j++) {
+        float y = ((float)j - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f); /* rope_yarn_ramp at i0 = 2j */
+        float ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+        f[j] = 1.0f / (fs * (1 - ramp) + ramp);
+    }
+    *ff = f;
+    return 0;
+}
+
 /* model_id: SHA-256 of the GGUF tensor data section (see kvfs(5)). */
 static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
 {
@@ -365,6 +406,11 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             rc = kvfs_errf(err, errlen, -EINVAL, "%s: gpt-oss needs %s.attention.sliding_window > 0", path, hp->arch);
             goto fail;
         }
+        struct kvfs_gguf_str st;
+        snprintf(name, sizeof(name), "%s.rope.scaling.type", hp->arch);
+        if (!kvfs_gguf_get_str(m->gguf, name, &st) && st.len == 4 && !memcmp(st.ptr, "yarn", 4) &&
+            (rc = yarn_factors(m->gguf, hp, &m->rope_freqs, &hp->rope_mscale)))
+            goto fail;
     }
     const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
     if (!te) {
@@ -378,7 +424,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) ||
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,

@@ -37,6 +37,7 @@ struct kvfs_hparams {
     float logit_scale;        /* granite: final logits divided by this; 0: none */
     int qk_norm_full;         /* olmo2: Q and K RMS-normed across all heads at once, not head by head */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, routed per token, their FFN width; else 0 */
+    float rope_mscale; /* gpt-oss's YaRN: rotated Q and K times this (its angles are in rope_freqs); 0: none */
     int moe_oai; /* gpt-oss: the top experts by router logit, weighted by the softmax of their logits (no
                   * renormalization); ggml's swiglu_oai as their activation */
 };

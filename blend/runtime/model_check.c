@@ -191,13 +191,25 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     struct kvfs_gguf_str s;
     float f;
     uint32_t u;
-    /* RoPE scaling of any kind changes every key */
+    /* RoPE scaling of any kind changes every key; gpt-oss's YaRN is
+     * computed (model.c), on one RoPE base for all layers */
+    int yarn = 0;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
-    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
-        return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
-                         (int)(s.len < 32 ? s.len : 32), s.ptr, key);
+    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
+        yarn = !strcmp(arch, "gpt-oss") && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
+        if (!yarn)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
+                             (int)(s.len < 32 ? s.len : 32), s.ptr, key);
+        snprintf(key, sizeof(key), "%s.rope.freq_base_swa", arch);
+        if (kvfs_gguf_find(g, key))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s with YaRN RoPE scaling (a second RoPE base) is not "
+                             "supported yet", path, key);
+        snprintf(key, sizeof(key), "%s.rope.scaling.factor", arch);
+        if (!kvfs_gguf_get_f32(g, key, &f) && !(f >= 0.0f))
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s = %g", path, key, (double)f);
+    }
     static const char *const unit[] = {"rope.scaling.factor", "rope.scaling.attn_factor"};
-    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]); i++) {
+    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]) && !yarn; i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, unit[i]);
         if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f && f != 1.0f)
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %g is not supported yet (RoPE scaling)", path, key,

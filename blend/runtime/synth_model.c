@@ -75,11 +75,14 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_used_count"), (uint32_t)n_used);
     if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ff_exp);
     /* gpt-oss: a window shorter than test prompts on every other layer
-     * (llama.cpp's pattern for it), those layers' own RoPE base */
+     * (llama.cpp's pattern for it); YaRN as OpenAI's files have it (factor
+     * 32 over 4096 positions) */
     if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
     if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
     if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
-    if (oss && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base_swa"), 5000.0f);
+    if (oss && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
+    if (oss && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 32.0f);
+    if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
     if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
         rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);

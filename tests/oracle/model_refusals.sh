@@ -53,8 +53,12 @@ refused "gpt-oss without a sliding window" "gpt-oss needs gpt-oss.attention.slid
 refused "gpt-oss with a dense FFN" "is not one kvfs's gpt-oss runtime computes with" \
     --arch gpt-oss --u32 gpt-oss.expert_feed_forward_length=64 --u32 gpt-oss.attention.sliding_window=128 \
     --u32 gpt-oss.expert_count=8 --u32 gpt-oss.expert_used_count=2
-refused "gpt-oss with YaRN RoPE scaling (as OpenAI's files have)" "RoPE scaling 'yarn' (gpt-oss.rope.scaling.type)" \
-    --arch gpt-oss --str gpt-oss.rope.scaling.type=yarn
+refused "gpt-oss with linear RoPE scaling" "RoPE scaling 'linear' (gpt-oss.rope.scaling.type)" \
+    --arch gpt-oss --str gpt-oss.rope.scaling.type=linear
+refused "gpt-oss with YaRN and a second RoPE base" "gpt-oss.rope.freq_base_swa with YaRN RoPE scaling" \
+    --arch gpt-oss --str gpt-oss.rope.scaling.type=yarn --f32 gpt-oss.rope.scaling.factor=32 \
+    --f32 gpt-oss.rope.freq_base_swa=5000
+refused "YaRN outside gpt-oss" "RoPE scaling 'yarn' (llama.rope.scaling.type)" --str llama.rope.scaling.type=yarn
 refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \

@@ -17,8 +17,9 @@ import llama_cpp
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3',
                           'mistral3', 'qwen3moe', 'gpt-oss']
 # qwen3moe, gpt-oss: mkmodel's 8 experts, 2 routed, of width 64; gpt-oss's
-# sinks, its clamped SwiGLU's clamp and its window (8) all move the log-probs
-# past MAX_DLOGP_F32 when left out (0.8, 2.0, 1.8 measured, 2026-11-28)
+# sinks, its clamped SwiGLU's clamp, its window (8) and its YaRN (factor 32)
+# all move the log-probs past MAX_DLOGP_F32 when left out (0.8, 2.0, 1.8,
+# 1.8 measured, 2026-11-28)
 # SmolLM2's bounds (logits_oracle.py): llama.cpp rounds activations to 8 bits
 # inside quantized products and keeps an f16 cache, as kvfs does, but sums
 # in another order

@@ -333,14 +333,18 @@ static void check_model(const char *arch, const char *path)
         CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 64);
         CHECK(m->layers[0].ffn_gate_inp && m->layers[0].exp_down && m->layers[0].exp_down[7] && !m->layers[0].w_gate);
     }
-    if (!strcmp(arch, "gpt-oss")) { /* experts as qwen3moe's, with biases; sinks; even layers local (window 8,
-                                      * base 5000); post_attention_norm as the FFN's norm */
+    if (!strcmp(arch, "gpt-oss")) { /* experts as qwen3moe's, with biases; sinks; even layers local (window 8);
+                                      * post_attention_norm as the FFN's norm; YaRN */
         CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 64 && m->hp.moe_oai);
         CHECK(m->layers[0].ffn_gate_inp && m->layers[0].exp_down && m->layers[0].exp_down[7] && !m->layers[0].w_gate);
         CHECK(m->layers[1].attn_sinks && m->layers[1].bo && m->layers[1].ffn_gate_inp_b && m->layers[1].exp_gate_b &&
               m->layers[1].exp_up_b && m->layers[1].exp_down_b && m->layers[1].bq && m->layers[1].ffn_norm);
         CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[2].window == 8);
-        CHECK(m->layers[0].rope_theta == 5000.0f && m->layers[1].rope_theta == 10000.0f);
+        CHECK(m->layers[0].rope_theta == 10000.0f && m->layers[1].rope_theta == 10000.0f);
+        /* YaRN, factor 32 over 4096 positions: the first pairs' angles
+         * kept, the last ones' divided by 32; magnitude 1 + 0.1 ln 32 */
+        CHECK(m->rope_freqs && m->rope_freqs[0] == 1.0f && m->rope_freqs[7] == 32.0f);
+        CHECK(fabsf(m->hp.rope_mscale - 1.3465736f) < 1e-6f);
         CHECK(!m->layers[0].attn_q_norm && !m->layers[0].attn_post_norm);
     }
     if (!strcmp(arch, "gemma2")) { /* even layers local (window 8), soft-capped scores and logits, Q pre-scaled */

@@ -420,7 +420,11 @@ static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, 
             b->chunk_of[r] = i;
             b->c->host_pos[r] = r;
             /* a later chunk's first rows were attention sinks when it was
-             * prefilled alone: their cached K/V are the most out of place */
+             * prefilled alone: their cached K/V are the most out of place
+             * (gpt-oss's learned sinks take some of that role, a logit
+             * with no row; its chunks' first rows are still the ones that
+             * saw nothing before them, so they are forced as any model's;
+             * sink_rows tuned on dense models, not re-measured on it) */
             if (i > 0 && (int)t < b->o.sink_rows) {
                 b->forced[r] = 1;
                 if (b->o.min_rows < ++b->n_forced)

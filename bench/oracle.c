@@ -97,8 +97,13 @@ static double question_kl(struct run *R, unsigned char **exact, float **mass)
         memcpy(R->mix.v[l] + (size_t)R->n_rows * kvd, w.v, sizeof(float) * (size_t)R->nq * kvd);
         if (mass) {
             memset(mass[l], 0, sizeof(float) * (size_t)n_ctx);
-            rc = be->attn_mass(ctx, w.q, w.pos, R->nq, R->mix.k[l], R->mix.pos, n_ctx, hp->n_head, hp->n_kv_head,
-                               hp->head_dim, scale, m->layers[l].window, hp->attn_softcap, mass[l]);
+            rc = m->layers[l].attn_sinks /* gpt-oss: the blend's mass, after the sinks */
+                     ? be->attn_mass_sinks(ctx, w.q, w.pos, R->nq, R->mix.k[l], R->mix.pos, n_ctx, hp->n_head,
+                                           hp->n_kv_head, hp->head_dim, scale, m->layers[l].window, hp->attn_softcap,
+                                           m->layers[l].attn_sinks, mass[l])
+                     : be->attn_mass(ctx, w.q, w.pos, R->nq, R->mix.k[l], R->mix.pos, n_ctx, hp->n_head,
+                                     hp->n_kv_head, hp->head_dim, scale, m->layers[l].window, hp->attn_softcap,
+                                     mass[l]);
         }
         if (!rc)
             rc = kvfs_layer_finish(m, l, &w, R->nq, &R->mix, n_ctx);

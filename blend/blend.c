@@ -326,8 +326,17 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
             (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
             (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
-            (votes && (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
-                                              hp->n_kv_head, hp->head_dim, scale, win, hp->attn_softcap, d_mass))))
+            (votes && !m->layers[l].attn_sinks &&
+             (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
+                                 hp->head_dim, scale, win, hp->attn_softcap, d_mass))) ||
+            /* gpt-oss: the probabilities the attention pays the keys,
+             * after its sinks took their share (a head that looks at its
+             * sink votes little): the mass still says how much each row
+             * weighs in the query's answer */
+            (votes && m->layers[l].attn_sinks &&
+             (rc = be->attn_mass_sinks(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
+                                       hp->n_kv_head, hp->head_dim, scale, win, hp->attn_softcap,
+                                       m->layers[l].attn_sinks, d_mass))))
             goto out;
         /* the last layer's output is not needed: only its attention */
         if (l + 1 < hp->n_layer && (rc = kvfs_layer_finish(m, l, &wq, n_suffix, c, n_ctx)))
@@ -411,7 +420,11 @@ static int layout_prompt(struct blend_run *b, const int32_t *suffix, char *err, 
             b->chunk_of[r] = i;
             b->c->host_pos[r] = r;
             /* a later chunk's first rows were attention sinks when it was
-             * prefilled alone: their cached K/V are the most out of place */
+             * prefilled alone: their cached K/V are the most out of place
+             * (gpt-oss's learned sinks take some of that role, a logit
+             * with no row; its chunks' first rows are still the ones that
+             * saw nothing before them, so they are forced as any model's;
+             * sink_rows tuned on dense models, not re-measured on it) */
             if (i > 0 && (int)t < b->o.sink_rows) {
                 b->forced[r] = 1;
                 if (b->o.min_rows < ++b->n_forced)

@@ -209,6 +209,22 @@ struct kvfs_backend_iface {
      * y[i][j] = x[i][j] * s[i] for i < n, j < dim (s device f32[n]; the
      * experts' routing weights); y may equal x */
     int (*mul_rows)(void *ctx, const float *x, const float *s, float *y, int n, int dim);
+    /* Optional (NULL: gpt-oss is refused at load): attention and attn_mass
+     * as above, each query head h's softmax with one more logit, sinks[h]
+     * (device f32[n_head], not scaled, not capped), in its max and its
+     * denominator and with no value: gpt-oss's attention sinks, as ggml's
+     * soft_max_ext with sinks.  The mass then counts only the keys' share. */
+    int (*attention_sinks)(void *ctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                           const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                           int window, float softcap, const float *sinks, float *out);
+    int (*attn_mass_sinks)(void *ctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                           const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                           int window, float softcap, const float *sinks, float *out);
+    /* Optional (NULL: gpt-oss is refused at load): gpt-oss's clamped SwiGLU
+     * as ggml's swiglu_oai: x = min(gate, limit), y = clamp(up, -limit,
+     * limit), out = x / (1 + e^(alpha * -x)) * (y + 1); out may alias gate */
+    int (*swiglu_oai)(void *ctx, const float *gate, const float *up, float *out, size_t count, float alpha,
+                      float limit);
 };
 
 struct kvfs_backend {
@@ -244,7 +260,8 @@ void kvfs_cpu_stats(void *ctx, FILE *f);
  * debug level). */
 int kvfs_backend_cuda_init(int device, struct kvfs_backend *out);
 /* the plugin's entry point and the interface version it must match */
-#define KVFS_CUDA_PLUGIN_VERSION 4 /* 2: chunk_shift, host_register; 3: rope's freq_factors; 4: attention's softcap */
+#define KVFS_CUDA_PLUGIN_VERSION 5 /* 2: chunk_shift, host_register; 3: rope's freq_factors; 4: attention's softcap;
+                                     * 5: the table grew (mul_rows, attention_sinks, attn_mass_sinks, swiglu_oai) */
 /* name: "cpu", "cuda" or "auto" (CUDA if built and a device exists) */
 int kvfs_backend_init_by_name(const char *name, int n_threads, struct kvfs_backend *out);
 void kvfs_backend_free(struct kvfs_backend *b);

@@ -18,12 +18,12 @@
 enum {
     P_MATMUL, P_MATMUL_ACT, P_RMSNORM, P_ROPE, P_ADD, P_SWIGLU, P_GEGLU, P_SCALE, P_GET_ROWS, P_WEIGHT_ROWS,
     P_ATTENTION, P_ATTN_MASS, P_ROW_SQDIFF, P_GATHER, P_SCATTER, P_ACT_QUANT, P_ROUND_F16, P_TOPK, P_UPLOAD_KV,
-    P_UPLOAD_KVQ, P_CHUNK_SHIFT, P_UPLOAD, P_DOWNLOAD, P_COPY, P_MUL_ROWS, P_N
+    P_UPLOAD_KVQ, P_CHUNK_SHIFT, P_UPLOAD, P_DOWNLOAD, P_COPY, P_MUL_ROWS, P_ATTENTION_SINKS, P_ATTN_MASS_SINKS, P_SWIGLU_OAI, P_N
 };
 static const char *const op_names[P_N] = {
     "matmul", "matmul_act", "rmsnorm", "rope", "add", "swiglu", "geglu", "scale", "get_rows", "weight_rows",
     "attention", "attn_mass", "row_sqdiff", "gather_rows", "scatter_rows", "act_quant", "round_f16", "topk",
-    "upload_kv", "upload_kvq", "chunk_shift", "upload", "download", "copy", "mul_rows"};
+    "upload_kv", "upload_kvq", "chunk_shift", "upload", "download", "copy", "mul_rows", "attention_sinks", "attn_mass_sinks", "swiglu_oai"};
 
 struct prof_ctx {
     const struct kvfs_backend_iface *in;
@@ -184,6 +184,25 @@ static int w_mul_rows(void *vctx, const float *x, const float *s, float *y, int 
 {
     TIMED(P_MUL_ROWS, mul_rows(p_->ctx, x, s, y, n, dim));
 }
+static int w_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                             const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim,
+                             float scale, int window, float softcap, const float *sinks, float *out)
+{
+    TIMED(P_ATTENTION_SINKS, attention_sinks(p_->ctx, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim,
+                                             scale, window, softcap, sinks, out));
+}
+static int w_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                             const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                             int window, float softcap, const float *sinks, float *out)
+{
+    TIMED(P_ATTN_MASS_SINKS, attn_mass_sinks(p_->ctx, q, q_pos, n_q, k, kv_pos, n_kv, n_head, n_kv_head, head_dim,
+                                             scale, window, softcap, sinks, out));
+}
+static int w_swiglu_oai(void *vctx, const float *gate, const float *up, float *out, size_t count, float alpha,
+                        float limit)
+{
+    TIMED(P_SWIGLU_OAI, swiglu_oai(p_->ctx, gate, up, out, count, alpha, limit));
+}
 static void w_trim(void *vctx) { IN(vctx)->trim(CX(vctx)); }
 static int w_upload_kvq(void *vctx, float *k, float *v, const void *blocks, uint32_t n_tokens, uint32_t kv_dim,
                         int codec)
@@ -220,7 +239,7 @@ static const struct kvfs_backend_iface *wrapped(const struct kvfs_backend_iface 
         W(matmul), W(rmsnorm), W(rope), W(add), W(swiglu), W(get_rows), W(attention), W(attn_mass);
         W(row_sqdiff), W(act_quant), W(round_f16), W(topk), W(upload_kv), W(destroy), W(weight_create_quant);
         W(weight_rows), W(matmul_act), W(scale), W(geglu), W(trim), W(upload_kvq), W(chunk_shift);
-        W(host_register), W(mul_rows);
+        W(host_register), W(mul_rows), W(attention_sinks), W(attn_mass_sinks), W(swiglu_oai);
 #undef W
         o->gather_rows = in->gather_rows ? w_gather : NULL;
         o->scatter_rows = in->scatter_rows ? w_scatter : NULL;

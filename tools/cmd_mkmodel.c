@@ -10,12 +10,12 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|granite|smollm3|olmo2|phi3|mistral3|\n"
-               "                                qwen3moe] [--layers N] [--embd N] [--heads N]\n"
+               "                                qwen3moe|gpt-oss] [--layers N] [--embd N] [--heads N]\n"
                "                        [--kv-heads N] [--ff N] [--seed N]\n"
                "                        [--experts N] [--experts-used N] [--expert-ff N]\n"
                "Write a tiny model with random F32 weights and a byte-level vocabulary\n"
                "(defaults: llama, 2 layers, 64 wide, 4 heads, 2 KV heads, ff 128;\n"
-               "qwen3moe: 8 experts, 2 used, expert ff 64).\n");
+               "qwen3moe, gpt-oss: 8 experts, 2 used, expert ff 64).\n");
 }
 
 int cmd_mkmodel(int argc, char **argv)
@@ -38,7 +38,7 @@ int cmd_mkmodel(int argc, char **argv)
     if (!out || (strcmp(o.arch, "llama") && strcmp(o.arch, "qwen2") && strcmp(o.arch, "qwen3") &&
                  strcmp(o.arch, "gemma3") && strcmp(o.arch, "granite") && strcmp(o.arch, "smollm3") && strcmp(o.arch, "olmo2") &&
                  strcmp(o.arch, "phi3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "mistral3") &&
-                 strcmp(o.arch, "qwen3moe")) ||
+                 strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "gpt-oss")) ||
         o.n_expert < 0 || o.n_expert_used < 0 || o.n_ff_exp < 0 ||
         (o.n_expert_used ? o.n_expert_used : 2) > (o.n_expert ? o.n_expert : 8) ||
         o.n_layer < 1 || o.n_head < 1 ||

@@ -132,7 +132,11 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
                          m->rope_freqs)) ||
           (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
                          hp->rope_style, m->rope_freqs)))) ||
-        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))))
+        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))) ||
+        /* gpt-oss's YaRN: ggml's cos and sin carry a magnitude (RoPE on every dim there) */
+        (hp->rope_mscale != 0.0f && hp->rope_mscale != 1.0f &&
+         ((rc = be->scale(ctx, w->q, hp->rope_mscale, w->q, (size_t)n * hp->q_dim)) ||
+          (rc = be->scale(ctx, w->k, hp->rope_mscale, w->k, (size_t)n * kv_dim)))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */
@@ -145,11 +149,15 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
 
 /* The experts' FFN of n rows of w->xn into w->o, as llama.cpp's
  * build_moe_ffn: router logits, softmax, the top n_expert_used experts of
- * each row, their probabilities renormalized to sum 1; then expert by
- * expert, its rows gathered, one SwiGLU product for them all, scattered to
- * their slot (k-th choice of their row), weighted; the slots summed in
- * order.  Cost follows the routed rows, so a blend's few recomputed rows
- * cost few products. */
+ * each row, their probabilities renormalized to sum 1 (gpt-oss, moe_oai:
+ * the logits biased, the top experts by logit, weighted by the softmax of
+ * their k logits, ggml's SOFTMAX_WEIGHT gating); then expert by expert,
+ * its rows gathered, one SwiGLU product for them all (gpt-oss: biased
+ * products, swiglu_oai), scattered to their slot (k-th choice of their
+ * row), weighted; the slots summed in order.  A row's routing depends on
+ * that row alone, so a blend's recomputed rows go to the experts a
+ * prefill sends them to; cost follows the routed rows, so its few
+ * recomputed rows cost few products. */
 static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -175,10 +183,36 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
         (rc = be->alloc(ctx, sizeof(float) * nk, (void **)&d_wt)) ||
         (rc = be->alloc(ctx, sizeof(int32_t) * nk, (void **)&d_src)) ||
         (rc = be->alloc(ctx, sizeof(int32_t) * nk, (void **)&d_dst)) ||
-        (rc = kvfs_linear(m, L->ffn_gate_inp, NULL, L->act_q_moe[0], w->xn, w->aq, d_logit, n, E)) ||
+        (rc = kvfs_linear(m, L->ffn_gate_inp, L->ffn_gate_inp_b, L->act_q_moe[0], w->xn, w->aq, d_logit, n, E)) ||
         (rc = be->download(ctx, logit, d_logit, sizeof(float) * (size_t)n * ne)))
         goto out;
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < n && hp->moe_oai; r++) {
+        const float *p = logit + (size_t)r * ne;
+        for (int i = 0; i < k; i++) { /* top k logits, best first; a tie to the lower expert */
+            int b = -1;
+            for (int j = 0; j < ne; j++) {
+                int taken = 0;
+                for (int q = 0; q < i; q++)
+                    taken |= sel[(size_t)r * k + q] == j;
+                if (!taken && (b < 0 || p[j] > p[b]))
+                    b = j;
+            }
+            sel[(size_t)r * k + i] = b;
+        }
+        /* ggml's soft_max of the k chosen logits: max, exp(x - max) summed in double, times 1 / sum */
+        float mx = -INFINITY;
+        for (int i = 0; i < k; i++)
+            mx = p[sel[(size_t)r * k + i]] > mx ? p[sel[(size_t)r * k + i]] : mx;
+        double s = 0.0;
+        for (int i = 0; i < k; i++) {
+            float e = expf(p[sel[(size_t)r * k + i]] - mx);
+            wt[(size_t)i * n + r] = e;
+            s += (double)e;
+        }
+        for (int i = 0; i < k; i++)
+            wt[(size_t)i * n + r] *= (float)(1.0 / s);
+    }
+    for (int r = 0; r < n && !hp->moe_oai; r++) {
         float *p = logit + (size_t)r * ne, mx = -INFINITY, sum = 0.0f;
         for (int j = 0; j < ne; j++)
             mx = p[j] > mx ? p[j] : mx;
@@ -227,11 +261,15 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
         if (c == 0)
             continue;
         if ((rc = be->gather_rows(ctx, w->xn, d_src + cnt[e], d_xg, c, E)) ||
-            (rc = kvfs_linear(m, L->exp_gate[e], NULL, L->act_q_moe[1], d_xg, w->aq, d_g, c, E)) ||
-            (rc = kvfs_linear(m, L->exp_up[e], NULL, L->act_q_moe[2], d_xg, w->aq, d_u, c, E)) ||
-            (rc = be->swiglu(ctx, d_g, d_u, d_g, (size_t)c * F)) ||
+            (rc = kvfs_linear(m, L->exp_gate[e], L->exp_gate_b ? L->exp_gate_b + (size_t)e * F : NULL,
+                              L->act_q_moe[1], d_xg, w->aq, d_g, c, E)) ||
+            (rc = kvfs_linear(m, L->exp_up[e], L->exp_up_b ? L->exp_up_b + (size_t)e * F : NULL, L->act_q_moe[2],
+                              d_xg, w->aq, d_u, c, E)) ||
+            (rc = hp->moe_oai ? be->swiglu_oai(ctx, d_g, d_u, d_g, (size_t)c * F, 1.702f, 7.0f) /* llama.cpp's */
+                              : be->swiglu(ctx, d_g, d_u, d_g, (size_t)c * F)) ||
             (m->ggml_compat && L->act_q_moe[3] && (rc = be->act_quant(ctx, d_g, d_g, c, F, L->act_q_moe[3]))) ||
-            (rc = be->matmul(ctx, L->exp_down[e], NULL, d_g, d_y, c)) ||
+            (rc = be->matmul(ctx, L->exp_down[e], L->exp_down_b ? L->exp_down_b + (size_t)e * E : NULL, d_g, d_y,
+                             c)) ||
             (rc = be->scatter_rows(ctx, d_y, d_dst + cnt[e], d_slots, c, E)))
             goto out;
     }
@@ -269,16 +307,21 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
     void *ctx = CTX(m);
     int rc, E = hp->n_embd;
     size_t e = (size_t)n * E;
-    if ((rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
-                            hp->head_dim, hp->scale_q ? 1.0f : hp->attn_scale, L->window, hp->attn_softcap, w->att)) ||
-        (rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
+    float scale = hp->scale_q ? 1.0f : hp->attn_scale;
+    if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
+                                                  hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
+                                                  L->attn_sinks, w->att)
+                            : be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
+                                            hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
+                                            w->att)) ||
+        (rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
         (rc = L->ffn_norm ? be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)
                           : be->copy(ctx, w->xn, w->x, sizeof(float) * e)))
         return rc;
-    if (L->ffn_gate_inp) /* qwen3moe: no post norm, no residual scale */
+    if (L->ffn_gate_inp) /* qwen3moe, gpt-oss: no post norm, no residual scale */
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
     if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||

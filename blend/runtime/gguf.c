@@ -185,7 +185,7 @@ static int place_tensors(struct kvfs_gguf *g, struct cursor *c, const char *path
             int rc = strcmp(tn, "unknown") ? -ENOTSUP : -EINVAL;
             return kvfs_errf(err, errlen, rc,
                       "%s: tensor %.*s has ggml type %s (%u), which kvfs does not read (it reads F32, F16, BF16, "
-                      "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, nl, t->name.ptr, tn, t->type);
+                      "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)", path, nl, t->name.ptr, tn, t->type);
         }
         uint64_t row = kvfs_ggml_row_size(t->type, t->ne[0]), rows = t->ne[1];
         if (!row) {

@@ -132,29 +132,38 @@ static int act_quant_type(const struct kvfs_gguf *g, const char *name)
     if (!t)
         return 0;
     switch (t->type) {
-    case KVFS_GGML_Q4_0: case KVFS_GGML_Q5_0: case KVFS_GGML_Q8_0: return KVFS_GGML_Q8_0;
+    case KVFS_GGML_Q4_0: case KVFS_GGML_Q5_0: case KVFS_GGML_Q8_0: case KVFS_GGML_MXFP4: return KVFS_GGML_Q8_0;
     case KVFS_GGML_Q4_1: case KVFS_GGML_Q5_1: return KVFS_GGML_Q8_1;
     case KVFS_GGML_Q4_K: case KVFS_GGML_Q5_K: case KVFS_GGML_Q6_K: return KVFS_GGML_Q8_K;
     default: return 0;
     }
 }
 
-static int load_vec(struct kvfs_model *m, const char *name, int n, int optional, float **dev, char *err,
-                    size_t errlen)
+/* A tensor of rows x n values decoded to f32 on the device (a vector when
+ * rows is 1; gpt-oss's experts' biases: a row per expert) */
+static int load_rows(struct kvfs_model *m, const char *name, int n, int rows, int optional, float **dev, char *err,
+                     size_t errlen)
 {
     float *f;
     if (optional && !kvfs_gguf_tensor(m->gguf, name)) {
         *dev = NULL;
         return 0;
     }
-    int rc = tensor_f32(m->gguf, name, (uint64_t)n, 1, &f, err, errlen);
+    int rc = tensor_f32(m->gguf, name, (uint64_t)n, (uint64_t)rows, &f, err, errlen);
     if (rc)
         return rc;
-    rc = m->be.iface->alloc(m->be.ctx, sizeof(float) * n, (void **)dev);
+    size_t bytes = sizeof(float) * (size_t)n * rows;
+    rc = m->be.iface->alloc(m->be.ctx, bytes, (void **)dev);
     if (!rc)
-        rc = m->be.iface->upload(m->be.ctx, *dev, f, sizeof(float) * n);
+        rc = m->be.iface->upload(m->be.ctx, *dev, f, bytes);
     free(f);
     return rc;
+}
+
+static int load_vec(struct kvfs_model *m, const char *name, int n, int optional, float **dev, char *err,
+                    size_t errlen)
+{
+    return load_rows(m, name, n, 1, optional, dev, err, errlen);
 }
 
 /* Whether layer l attends through the sliding window, as llama.cpp decides
@@ -176,6 +185,47 @@ static int swa_layer(const struct kvfs_gguf *g, const char *arch, int l, int n_d
     if (kv && kvfs_gguf_get_u32(g, k, &n))
         return -EINVAL;
     *out = n == 0 || (uint32_t)l % n < n - 1;
+    return 0;
+}
+
+/* gpt-oss's YaRN RoPE scaling as llama.cpp computes it (llama-context.cpp's
+ * cparams, ggml's rope_yarn): ext_factor 1, beta_fast 32, beta_slow 1 (its
+ * defaults; the file's yarn keys are not read), freq_scale 1 / factor,
+ * n_ctx_orig rope.scaling.original_context_length else context_length.
+ * Pair j's angle pos * theta_j * (freq_scale * (1 - ramp_j) + ramp_j) is
+ * linear in pos, so it goes in as frequency factors ff[j] (angle divided
+ * by it: what every rotation of kvfs, the chunk shift's included, takes);
+ * the magnitude scale of ggml's cos and sin goes to *mscale. */
+static int yarn_factors(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff, float *mscale)
+{
+    char k[128];
+    float factor = 0.0f, attn = 1.0f;
+    int n_ctx_orig = hp->n_ctx_train;
+    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &factor);
+    snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &attn);
+    hp_u32(g, hp->arch, "rope.scaling.original_context_length", &n_ctx_orig, 0);
+    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, scale = 1.0f / fs;
+    /* cparams.yarn_attn_factor: get_mscale(factor, 1) / (1 + 0.1 ln factor) * rope_attn_factor */
+    float a = scale <= 1.0f ? 1.0f : 0.1f * logf(scale) + 1.0f;
+    a *= 1.0f / (1.0f + 0.1f * logf(scale));
+    a *= attn;
+    *mscale = a * (1.0f + 0.1f * logf(1.0f / fs)); /* rope_yarn, ext_factor != 0 */
+    int d = hp->rope_dim;
+    float lo = floorf((float)d * logf((float)n_ctx_orig / (32.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
+    float hi = ceilf((float)d * logf((float)n_ctx_orig / (1.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < (float)(d - 1) ? hi : (float)(d - 1);
+    float *f = malloc(sizeof(float) * (size_t)(d / 2));
+    if (!f)
+        return -ENOMEM;
+    for (int j = 0; j < d / 2; j++) {
+        float y = ((float)j - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f); /* rope_yarn_ramp at i0 = 2j */
+        float ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+        f[j] = 1.0f / (fs * (1 - ramp) + ramp);
+    }
+    *ff = f;
     return 0;
 }
 
@@ -212,22 +262,24 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_qwen3 = !strcmp(hp->arch, "qwen3"), is_granite = !strcmp(hp->arch, "granite");
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
     int is_phi3 = !strcmp(hp->arch, "phi3"), is_gemma2 = !strcmp(hp->arch, "gemma2");
-    int is_qwen3moe = !strcmp(hp->arch, "qwen3moe");
+    int is_qwen3moe = !strcmp(hp->arch, "qwen3moe"), is_gptoss = !strcmp(hp->arch, "gpt-oss");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
-        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe))) {
+        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe && !is_gptoss))) {
         kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
     if ((rc = kvfs_model_file_check(path, m->gguf, hp->arch, hp->n_layer, err, errlen)))
         goto fail;
-    if (is_qwen3moe) { /* model_check.c has checked the counts; llama.cpp's default width of an expert */
+    if (is_qwen3moe || is_gptoss) { /* model_check.c has checked the counts; qwen3moe: llama.cpp's default width
+                                     * of an expert (gpt-oss: the file's, model_check.c requires it) */
         hp_u32(m->gguf, hp->arch, "expert_count", &hp->n_expert, 0);
         hp_u32(m->gguf, hp->arch, "expert_used_count", &hp->n_expert_used, 0);
-        if (hp->n_expert_used > 0)
+        hp->moe_oai = is_gptoss;
+        if (hp->n_expert_used > 0 && is_qwen3moe)
             hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
         hp_u32(m->gguf, hp->arch, "expert_feed_forward_length", &hp->n_ff_exp, 0);
         if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0) {
@@ -261,8 +313,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->rope_dim = hp->head_dim;
     hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
-    if (!strcmp(hp->arch, "mistral3") && hp->rope_dim != hp->head_dim) { /* llama.cpp asserts it */
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: mistral3 with RoPE on %d of %d dims", path, hp->rope_dim,
+    /* llama.cpp asserts it (mistral3); gpt-oss's Q is n_head x n_rot wide */
+    if ((!strcmp(hp->arch, "mistral3") || is_gptoss) && hp->rope_dim != hp->head_dim) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: %s with RoPE on %d of %d dims", path, hp->arch, hp->rope_dim,
                        hp->head_dim);
         goto fail;
     }
@@ -274,7 +327,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3
+    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gptoss || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3
                          ? KVFS_ROPE_STYLE_NEOX
                          : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
@@ -344,6 +397,21 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
+    if (is_gptoss) { /* llama.cpp's models/openai-moe.cpp: a window (required) on every other layer, its RoPE
+                      * base rope.freq_base_swa where given, else the global one; scale 1/sqrt(head_dim) */
+        hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
+        snprintf(name, sizeof(name), "%s.rope.freq_base_swa", hp->arch);
+        kvfs_gguf_get_f32(m->gguf, name, &hp->rope_theta_swa);
+        if (hp->n_swa <= 0) {
+            rc = kvfs_errf(err, errlen, -EINVAL, "%s: gpt-oss needs %s.attention.sliding_window > 0", path, hp->arch);
+            goto fail;
+        }
+        struct kvfs_gguf_str st;
+        snprintf(name, sizeof(name), "%s.rope.scaling.type", hp->arch);
+        if (!kvfs_gguf_get_str(m->gguf, name, &st) && st.len == 4 && !memcmp(st.ptr, "yarn", 4) &&
+            (rc = yarn_factors(m->gguf, hp, &m->rope_freqs, &hp->rope_mscale)))
+            goto fail;
+    }
     const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
     if (!te) {
         rc = kvfs_errf(err, errlen, -EINVAL, "%s: token_embd.weight missing", path);
@@ -356,10 +424,12 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
-        (hp->n_expert && !be->mul_rows)) {
-        rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows)",
-                       path, be->name, hp->arch);
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
+        (hp->n_expert && !be->mul_rows) ||
+        (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
+        rc = kvfs_errf(err, errlen, -ENOTSUP,
+                       "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "
+                       "attn_mass_sinks, swiglu_oai)", path, be->name, hp->arch);
         goto fail;
     }
     float *emb;
@@ -404,8 +474,11 @@ output:
         struct kvfs_layer_weights *L = &m->layers[l];
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
         /* olmo2 normalizes after its sublayers, not before */
+        /* gpt-oss: post_attention_norm is the FFN's input norm (of the
+         * residual sum), in ffn_norm's place */
         if ((!is_olmo2 && (rc = load_vec(m, T("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, errlen))) ||
-            (!is_olmo2 && (rc = load_vec(m, T("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, errlen))) ||
+            (!is_olmo2 && (rc = load_vec(m, T(is_gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                                         hp->n_embd, 0, &L->ffn_norm, err, errlen))) ||
             (is_phi3 && /* fused: Q, K, V rows one after the other */
              ((rc = load_weight_part(m, T("attn_qkv.weight"), 0, hp->q_dim, hp->q_dim + 2 * kv_dim, hp->n_embd, &L->wq,
                                      err, errlen)) ||
@@ -444,6 +517,18 @@ output:
              (rc = load_experts(m, T("ffn_down_exps.weight"), hp->n_expert, hp->n_embd, hp->n_ff_exp, &L->exp_down,
                                 err, errlen))))
             goto fail;
+        /* gpt-oss: its sinks, the output projection's bias, the router's
+         * and the experts' */
+        if (is_gptoss &&
+            ((rc = load_vec(m, T("attn_sinks.weight"), hp->n_head, 0, &L->attn_sinks, err, errlen)) ||
+             (rc = load_vec(m, T("attn_output.bias"), hp->n_embd, 0, &L->bo, err, errlen)) ||
+             (rc = load_vec(m, T("ffn_gate_inp.bias"), hp->n_expert, 0, &L->ffn_gate_inp_b, err, errlen)) ||
+             (rc = load_rows(m, T("ffn_gate_exps.bias"), hp->n_ff_exp, hp->n_expert, 0, &L->exp_gate_b, err,
+                             errlen)) ||
+             (rc = load_rows(m, T("ffn_up_exps.bias"), hp->n_ff_exp, hp->n_expert, 0, &L->exp_up_b, err, errlen)) ||
+             (rc = load_rows(m, T("ffn_down_exps.bias"), hp->n_embd, hp->n_expert, 0, &L->exp_down_b, err,
+                             errlen))))
+            goto fail;
         if (hp->n_expert) {
             static const char *moe[4] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
                                          "ffn_down_exps.weight"};
@@ -465,7 +550,8 @@ output:
              (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
             goto fail;
         int local = 0;
-        if (hp->n_swa > 0 && (rc = swa_layer(m->gguf, hp->arch, l, is_olmo2 ? 4 : is_gemma2 ? 2 : 6, &local))) {
+        if (hp->n_swa > 0 &&
+            (rc = swa_layer(m->gguf, hp->arch, l, is_olmo2 ? 4 : is_gemma2 || is_gptoss ? 2 : 6, &local))) {
             kvfs_errf(err, errlen, rc, "%s: bad %s.attention.sliding_window_pattern", path, hp->arch);
             goto fail;
         }
@@ -542,6 +628,12 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->free(c, L->attn_k_norm);
                 be->free(c, L->attn_post_norm);
                 be->free(c, L->ffn_post_norm);
+                be->free(c, L->attn_sinks);
+                be->free(c, L->bo);
+                be->free(c, L->ffn_gate_inp_b);
+                be->free(c, L->exp_gate_b);
+                be->free(c, L->exp_up_b);
+                be->free(c, L->exp_down_b);
                 be->weight_free(c, L->wq);
                 be->weight_free(c, L->wk);
                 be->weight_free(c, L->wv);

@@ -4,7 +4,9 @@
  * post-attention and post-FFN norms, GeGLU, sliding-window layers with
  * their own RoPE base), gemma2 (as gemma3 without Q/K norms, with soft-capped
  * attention scores), qwen3, granite, smollm3, olmo2, phi3, qwen3moe (qwen3's
- * attention, a mixture of SwiGLU experts as its FFN) (model.c).
+ * attention, a mixture of SwiGLU experts as its FFN), gpt-oss (attention
+ * sinks, every other layer a sliding window, biases, a mixture of experts
+ * weighted by a softmax over the chosen ones, clamped SwiGLU) (model.c).
  * Weights stay in the file's encoding where the backend multiplies by them
  * so, else are decoded to f32 at load. */
 #ifndef KVFS_MODEL_H
@@ -35,6 +37,9 @@ struct kvfs_hparams {
     float logit_scale;        /* granite: final logits divided by this; 0: none */
     int qk_norm_full;         /* olmo2: Q and K RMS-normed across all heads at once, not head by head */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, routed per token, their FFN width; else 0 */
+    float rope_mscale; /* gpt-oss's YaRN: rotated Q and K times this (its angles are in rope_freqs); 0: none */
+    int moe_oai; /* gpt-oss: the top experts by router logit, weighted by the softmax of their logits (no
+                  * renormalization); ggml's swiglu_oai as their activation */
 };
 
 struct kvfs_layer_weights {
@@ -57,6 +62,10 @@ struct kvfs_layer_weights {
      * w_gate, w_up, w_down NULL then */
     struct kvfs_weight *ffn_gate_inp, **exp_gate, **exp_up, **exp_down;
     int act_q_moe[4]; /* as act_q: router, gate, up, down */
+    /* gpt-oss, else NULL: device f32 each; attention sinks [n_head], output
+     * projection bias [n_embd], router bias [n_expert], the experts' biases
+     * [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd] (down) */
+    float *attn_sinks, *bo, *ffn_gate_inp_b, *exp_gate_b, *exp_up_b, *exp_down_b;
 };
 
 struct kvfs_model {

@@ -17,7 +17,7 @@ static const struct {
     {"qwen2moe", "mixture of experts with a shared expert"}, {"deepseek", "mixture of experts"},
     {"deepseek2", "mixture of experts and latent attention (MLA)"},         {"dbrx", "mixture of experts"},
     {"olmoe", "mixture of experts"},     {"grok", "mixture of experts"},      {"arctic", "mixture of experts"},
-    {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},   {"gpt-oss", "mixture of experts"},
+    {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},
     {"glm4moe", "mixture of experts"},   {"ernie4_5-moe", "mixture of experts"}, {"hunyuan-moe", "mixture of experts"},
     {"phimoe", "mixture of experts"},    {"minimax-m2", "mixture of experts"}, {"bailingmoe", "mixture of experts"},
     {"qwen3next", "a recurrent state per layer (hybrid attention)"},
@@ -36,7 +36,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
         !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
-        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe"))
+        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
@@ -44,7 +44,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe)", path, arch);
+                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss)", path, arch);
 }
 
 /* a tensor the runtime reads for this architecture */
@@ -77,6 +77,18 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
                 return 1;
         if (!strncmp(name + at, "ffn_", 4) && strcmp(name + at, "ffn_norm.weight"))
             return 0;
+    }
+    if (!strcmp(arch, "gpt-oss")) { /* llama.cpp's openai-moe.cpp: what it reads, no more (no fused QKV) */
+        static const char *const oss[] = {
+            "attn_norm.weight",     "post_attention_norm.weight", "attn_q.weight",        "attn_k.weight",
+            "attn_v.weight",        "attn_q.bias",                "attn_k.bias",          "attn_v.bias",
+            "attn_output.weight",   "attn_output.bias",           "attn_sinks.weight",    "ffn_gate_inp.weight",
+            "ffn_gate_inp.bias",    "ffn_gate_exps.weight",       "ffn_gate_exps.bias",   "ffn_up_exps.weight",
+            "ffn_up_exps.bias",     "ffn_down_exps.weight",       "ffn_down_exps.bias"};
+        for (size_t i = 0; i < sizeof(oss) / sizeof(oss[0]); i++)
+            if (!strcmp(name + at, oss[i]))
+                return 1;
+        return 0;
     }
     for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++)
         if (!strcmp(name + at, layer[i]))
@@ -128,8 +140,11 @@ static int rope_freqs_check(const char *path, const struct kvfs_gguf *g, const c
 
 /* qwen3moe's routing as llama.cpp computes it (build_moe_ffn: softmax,
  * top expert_used_count, the chosen weights renormalized, always, whatever
- * expert_weights_norm says, unscaled): the counts it needs, one for all
- * layers; the keys that would route otherwise refused by name */
+ * expert_weights_norm says, unscaled), and gpt-oss's (top experts by
+ * logit, a softmax over theirs; expert_weights_scale is not read for it
+ * either): the counts it needs, one for all layers; the keys that would
+ * route otherwise refused by name.  gpt-oss: llama.cpp requires its
+ * experts' width and its sliding window. */
 static int moe_check(const char *path, const struct kvfs_gguf *g, const char *arch, char *err, size_t errlen)
 {
     char key[160];
@@ -147,6 +162,14 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     kvfs_gguf_get_u32(g, key, &n_exp);
     snprintf(key, sizeof(key), "%s.expert_used_count", arch);
     kvfs_gguf_get_u32(g, key, &used);
+    if (!strcmp(arch, "gpt-oss")) {
+        static const char *const req[] = {"expert_feed_forward_length", "attention.sliding_window"};
+        for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+            snprintf(key, sizeof(key), "%s.%s", arch, req[i]);
+            if (kvfs_gguf_get_u32(g, key, &u) || u == 0)
+                return kvfs_errf(err, errlen, -EINVAL, "%s: gpt-oss needs %s > 0", path, key);
+        }
+    }
     if (n_exp == 0 || used == 0 || used > n_exp)
         return kvfs_errf(err, errlen, -EINVAL, "%s: %s needs expert_count > 0 and 0 < expert_used_count <= it "
                          "(%u, %u)", path, arch, n_exp, used);
@@ -168,22 +191,35 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     struct kvfs_gguf_str s;
     float f;
     uint32_t u;
-    /* RoPE scaling of any kind changes every key */
+    /* RoPE scaling of any kind changes every key; gpt-oss's YaRN is
+     * computed (model.c), on one RoPE base for all layers */
+    int yarn = 0;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
-    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
-        return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
-                         (int)(s.len < 32 ? s.len : 32), s.ptr, key);
+    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
+        yarn = !strcmp(arch, "gpt-oss") && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
+        if (!yarn)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
+                             (int)(s.len < 32 ? s.len : 32), s.ptr, key);
+        snprintf(key, sizeof(key), "%s.rope.freq_base_swa", arch);
+        if (kvfs_gguf_find(g, key))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s with YaRN RoPE scaling (a second RoPE base) is not "
+                             "supported yet", path, key);
+        snprintf(key, sizeof(key), "%s.rope.scaling.factor", arch);
+        if (!kvfs_gguf_get_f32(g, key, &f) && !(f >= 0.0f))
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s = %g", path, key, (double)f);
+    }
     static const char *const unit[] = {"rope.scaling.factor", "rope.scaling.attn_factor"};
-    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]); i++) {
+    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]) && !yarn; i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, unit[i]);
         if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f && f != 1.0f)
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %g is not supported yet (RoPE scaling)", path, key,
                              (double)f);
     }
     snprintf(key, sizeof(key), "%s.expert_count", arch);
-    if (strcmp(arch, "qwen3moe") && !kvfs_gguf_get_u32(g, key, &u) && u > 0)
+    int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss");
+    if (!moe && !kvfs_gguf_get_u32(g, key, &u) && u > 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
-    if (!strcmp(arch, "qwen3moe")) {
+    if (moe) {
         int rc = moe_check(path, g, arch, err, errlen);
         if (rc)
             return rc;
@@ -212,7 +248,7 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         if (tensor_known(name, arch, n_layer)) {
             if (!kvfs_ggml_block_size(type) || type == KVFS_GGML_Q8_K)
                 return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s has type %s, which kvfs does not decode (F32, "
-                                 "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", path, name,
+                                 "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)", path, name,
                                  kvfs_ggml_type_name(type) ? kvfs_ggml_type_name(type) : "unknown");
             continue;
         }

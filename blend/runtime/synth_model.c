@@ -1,5 +1,5 @@
 /* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3/
- * qwen3moe model as GGUF. */
+ * qwen3moe/gpt-oss model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -46,10 +46,11 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
-    int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), moe = !strcmp(a, "qwen3moe");
+    int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), oss = !strcmp(a, "gpt-oss");
+    int moe = !strcmp(a, "qwen3moe") || oss;
     int n_exp = o->n_expert > 0 ? o->n_expert : 8, n_used = o->n_expert_used > 0 ? o->n_expert_used : 2;
     int ff_exp = o->n_ff_exp > 0 ? o->n_ff_exp : 64;
-    qwen3 |= moe; /* its attention */
+    qwen3 |= moe && !oss; /* qwen3moe: qwen3's attention */
     /* gemma's heads are not n_embd / n_head wide (gemma3 270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma || gemma2 ? 2 : 1), qd = head_dim * o->n_head;
     int kv = head_dim * o->n_kv_head;
@@ -73,6 +74,15 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_count"), (uint32_t)n_exp);
     if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_used_count"), (uint32_t)n_used);
     if (moe && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ff_exp);
+    /* gpt-oss: a window shorter than test prompts on every other layer
+     * (llama.cpp's pattern for it); YaRN as OpenAI's files have it (factor
+     * 32 over 4096 positions) */
+    if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
+    if (oss && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
+    if (oss && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 32.0f);
+    if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
     if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
         rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
@@ -126,7 +136,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     float qk_gain = gemma2 ? 8.0f : 1.0f;
     if (!rc) rc = add_rand(w, "token_embd.weight", o->n_embd, vocab, 2.0f, 0.0f, &s);
     if (!rc) rc = add_rand(w, "output_norm.weight", o->n_embd, 1, 0.2f, 1.0f, &s);
-    if (olmo2 && !rc) /* llama.cpp's olmo2 requires its own output projection */
+    if ((olmo2 || oss) && !rc) /* llama.cpp's olmo2 and gpt-oss require their own output projection */
         rc = add_rand(w, "output.weight", o->n_embd, vocab, 0.5f, 0.0f, &s);
     if (mistral3 && !rc) /* Llama 3.1-style frequency factors, which llama.cpp's mistral3 reads: in [1, 4) */
         rc = add_rand(w, "rope_freqs.weight", head_dim / 2, 1, 3.0f, 2.5f, &s);
@@ -134,7 +144,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
 #define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
         if (!olmo2) /* olmo2 normalizes after its sublayers instead */
             rc = add_rand(w, T("attn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (!olmo2 && !rc) rc = add_rand(w, T("ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        /* gpt-oss: post_attention_norm is its FFN's input norm */
+        if (!olmo2 && !rc)
+            rc = add_rand(w, T(oss ? "post_attention_norm.weight" : "ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
             if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);
         } else {
@@ -143,7 +155,21 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
-        if (moe) { /* a router whose logits spread a few units (routing that matters); experts of the
+        if (oss) { /* every bias llama.cpp reads; sinks in [-2, 6), of the scores' size (without them
+                    * kvfs's F32 log-probs differ from llama.cpp's by 0.8); gates and ups of a few
+                    * units, so that swiglu_oai's clamp at 7 bites (without it: 2.0), the down
+                    * projection smaller to match */
+            if (!rc) rc = add_rand(w, T("attn_output.bias"), o->n_embd, 1, 0.2f, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_sinks.weight"), o->n_head, 1, 8.0f, 2.0f, &s);
+            if (!rc) rc = add_rand(w, T("ffn_gate_inp.weight"), o->n_embd, n_exp, 0.5f, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_gate_inp.bias"), n_exp, 1, 1.0f, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 64, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_gate_exps.bias"), ff_exp, n_exp, 1.0f, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_up_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 64, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_up_exps.bias"), ff_exp, n_exp, 1.0f, 0, &s);
+            if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_down_exps.bias"), o->n_embd, n_exp, 0.2f, 0, &s);
+        } else if (moe) { /* a router whose logits spread a few units (routing that matters); experts of the
                     * dense FFN's gain, twice its output (fewer, narrower rows) */
             if (!rc) rc = add_rand(w, T("ffn_gate_inp.weight"), o->n_embd, n_exp, 0.5f, 0, &s);
             if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 8, 0, &s);
@@ -156,9 +182,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
         }
         if (!moe && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
-        if (qwen && !rc) rc = add_rand(w, T("attn_q.bias"), o->n_embd, 1, 0.2f, 0, &s);
-        if (qwen && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
-        if (qwen && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
+        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
+        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
+        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("attn_q_norm.weight"), qd, 1, 0.2f, 1.0f, &s);

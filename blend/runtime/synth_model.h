@@ -12,11 +12,13 @@ struct kvfs_synth_model_opts {
                         * "mistral3" (llama with RoPE frequency factors), or
                         * granite, smollm3, olmo2, phi3, "qwen3moe" (qwen3's
                         * attention, a router and n_expert SwiGLU experts of
-                        * n_ff_exp, n_expert_used per token, as its FFN) */
+                        * n_ff_exp, n_expert_used per token, as its FFN), "gpt-oss"
+                        * (biases, attention sinks, a window of 8 on every
+                        * other layer, experts as qwen3moe's with biases) */
     int n_layer, n_embd, n_head, n_kv_head, n_ff;
     float rope_theta;
     uint32_t seed;
-    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe; 0: 8, 2 and 64 */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss; 0: 8, 2 and 64 */
 };
 /* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);

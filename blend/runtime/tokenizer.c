@@ -153,6 +153,13 @@ static const char *QWEN2_RE =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* GPT-4o's (o200k: gpt-oss), as llama.cpp writes it: its case classes as
+ * "a letter but not a-z" and "a letter but not A-Z" */
+static const char *GPT4O_RE =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|"
+    "'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|"
+    "'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
 /* GPT-2's word split without the final catch-all (llama.cpp's mpt, falcon) */
 static const char *GPT2_WORDS_RE = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 static const char *QWEN35_RE =
@@ -215,6 +222,10 @@ static int pre_regexes(const char *pre, const char **out)
     }
     if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "smaug-bpe")) {
         out[0] = LLAMA3_RE;
+        return 1;
+    }
+    if (!strcmp(pre, "gpt-4o")) {
+        out[0] = GPT4O_RE;
         return 1;
     }
     if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) {

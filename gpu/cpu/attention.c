@@ -24,6 +24,7 @@ struct softmax_job {
     int r0, r1, n_kv, ld, sorted;
     int window; /* > 0: keys at q_pos - window or before are masked too */
     float softcap; /* > 0: scores soft-capped (softcap_scores) before the mask */
+    float sink;    /* gpt-oss: one more logit in the max and the sum, with no value; -inf: none */
 };
 
 /* e^x for x <= 0 (scores minus their row max), in a form the compiler turns
@@ -178,6 +179,9 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
             memset(row, 0, sizeof(float) * (size_t)n);
             continue;
         }
+        /* ggml's soft_max_ext with sinks: the sink raises the max and
+         * joins the sum after the keys' exponentials */
+        mx = j->sink > mx ? j->sink : mx;
         float sum = 0.0f;
         for (int l = 0; l < 16; l++)
             lane[l] = 0.0f;
@@ -198,6 +202,8 @@ __attribute__((optimize("O3"))) static void *softmax_rows(void *arg)
         }
         for (int l = 0; l < 16; l++)
             sum += lane[l];
+        if (j->sink != -INFINITY)
+            sum += exp_nonpos(j->sink - mx);
         float inv = 1.0f / sum;
         for (int c = 0; c < end; c++)
             row[c] *= inv;
@@ -252,6 +258,7 @@ struct attn_call {
     float *out;
     int n_q, n_kv, n_head, n_kv_head, head_dim, window, sorted;
     float scale, softcap;
+    const float *sinks; /* [n_head] or NULL */
     atomic_int next; /* the next unit */
     atomic_int rc;
     const int *block_at; /* query blocks: [block_at[b], block_at[b + 1]), n_blocks of them */
@@ -300,7 +307,8 @@ static void attn_unit(struct attn_call *c, float *sc, int i0, int i1, int h)
     nk -= kb;
     blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, c->head_dim, c->scale, qq, qstride, kk, kstride,
                 0.0f, sc, nk);
-    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window, c->softcap};
+    struct softmax_job job = {sc, c->q_pos, c->kv_pos + kb, i0, i1, nk, nk, c->sorted, c->window, c->softcap,
+                              c->sinks ? c->sinks[h] : -INFINITY};
     softmax_rows(&job);
     blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, c->head_dim, nk, 1.0f, sc, nk, vv, kstride, 0.0f,
                 out, qstride);
@@ -338,7 +346,7 @@ static void attn_group(struct attn_call *c, float *buf, int i0, int i1, int g, i
                 c->kt + (size_t)kh * hd * c->n_kv_pad + kb, c->n_kv_pad, 0.0f, sc, width);
     for (int hh = 0; hh < g; hh++) {
         struct softmax_job job = {sc + (size_t)hh * rows * width, c->q_pos, c->kv_pos + kb, i0, i1, nk - kb, width,
-                                  c->sorted, c->window, c->softcap};
+                                  c->sorted, c->window, c->softcap, c->sinks ? c->sinks[h0 + hh] : -INFINITY};
         softmax_rows(&job);
     }
     for (int i = 0; i < gr; i++)
@@ -487,9 +495,9 @@ static void kt_range(void *arg, size_t lo, size_t hi)
     }
 }
 
-int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
-                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                         int window, float softcap, float *out)
+int cpu_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                        int window, float softcap, const float *sinks, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0)
@@ -497,8 +505,8 @@ int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, con
     if (n_kv <= 0 || n_head % n_kv_head || window < 0 || !(softcap >= 0.0f))
         return -EINVAL;
     struct attn_call c = {ctx, q, k, v, NULL, NULL, n_kv, q_pos, kv_pos, out, n_q, n_kv, n_head, n_kv_head,
-                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, softcap, 0, 0, NULL, 0, NULL, NULL,
-                          0};
+                          head_dim, window, positions_sorted(kv_pos, n_kv), scale, softcap, sinks, 0, 0, NULL, 0, NULL,
+                          NULL, 0};
     struct scratch *kt = NULL;
     if (n_q >= att_invariant_min_q()) {
         int kstride = n_kv_head * head_dim, pad = (n_kv + PV_RUN - 1) / PV_RUN * PV_RUN, last = pad - PV_RUN;
@@ -539,6 +547,14 @@ int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, con
     return atomic_load(&c.rc);
 }
 
+int cpu_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                  const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window,
+                  float softcap, float *out)
+{
+    return cpu_attention_sinks(vctx, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window,
+                               softcap, NULL, out);
+}
+
 /* The query's attention over the reused cache (the blend's votes): per
  * block of queries, each head's probabilities on the pool (a head per
  * unit), then summed into out key range by key range, every key's terms in
@@ -551,6 +567,7 @@ struct mass_call {
     float *out;
     int i0, rows, n_kv, n_head, group, head_dim, window, sorted;
     float scale, softcap;
+    const float *sinks; /* [n_head] or NULL */
     atomic_int next;
 };
 
@@ -564,7 +581,7 @@ static void *mass_heads(void *arg)
                             c->q + (size_t)c->i0 * qstride + h * c->head_dim, qstride,
                             c->k + (h / c->group) * c->head_dim, kstride, 0.0f, sc, c->n_kv);
         struct softmax_job job = {sc, c->q_pos, c->kv_pos, c->i0, c->i0 + c->rows, c->n_kv, c->n_kv, c->sorted,
-                                  c->window, c->softcap};
+                                  c->window, c->softcap, c->sinks ? c->sinks[h] : -INFINITY};
         softmax_rows(&job);
     }
     return NULL;
@@ -581,9 +598,9 @@ static void mass_sum(void *arg, size_t lo, size_t hi)
         }
 }
 
-int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
-                         const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                         int window, float softcap, float *out)
+int cpu_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                        int window, float softcap, const float *sinks, float *out)
 {
     struct cpu_ctx *ctx = vctx;
     if (n_q <= 0 || n_kv <= 0)
@@ -596,7 +613,7 @@ int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, con
     if (!buf)
         return -ENOMEM;
     struct mass_call c = {ctx, q, k, q_pos, kv_pos, buf->p, out, 0, 0, n_kv, n_head, n_head / n_kv_head, head_dim,
-                          window, positions_sorted(kv_pos, n_kv), scale, softcap, 0};
+                          window, positions_sorted(kv_pos, n_kv), scale, softcap, sinks, 0};
     struct mass_call *jobs[KVFS_PARALLEL_MAX];
     int nt = pool_jobs(ctx);
     nt = nt > n_head ? n_head : nt;
@@ -613,3 +630,9 @@ int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, con
     return 0;
 }
 
+int cpu_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
+                  int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap, float *out)
+{
+    return cpu_attn_mass_sinks(vctx, q, q_pos, n_q, k, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window,
+                               softcap, NULL, out);
+}

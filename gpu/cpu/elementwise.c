@@ -143,6 +143,32 @@ int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count)
     return 0;
 }
 
+struct swiglu_oai_args {
+    const float *gate, *up;
+    float *out;
+    float alpha, limit;
+};
+
+/* ggml's swiglu_oai, operation for operation (libm's expf, as ggml-cpu's
+ * scalar loop) */
+static void swiglu_oai_range(void *arg, size_t lo, size_t hi)
+{
+    const struct swiglu_oai_args *a = arg;
+    for (size_t i = lo; i < hi; i++) {
+        float x = a->gate[i] < a->limit ? a->gate[i] : a->limit;
+        float y = a->up[i] < -a->limit ? -a->limit : a->up[i] > a->limit ? a->limit : a->up[i];
+        float glu = x / (1.f + expf(a->alpha * (-x)));
+        a->out[i] = glu * (y + 1.f);
+    }
+}
+
+int cpu_swiglu_oai(void *ctx, const float *gate, const float *up, float *out, size_t count, float alpha, float limit)
+{
+    struct swiglu_oai_args a = {gate, up, out, alpha, limit};
+    cpu_par_for(ctx, count, 1, swiglu_oai_range, &a);
+    return 0;
+}
+
 struct mul_rows_args {
     const float *x, *s;
     float *y;

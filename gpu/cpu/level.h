@@ -35,6 +35,9 @@
 #define cpu_swiglu KVFS_CPU_NAME(cpu_swiglu)
 #define cpu_scale KVFS_CPU_NAME(cpu_scale)
 #define cpu_mul_rows KVFS_CPU_NAME(cpu_mul_rows)
+#define cpu_swiglu_oai KVFS_CPU_NAME(cpu_swiglu_oai)
+#define cpu_attention_sinks KVFS_CPU_NAME(cpu_attention_sinks)
+#define cpu_attn_mass_sinks KVFS_CPU_NAME(cpu_attn_mass_sinks)
 #define cpu_geglu KVFS_CPU_NAME(cpu_geglu)
 #define cpu_get_rows KVFS_CPU_NAME(cpu_get_rows)
 #define cpu_row_sqdiff KVFS_CPU_NAME(cpu_row_sqdiff)
@@ -76,6 +79,13 @@ int cpu_add(void *ctx, const float *a, const float *b, float *out, size_t count)
 int cpu_swiglu(void *ctx, const float *gate, const float *up, float *out, size_t count);
 int cpu_scale(void *ctx, const float *x, float s, float *y, size_t count);
 int cpu_mul_rows(void *ctx, const float *x, const float *s, float *y, int n, int dim);
+int cpu_swiglu_oai(void *ctx, const float *gate, const float *up, float *out, size_t count, float alpha, float limit);
+int cpu_attention_sinks(void *ctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                        int window, float softcap, const float *sinks, float *out);
+int cpu_attn_mass_sinks(void *ctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                        const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                        int window, float softcap, const float *sinks, float *out);
 int cpu_geglu(void *ctx, const float *gate, const float *up, float *out, size_t count);
 int cpu_get_rows(void *ctx, const float *table, const int32_t *ids, float *out, int n, int dim);
 int cpu_row_sqdiff(void *ctx, const float *a, const float *b, float *out, int n, int dim);

@@ -13,11 +13,11 @@ enum kvfs_ggml_type {
     KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_Q4_0 = 2, KVFS_GGML_Q4_1 = 3,
     KVFS_GGML_Q5_0 = 6, KVFS_GGML_Q5_1 = 7, KVFS_GGML_Q8_0 = 8, KVFS_GGML_Q8_1 = 9,
     KVFS_GGML_Q4_K = 12, KVFS_GGML_Q5_K = 13, KVFS_GGML_Q6_K = 14, KVFS_GGML_Q8_K = 15,
-    KVFS_GGML_BF16 = 30,
+    KVFS_GGML_BF16 = 30, KVFS_GGML_MXFP4 = 39,
 };
 
 /* Tensor types kvfs decodes: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q4_K, Q5_K, Q6_K, exactly as ggml's dequantize_row_* (bit for bit). */
+ * Q4_K, Q5_K, Q6_K, MXFP4, exactly as ggml's dequantize_row_* (bit for bit). */
 /* Elements per block of a type (1 for F32/F16/BF16, 32, 256); 0 if unsupported. */
 uint32_t kvfs_ggml_block_size(uint32_t type);
 /* Size in bytes of n elements of a ggml type; 0 if the type is unsupported or

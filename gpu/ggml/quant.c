@@ -8,6 +8,9 @@
  *   Q5_0: f16 d, u32 qh (5th bits), 16 bytes of nibbles; x = (q - 16) * d
  *   Q5_1: f16 d, f16 m, u32 qh, 16 bytes of nibbles; x = q * d + m
  *   Q8_0: f16 d, 32 int8; x = q * d
+ *   MXFP4: u8 e (E8M0 exponent), 16 bytes of nibbles (FP4 E2M1 codes);
+ *          x = fp4[q] * 2^(e - 128) (fp4: ggml's table of twice the E2M1
+ *          values, hence the half scale); gpt-oss's experts
  * Low nibbles hold elements 0..15 of a block, high nibbles 16..31; element
  * j's 5th bit is bit j of qh.
  *
@@ -44,6 +47,7 @@ static uint32_t block_of(uint32_t type, uint32_t *bytes)
     case KVFS_GGML_Q5_0: *bytes = 22; return 32;
     case KVFS_GGML_Q5_1: *bytes = 24; return 32;
     case KVFS_GGML_Q8_0: *bytes = 34; return 32;
+    case KVFS_GGML_MXFP4: *bytes = 17; return 32;
     case KVFS_GGML_Q4_K: *bytes = 144; return 256;
     case KVFS_GGML_Q5_K: *bytes = 176; return 256;
     case KVFS_GGML_Q6_K: *bytes = 210; return 256;
@@ -194,6 +198,18 @@ int kvfs_ggml_dequantize(uint32_t type, const void *src, float *dst, uint64_t n)
             for (int i = 0; i < 16; i++) {
                 dst[i] = (float)(blk[4 + i] & 0x0f) * d + m;
                 dst[i + 16] = (float)(blk[4 + i] >> 4) * d + m;
+            }
+            break;
+        }
+        case KVFS_GGML_MXFP4: {
+            /* ggml's kvalues_mxfp4 and GGML_E8M0_TO_FP32_HALF */
+            static const int8_t fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+            uint32_t bits = blk[0] < 2 ? 0x00200000u << blk[0] : (uint32_t)(blk[0] - 1) << 23;
+            float d;
+            memcpy(&d, &bits, 4);
+            for (int i = 0; i < 16; i++) {
+                dst[i] = (float)fp4[blk[1 + i] & 0x0f] * d;
+                dst[i + 16] = (float)fp4[blk[1 + i] >> 4] * d;
             }
             break;
         }

@@ -47,11 +47,23 @@ refused "qwen3moe with grouped expert selection" "qwen3moe.expert_group_count (g
     --arch qwen3moe --u32 qwen3moe.expert_count=8 --u32 qwen3moe.expert_used_count=2 --u32 qwen3moe.expert_group_count=4
 refused "qwen3moe with a dense FFN" "is not one kvfs's qwen3moe runtime computes with" \
     --arch qwen3moe --u32 qwen3moe.expert_count=8 --u32 qwen3moe.expert_used_count=2
+refused "gpt-oss without its experts' width" "gpt-oss needs gpt-oss.expert_feed_forward_length > 0" --arch gpt-oss
+refused "gpt-oss without a sliding window" "gpt-oss needs gpt-oss.attention.sliding_window > 0" \
+    --arch gpt-oss --u32 gpt-oss.expert_feed_forward_length=64
+refused "gpt-oss with a dense FFN" "is not one kvfs's gpt-oss runtime computes with" \
+    --arch gpt-oss --u32 gpt-oss.expert_feed_forward_length=64 --u32 gpt-oss.attention.sliding_window=128 \
+    --u32 gpt-oss.expert_count=8 --u32 gpt-oss.expert_used_count=2
+refused "gpt-oss with linear RoPE scaling" "RoPE scaling 'linear' (gpt-oss.rope.scaling.type)" \
+    --arch gpt-oss --str gpt-oss.rope.scaling.type=linear
+refused "gpt-oss with YaRN and a second RoPE base" "gpt-oss.rope.freq_base_swa with YaRN RoPE scaling" \
+    --arch gpt-oss --str gpt-oss.rope.scaling.type=yarn --f32 gpt-oss.rope.scaling.factor=32 \
+    --f32 gpt-oss.rope.freq_base_swa=5000
+refused "YaRN outside gpt-oss" "RoPE scaling 'yarn' (llama.rope.scaling.type)" --str llama.rope.scaling.type=yarn
 refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
     --arch mistral3 --f32 mistral3.attention.temperature_scale=0.1
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe)" --arch novel
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss)" --arch novel
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

@@ -2,10 +2,11 @@
 built from source) on a synthetic model of that architecture written by
 kvfsctl mkmodel (random weights, byte vocabulary, 2 layers) and loaded by
 both: F32 weights, and the same model quantized by llama.cpp itself
-(llama_model_quantize) to Q8_0 and Q4_K_M.  On prompts of random token ids
-(16 to 300): top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats)
-and max |delta log-prob| over llama.cpp's top 10 within MAX_DLOGP.  Prints
-each case and the worst difference per architecture and type."""
+(llama_model_quantize) to Q8_0 and Q4_K_M (the mixture-of-experts families
+also with MXFP4 experts).  On prompts of random token ids (16 to 300):
+top-1 equal (or a near-tie of llama.cpp's own, NEAR_TIE nats) and max
+|delta log-prob| over llama.cpp's top 10 within MAX_DLOGP.  Prints each case
+and the worst difference per architecture and type."""
 import ctypes, json, os, subprocess, sys, tempfile
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
@@ -14,7 +15,11 @@ from llama_oracle import last_logprobs, judge
 import llama_cpp
 
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3',
-                          'mistral3', 'qwen3moe']  # qwen3moe: mkmodel's 8 experts, 2 routed, of width 64
+                          'mistral3', 'qwen3moe', 'gpt-oss']
+# qwen3moe, gpt-oss: mkmodel's 8 experts, 2 routed, of width 64; gpt-oss's
+# sinks, its clamped SwiGLU's clamp, its window (8) and its YaRN (factor 32)
+# all move the log-probs past MAX_DLOGP_F32 when left out (0.8, 2.0, 1.8,
+# 1.8 measured, 2026-11-28)
 # SmolLM2's bounds (logits_oracle.py): llama.cpp rounds activations to 8 bits
 # inside quantized products and keeps an f16 cache, as kvfs does, but sums
 # in another order
@@ -24,6 +29,10 @@ MAX_DLOGP, NEAR_TIE = 1.2, 0.25
 # quantized bound so that a missing op (a norm, a bias) cannot hide in it
 MAX_DLOGP_F32 = 0.01
 TYPES = [('F32', None), ('Q8_0', llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0), ('Q4_K_M', llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M)]
+# the mixture-of-experts families also with their experts in MXFP4 (the rest
+# Q8_0), as OpenAI ships gpt-oss
+MOE_TYPES = [('MXFP4', llama_cpp.LLAMA_FTYPE_MOSTLY_MXFP4_MOE)]
+MOE = ('qwen3moe', 'gpt-oss')
 rng = np.random.default_rng(7)
 prompts = [[int(t) for t in rng.integers(0, 256, n)] for n in (16, 90, 300)]
 tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
@@ -32,7 +41,7 @@ for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
     subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch, '--layers', '4', '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
-    for tname, ftype in TYPES:
+    for tname, ftype in TYPES + (MOE_TYPES if arch in MOE else []):
         path = f32
         if ftype is not None:
             path = os.path.join(tmp, f'{arch}.{tname}.gguf')

@@ -233,11 +233,15 @@ static void check_sparse_query_invariance(const struct kvfs_backend *b, int H, i
 /* The backend's attention with a sliding window against its definition,
  * computed here in double: positions in order (the skipping paths) and
  * shuffled, several windows, GQA, with and without soft-capping (a cap of
- * 0.05 where the scaled scores reach about +-0.3: tanh bends them). */
+ * 0.05 where the scaled scores reach about +-0.3: tanh bends them), with
+ * and without gpt-oss's attention sinks (a logit per head in the softmax,
+ * of the scores' size: attention_sinks, and the mass attn_mass_sinks
+ * gives the keys). */
 static void check_window_attention(const struct kvfs_backend *b)
 {
     enum { NQ = 7, NKV = 40, H = 4, KH = 2, D = 16 };
-    static float q[NQ * H * D], k[NKV * KH * D], v[NKV * KH * D], out[NQ * H * D];
+    static float q[NQ * H * D], k[NKV * KH * D], v[NKV * KH * D], out[NQ * H * D], mass[NKV];
+    static const float sinks[H] = {0.1f, -0.4f, 0.3f, -3.0f};
     int32_t qp[NQ], kp[NKV];
     uint64_t s = 99;
     for (size_t i = 0; i < sizeof(q) / 4 + sizeof(k) / 4 * 2; i++) {
@@ -253,10 +257,19 @@ static void check_window_attention(const struct kvfs_backend *b)
         for (int i = 0; i < NQ; i++)
             qp[i] = shuffled ? 39 - 5 * i : 30 + i;
         const int windows[] = {0, 1, 4, 9, 100};
-        for (size_t wi = 0; wi < 2 * sizeof(windows) / sizeof(windows[0]); wi++) {
-            int win = windows[wi % 5];
-            float cap = wi >= 5 ? 0.05f : 0.0f;
-            CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, cap, out), 0);
+        for (size_t wi = 0; wi < 3 * sizeof(windows) / sizeof(windows[0]); wi++) {
+            int win = windows[wi % 5], sk = wi >= 10;
+            float cap = wi >= 5 && wi < 10 ? 0.05f : 0.0f;
+            double ref_mass[NKV] = {0};
+            memset(mass, 0, sizeof(mass));
+            if (sk) {
+                CHECK_EQ(b->iface->attention_sinks(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, cap, sinks,
+                                                   out), 0);
+                CHECK_EQ(b->iface->attn_mass_sinks(b->ctx, q, qp, NQ, k, kp, NKV, H, KH, D, 0.3f, win, cap, sinks,
+                                                   mass), 0);
+            } else {
+                CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, win, cap, out), 0);
+            }
             double worst = 0;
             for (int i = 0; i < NQ; i++)
                 for (int h = 0; h < H; h++) {
@@ -270,8 +283,14 @@ static void check_window_attention(const struct kvfs_backend *b)
                         sc[j] = vis ? (cap > 0 ? cap * tanh(0.3 * d / cap) : 0.3 * d) : -1e300;
                         mx = sc[j] > mx ? sc[j] : mx;
                     }
+                    if (sk && mx > -1e299) /* a sink where some key is visible */
+                        mx = sinks[h] > mx ? sinks[h] : mx;
                     for (int j = 0; j < NKV; j++)
                         sum += sc[j] > -1e299 ? exp(sc[j] - mx) : 0;
+                    if (sk && mx > -1e299)
+                        sum += exp(sinks[h] - mx);
+                    for (int j = 0; j < NKV; j++)
+                        ref_mass[j] += sc[j] > -1e299 ? exp(sc[j] - mx) / sum : 0;
                     for (int c = 0; c < D; c++) {
                         double o = 0;
                         for (int j = 0; j < NKV; j++)
@@ -281,9 +300,11 @@ static void check_window_attention(const struct kvfs_backend *b)
                     }
                 }
             if (worst > 1e-5)
-                fprintf(stderr, "window %d, cap %g (%s positions): max error %.2e\n", win, (double)cap,
-                        shuffled ? "shuffled" : "sorted", worst);
+                fprintf(stderr, "window %d, cap %g%s (%s positions): max error %.2e\n", win, (double)cap,
+                        sk ? ", sinks" : "", shuffled ? "shuffled" : "sorted", worst);
             CHECK(worst <= 1e-5);
+            for (int j = 0; sk && j < NKV; j++)
+                CHECK(fabs(ref_mass[j] - mass[j]) <= 1e-5);
         }
     }
     CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, -1, 0.0f, out), -EINVAL);
@@ -306,11 +327,25 @@ static void check_model(const char *arch, const char *path)
     }
     CHECK_EQ(m->hp.n_kv_head, 2);
     CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
-    CHECK((m->layers[0].bq != NULL) == !strcmp(arch, "qwen2"));
+    CHECK((m->layers[0].bq != NULL) == (!strcmp(arch, "qwen2") || !strcmp(arch, "gpt-oss")));
     CHECK((m->layers[0].attn_q_norm != NULL) == (gemma || !strcmp(arch, "qwen3moe")));
     if (!strcmp(arch, "qwen3moe")) { /* mkmodel's 8 experts, 2 routed, of width 64; no dense FFN */
         CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 64);
         CHECK(m->layers[0].ffn_gate_inp && m->layers[0].exp_down && m->layers[0].exp_down[7] && !m->layers[0].w_gate);
+    }
+    if (!strcmp(arch, "gpt-oss")) { /* experts as qwen3moe's, with biases; sinks; even layers local (window 8);
+                                      * post_attention_norm as the FFN's norm; YaRN */
+        CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 64 && m->hp.moe_oai);
+        CHECK(m->layers[0].ffn_gate_inp && m->layers[0].exp_down && m->layers[0].exp_down[7] && !m->layers[0].w_gate);
+        CHECK(m->layers[1].attn_sinks && m->layers[1].bo && m->layers[1].ffn_gate_inp_b && m->layers[1].exp_gate_b &&
+              m->layers[1].exp_up_b && m->layers[1].exp_down_b && m->layers[1].bq && m->layers[1].ffn_norm);
+        CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[2].window == 8);
+        CHECK(m->layers[0].rope_theta == 10000.0f && m->layers[1].rope_theta == 10000.0f);
+        /* YaRN, factor 32 over 4096 positions: the first pairs' angles
+         * kept, the last ones' divided by 32; magnitude 1 + 0.1 ln 32 */
+        CHECK(m->rope_freqs && m->rope_freqs[0] == 1.0f && m->rope_freqs[7] == 32.0f);
+        CHECK(fabsf(m->hp.rope_mscale - 1.3465736f) < 1e-6f);
+        CHECK(!m->layers[0].attn_q_norm && !m->layers[0].attn_post_norm);
     }
     if (!strcmp(arch, "gemma2")) { /* even layers local (window 8), soft-capped scores and logits, Q pre-scaled */
         CHECK_EQ(m->hp.head_dim, 32);
@@ -415,6 +450,7 @@ int main(void)
     check_model("gemma3", path);
     check_model("gemma2", path);
     check_model("qwen3moe", path);
+    check_model("gpt-oss", path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
     /* not qwen3moe: its experts' products have other row counts in each

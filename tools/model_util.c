@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat_template.h"
+#include "gguf.h"
 #include "tool_util.h"
 
 double tool_now(void)
@@ -52,6 +54,60 @@ int tool_tokenize_file(const struct kvfs_tokenizer *tok, const char *path, int a
         rc = -EINVAL;
     }
     free(text);
+    return rc;
+}
+
+int tool_chat_check(const char *cmd, struct tool_chat *c)
+{
+    if (c->tmpl)
+        c->on = 1;
+    if (c->system && !c->on) {
+        fprintf(stderr, "kvfsctl %s: --system is a chat's turn: it needs --chat\n", cmd);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int tool_chat_tokenize(const char *cmd, const struct kvfs_gguf *g, const struct kvfs_tokenizer *tok,
+                       const struct tool_chat *c, const char *user, size_t len, int add_bos, int32_t **ids,
+                       size_t *n)
+{
+    char err[256] = "", *tmpl = NULL, *content = NULL, *text = NULL;
+    int rc = -ENOMEM;
+    if (c->tmpl) {
+        tmpl = strdup(c->tmpl);
+    } else {
+        struct kvfs_gguf_str s;
+        if (kvfs_gguf_get_str(g, "tokenizer.chat_template", &s)) {
+            /* llama.cpp would fall back to chatml, a wrong prompt for most
+             * models without a template (Gemma 3 270M's base GGUF) */
+            fprintf(stderr, "kvfsctl %s: the model has no tokenizer.chat_template: name one with --chat-template "
+                    "(e.g. chatml, gemma, llama3)\n", cmd);
+            return -ENOENT;
+        }
+        if ((tmpl = malloc(s.len + 1))) {
+            memcpy(tmpl, s.ptr, s.len);
+            tmpl[s.len] = 0;
+        }
+    }
+    if (!tmpl || !(content = strndup(user, len)))
+        goto out;
+    struct kvfs_chat_msg msgs[2];
+    size_t k = 0;
+    if (c->system)
+        msgs[k++] = (struct kvfs_chat_msg){"system", c->system};
+    msgs[k++] = (struct kvfs_chat_msg){"user", content};
+    if ((rc = kvfs_chat_render(tmpl, msgs, k, 1, &text, err, sizeof(err))))
+        goto out;
+    rc = kvfs_tokenize(tok, text, strlen(text), add_bos, 1, ids, n);
+    if (rc)
+        snprintf(err, sizeof(err), "cannot tokenize the chat: %s", rc == -EILSEQ ? "not valid UTF-8" : strerror(-rc));
+out:
+    if (rc)
+        fprintf(stderr, "kvfsctl %s: %s\n", cmd, err[0] ? err : strerror(-rc));
+    free(text);
+    free(content);
+    free(tmpl);
     return rc;
 }
 

@@ -569,9 +569,10 @@ static int chatml_default_system(const char *tmpl, char **sys)
             s += 2;
         else
             continue;
-        const char *end = strstr(s, "<|im_end|>");
-        const char *quote = strchr(s, q);
-        if (!end || end == s || (quote && quote < end))
+        const char *end = strstr(s, "<|im_end|>"), *e = s;
+        while (end && e < end && *e != q) /* the closing quote, escapes skipped */
+            e += e[0] == '\\' && e + 1 < end ? 2 : 1;
+        if (!end || end == s || e < end)
             continue; /* '<|im_start|>system\n' + the message's content: not a default */
         struct sb b = {0};
         for (const char *c = s; c < end; c++) {

@@ -16,7 +16,8 @@
    the vocabulary asks, as llama.cpp's common/chat.cpp does) gives the same
    ids for SmolLM2's GGUF and the templates in JINJA_MUST.
 4. Greedy: kvfsctl generate --chat on SmolLM2 answers as llama.cpp does from
-   its chat prompt (near-tie rule of bos_oracle.py).
+   its chat prompt (near-tie rule of bos_oracle.py), and so does the chunk
+   prefill --chat stores (generate --kv).
 5. Refusals: an unknown template, a GGUF without one (Gemma 3 270M base),
    --system without --chat.
 Prints each comparison."""
@@ -216,6 +217,17 @@ if os.path.exists(SMOLLM2):
         else:
             verdict, ok = f'kvfs {got} ({r.stderr.strip()[-200:]})', False
         report(ok, f'generate --chat SmolLM2 {len(msgs)} msgs {user!r}: llama.cpp {want}: {verdict}')
+        # the same chat prefilled into a chunk, answered from it
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, 'q.txt'), 'w') as f:
+                f.write(user)
+            p = subprocess.run([KVFSCTL, 'prefill', '-m', SMOLLM2, '--chat', '-o', os.path.join(d, 'q.kv'),
+                                os.path.join(d, 'q.txt')] + sys_, capture_output=True, text=True)
+            r2 = subprocess.run([KVFSCTL, 'generate', '-m', SMOLLM2, '--kv', os.path.join(d, 'q.kv'), '-n', str(N),
+                                 '--ids'], capture_output=True, text=True)
+            kv = [int(x) for x in r2.stdout.split()] if p.returncode == 0 and r2.returncode == 0 else None
+            report(kv == got, f'prefill --chat, generate --kv: {kv if kv != got else "as generate --chat"}'
+                   + ('' if kv == got else f' ({p.stderr.strip()[-200:]} {r2.stderr.strip()[-200:]})'))
     del llm
 
 # 5. refusals

@@ -41,6 +41,10 @@ int tool_chat_check(const char *cmd, struct tool_chat *c);
 int tool_chat_tokenize(const char *cmd, const struct kvfs_gguf *g, const struct kvfs_tokenizer *tok,
                        const struct tool_chat *c, const char *user, size_t len, int add_bos, int32_t **ids,
                        size_t *n);
+/* The rendering cut where the user's turn goes: *head before it (the system
+ * turn, the user turn's opening), *tail after it (the generation prompt);
+ * both malloc'ed; prints the reason on failure. */
+int tool_chat_split(const char *cmd, const struct kvfs_gguf *g, const struct tool_chat *c, char **head, char **tail);
 int32_t tool_argmax(const float *x, int n);
 /* Token ids separated by commas or blanks, in s (modified); -EINVAL if none or not ids. */
 int tool_parse_ids(char *s, int32_t **ids, int *n);

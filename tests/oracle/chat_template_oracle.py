@@ -17,7 +17,8 @@
    ids for SmolLM2's GGUF and the templates in JINJA_MUST.
 4. Greedy: kvfsctl generate --chat on SmolLM2 answers as llama.cpp does from
    its chat prompt (near-tie rule of bos_oracle.py), and so does the chunk
-   prefill --chat stores (generate --kv).
+   prefill --chat stores (generate --kv); eval --chat's prompt is the chat
+   around the chunks and the query.
 5. Refusals: an unknown template, a GGUF without one (Gemma 3 270M base),
    --system without --chat.
 Prints each comparison."""
@@ -228,6 +229,26 @@ if os.path.exists(SMOLLM2):
             kv = [int(x) for x in r2.stdout.split()] if p.returncode == 0 and r2.returncode == 0 else None
             report(kv == got, f'prefill --chat, generate --kv: {kv if kv != got else "as generate --chat"}'
                    + ('' if kv == got else f' ({p.stderr.strip()[-200:]} {r2.stderr.strip()[-200:]})'))
+    # eval --chat: the chunks and the query are the user's turn, what precedes it the shared prefix
+    tmpl = llm.metadata['tokenizer.chat_template']
+    text = Jinja2ChatFormatter(tmpl, eos_token='', bos_token='')(messages=[{'role': 'user', 'content': '\x01'}]).prompt
+    head, tail = text.split('\x01')
+    query = 'What is the capital of Germany?'
+    with tempfile.TemporaryDirectory() as d:
+        files = []
+        for i, c in enumerate(['Paris is the capital of France. ', 'Berlin is the capital of Germany. ']):
+            files.append(os.path.join(d, f'c{i}.txt'))
+            with open(files[-1], 'w') as f:
+                f.write(c)
+        r = subprocess.run([KVFSCTL, 'eval', '-m', SMOLLM2, '--chat', '--query', query, '--greedy', '4', '--json']
+                           + files, capture_output=True, text=True)
+    import json
+    got = json.loads(r.stdout[r.stdout.index('{'):])['prompt_ids'] if r.returncode == 0 else None
+    want_head = llm.tokenize(head.encode(), add_bos=True, special=True)
+    want_tail = llm.tokenize((query + tail).encode(), add_bos=False, special=True)
+    ok = got is not None and got[:len(want_head)] == want_head and got[-len(want_tail):] == want_tail
+    report(ok, f'eval --chat SmolLM2: the prompt opens with llama.cpp\'s chat head {want_head[:6]}... and ends with '
+           f'the query and generation prompt {want_tail[-4:]}' + ('' if ok else f': kvfs {got} {r.stderr[-300:]}'))
     del llm
 
 # 5. refusals

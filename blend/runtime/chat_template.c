@@ -386,8 +386,6 @@ static const struct shape SHAPES[] = {
     {F_DEEPSEEK_OCR, NULL, {"", "", "", ""}, {"", "", "", ""}, 0, NULL},
     {F_EXAONE3, NULL, {"[|system|]", "[|user|]", "[|assistant|]", NULL},
      {"[|endofturn|]\n", "\n", "[|endofturn|]\n", NULL}, ROLE_BITS(1, 1, 1, 0), "[|assistant|]"},
-    {F_EXAONE_MOE, NULL, {"<|system|>\n", "<|user|>\n", "<|assistant|>\n", NULL},
-     {"<|endofturn|>\n", "<|endofturn|>\n", "<|endofturn|>\n", NULL}, ROLE_BITS(1, 1, 1, 0), "<|assistant|>\n"},
     {F_MEGREZ, NULL,
      {"<|role_start|>%r<|role_end|>", "<|role_start|>%r<|role_end|>", "<|role_start|>%r<|role_end|>",
       "<|role_start|>%r<|role_end|>"},
@@ -498,17 +496,22 @@ static void render(struct sb *b, enum family f, const struct kvfs_chat_msg *m, s
         if (add_ass)
             put(b, "GPT4 Correct Assistant:");
         break;
-    case F_EXAONE4:
-        for (size_t i = 0; i < n; i++) {
-            const char *r = m[i].role;
-            const char *pre = is(r, "system") ? "[|system|]" : is(r, "user") ? "[|user|]"
-                            : is(r, "assistant") ? "[|assistant|]" : is(r, "tool") ? "[|tool|]" : NULL;
-            if (pre)
-                put(b, pre), put_trim(b, m[i].content), put(b, is(r, "user") ? "\n" : "[|endofturn|]\n");
-        }
+    case F_EXAONE4: /* a tool turn too, which the shape table cannot say */
+    case F_EXAONE_MOE: {
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
+        static const char *const pre4[] = {"[|system|]", "[|user|]", "[|assistant|]", "[|tool|]"};
+        static const char *const pre_moe[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n", "<|tool|>\n"};
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < 4; k++) {
+                if (!is(m[i].role, roles[k]))
+                    continue;
+                put(b, f == F_EXAONE4 ? pre4[k] : pre_moe[k]), put_trim(b, m[i].content);
+                put(b, f == F_EXAONE_MOE ? "<|endofturn|>\n" : k == 1 ? "\n" : "[|endofturn|]\n");
+            }
         if (add_ass)
-            put(b, "[|assistant|]");
+            put(b, f == F_EXAONE4 ? "[|assistant|]" : "<|assistant|>\n");
         break;
+    }
     case F_RWKV_WORLD: /* the generation prompt follows a last user turn whatever add_ass says */
         for (size_t i = 0; i < n; i++) {
             const char *r = m[i].role;

@@ -1,7 +1,7 @@
 /* test_chat_template.c - chat_template.c against renderings of libllama's
  * llama_chat_apply_template (llama-cpp-python 0.3.36) of a multi-turn
- * conversation (system, user, assistant, user; Granite, Kimi K2 and
- * EXAONE 4 also the tool roles), with and without the generation prompt:
+ * conversation (system, user, assistant, user; Granite, Kimi K2, EXAONE,
+ * Hunyuan MoE and dots1 also the tool roles), with and without the generation prompt:
  * the turns the kvfsctl commands (system, user) do not reach; and the
  * detection's refusals and chatml's default system message.
  * tests/oracle/chat_template.sh checks the same against llama.cpp live. */
@@ -82,6 +82,14 @@ static const struct {
     {"zephyr", 0, "<|system|>\n Be terse. <|endoftext|>\n<|user|>\nHi there<|endoftext|>\n<|assistant|>\n Hello! <|endoftext|>\n<|user|>\nCapital of France?\n<|endoftext|>\n"},
     {"chatglm3", 1, "[gMASK]sop<|system|>\n  Be terse. <|user|>\n Hi there<|assistant|>\n  Hello! <|user|>\n Capital of France?\n<|assistant|>"},
     {"chatglm3", 0, "[gMASK]sop<|system|>\n  Be terse. <|user|>\n Hi there<|assistant|>\n  Hello! <|user|>\n Capital of France?\n"},
+    {"exaone-moe", 1, "<|system|>\nBe terse.<|endofturn|>\n<|user|>\nHi there<|endofturn|>\n<|assistant|>\nHello!<|endofturn|>\n<|user|>\nCapital of France?<|endofturn|>\n<|tool|>\ny<|endofturn|>\n<|assistant|>\n"},
+    {"exaone-moe", 0, "<|system|>\nBe terse.<|endofturn|>\n<|user|>\nHi there<|endofturn|>\n<|assistant|>\nHello!<|endofturn|>\n<|user|>\nCapital of France?<|endofturn|>\n<|tool|>\ny<|endofturn|>\n"},
+    {"granite-4.1", 1, "<|start_of_role|>system<|end_of_role|> Be terse. <|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Capital of France?\n<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|><|tool_call|>x<|end_of_text|>\n<|start_of_role|>tool<|end_of_role|>y<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"},
+    {"granite-4.1", 0, "<|start_of_role|>system<|end_of_role|> Be terse. <|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Capital of France?\n<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|><|tool_call|>x<|end_of_text|>\n<|start_of_role|>tool<|end_of_role|>y<|end_of_text|>\n"},
+    {"hunyuan-moe", 1, "<|startoftext|> Be terse. <|extra_4|><|startoftext|>Hi there<|extra_0|> Hello! <|eos|><|startoftext|>Capital of France?\n<|extra_0|><|startoftext|>x<|extra_0|><|startoftext|>y<|extra_0|>"},
+    {"hunyuan-moe", 0, "<|startoftext|> Be terse. <|extra_4|><|startoftext|>Hi there<|extra_0|> Hello! <|eos|><|startoftext|>Capital of France?\n<|extra_0|><|startoftext|>x<|extra_0|><|startoftext|>y<|extra_0|>"},
+    {"{{ '<|endofuserprompt|>' }}", 1, "<|system|> Be terse. <|endofsystem|><|userprompt|>Hi there<|endofuserprompt|><|response|> Hello! <|endofresponse|><|userprompt|>Capital of France?\n<|endofuserprompt|><|response|>x<|endofresponse|><|response|>y<|endofresponse|><|response|>"}, /* dots1: no name in llama.cpp */
+    {"{{ '<|endofuserprompt|>' }}", 0, "<|system|> Be terse. <|endofsystem|><|userprompt|>Hi there<|endofuserprompt|><|response|> Hello! <|endofresponse|><|userprompt|>Capital of France?\n<|endofuserprompt|><|response|>x<|endofresponse|><|response|>y<|endofresponse|>"}, /* dots1: no name in llama.cpp */
 };
 
 static const struct kvfs_chat_msg CONV[] = {
@@ -91,7 +99,12 @@ static const struct kvfs_chat_msg CONV[] = {
 
 static int with_tools(const char *t)
 {
-    return !strcmp(t, "granite") || !strcmp(t, "granite-4.0") || !strcmp(t, "kimi-k2") || !strcmp(t, "exaone4");
+    static const char *const six[] = {"granite", "granite-4.0", "granite-4.1", "kimi-k2", "exaone4", "exaone-moe",
+                                      "hunyuan-moe", "{{ '<|endofuserprompt|>' }}"};
+    for (size_t i = 0; i < sizeof(six) / sizeof(six[0]); i++)
+        if (!strcmp(t, six[i]))
+            return 1;
+    return 0;
 }
 
 int main(void)

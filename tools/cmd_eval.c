@@ -35,6 +35,8 @@ struct eval_args {
     int kv_quant_keep;         /* --kv-quant-keep N: each chunk's first N rows left exact (sinks) */
     const char *kv_quant_part; /* --kv-quant-part k|v: only the keys or only the values through it */
     const char *ref_cache;     /* --ref-cache DIR: full prefills' logits kept there, by model and tokens */
+    struct tool_chat chat;     /* --chat: chunks and query are the user's turn */
+    char *chat_head, *chat_tail; /* the chat around them: the shared prefix, after the query */
     struct kvfs_blend_opts bo;
     struct kvfs_blend_experiment x; /* variants never served (experiment.h) */
     char **files;
@@ -99,6 +101,10 @@ static void usage(FILE *f)
                "and TEXT (special tokens parsed) are prefilled before every chunk; the first\n"
                "chunk keeps them, later chunks store only their own rows, so the prompt has\n"
                "the prefix once (\"\" for BOS alone).\n"
+               "--chat [--system TEXT] [--chat-template T]: the chunks and the query are the\n"
+               "user's turn of a chat in the model's template (as kvfsctl generate --chat):\n"
+               "what comes before that turn is the shared prefix, the generation prompt follows\n"
+               "the query (not with --shared-prefix or --bos).\n"
                "--kv-quant q8|q4|q4s: each chunk's K/V through that codec (index/\n"
                "kvquant.h), as if stored quantized (the full prefill stays exact);\n"
                "--kv-quant-keep N leaves each chunk's first N rows exact; --kv-quant-part k|v\n"
@@ -174,7 +180,7 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         TOOL_OPT("pos-prior", 0, FLOAT, &a->x.pos_prior),
         TOOL_OPT("kv-quant", 0, STR, &a->kv_quant), TOOL_OPT("kv-quant-keep", 0, INT, &a->kv_quant_keep),
         TOOL_OPT("kv-quant-part", 0, STR, &a->kv_quant_part),
-        TOOL_OPT("ref-cache", 0, STR, &a->ref_cache),
+        TOOL_OPT("ref-cache", 0, STR, &a->ref_cache), TOOL_CHAT_OPTS(&a->chat),
         {0}};
     const struct tool_cmd cmd = {usage, opts, 1, MAX_CHUNKS};
     int rc = tool_parse_args(&cmd, argc, argv);
@@ -182,8 +188,13 @@ static int parse_args(struct eval_args *a, int argc, char **argv)
         return rc;
     a->files = argv + optind;
     a->n_files = argc - optind;
-    if (!a->model || !a->query || a->greedy < 1)
+    if (!a->model || !a->query || a->greedy < 1 || tool_chat_check("eval", &a->chat))
         return tool_usage_error(&cmd);
+    if (a->chat.on && (a->shared_prefix || strcmp(a->bos, "each"))) {
+        fprintf(stderr, "kvfsctl eval: --chat makes the chat's head the shared prefix: not with --shared-prefix "
+                "or --bos\n");
+        return 2;
+    }
     if (a->no_floor)
         a->bo.min_rows = a->bo.full_below = 0;
     if (a->no_vote_local)
@@ -474,7 +485,19 @@ static int prefill_chunks(struct eval *e)
 /* The query's tokens, the whole prompt and the buffers every method uses. */
 static int build_prompt(struct eval *e)
 {
-    int rc = kvfs_tokenize(e->tok, e->a->query, strlen(e->a->query), 0, 0, &e->qids, &e->nq);
+    int rc;
+    if (e->a->chat_tail) { /* the query, then the generation prompt, control tokens parsed as in a chat */
+        size_t lq = strlen(e->a->query), lt = strlen(e->a->chat_tail);
+        char *q = malloc(lq + lt + 1);
+        if (!q)
+            return -ENOMEM;
+        memcpy(q, e->a->query, lq);
+        memcpy(q + lq, e->a->chat_tail, lt + 1);
+        rc = kvfs_tokenize(e->tok, q, lq + lt, 0, 1, &e->qids, &e->nq);
+        free(q);
+    } else {
+        rc = kvfs_tokenize(e->tok, e->a->query, strlen(e->a->query), 0, 0, &e->qids, &e->nq);
+    }
     if (rc || e->nq == 0) {
         fprintf(stderr, "kvfsctl eval: cannot tokenize the query\n");
         return rc ? rc : -EINVAL;
@@ -680,10 +703,12 @@ int cmd_eval(int argc, char **argv)
         return 1;
     }
     e->V = e->m->hp.n_vocab;
-    rc = kvfs_blend_selftest(e->m);
-    if (rc)
+    rc = 0;
+    if (a.chat.on && (rc = tool_chat_split("eval", e->m->gguf, &a.chat, &a.chat_head, &a.chat_tail)) == 0)
+        a.shared_prefix = a.chat_head; /* before every chunk, once in the prompt */
+    if (!rc && (rc = kvfs_blend_selftest(e->m)))
         fprintf(stderr, "kvfsctl eval: RoPE re-rotation self-test failed for this model; refusing to blend\n");
-    else
+    if (!rc)
         rc = prefill_chunks(e);
     if (!rc)
         rc = build_prompt(e);
@@ -697,5 +722,7 @@ int cmd_eval(int argc, char **argv)
         print_results(e);
     eval_free(e);
     free(e);
+    free(a.chat_head);
+    free(a.chat_tail);
     return rc ? 1 : 0;
 }

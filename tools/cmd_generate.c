@@ -12,6 +12,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl generate -m MODEL [--kv FILE | --prefix-file FILE] [-p TEXT] [-n N] [options]\n"
+               "       kvfsctl generate -m MODEL --chat [--system TEXT] -p TEXT [-n N] [options]\n"
                "Greedy generation.  The prompt is the KV file's tokens (their cache is\n"
                "loaded, not recomputed) or the prefix file's tokens, followed by the tokens\n"
                "of TEXT.  Prints the generated text, up to an end-of-generation token and\n"
@@ -26,6 +27,8 @@ static void usage(FILE *f)
                "                       the sequence where the model asks for one, as llama.cpp\n"
                "                       does: tokenizer.ggml.add_bos_token; never with --kv,\n"
                "                       whose tokens start the sequence)\n"
+               TOOL_CHAT_HELP
+               "                       (the whole prompt: not with --kv or --prefix-file)\n"
                "  --ids                print token ids instead of text (all of them, the\n"
                "                       end-of-generation one included)\n"
                "  --backend NAME       cpu, cuda, auto (default cpu)\n"
@@ -93,17 +96,22 @@ int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *kv = NULL, *prefix = NULL, *prompt = "", *backend = "cpu";
     int n_gen = 32, threads = 0, print_ids = 0, no_bos = 0;
+    struct tool_chat chat = {0};
     const struct tool_opt opts[] = {
         TOOL_OPT("model", 'm', STR, &model), TOOL_OPT("kv", 0, STR, &kv),
         TOOL_OPT("prefix-file", 0, STR, &prefix), TOOL_OPT("prompt", 'p', STR, &prompt),
         TOOL_OPT(NULL, 'n', INT, &n_gen), TOOL_OPT("ids", 0, FLAG, &print_ids), TOOL_OPT("no-bos", 0, FLAG, &no_bos),
-        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
+        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), TOOL_CHAT_OPTS(&chat), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 0};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
         return rc;
-    if (!model || (kv && prefix) || n_gen < 1)
+    if (!model || (kv && prefix) || n_gen < 1 || tool_chat_check("generate", &chat))
         return tool_usage_error(&cmd);
+    if (chat.on && (kv || prefix)) {
+        fprintf(stderr, "kvfsctl generate: --chat renders the whole prompt: not with --kv or --prefix-file\n");
+        return tool_usage_error(&cmd);
+    }
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
     if (tool_load_model(model, backend, threads, &m, &tok))
@@ -127,7 +135,12 @@ int cmd_generate(int argc, char **argv)
     }
     /* BOS (where the model asks for it) before whatever starts the sequence */
     int prompt_bos = !kv && !prefix && !no_bos;
-    if (*prompt && (rc = kvfs_tokenize(tok, prompt, strlen(prompt), prompt_bos, 0, &prompt_ids, &n_prompt))) {
+    if (chat.on) { /* the template's control tokens are parsed; the user's text is inside it */
+        if (tool_chat_tokenize("generate", m->gguf, tok, &chat, prompt, strlen(prompt), !no_bos, &prompt_ids,
+                               &n_prompt))
+            goto out;
+    } else if (*prompt &&
+               (rc = kvfs_tokenize(tok, prompt, strlen(prompt), prompt_bos, 0, &prompt_ids, &n_prompt))) {
         fprintf(stderr, "kvfsctl generate: cannot tokenize the prompt: %s\n", strerror(-rc));
         goto out;
     }

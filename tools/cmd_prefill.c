@@ -23,6 +23,13 @@ static void usage(FILE *f)
                "                      token boundaries, as an engine holds it)\n"
                "  --pos0 N            position of the first token (default 0)\n"
                "  --bos               prepend BOS if the model asks for it\n"
+               "  --chat              the text is the user's turn of a chat in the model's\n"
+               "                      template, ending with the assistant's turn (as generate\n"
+               "                      --chat); the chunk starts the sequence (BOS where the\n"
+               "                      model asks for one; not with --ids or --pos0), and\n"
+               "                      generate --kv FILE answers it\n"
+               "  --system TEXT       a system turn before it\n"
+               "  --chat-template T   this template (llama.cpp name or text); implies --chat\n"
                "  --dtype f16|f32|bf16|q8|q4|q4s  stored precision (default f16); q8, q4 and\n"
                "                      q4s are block-quantized (kvfs(5)): 0.53x, 0.30x and 0.30x of\n"
                "                      f16's bytes (q4s: q4 with finer key groups)\n"
@@ -37,6 +44,7 @@ int cmd_prefill(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu", *id_list = NULL;
     int pos0 = 0, bos = 0, threads = 0;
+    struct tool_chat chat = {0};
     uint32_t dtype = KVFS_DTYPE_F16;
     struct tool_salt salt = {0};
     const struct tool_opt opts[] = {
@@ -44,13 +52,17 @@ int cmd_prefill(int argc, char **argv)
         TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0), TOOL_OPT("ids", 0, STR, &id_list),
         TOOL_OPT("bos", 0, FLAG, &bos), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype),
         TOOL_OPT_CALL("kv-quant", 0, tool_opt_kv_quant, &dtype), TOOL_OPT_CALL("salt", 0, tool_opt_salt, &salt),
-        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), {0}};
+        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), TOOL_CHAT_OPTS(&chat), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
         return rc;
-    if (!model || (!out && !mount) || (out && mount) || pos0 < 0)
+    if (!model || (!out && !mount) || (out && mount) || pos0 < 0 || tool_chat_check("prefill", &chat))
         return tool_usage_error(&cmd);
+    if (chat.on && (id_list || pos0)) {
+        fprintf(stderr, "kvfsctl prefill: --chat starts a sequence from a text: not with --ids or --pos0\n");
+        return tool_usage_error(&cmd);
+    }
     const char *text = optind < argc ? argv[optind] : "-";
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
@@ -78,6 +90,17 @@ int cmd_prefill(int argc, char **argv)
             fprintf(stderr, "kvfsctl prefill: --ids wants comma-separated token ids below %d\n", m->hp.n_vocab);
             goto free_ids;
         }
+    } else if (chat.on) {
+        uint8_t *user;
+        size_t len;
+        if ((rc = tool_read_file(text, &user, &len))) {
+            fprintf(stderr, "kvfsctl prefill: %s: %s\n", text, strerror(-rc));
+            goto free_model;
+        }
+        rc = tool_chat_tokenize("prefill", m->gguf, tok, &chat, (const char *)user, len, 1, &ids, &n);
+        free(user);
+        if (rc)
+            goto free_ids;
     } else if (tool_tokenize_file(tok, text, bos, &ids, &n)) {
         goto free_model;
     }

@@ -17,7 +17,7 @@ static const struct command commands[] = {
     {"fsck", cmd_fsck, "check a store against its index and checksums; --rebuild"},
     {"synth", cmd_synth, "write a synthetic (random) chunk file, for tests"},
     {"prefill", cmd_prefill, "compute a text chunk's KV cache with a GGUF model"},
-    {"generate", cmd_generate, "greedy generation, optionally from a KV file"},
+    {"generate", cmd_generate, "greedy generation, optionally from a KV file or as a chat (--chat)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"logits", cmd_logits, "print the last position's top logits (for tests)"},
     {"mkmodel", cmd_mkmodel, "write a tiny synthetic GGUF model (for tests)"},

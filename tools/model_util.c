@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat_template.h"
+#include "gguf.h"
 #include "tool_util.h"
 
 double tool_now(void)
@@ -53,6 +55,102 @@ int tool_tokenize_file(const struct kvfs_tokenizer *tok, const char *path, int a
     }
     free(text);
     return rc;
+}
+
+int tool_chat_check(const char *cmd, struct tool_chat *c)
+{
+    if (c->tmpl)
+        c->on = 1;
+    if (c->system && !c->on) {
+        fprintf(stderr, "kvfsctl %s: --system is a chat's turn: it needs --chat\n", cmd);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The template: --chat-template's, or the GGUF's (malloc'ed) */
+static int chat_template(const char *cmd, const struct kvfs_gguf *g, const struct tool_chat *c, char **tmpl)
+{
+    if (c->tmpl) {
+        *tmpl = strdup(c->tmpl);
+        return *tmpl ? 0 : -ENOMEM;
+    }
+    struct kvfs_gguf_str s;
+    if (kvfs_gguf_get_str(g, "tokenizer.chat_template", &s)) {
+        /* llama.cpp would fall back to chatml, a wrong prompt for most
+         * models without a template (Gemma 3 270M's base GGUF) */
+        fprintf(stderr, "kvfsctl %s: the model has no tokenizer.chat_template: name one with --chat-template "
+                "(e.g. chatml, gemma, llama3)\n", cmd);
+        return -ENOENT;
+    }
+    if (!(*tmpl = malloc(s.len + 1)))
+        return -ENOMEM;
+    memcpy(*tmpl, s.ptr, s.len);
+    (*tmpl)[s.len] = 0;
+    return 0;
+}
+
+/* [--system's turn,] the user's turn user[0..len), the generation prompt */
+static int chat_render(const char *cmd, const struct kvfs_gguf *g, const struct tool_chat *c, const char *user,
+                       size_t len, char **text)
+{
+    char err[256] = "", *tmpl = NULL, *content = strndup(user, len);
+    int rc = content ? chat_template(cmd, g, c, &tmpl) : -ENOMEM;
+    if (!rc) {
+        struct kvfs_chat_msg msgs[2];
+        size_t k = 0;
+        if (c->system)
+            msgs[k++] = (struct kvfs_chat_msg){"system", c->system};
+        msgs[k++] = (struct kvfs_chat_msg){"user", content};
+        if ((rc = kvfs_chat_render(tmpl, msgs, k, 1, text, err, sizeof(err))))
+            fprintf(stderr, "kvfsctl %s: %s\n", cmd, err);
+    } else if (rc == -ENOMEM) {
+        fprintf(stderr, "kvfsctl %s: out of memory\n", cmd);
+    }
+    free(tmpl);
+    free(content);
+    return rc;
+}
+
+int tool_chat_tokenize(const char *cmd, const struct kvfs_gguf *g, const struct kvfs_tokenizer *tok,
+                       const struct tool_chat *c, const char *user, size_t len, int add_bos, int32_t **ids,
+                       size_t *n)
+{
+    char *text;
+    int rc = chat_render(cmd, g, c, user, len, &text);
+    if (rc)
+        return rc;
+    if ((rc = kvfs_tokenize(tok, text, strlen(text), add_bos, 1, ids, n)))
+        fprintf(stderr, "kvfsctl %s: cannot tokenize the chat: %s\n", cmd,
+                rc == -EILSEQ ? "not valid UTF-8" : strerror(-rc));
+    free(text);
+    return rc;
+}
+
+int tool_chat_split(const char *cmd, const struct kvfs_gguf *g, const struct tool_chat *c, char **head, char **tail)
+{
+    /* a stand-in no template trims or escapes, found once in the rendering */
+    static const char mark[] = "\x01kvfs-user-turn\x01";
+    char *text;
+    int rc = chat_render(cmd, g, c, mark, strlen(mark), &text);
+    if (rc)
+        return rc;
+    char *at = strstr(text, mark);
+    if (!at || strstr(at + 1, mark)) {
+        fprintf(stderr, "kvfsctl %s: the chat template does not hold the user's turn once\n", cmd);
+        free(text);
+        return -EINVAL;
+    }
+    *head = strndup(text, (size_t)(at - text));
+    *tail = strdup(at + strlen(mark));
+    free(text);
+    if (!*head || !*tail) {
+        free(*head);
+        free(*tail);
+        fprintf(stderr, "kvfsctl %s: out of memory\n", cmd);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 int32_t tool_argmax(const float *x, int n)

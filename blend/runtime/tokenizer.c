@@ -5,6 +5,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -98,6 +99,7 @@ struct kvfs_tokenizer {
     int32_t byte_tok[256]; /* SPM: <0xXX> tokens, -1 if absent */
     int32_t *special;    /* ids matched in text: control, user-defined */
     int n_special;
+    uint8_t *rstrip;       /* per id: whitespace after it in the text is dropped (NULL: none does) */
     /* the same, longest first, grouped by first byte: group b of variant v
      * (0: user-defined only, 1: control too) is by_byte[v][first[v][b] ..
      * first[v][b + 1]) -- a vocabulary can hold 100k+ control tokens */
@@ -250,6 +252,7 @@ void kvfs_tokenizer_free(struct kvfs_tokenizer *t)
     free(t->tokens);
     free(t->types);
     free(t->special);
+    free(t->rstrip);
     free(t->by_byte[0]);
     free(t->by_byte[1]);
     free(t->scores);
@@ -289,6 +292,39 @@ static int index_special(struct kvfs_tokenizer *t)
                 continue;
             t->by_byte[v][count[(unsigned char)t->tokens[id].ptr[0]]++] = id;
         }
+    }
+    return 0;
+}
+
+/* llama.cpp gives Phi-3's special tokens (by general.name) the rstrip
+ * attribute, all but <unk>, <s> and <|endoftext|>: "<|user|>\nHi" is
+ * <|user|> then "Hi" (llama-vocab.cpp, "set attributes by model name"). */
+static int set_rstrip(const struct kvfs_gguf *g, struct kvfs_tokenizer *t)
+{
+    struct kvfs_gguf_str name;
+    char low[256];
+    if (kvfs_gguf_get_str(g, "general.name", &name))
+        return 0;
+    size_t n = name.len < sizeof(low) - 1 ? name.len : sizeof(low) - 1;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)tolower((unsigned char)name.ptr[i]);
+    low[n] = 0;
+    if (!strstr(low, "phi-3") && !strstr(low, "phi3"))
+        return 0;
+    if (!(t->rstrip = calloc(t->n_vocab, 1)))
+        return -ENOMEM;
+    for (int k = 0; k < t->n_special; k++)
+        t->rstrip[t->special[k]] = 1;
+    static const char *const set[] = {"</s>"}, *const unset[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+        int32_t id = smap_get(&t->vocab, set[i], strlen(set[i]));
+        if (id >= 0)
+            t->rstrip[id] = 1;
+    }
+    for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++) {
+        int32_t id = smap_get(&t->vocab, unset[i], strlen(unset[i]));
+        if (id >= 0)
+            t->rstrip[id] = 0;
     }
     return 0;
 }
@@ -348,7 +384,7 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
             goto fail;
         smap_put(&t->merges, ms.ptr, ms.len, (int32_t)i);
     }
-    if ((rc = index_special(t)))
+    if ((rc = index_special(t)) || (rc = set_rstrip(g, t)))
         goto fail;
     const char *res[KVFS_MAX_PRE_REGEXES];
     int n = spm ? 0 : pre_regexes(pre_name, res);
@@ -374,7 +410,14 @@ int kvfs_tokenizer_load(const struct kvfs_gguf *g, struct kvfs_tokenizer **out, 
     t->bos = kvfs_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == 0 ? (int32_t)v : -1;
     t->eos = kvfs_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) == 0 ? (int32_t)v : -1;
     t->eot = kvfs_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) == 0 ? (int32_t)v : -1;
-    t->add_bos = spm; /* SentencePiece models want BOS unless they say otherwise */
+    /* SentencePiece models want BOS unless they say otherwise, and so do the
+     * byte-level pre-tokenizers llama.cpp defaults to it (llama-vocab.cpp:
+     * Llama 3's vocabulary without the key still starts with BOS) */
+    static const char *const bos_pres[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                                           "midm-2.0", "lfm2", "jina-v5-nano", "tekken", "chameleon"};
+    t->add_bos = spm;
+    for (size_t i = 0; !spm && i < sizeof(bos_pres) / sizeof(bos_pres[0]); i++)
+        t->add_bos |= !strcmp(pre_name, bos_pres[i]);
     kvfs_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     t->add_space_prefix = spm;
     kvfs_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
@@ -764,6 +807,8 @@ int kvfs_tokenize(const struct kvfs_tokenizer *t, const char *text, size_t len, 
             split(t, 0, text + start, i - start, &o);
         push(&o, matched);
         i += t->tokens[matched].len;
+        while (t->rstrip && t->rstrip[matched] && i < len && isspace((unsigned char)text[i]))
+            i++;
         start = i;
     }
     if (!o.err && t->spm)

@@ -25,7 +25,7 @@ template <int D> static size_t flash_smem(void)
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS)
 k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-        int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, float *out)
+        int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, const float *sinks, float *out)
 {
     extern __shared__ float sm[];
     float *qs = sm;                        /* [BQ][D+1], pre-scaled */
@@ -109,7 +109,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
         }
     }
     if (i0 + r < n_q) {
-        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float inv = sink_inv(m, l, sinks ? sinks[h] : -INFINITY);
         float *o = out + (size_t)(i0 + r) * qstride + (size_t)h * D;
 #pragma unroll
         for (int i = 0; i < D / 4; i++)
@@ -125,7 +125,7 @@ k_flash(const float *q, const int32_t *q_pos, int n_q, const float *k, const flo
 #define MAX_HD 256
 __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k, const float *v,
                             const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                            int window, float softcap, float *out)
+                            int window, float softcap, const float *sinks, float *out)
 {
     int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     int kh = h / (n_head / n_kv_head);
@@ -186,7 +186,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
         m = m_new;
         __syncthreads();
     }
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = sink_inv(m, l, sinks ? sinks[h] : -INFINITY);
     float *o = out + (size_t)i * qstride + h * head_dim;
     for (int r = 0; r * ATT_T + t < head_dim; r++)
         o[r * ATT_T + t] = acc[r] * inv;
@@ -195,7 +195,7 @@ __global__ void k_attention(const float *q, const int32_t *q_pos, const float *k
 template <int D>
 static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos, int n_q, const float *k,
                         const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                        int window, float softcap, float *out)
+                        int window, float softcap, const float *sinks, float *out)
 {
     size_t smem = flash_smem<D>();
     int bit = D == 64 ? 1 : 2;
@@ -208,13 +208,15 @@ static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos
     }
     dim3 grid((unsigned)((n_q + FA_BQ - 1) / FA_BQ), (unsigned)n_head);
     k_flash<D><<<grid, FA_THREADS, smem, c->stream>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                                      window, softcap, out);
+                                                      window, softcap, sinks, out);
     return LAUNCHED("flash attention");
 }
 
-int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
-                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float softcap, float *out)
+/* sinks: device f32[n_head] (gpt-oss) or NULL, in every kernel's final
+ * normalization (sink_inv) */
+int c_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                      const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                      int window, float softcap, const float *sinks, float *out)
 {
     if (n_q <= 0)
         return 0;
@@ -224,25 +226,36 @@ int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
      * cores; a decoding step's row in f32 */
     if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin)
         return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                window, softcap, out),
+                                window, softcap, sinks, out),
                         "attention (tensor cores)");
     if (head_dim == 128)
         return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap,
-                                 out);
+                                 sinks, out);
     if (head_dim == 64)
         return launch_flash<64>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap,
-                                out);
+                                sinks, out);
     dim3 grid((unsigned)n_q, (unsigned)n_head);
     k_attention<<<grid, ATT_T, 0, CTX->stream>>>(q, q_pos, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale,
-                                                  window, softcap, out);
+                                                  window, softcap, sinks, out);
     return LAUNCHED("attention");
+}
+
+int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window,
+                float softcap, float *out)
+{
+    return c_attention_sinks(vctx, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window,
+                             softcap, NULL, out);
 }
 
 /* one block per (query, head): the row's max and sum, then each visible kv
  * row's probability added to out (atomics: blocks share rows).  Scores are
- * recomputed in each pass rather than stored: the queries are few. */
+ * recomputed in each pass rather than stored: the queries are few.  A sink
+ * (gpt-oss) raises the max and joins the sum, as the CPU's softmax_rows, so
+ * the keys get only their share. */
 __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
-                            int n_head, int group, int head_dim, float scale, int window, float softcap, float *out)
+                            int n_head, int group, int head_dim, float scale, int window, float softcap,
+                            const float *sinks, float *out)
 {
     __shared__ float qs[256];
     __shared__ float red[256];
@@ -268,10 +281,15 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
     mx = block_max(red, mx);
     if (mx == -INFINITY)
         return; /* nothing visible */
+    float sink = sinks ? sinks[h] : -INFINITY;
+    mx = fmaxf(mx, sink);
     float sum = 0;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
         sum += expf(score(j) - mx); /* masked rows add exp(-inf) = 0 */
-    float inv = 1.0f / block_sum(red, sum);
+    sum = block_sum(red, sum);
+    if (sink != -INFINITY)
+        sum += expf(sink - mx);
+    float inv = 1.0f / sum;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
         float sc = score(j);
         if (sc != -INFINITY)
@@ -313,19 +331,24 @@ __global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float 
     }
 }
 
-__global__ void k_mass_rows(const float *S, int n_kv, float *m, float *inv)
+/* row = query * n_head + head; its head's sink as k_attn_mass's */
+__global__ void k_mass_rows(const float *S, int n_kv, int n_head, const float *sinks, float *m, float *inv)
 {
     __shared__ float red[256];
     const float *sr = S + (size_t)blockIdx.x * n_kv;
-    float mx = -INFINITY;
+    float mx = -INFINITY, sink = sinks ? sinks[blockIdx.x % n_head] : -INFINITY;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
         mx = fmaxf(mx, sr[j]);
     mx = block_max(red, mx);
+    if (mx != -INFINITY)
+        mx = fmaxf(mx, sink);
     float sum = 0.0f;
     if (mx != -INFINITY)
         for (int j = threadIdx.x; j < n_kv; j += blockDim.x)
             sum += expf(sr[j] - mx); /* masked keys add exp(-inf) = 0 */
     sum = block_sum(red, sum);
+    if (mx != -INFINITY && sink != -INFINITY)
+        sum += expf(sink - mx);
     if (threadIdx.x == 0) {
         m[blockIdx.x] = mx;
         inv[blockIdx.x] = mx == -INFINITY ? 0.0f : 1.0f / sum; /* a row that sees nothing adds nothing */
@@ -346,9 +369,9 @@ __global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m
     out[j] += acc;
 }
 
-int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
-                       const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
-                       int window, float softcap, float *out)
+int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                      const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                      int window, float softcap, const float *sinks, float *out)
 {
     if (n_q <= 0 || n_kv <= 0)
         return 0;
@@ -361,7 +384,7 @@ int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
         float *m = S + cells, *inv = m + rows;
         k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
             q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, softcap, S);
-        k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, m, inv);
+        k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, n_head, sinks, m, inv);
         k_mass_keys<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv, out);
         int rc = LAUNCHED("attn_mass");
         c_free(vctx, S); /* reused only by later work on this stream */
@@ -369,7 +392,14 @@ int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
     }
     /* many query rows: one block per (query, head), nothing kept */
     k_attn_mass<<<n_q * n_head, 256, 0, CTX->stream>>>(q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale,
-                                                       window, softcap, out);
+                                                       window, softcap, sinks, out);
     return LAUNCHED("attn_mass");
+}
+
+int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
+                int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap, float *out)
+{
+    return c_attn_mass_sinks(vctx, q, q_pos, n_q, k, kv_pos, n_kv, n_head, n_kv_head, head_dim, scale, window,
+                             softcap, NULL, out);
 }
 

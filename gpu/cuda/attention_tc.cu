@@ -37,7 +37,7 @@ template <int D> struct tc_layout {
 template <int D>
 __global__ void __launch_bounds__(32 * WARPS)
 k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-           int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, float *out)
+           int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, const float *sinks, float *out)
 {
     typedef tc_layout<D> Lay;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -155,8 +155,10 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
     for (int e = t; e < TQ * D; e += 32 * WARPS) {
         int r = e / D, d = e % D;
         if (i0 + r < n_q) {
-            float l = row_l[r];
-            out[(size_t)(i0 + r) * qstride + (size_t)h * D + d] = l > 0.0f ? os[r * Lay::OLD + d] / l : 0.0f;
+            float l = row_l[r], o = os[r * Lay::OLD + d];
+            /* gpt-oss's sink joins the denominator only (attn_mask.cuh) */
+            out[(size_t)(i0 + r) * qstride + (size_t)h * D + d] =
+                sinks ? o * sink_inv(row_m[r], l, sinks[h]) : l > 0.0f ? o / l : 0.0f;
         }
     }
 }
@@ -164,7 +166,7 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
 template <int D>
 static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, int n_q, const float *k,
                           const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                          int window, float softcap, float *out)
+                          int window, float softcap, const float *sinks, float *out)
 {
     size_t smem = tc_layout<D>::bytes;
     static int smem_set; /* the attribute is the kernel's, process-wide: set once (setting it twice is harmless) */
@@ -176,7 +178,7 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
     }
     dim3 grid((unsigned)((n_q + TQ - 1) / TQ), (unsigned)n_head);
     k_flash_tc<D><<<grid, 32 * WARPS, smem, s>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window,
-                                                 softcap, out);
+                                                 softcap, sinks, out);
     return cudaGetLastError();
 }
 
@@ -192,14 +194,17 @@ size_t attn_tc_smem(int head_dim)
 
 cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
                     const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                    int window, float softcap, float *out)
+                    int window, float softcap, const float *sinks, float *out)
 {
     if (n_q <= 0)
         return cudaSuccess;
     switch (head_dim) {
-    case 64: return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
-    case 128: return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
-    case 256: return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, out);
+    case 64:
+        return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
+    case 128:
+        return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
+    case 256:
+        return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -40,4 +40,19 @@ __device__ __forceinline__ bool kv_tile_unseen(int32_t kmin, int32_t kmax, int32
     return kmin > qmax || (window > 0 && (long long)kmax <= (long long)qmin - window);
 }
 
+// 1 / the softmax's denominator for a row whose online softmax ended at max
+// m and sum l (the keys' exponentials less m), with one more logit, a head's
+// sink (gpt-oss; -INFINITY: none), in the max and the sum but with no value:
+// ggml's soft_max_ext with sinks.  Times the row's accumulator: its output.
+// A row that saw nothing stays 0, sink or not, as the CPU backend's.
+__device__ __forceinline__ float sink_inv(float m, float l, float sink)
+{
+    if (!(l > 0.0f))
+        return 0.0f;
+    if (sink == -INFINITY)
+        return 1.0f / l;
+    float m2 = fmaxf(m, sink), c = expf(m - m2); /* the keys' terms rescaled to the larger max */
+    return c / (l * c + expf(sink - m2));
+}
+
 #endif

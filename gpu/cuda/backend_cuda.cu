@@ -658,9 +658,9 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .host_register = */ c_host_register,
     /* .host_unregister = */ c_host_unregister,
     /* .mul_rows = */ c_mul_rows,
-    /* .attention_sinks = */ NULL, /* gpt-oss: CPU only so far */
-    /* .attn_mass_sinks = */ NULL,
-    /* .swiglu_oai = */ NULL,
+    /* .attention_sinks = */ c_attention_sinks,
+    /* .attn_mass_sinks = */ c_attn_mass_sinks,
+    /* .swiglu_oai = */ c_swiglu_oai,
 };
 
 static int cuda_init(int device, struct kvfs_backend *out)

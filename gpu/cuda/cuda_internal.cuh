@@ -169,6 +169,7 @@ int c_swiglu(void *vctx, const float *gate, const float *up, float *out, size_t 
 int c_scale(void *vctx, const float *x, float s, float *y, size_t count);
 int c_geglu(void *vctx, const float *gate, const float *up, float *out, size_t count);
 int c_mul_rows(void *vctx, const float *x, const float *s, float *y, int n, int dim);
+int c_swiglu_oai(void *vctx, const float *gate, const float *up, float *out, size_t count, float alpha, float limit);
 int c_gather(void *vctx, const float *src, const int32_t *idx, float *out, int n_idx, int dim);
 int c_get_rows(void *vctx, const float *table, const int32_t *ids, float *out, int n, int dim);
 int c_scatter(void *vctx, const float *src, const int32_t *idx, float *dst, int n_idx, int dim);
@@ -186,5 +187,12 @@ int c_attention(void *vctx, const float *q, const int32_t *q_pos, int n_q, const
 int c_attn_mass(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
                 int n_kv, int n_head, int n_kv_head, int head_dim, float scale, int window, float softcap,
                 float *out);
+/* the same with gpt-oss's sinks (device f32[n_head], NULL: none) */
+int c_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
+                      const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                      int window, float softcap, const float *sinks, float *out);
+int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                      const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, int head_dim, float scale,
+                      int window, float softcap, const float *sinks, float *out);
 
 #endif

@@ -117,6 +117,28 @@ int c_scale(void *vctx, const float *x, float s, float *y, size_t count)
     return LAUNCHED("scale");
 }
 
+/* gpt-oss's clamped SwiGLU, ggml's swiglu_oai operation for operation (the
+ * CPU backend's cpu_swiglu_oai): only the device's expf differs, by an ulp
+ * or two.  out may alias gate. */
+__global__ void k_swiglu_oai(const float *g, const float *u, float *o, size_t n, float alpha, float limit)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = g[i] < limit ? g[i] : limit;
+        float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        float glu = x / (1.0f + expf(alpha * (-x)));
+        o[i] = glu * (y + 1.0f);
+    }
+}
+
+int c_swiglu_oai(void *vctx, const float *gate, const float *up, float *out, size_t count, float alpha, float limit)
+{
+    if (!count)
+        return 0;
+    k_swiglu_oai<<<blocks(count, 256), 256, 0, CTX->stream>>>(gate, up, out, count, alpha, limit);
+    return LAUNCHED("swiglu_oai");
+}
+
 /* y[i][j] = x[i][j] * s[i]: the experts' outputs times their routing
  * weights (one product per element, as the CPU backend's cpu_mul_rows) */
 __global__ void k_mul_rows(const float *x, const float *s, float *y, size_t n_el, int dim)

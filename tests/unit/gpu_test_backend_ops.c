@@ -62,6 +62,109 @@ static void report(const char *op, const char *shape, double e, double tol)
     CHECK(e <= tol);
 }
 
+/* gpt-oss's sinks (attention_sinks, attn_mass_sinks: each head's logit in
+ * its softmax's max and sum, with no value) on backend B against the CPU:
+ * a causal prefill; through a window and soft-capped; a blend's sparse
+ * queries over keys in no position order.  Sinks from -1 to 3 (the scores'
+ * size), head 1's at 12, far above its scores (its keys keep ~e^-11 of the
+ * mass: no overflow, the error still relative).  q, k, v on both sides. */
+static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int n, int n_head, int n_kv_head, int hd,
+                       const float *q, const float *k, const float *v, const float *dq, const float *dk,
+                       const float *dv, double tol, float *oc, float *og, float *dy)
+{
+    const struct kvfs_backend_iface *C = cpu.iface, *G = B->iface;
+    int embd = n_head * hd, nsel = n / 7 + 1;
+    float sk[256], sc = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < n_head; h++)
+        sk[h] = h == 1 ? 12.0f : -1.0f + 0.5f * (float)((h * 7) % 9);
+    int32_t *kvp = malloc(sizeof(int32_t) * n), *qp = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++)
+        kvp[i] = qp[i] = i;
+    float *dsk = dev_of(B, sk, sizeof(float) * n_head);
+    int32_t *dkvp = dev_of(B, kvp, sizeof(int32_t) * n), *dqp = dev_of(B, qp, sizeof(int32_t) * n);
+    char lab[96];
+    static const struct { int window; float cap; const char *what; } cases[] = {
+        {0, 0.0f, "sinks"}, {40, 0.0f, "sinks window"}, {40, 0.5f, "sinks softcap"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        BOTH(C->attention_sinks(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, cases[c].window,
+                                cases[c].cap, sk, oc),
+             G->attention_sinks(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, cases[c].window,
+                                cases[c].cap, dsk, dy));
+        G->download(B->ctx, og, dy, sizeof(float) * n * embd);
+        snprintf(lab, sizeof(lab), "attn %s%s", cases[c].what, pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
+    }
+    /* sparse queries (a blend's recomputed rows), then over unsorted keys */
+    for (int i = 0; i < nsel; i++)
+        qp[i] = (i * 7919) % n;
+    G->upload(B->ctx, dqp, qp, sizeof(int32_t) * nsel);
+    for (int unsorted = 0; unsorted <= 1; unsorted++) {
+        for (int i = 0; i < n; i++)
+            kvp[i] = unsorted ? (int32_t)((i * 7919u) % (unsigned)n) : i;
+        G->upload(B->ctx, dkvp, kvp, sizeof(int32_t) * n);
+        BOTH(C->attention_sinks(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, sk, oc),
+             G->attention_sinks(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, dsk,
+                                dy));
+        G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
+        snprintf(lab, sizeof(lab), "attn sinks %s%s", unsorted ? "unsorted" : "sparse", pass ? " tc" : "");
+        report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
+        /* the blend's votes: attention mass of the sparse queries, the
+         * sinks' share left out; f32 on both passes */
+        float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
+        float *dm = dev_of(B, mc, sizeof(float) * n);
+        for (int w = 0; w <= 64; w += 64) {
+            memset(mc, 0, sizeof(float) * n);
+            G->upload(B->ctx, dm, mc, sizeof(float) * n);
+            float cap = w ? 0.5f : 0.0f;
+            BOTH(C->attn_mass_sinks(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, w, cap, sk, mc),
+                 G->attn_mass_sinks(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, w, cap, dsk, dm));
+            G->download(B->ctx, mg, dm, sizeof(float) * n);
+            snprintf(lab, sizeof(lab), "mass sinks%s%s%s", w ? " window cap" : "", unsorted ? " unsorted" : "",
+                     pass ? " (2)" : "");
+            report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
+        }
+        G->free(B->ctx, dm);
+        free(mc), free(mg);
+    }
+    G->free(B->ctx, dsk), G->free(B->ctx, dkvp), G->free(B->ctx, dqp);
+    free(kvp), free(qp);
+}
+
+/* attn_mass_sinks with more query-head rows x keys than the scratch's 64 Mi
+ * cells: the one-block-per-(query, head) kernel (k_attn_mass) and its
+ * atomics; gpt-oss 20B's heads (64 of 64, 8 KV heads) */
+static void test_mass_many(void)
+{
+    enum { NQ = 64, NH = 64, NKH = 8, HD = 64, NKV = 16400 };
+    const struct kvfs_backend_iface *C = cpu.iface, *G = gpu.iface;
+    float *q = fill((size_t)NQ * NH * HD), *k = fill((size_t)NKV * NKH * HD), sk[NH];
+    int32_t *qp = malloc(sizeof(int32_t) * NQ), *kvp = malloc(sizeof(int32_t) * NKV);
+    for (int h = 0; h < NH; h++)
+        sk[h] = -1.0f + 0.5f * (float)((h * 7) % 9);
+    for (int i = 0; i < NQ; i++)
+        qp[i] = NKV - 400 + 5 * i;
+    for (int j = 0; j < NKV; j++)
+        kvp[j] = j;
+    float *dq = dev_of(&gpu, q, sizeof(float) * NQ * NH * HD), *dk = dev_of(&gpu, k, sizeof(float) * NKV * NKH * HD);
+    float *dsk = dev_of(&gpu, sk, sizeof(sk));
+    int32_t *dqp = dev_of(&gpu, qp, sizeof(int32_t) * NQ), *dkvp = dev_of(&gpu, kvp, sizeof(int32_t) * NKV);
+    float *mc = malloc(sizeof(float) * NKV), *mg = malloc(sizeof(float) * NKV);
+    float *dm = dev_of(&gpu, NULL, sizeof(float) * NKV);
+    for (int w = 0; w <= 1000; w += 1000) {
+        memset(mc, 0, sizeof(float) * NKV);
+        G->upload(gpu.ctx, dm, mc, sizeof(float) * NKV);
+        BOTH(C->attn_mass_sinks(cpu.ctx, q, qp, NQ, k, kvp, NKV, NH, NKH, HD, 0.125f, w, 0.0f, sk, mc),
+             G->attn_mass_sinks(gpu.ctx, dq, dqp, NQ, dk, dkvp, NKV, NH, NKH, HD, 0.125f, w, 0.0f, dsk, dm));
+        G->download(gpu.ctx, mg, dm, sizeof(float) * NKV);
+        report("mass sinks", w ? "64x64 heads, 16400 keys, window" : "64x64 heads, 16400 keys", nerr(mc, mg, NKV),
+               1e-5);
+    }
+    void *devs[] = {dq, dk, dsk, dqp, dkvp, dm};
+    for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
+        G->free(gpu.ctx, devs[i]);
+    free(q), free(k), free(qp), free(kvp), free(mc), free(mg);
+}
+
 static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, const char *label)
 {
     int hd = embd / n_head, kv = n_kv_head * hd;
@@ -118,6 +221,18 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("geglu", shape, nerr(oc, og, (size_t)n * embd), 0);
     G->free(gpu.ctx, dgate);
+    /* swiglu_oai (gpt-oss's experts): gates and ups of +-12 on both sides
+     * of the clamp at 7, in place as the model calls it */
+    for (size_t i = 0; i < (size_t)n * embd; i++)
+        oc[i] = x[i] * 12.0f, og[i] = wt[i] * 12.0f;
+    dgate = dev_of(&gpu, oc, sizeof(float) * n * embd);
+    float *dup = dev_of(&gpu, og, sizeof(float) * n * embd);
+    BOTH(C->swiglu_oai(cpu.ctx, oc, og, oc, (size_t)n * embd, 1.702f, 7.0f),
+         G->swiglu_oai(gpu.ctx, dgate, dup, dgate, (size_t)n * embd, 1.702f, 7.0f));
+    G->download(gpu.ctx, og, dgate, sizeof(float) * n * embd);
+    report("swiglu_oai", shape, nerr(oc, og, (size_t)n * embd), 1e-6);
+    G->free(gpu.ctx, dgate);
+    G->free(gpu.ctx, dup);
     BOTH(C->scale(cpu.ctx, x, 0.37f, oc, (size_t)n * embd), G->scale(gpu.ctx, dx, 0.37f, dy, (size_t)n * embd));
     G->download(gpu.ctx, og, dy, sizeof(float) * n * embd);
     report("scale", shape, nerr(oc, og, (size_t)n * embd), 0);
@@ -233,6 +348,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attn unsorted", pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
+        test_sinks(B, pass, shape, n, n_head, n_kv_head, hd, q, k, v, dq, dk, dv, tol, oc, og, dy);
     }
     /* upload_kv: a KV cache's f16 / bf16 / f32 bytes into f32 device rows */
     size_t cnt = (size_t)n * kv;
@@ -580,6 +696,7 @@ int main(void)
     test_shapes(100, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
+    test_mass_many();
     test_quant();
     static const char *const arches[] = {"llama", "qwen2",   "qwen3", "gemma2", "gemma3",
                                          "granite", "smollm3", "olmo2", "phi3",   "mistral3"};

@@ -157,6 +157,11 @@ static int c_weight_create_quant(void *vctx, uint32_t type, const void *data, si
         return -ENOTSUP; /* the model decodes it to f32 instead */
     if (out_dim <= 0 || in_dim <= 0 || in_dim % per || row_bytes != (size_t)in_dim / per * bytes)
         return -EINVAL;
+    /* MXFP4's byte scale reaches past f16, which large products decode to:
+     * a block scaled over 2^12 (its values past 12 x 2^12) keeps it f32 */
+    for (size_t b = 0; type == KVFS_GGML_MXFP4 && b < row_bytes / bytes * (size_t)out_dim; b++)
+        if (((const uint8_t *)data)[b * bytes] > 140)
+            return -ENOTSUP;
     struct kvfs_weight *w = (struct kvfs_weight *)calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
@@ -646,7 +651,7 @@ static const struct kvfs_backend_iface cuda_iface = {
     /* .topk = */ c_topk,
     /* .upload_kv = */ c_upload_kv,
     /* .destroy = */ c_destroy,
-    /* .weight_create_quant = */ c_weight_create_quant, /* Q4_0..Q8_0, Q4_K, Q5_K, Q6_K; others in f32 */
+    /* .weight_create_quant = */ c_weight_create_quant, /* Q4_0..Q8_0, Q4_K, Q5_K, Q6_K, MXFP4; others in f32 */
     /* .weight_rows = */ c_weight_rows,
     /* .matmul_act = */ NULL,
     /* .scale = */ c_scale,

@@ -7,6 +7,8 @@
 // computed with the float operations of gpu/ggml/quant.c in the same
 // order, unfused (__fmul_rn, __fadd_rn), so a decoded weight equals the CPU's
 // bit for bit; gpu_test_backend_ops checks it.
+#include <string.h>
+
 #include "quant_cuda.h"
 
 extern "C" {
@@ -24,6 +26,7 @@ extern "C" int kq_block(uint32_t type, uint32_t *bytes)
     case KVFS_GGML_Q4_K: *bytes = 144; return 256;
     case KVFS_GGML_Q5_K: *bytes = 176; return 256;
     case KVFS_GGML_Q6_K: *bytes = 210; return 256;
+    case KVFS_GGML_MXFP4: *bytes = 17; return 32;
     default: *bytes = 0; return 0;
     }
 }
@@ -45,6 +48,28 @@ extern "C" int kq_block(uint32_t type, uint32_t *bytes)
 __host__ __device__ __forceinline__ float f16_at(const uint8_t *p)
 {
     return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+}
+
+// MXFP4's block scale, an E8M0 byte, as ggml's GGML_E8M0_TO_FP32_HALF (half
+// of 2^(e - 127); e < 2 a subnormal), and its FP4 E2M1 code q as
+// kvalues_mxfp4 (0, 1, 2, 3, 4, 6, 8, 12, then their negatives; code 8 is
+// +0 as the table's integer 0): quant.c's decoder with no table to place
+__host__ __device__ __forceinline__ float e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(bits);
+#else
+    float d;
+    memcpy(&d, &bits, 4);
+    return d;
+#endif
+}
+
+__host__ __device__ __forceinline__ int fp4_e2m1(int q)
+{
+    int v = (int)(0xC8643210u >> 4 * (q & 7) & 15);
+    return q & 8 ? -v : v;
 }
 
 // Sub-block s's 6-bit scale and min of a K-quant block (quant.c's scale_min_k4)
@@ -109,6 +134,11 @@ __host__ __device__ __forceinline__ float kq_value(uint32_t type, const uint8_t 
         int q = ((part & 2 ? lo >> 4 : lo & 0x0f) | ((qh[l] >> (2 * part) & 3) << 4)) - 32;
         return FMUL(FMUL(f16_at(b + 208), (float)sc[is + 2 * part]), (float)q);
     }
+    case KVFS_GGML_MXFP4: { // gpt-oss's experts: the scale byte, 16 bytes of nibbles (low: 0-15, high: 16-31)
+        const uint8_t *b = row + (size_t)(e >> 5) * 17;
+        int i = e & 31, q = i < 16 ? b[1 + i] & 15 : b[1 + i - 16] >> 4;
+        return FMUL((float)fp4_e2m1(q), e8m0_half(b[0]));
+    }
     default:
         return 0.0f;
     }
@@ -138,8 +168,8 @@ __host__ __device__ __forceinline__ uint64_t load8(const uint8_t *p)
 // Elements c .. c + 7 of a row (c a multiple of 8: one sub-block's, which
 // share their scales): kq_value's operations in its order, the scales made
 // once and the quants read in one load where the layout allows.  The types
-// of the K-quant mixes people run (Q4_K_M: Q4_K, Q6_K) and the 32-blocks;
-// the others element by element.
+// of the K-quant mixes people run (Q4_K_M: Q4_K, Q6_K), the 32-blocks and
+// MXFP4 (gpt-oss's experts); the others element by element.
 __host__ __device__ __forceinline__ void kq_decode8(uint32_t type, const uint8_t *row, int c, float *v)
 {
     switch (type) {
@@ -184,6 +214,15 @@ __host__ __device__ __forceinline__ void kq_decode8(uint32_t type, const uint8_t
             int x = (int)(q >> (8 * j) & 15);
             v[j] = one ? FADD(FMUL((float)x, d), m) : FMUL((float)(x - 8), d);
         }
+        return;
+    }
+    case KVFS_GGML_MXFP4: {
+        const uint8_t *b = row + (size_t)(c >> 5) * 17;
+        int i = c & 31;
+        float d = e8m0_half(b[0]);
+        uint64_t q = load8(b + 1 + (i & 15)) >> (i < 16 ? 0 : 4);
+        for (int j = 0; j < 8; j++)
+            v[j] = FMUL((float)fp4_e2m1((int)(q >> (8 * j) & 15)), d);
         return;
     }
     default:

@@ -437,7 +437,8 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
 static void test_quant(void)
 {
     static const uint32_t types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
-                                     KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
+                                     KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K,
+                                     KVFS_GGML_MXFP4};
     const struct kvfs_backend_iface *C = cpu.iface, *G = gpu.iface;
     int out = 300, in = 1024;
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
@@ -449,11 +450,15 @@ static void test_quant(void)
         /* finite f16 scales where the type keeps them: d (and m / dmin) */
         size_t d_at = type == KVFS_GGML_Q6_K ? 208 : 0;
         int two = type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1 || type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K;
-        for (size_t b = 0; b < total / bytes; b++)
+        for (size_t b = 0; b < total / bytes && type != KVFS_GGML_MXFP4; b++)
             for (int k = 0; k <= two; k++) {
                 uint16_t h = kvfs_f32_to_f16(frand() * (per == 256 ? 0.002f : 0.05f));
                 memcpy(raw + b * bytes + d_at + 2 * k, &h, 2);
             }
+        /* MXFP4's E8M0 byte: 2^-10 .. 2^-4 (values up to 0.75), every 50th
+         * block's 0 or 1 (its subnormal scales) */
+        for (size_t b = 0; b < total / bytes && type == KVFS_GGML_MXFP4; b++)
+            raw[b * bytes] = b % 50 ? (uint8_t)(121.0f + frand() * 3.5f) : (uint8_t)(b / 50 % 2);
         float *ref = malloc(sizeof(float) * total / bytes * per), *got = malloc(sizeof(float) * (size_t)out * in);
         CHECK_EQ(kvfs_ggml_dequantize_rows(type, raw, ref, (uint64_t)out, (uint64_t)in), 0);
         struct kvfs_weight *wg = NULL, *wc = NULL;
@@ -490,6 +495,15 @@ static void test_quant(void)
         G->free(gpu.ctx, dids);
         G->free(gpu.ctx, drows);
         free(raw), free(ref), free(got), free(ids);
+    }
+    {   /* an MXFP4 block scaled past what f16 holds (2^13): left to f32 */
+        uint8_t blk[17 * 2] = {140, 0x77, [17] = 141, 0x77};
+        struct kvfs_weight *w = NULL;
+        CHECK_EQ(G->weight_create_quant(gpu.ctx, KVFS_GGML_MXFP4, blk, 17, 1, 32, &w), 0);
+        G->weight_free(gpu.ctx, w);
+        w = NULL;
+        CHECK_EQ(G->weight_create_quant(gpu.ctx, KVFS_GGML_MXFP4, blk, 17, 2, 32, &w), -ENOTSUP);
+        CHECK(w == NULL);
     }
     /* Q8_K activations (K-quant weights' partner), ties of magnitude included */
     int n = 37, dim = 512;

@@ -29,7 +29,8 @@ int main(void)
     return 77;
 #else
     static const uint32_t types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
-                                     KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K};
+                                     KVFS_GGML_Q8_0, KVFS_GGML_Q4_K, KVFS_GGML_Q5_K, KVFS_GGML_Q6_K,
+                                     KVFS_GGML_MXFP4};
     const int n_cols = 1024, n_rows = 16;
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         uint32_t type = types[t], bytes = 0, per = (uint32_t)kq_block(type, &bytes);
@@ -42,7 +43,9 @@ int main(void)
             raw[i] = (uint8_t)rnd();
         size_t d_at = type == KVFS_GGML_Q6_K ? 208 : 0;
         int two = type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1 || type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K;
-        for (size_t b = 0; b < total / bytes; b++)
+        /* MXFP4's scale is a byte: every one of them a scale (255: 2^127, its
+         * products infinite on both sides), the random bytes as they are */
+        for (size_t b = 0; b < total / bytes && type != KVFS_GGML_MXFP4; b++)
             for (int k = 0; k <= two; k++) { /* finite scales of either sign, over many binades */
                 float v = (float)((int)(rnd() % 2001) - 1000) * (rnd() % 2 ? 1e-4f : 3e-6f);
                 uint16_t h = kvfs_f32_to_f16(v);

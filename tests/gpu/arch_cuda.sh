@@ -1,25 +1,34 @@
 #!/bin/bash
 # Every architecture kvfs runs, on CUDA against the CPU reference: a
 # synthetic model of each (kvfsctl mkmodel, as synth_arch.sh checks against
-# llama.cpp on the CPU), F32 and quantized by llama-quantize to Q4_K_M,
+# llama.cpp on the CPU), F32 and quantized by llama-quantize to Q4_K_M (the
+# mixture-of-experts families also MXFP4_MOE: their experts in MXFP4),
 # gives the CPU's next token and its top 10 log-probabilities within 0.02
 # nats + 1e-3 of each value, for a few rows and for 300.  What only these
 # architectures use runs here on a device: RoPE frequency factors
-# (mistral3), attention and final soft-capping (gemma2), partial rotary
-# (phi3), the experts' routing weights (qwen3moe's mul_rows).  Skips (77)
-# without a GPU; the quantized half without llama-quantize.
+# (mistral3; gpt-oss's YaRN), attention and final soft-capping (gemma2),
+# partial rotary (phi3), the experts' routing weights (qwen3moe's and
+# gpt-oss's mul_rows), gpt-oss's attention sinks (5 rows: the f32 kernel,
+# 300: the tensor cores'), swiglu_oai and biases, MXFP4 weights.  mkmodel's
+# flags give gpt-oss heads of 64 (its real width), a window of 8 on every
+# other layer.
+# Skips (77) without a GPU; the quantized half without llama-quantize.
 . "$(dirname "$0")/../lib.sh"
 nvidia-smi -L >/dev/null 2>&1 || skip "no NVIDIA GPU"
 QUANTIZE=${LLAMA_QUANTIZE:-$BUILD/llama-cuda/bin/llama-quantize}
 python3 -c 'import random; random.seed(4); print(" ".join(str(random.randint(0, 256)) for _ in range(300)))' > "$T/ids300"
 cut -d' ' -f1-5 "$T/ids300" > "$T/ids5"
-for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe; do
+for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss; do
     "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$arch" --layers 4 --embd 256 --heads 4 --kv-heads 2 --ff 512 \
         --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
     types=F32
-    if [ -x "$QUANTIZE" ] && "$QUANTIZE" "$T/$arch.F32.gguf" "$T/$arch.Q4_K_M.gguf" Q4_K_M > "$T/q.log" 2>&1; then
-        types="F32 Q4_K_M"
-    fi
+    quants=Q4_K_M
+    case $arch in qwen3moe | gpt-oss) quants="Q4_K_M MXFP4_MOE" ;; esac
+    for q in $quants; do
+        if [ -x "$QUANTIZE" ] && "$QUANTIZE" "$T/$arch.F32.gguf" "$T/$arch.$q.gguf" "$q" > "$T/q.log" 2>&1; then
+            types="$types $q"
+        fi
+    done
     for type in $types; do
         for n in 5 300; do
             "$KVFSCTL" logits -m "$T/$arch.$type.gguf" --tokens-file "$T/ids$n" --top 10 --backend cpu > "$T/cpu.json"

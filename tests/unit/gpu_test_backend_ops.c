@@ -668,15 +668,17 @@ static void test_model(const char *arch, double tol)
     }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
     test_chunk_shift(mc, mg, arch);
-    {   /* and with Llama 3.1-style RoPE frequency factors */
-        float ff[128];
+    {   /* and with Llama 3.1-style RoPE frequency factors (in place of
+         * gpt-oss's YaRN ones, the models' own, put back to be freed) */
+        float ff[128], *own_c = mc->rope_freqs, *own_g = mg->rope_freqs;
         for (int j = 0; j < mc->hp.rope_dim / 2 && j < 128; j++)
             ff[j] = 1.0f + 7.0f * (float)((j * 3) % 5) / 4.0f;
         mc->rope_freqs = mg->rope_freqs = ff;
         char lab2[64];
         snprintf(lab2, sizeof(lab2), "%s + rope_freqs", arch);
         test_chunk_shift(mc, mg, lab2);
-        mc->rope_freqs = mg->rope_freqs = NULL;
+        mc->rope_freqs = own_c;
+        mg->rope_freqs = own_g;
     }
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);
@@ -712,8 +714,10 @@ int main(void)
     test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
     test_mass_many();
     test_quant();
-    static const char *const arches[] = {"llama", "qwen2",   "qwen3", "gemma2", "gemma3",
-                                         "granite", "smollm3", "olmo2", "phi3",   "mistral3"};
+    /* gpt-oss: its sinks in the blend's votes (attn_mass_sinks) and in a
+     * decoding step's row, YaRN's factors in the chunk shift */
+    static const char *const arches[] = {"llama", "qwen2",   "qwen3", "gemma2", "gemma3",  "granite",
+                                         "smollm3", "olmo2", "phi3",  "mistral3", "gpt-oss"};
     enum { N_ARCHES = sizeof(arches) / sizeof(arches[0]) };
     setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */
     for (int a = 0; a < N_ARCHES; a++)

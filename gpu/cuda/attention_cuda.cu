@@ -2,7 +2,9 @@
 // kernel for head dims 64 and 128, a simple one for others and for single
 // rows), the dispatch to the tensor-core kernel (attention_tc.cu), and the
 // attention mass a blend's selection votes with.  Same semantics as the CPU
-// backend's (gpu/cpu/attention.c).
+// backend's (gpu/cpu/attention.c); gpt-oss's sinks (attention_sinks,
+// attn_mass_sinks) go into each kernel's last normalization (sink_inv) and
+// the mass's max and sum, so the online softmax itself is unchanged.
 #include "cuda_internal.cuh"
 
 /* Flash-style attention, tiled: one block per (32 query rows, head), 128

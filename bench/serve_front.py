@@ -181,7 +181,7 @@ def body(docs, q, via_kvfs, max_tokens=16):
 
 
 def load(port, pool, via_kvfs, clients, seconds):
-    ttfts, done, errors = [], [0], []
+    ttfts, done, errors, phases = [], [0], [], {}
     lock = threading.Lock()
     t_end = time.perf_counter() + seconds
 
@@ -192,7 +192,7 @@ def load(port, pool, via_kvfs, clients, seconds):
             docs, q = request(rng, pool, f'{c}.{serial}')
             serial += 1
             try:
-                ttft, _, _, _ = stream(port, '/v1/chat/completions', body(docs, q, via_kvfs))
+                ttft, _, _, last = stream(port, '/v1/chat/completions', body(docs, q, via_kvfs))
             except Exception as e:  # counted, reported
                 with lock:
                     errors.append(str(e)[:200])
@@ -201,6 +201,8 @@ def load(port, pool, via_kvfs, clients, seconds):
                 if time.perf_counter() <= t_end:
                     ttfts.append(ttft)
                     done[0] += 1
+                    for k, v in ((last.get('kvfs') or {}).get('ms') or {}).items():  # where kvfs-serve's time went
+                        phases.setdefault(k, []).append(v)
     t0 = time.perf_counter()
     th = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in th:
@@ -212,7 +214,8 @@ def load(port, pool, via_kvfs, clients, seconds):
     q = statistics.quantiles(ttfts, n=100) if len(ttfts) > 1 else [float('nan')] * 99
     return {'requests': done[0], 'prompts_per_s': done[0] / seconds,
             'ttft_p50': statistics.median(ttfts) if ttfts else float('nan'),
-            'ttft_p99': q[98], 'wall_s': wall, 'errors': len(errors), 'first_error': errors[:1],
+            'ttft_p99': q[98], 'wall_s': wall,
+            'kvfs_ms_p50': {k: statistics.median(v) for k, v in phases.items()}, 'errors': len(errors), 'first_error': errors[:1],
             'loadavg_1m_at_end': load_avg}
 
 

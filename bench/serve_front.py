@@ -19,7 +19,9 @@ requests through kvfs-serve against llama-server's own full prefill of the
 same tokens); the front's own overhead (a request whose blend is cached,
 through kvfs-serve, against the same restore and completion sent to
 llama-server directly); multi-turn (8 conversations of 5 turns interleaved
-on 2 slots, each side fresh: time to first token of turns 2-5).
+on 2 slots, each side fresh: time to first token of turns 2-5), against
+llama-server with its RAM prompt cache and without it (--cache-ram 0: what
+a restarted server, or another host, has for a returning conversation).
 
 usage: LLAMA_SERVER=... bench/serve_front.py [--seconds 90] [--clients 8]
        [--pool 200] [--sample 30] [--out FILE.json]
@@ -95,7 +97,7 @@ def wait_up(port, what, proc, secs=120):
 class Rig:
     """llama-server (and with mount: kvfs and kvfs-serve) in a temporary directory"""
 
-    def __init__(self, td, name, slots, mount, port):
+    def __init__(self, td, name, slots, mount, port, ram_cache=True):
         self.procs, self.td, self.mnt = [], td, None
         self.eport, self.port = port, port + 1
         # a KV cache per slot (llama-server's default; a unified one makes every slot's attention
@@ -114,6 +116,8 @@ class Rig:
                     break
                 time.sleep(0.05)
             flags += ['--slot-save-path', self.mnt + '/llama/', '--cache-ram', '0']
+        elif not ram_cache:  # llama-server as after a restart, or another host's: no prompt cache in RAM
+            flags += ['--cache-ram', '0']
         log = open(os.path.join(td, name + '.engine.log'), 'w')
         self.procs.append(subprocess.Popen([SERVER] + flags, stdout=log, stderr=log))
         wait_up(self.eport, 'llama-server', self.procs[-1])
@@ -177,7 +181,7 @@ def body(docs, q, via_kvfs, max_tokens=16):
 
 
 def load(port, pool, via_kvfs, clients, seconds):
-    ttfts, done, errors = [], [0], []
+    ttfts, done, errors, phases = [], [0], [], {}
     lock = threading.Lock()
     t_end = time.perf_counter() + seconds
 
@@ -188,7 +192,7 @@ def load(port, pool, via_kvfs, clients, seconds):
             docs, q = request(rng, pool, f'{c}.{serial}')
             serial += 1
             try:
-                ttft, _, _, _ = stream(port, '/v1/chat/completions', body(docs, q, via_kvfs))
+                ttft, _, _, last = stream(port, '/v1/chat/completions', body(docs, q, via_kvfs))
             except Exception as e:  # counted, reported
                 with lock:
                     errors.append(str(e)[:200])
@@ -197,6 +201,8 @@ def load(port, pool, via_kvfs, clients, seconds):
                 if time.perf_counter() <= t_end:
                     ttfts.append(ttft)
                     done[0] += 1
+                    for k, v in ((last.get('kvfs') or {}).get('ms') or {}).items():  # where kvfs-serve's time went
+                        phases.setdefault(k, []).append(v)
     t0 = time.perf_counter()
     th = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in th:
@@ -208,7 +214,8 @@ def load(port, pool, via_kvfs, clients, seconds):
     q = statistics.quantiles(ttfts, n=100) if len(ttfts) > 1 else [float('nan')] * 99
     return {'requests': done[0], 'prompts_per_s': done[0] / seconds,
             'ttft_p50': statistics.median(ttfts) if ttfts else float('nan'),
-            'ttft_p99': q[98], 'wall_s': wall, 'errors': len(errors), 'first_error': errors[:1],
+            'ttft_p99': q[98], 'wall_s': wall,
+            'kvfs_ms_p50': {k: statistics.median(v) for k, v in phases.items()}, 'errors': len(errors), 'first_error': errors[:1],
             'loadavg_1m_at_end': load_avg}
 
 
@@ -359,10 +366,11 @@ def main():
                     save()
             finally:
                 kv.stop()
-        for name, via in (('turns_llama_server', False), ('turns_kvfs_serve', True)):
+        for name, via, ram in (('turns_llama_server', False, True), ('turns_llama_server_no_ram_cache', False, False),
+                               ('turns_kvfs_serve', True, False)):
             if 'turns' not in phases:
                 break
-            rig = Rig(td, name, 2, via, port + 4)
+            rig = Rig(td, name, 2, via, port + 4, ram_cache=ram)
             try:
                 res[name] = turns(rig.port, pool, via)
                 save()
@@ -376,6 +384,8 @@ def main():
             r['kvfs_p99_over_p50'] = ks['ttft_p99'] / ks['ttft_p50']
         if 'turns' in phases:
             r['turns_ttft_p50'] = res['turns_llama_server']['later_ttft_p50'] / res['turns_kvfs_serve']['later_ttft_p50']
+            r['turns_ttft_p50_vs_no_ram_cache'] = (res['turns_llama_server_no_ram_cache']['later_ttft_p50'] /
+                                                   res['turns_kvfs_serve']['later_ttft_p50'])
     finally:
         shutil.rmtree(td, ignore_errors=True)
     out = json.dumps(res, indent=1)

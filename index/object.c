@@ -37,23 +37,52 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
-int kvfs_obj_encode(const void *image, const struct kvfs_header *h, int zstd_level, uint8_t **out,
-                    size_t *out_len)
+/* Whether zstd may save the 10% a frame needs, judged from a sample: a
+ * slice from the start of the layer's K and one from its V.  KV layers are
+ * mostly close to incompressible (~7% at level 1), and compressing a whole
+ * layer only to store it raw cost more than all the rest of an ingest. */
+#define SAMPLE_BYTES (16u << 10)
+static int worth_compressing(ZSTD_CCtx *cctx, const uint8_t *src, uint64_t lbytes, int level, uint8_t *scratch,
+                             size_t scratch_cap)
+{
+    if (lbytes <= 4 * SAMPLE_BYTES)
+        return 1; /* small: the whole layer is as cheap as a sample */
+    size_t in = 0, out = 0;
+    const uint64_t at[2] = {0, lbytes / 2};
+    for (int i = 0; i < 2; i++) {
+        size_t c = ZSTD_compressCCtx(cctx, scratch, scratch_cap, src + at[i], SAMPLE_BYTES, level);
+        if (ZSTD_isError(c))
+            return 1;
+        in += SAMPLE_BYTES;
+        out += c;
+    }
+    /* the frame's rule (10% saved) with a point of margin: on SmolLM2's K/V
+     * a layer's samples compress within half a point of the whole layer */
+    return out < in - in * 9 / 100;
+}
+
+int kvfs_obj_encode_parts(const void *image, const struct kvfs_header *h, int zstd_level, struct kvfs_obj_parts *out)
 {
     const uint8_t *img = image;
     uint32_t nl = h->fp.n_layer;
     uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
     uint64_t prefix = KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * nl + h->header_size;
-    size_t bound = zstd_level > 0 ? ZSTD_compressBound(lbytes) : lbytes;
-    uint64_t cap = prefix + (uint64_t)nl * (bound > lbytes ? bound : lbytes);
-    uint8_t *buf = malloc(cap);
+    size_t bound = zstd_level > 0 ? ZSTD_compressBound(lbytes) : 0;
+    /* the prefix, then room for every layer's frame should all compress:
+     * pages never written are never touched */
+    uint8_t *buf = malloc(prefix + (uint64_t)nl * bound), *scratch = NULL, *cur;
+    struct iovec *iov = calloc((size_t)nl + 1, sizeof(*iov));
+    size_t scratch_cap = ZSTD_compressBound(SAMPLE_BYTES);
     ZSTD_CCtx *cctx = NULL;
-    int rc = 0;
-    if (!buf)
-        return -ENOMEM;
-    if (zstd_level > 0 && !(cctx = ZSTD_createCCtx())) {
+    int rc = 0, n = 1;
+    memset(out, 0, sizeof(*out));
+    if (!buf || !iov) {
         rc = -ENOMEM;
-        goto free_buf;
+        goto fail;
+    }
+    if (zstd_level > 0 && (!(cctx = ZSTD_createCCtx()) || !(scratch = malloc(scratch_cap)))) {
+        rc = -ENOMEM;
+        goto fail;
     }
     memset(buf, 0, KVFS_OBJ_FIXED + (size_t)KVFS_OBJ_ENTRY * nl);
     memcpy(buf, KVFS_OBJ_MAGIC, 8);
@@ -62,33 +91,77 @@ int kvfs_obj_encode(const void *image, const struct kvfs_header *h, int zstd_lev
     wr64(buf + 16, h->file_size);
     wr32(buf + 24, h->header_size);
     memcpy(buf + prefix - h->header_size, img, h->header_size);
+    iov[0].iov_base = buf;
+    iov[0].iov_len = prefix;
+    cur = buf + prefix;
     uint64_t pos = prefix;
     for (uint32_t l = 0; l < nl; l++) {
         const uint8_t *src = img + h->header_size + l * stride;
         uint32_t codec = KVFS_CODEC_RAW;
         uint64_t sz = lbytes;
-        if (cctx) {
-            size_t c = ZSTD_compressCCtx(cctx, buf + pos, bound, src, lbytes, zstd_level);
+        if (cctx && worth_compressing(cctx, src, lbytes, zstd_level, scratch, scratch_cap)) {
+            size_t c = ZSTD_compressCCtx(cctx, cur, bound, src, lbytes, zstd_level);
             if (!ZSTD_isError(c) && c < lbytes - lbytes / 10) {
                 codec = KVFS_CODEC_ZSTD;
                 sz = c;
             }
         }
-        if (codec == KVFS_CODEC_RAW)
-            memcpy(buf + pos, src, lbytes);
+        /* a raw frame is the image's own bytes: written from there, no copy */
+        const void *from = codec == KVFS_CODEC_RAW ? (const void *)src : (const void *)cur;
+        if ((uint8_t *)iov[n - 1].iov_base + iov[n - 1].iov_len == from)
+            iov[n - 1].iov_len += sz; /* consecutive in memory: one part */
+        else {
+            iov[n].iov_base = (void *)from;
+            iov[n++].iov_len = sz;
+        }
+        if (codec == KVFS_CODEC_ZSTD)
+            cur += sz;
         uint8_t *e = buf + KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * l;
         wr64(e, pos);
         wr64(e + 8, sz);
         wr32(e + 16, codec);
         pos += sz;
     }
-    *out = buf;
-    *out_len = pos;
+    out->iov = iov;
+    out->n = n;
+    out->owned = buf;
+    out->len = pos;
     ZSTD_freeCCtx(cctx);
+    free(scratch);
     return 0;
-free_buf:
+fail:
+    ZSTD_freeCCtx(cctx);
+    free(scratch);
     free(buf);
+    free(iov);
     return rc;
+}
+
+void kvfs_obj_parts_free(struct kvfs_obj_parts *p)
+{
+    free(p->owned);
+    free(p->iov);
+    memset(p, 0, sizeof(*p));
+}
+
+int kvfs_obj_encode(const void *image, const struct kvfs_header *h, int zstd_level, uint8_t **out,
+                    size_t *out_len)
+{
+    struct kvfs_obj_parts p;
+    int rc = kvfs_obj_encode_parts(image, h, zstd_level, &p);
+    if (rc)
+        return rc;
+    uint8_t *buf = malloc(p.len ? p.len : 1), *at = buf;
+    for (int i = 0; buf && i < p.n; i++) {
+        memcpy(at, p.iov[i].iov_base, p.iov[i].iov_len);
+        at += p.iov[i].iov_len;
+    }
+    kvfs_obj_parts_free(&p);
+    if (!buf)
+        return -ENOMEM;
+    *out = buf;
+    *out_len = (size_t)(at - buf);
+    return 0;
 }
 
 void kvfs_obj_info_free(struct kvfs_obj_info *info)

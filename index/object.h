@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "kvformat.h"
 
@@ -43,6 +44,19 @@ struct kvfs_obj_info {
     uint64_t header_offset;          /* where the v1 header region starts */
     struct kvfs_obj_frame *frames;   /* n_layer, malloc'ed */
 };
+
+/* An encoded object as the parts to write in order: the prefix and any
+ * zstd frames live in `owned`; raw frames point into the image itself (which
+ * must outlive the parts), so storing a chunk copies its bytes once, into the
+ * file, not into a buffer first. */
+struct kvfs_obj_parts {
+    struct iovec *iov;
+    int n;
+    uint8_t *owned;
+    size_t len; /* the object's size: the parts' lengths summed */
+};
+int kvfs_obj_encode_parts(const void *image, const struct kvfs_header *h, int zstd_level, struct kvfs_obj_parts *out);
+void kvfs_obj_parts_free(struct kvfs_obj_parts *p);
 
 /* Encode a verified chunk image into an object (malloc'ed *out, *out_len). */
 int kvfs_obj_encode(const void *image, const struct kvfs_header *h, int zstd_level,

@@ -134,22 +134,31 @@ int store_evict_for(struct kvfs_store *s, uint64_t need)
 
 static atomic_uint tmp_seq; /* temporary file names unique within the process */
 
-int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
-                    size_t errlen)
+int store_write_tmp_iov(struct kvfs_store *s, const char *name, const struct iovec *iov, int n, char tmp[4096],
+                        char *err, size_t errlen)
 {
     snprintf(tmp, 4096, "%s/tmp/%s.%d.%u.tmp", s->dir, name, (int)getpid(), atomic_fetch_add(&tmp_seq, 1));
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc = 0;
     if (fd < 0) {
         rc = -errno;
         return kvfs_errf(err, errlen, rc, "cannot create %s: %s", tmp, strerror(-rc));
     }
-    if ((rc = kvfs_write_full(fd, obj, len))) {
+    for (int i = 0; i < n && !rc; i++)
+        rc = kvfs_write_full(fd, iov[i].iov_base, iov[i].iov_len);
+    if (rc) {
         close(fd);
         unlink(tmp);
         return kvfs_errf(err, errlen, rc, "writing object failed: %s%s", strerror(-rc),
                          rc == -ENOSPC ? " (backing disk full)" : "");
     }
     return fd;
+}
+
+int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
+                    size_t errlen)
+{
+    struct iovec one = {(void *)obj, len};
+    return store_write_tmp_iov(s, name, &one, 1, tmp, err, errlen);
 }
 
 /* ---- lookups ---- */

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/uio.h>
 
 #include "chunk_rows.h"
 #include "ram_tier.h"
@@ -56,5 +57,8 @@ int store_evict_for(struct kvfs_store *s, uint64_t need);
  * tmp); the open descriptor, or -errno with err set and nothing left behind. */
 int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, size_t len, char tmp[4096], char *err,
                     size_t errlen);
+/* The same, the object given as parts written in order (kvfs_obj_parts) */
+int store_write_tmp_iov(struct kvfs_store *s, const char *name, const struct iovec *iov, int n, char tmp[4096],
+                        char *err, size_t errlen);
 
 #endif

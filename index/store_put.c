@@ -122,8 +122,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
                    char hash_out[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_header h;
-    uint8_t *obj = NULL;
-    size_t obj_len = 0;
+    struct kvfs_obj_parts obj = {0};
     char hex[KVFS_HASH_HEX_LEN + 1], tmp[4096];
     int rc, fd;
     if (s->opts.read_only)
@@ -134,20 +133,20 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         memcpy(hash_out, hex, sizeof(hex));
     if (store_has_chunk(s, hex))
         return 0; /* content addressed: same name, same meaning */
-    if ((rc = kvfs_obj_encode(buf, &h, s->opts.zstd_level, &obj, &obj_len))) {
+    if ((rc = kvfs_obj_encode_parts(buf, &h, s->opts.zstd_level, &obj))) {
         kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
-    if ((fd = rc = store_write_tmp(s, hex, obj, obj_len, tmp, err, errlen)) < 0 ||
+    if ((fd = rc = store_write_tmp_iov(s, hex, obj.iov, obj.n, tmp, err, errlen)) < 0 ||
         (rc = finish_tmp(s, fd, tmp, err, errlen)))
         goto count_error;
-    free(obj);
-    obj = NULL;
+    size_t obj_len = obj.len;
+    kvfs_obj_parts_free(&obj);
     if ((rc = commit_object(s, tmp, hex, &h, obj_len, err, errlen)))
         goto count_error;
     return 0;
 count_error:
-    free(obj);
+    kvfs_obj_parts_free(&obj);
     count_ingest_error(s);
     return rc;
 }

@@ -51,18 +51,17 @@ static int make_room_locked(struct kvfs_store *s, uint64_t need, char *err, size
 static int write_object(struct kvfs_store *s, const char *key, const uint8_t *img, const struct kvfs_header *h,
                         char tmp[4096], uint64_t *obj_len, char *err, size_t errlen)
 {
-    uint8_t *obj = NULL;
-    size_t len = 0;
+    struct kvfs_obj_parts obj;
     /* raw frames: zstd buys ~8% on KV data and costs time on every blend */
-    int rc = kvfs_obj_encode(img, h, 0, &obj, &len), fd;
+    int rc = kvfs_obj_encode_parts(img, h, 0, &obj), fd;
     if (rc)
         return kvfs_errf(err, errlen, rc, "cannot encode the result: %s", strerror(-rc));
-    fd = store_write_tmp(s, key, obj, len, tmp, err, errlen);
-    free(obj);
+    fd = store_write_tmp_iov(s, key, obj.iov, obj.n, tmp, err, errlen);
+    *obj_len = obj.len;
+    kvfs_obj_parts_free(&obj);
     if (fd < 0)
         return fd;
     close(fd);
-    *obj_len = len;
     return 0;
 }
 

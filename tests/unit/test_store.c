@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "image.h"
+#include "object.h"
 #include "store.h"
 #include "synth_chunk.h"
 
@@ -436,6 +437,70 @@ static void test_results(void)
 
 static void report(void *ctx, const char *line) { (void)ctx; fprintf(stderr, "fsck: %s\n", line); }
 
+/* kvfs_obj_encode_parts: which layers are compressed (judged on samples of
+ * layers over 64 KiB), raw frames written straight from the image, and the
+ * parts making the same object as kvfs_obj_encode, which decodes back */
+static void test_object_parts(void)
+{
+    struct kvfs_writer w;
+    struct kvfs_header h;
+    CHECK_EQ(synth_chunk(&w, 4, 4000, 9, KVFS_DTYPE_F16), 0); /* 6 random bits a byte: zstd saves ~25% */
+    uint64_t lb = kvfs_layer_bytes(&w.hdr);
+    CHECK(lb > (64u << 10));
+    uint64_t s = 77;
+    uint8_t *l2 = kvfs_writer_layer(&w, 2), *l3 = kvfs_writer_layer(&w, 3);
+    for (uint64_t i = 0; i < lb; i++) { /* layer 2 incompressible; layer 3's K too, not its V */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        l2[i] = (uint8_t)(s >> 56);
+        if (i < lb / 2)
+            l3[i] = (uint8_t)(s >> 48);
+    }
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(kvfs_header_parse(w.buf, w.size, &h, NULL, 0), 0);
+    struct kvfs_obj_parts p;
+    CHECK_EQ(kvfs_obj_encode_parts(w.buf, &h, 1, &p), 0);
+    const uint8_t *table = p.owned + KVFS_OBJ_FIXED;
+    uint32_t codec[4];
+    for (int l = 0; l < 4; l++)
+        memcpy(&codec[l], table + (size_t)KVFS_OBJ_ENTRY * l + 16, 4);
+    CHECK_EQ(codec[0], KVFS_CODEC_ZSTD);
+    CHECK_EQ(codec[1], KVFS_CODEC_ZSTD);
+    CHECK_EQ(codec[2], KVFS_CODEC_RAW); /* its samples save nothing: not compressed at all */
+    CHECK_EQ(codec[3], KVFS_CODEC_ZSTD); /* half of it saves enough */
+    int from_image = 0;
+    size_t sum = 0;
+    for (int i = 0; i < p.n; i++) {
+        sum += p.iov[i].iov_len;
+        from_image |= (const uint8_t *)p.iov[i].iov_base == l2;
+    }
+    CHECK_EQ(sum, p.len);
+    CHECK(from_image); /* the raw layer is written from the image, not a copy */
+    uint8_t *obj = NULL, *img = NULL;
+    size_t len = 0, img_len = 0;
+    CHECK_EQ(kvfs_obj_encode(w.buf, &h, 1, &obj, &len), 0);
+    CHECK_EQ(len, p.len);
+    size_t at = 0;
+    int same = 1;
+    for (int i = 0; i < p.n; i++) {
+        same &= !memcmp(obj + at, p.iov[i].iov_base, p.iov[i].iov_len);
+        at += p.iov[i].iov_len;
+    }
+    CHECK(same);
+    char path[64], why[128];
+    snprintf(path, sizeof(path), "/tmp/kvfs-test-obj.%d", (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, obj, len), (ssize_t)len);
+    CHECK_EQ(kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)), 0);
+    CHECK(img_len == w.size && !memcmp(img, w.buf, w.size));
+    close(fd);
+    unlink(path);
+    kvfs_img_free(img);
+    free(obj);
+    kvfs_obj_parts_free(&p);
+    kvfs_writer_free(&w);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/kvfs-test-store.%d", (int)getpid());
@@ -661,6 +726,7 @@ int main(void)
     }
 
     test_results();
+    test_object_parts();
 
     uint64_t v;
     CHECK_EQ(kvfs_parse_size("64M", &v), 0);

@@ -161,6 +161,7 @@ int cmd_remote(int argc, char **argv)
                                  .timeout_s = atoi(tmo), .capacity = strtoull(cap, NULL, 10)};
     struct kvfs_remote *r;
     char err[512] = "";
+    kvfs_set_log_level(KVFS_LOG_WARN); /* this command says what it evicted itself */
     if ((rc = kvfs_remote_connect(&o, &r, err, sizeof(err)))) {
         fprintf(stderr, "kvfsctl remote: %s\n", err[0] ? err : strerror(-rc));
         return 1;

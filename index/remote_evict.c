@@ -43,6 +43,7 @@ struct view_ctx {
     struct remote_view *v;
     const char *model;
     size_t first; /* the model's first entry in v->e */
+    int err;      /* a view short of entries would undercount the usage */
 };
 
 static int view_grow(struct remote_view *v)
@@ -72,8 +73,8 @@ static int view_key(void *ctx, const char *key, size_t klen, const char *val, si
     struct view_ctx *c = ctx;
     struct remote_view *v = c->v;
     if (klen == KVFS_HASH_HEX_LEN && hex64(key)) {
-        if (view_grow(v))
-            return -ENOMEM;
+        if ((c->err = view_grow(v)))
+            return 1;
         struct kvfs_remote_entry *e = &v->e[v->n++];
         memset(e, 0, sizeof(*e));
         memcpy(e->hash, key, klen);
@@ -115,17 +116,25 @@ static int view_key(void *ctx, const char *key, size_t klen, const char *val, si
     return 0;
 }
 
+struct model_list {
+    char (*m)[17];
+    size_t n, cap;
+    int err;
+};
+
 static int model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
 {
     (void)val, (void)vlen;
-    struct { char (*m)[17]; size_t n, cap; } *l = ctx;
+    struct model_list *l = ctx;
     if (klen == 0 || klen > 16)
         return 0;
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
         void *p = realloc(l->m, cap * sizeof(*l->m));
-        if (!p)
-            return -ENOMEM;
+        if (!p) {
+            l->err = -ENOMEM;
+            return 1;
+        }
         l->m = p;
         l->cap = cap;
     }
@@ -136,14 +145,19 @@ static int model_key(void *ctx, const char *key, size_t klen, const char *val, s
 
 int remote_view_read(rados_ioctx_t io, struct remote_view *v)
 {
-    struct { char (*m)[17]; size_t n, cap; } models = {0};
+    struct model_list models = {0};
     memset(v, 0, sizeof(*v));
+    v->lock_at = remote_now_s();
     long rc = remote_omap_each(io, "kvfs.models", model_key, &models);
+    if (rc >= 0 && models.err)
+        rc = models.err;
     for (size_t i = 0; rc >= 0 && i < models.n; i++) {
         char oid[64];
         snprintf(oid, sizeof(oid), "kvfs.model.%s", models.m[i]);
-        struct view_ctx c = {v, models.m[i], v->n};
+        struct view_ctx c = {v, models.m[i], v->n, 0};
         rc = remote_omap_each(io, oid, view_key, &c);
+        if (rc >= 0 && c.err)
+            rc = c.err;
     }
     free(models.m);
     if (rc < 0) {
@@ -216,10 +230,15 @@ int remote_evict_lock(struct kvfs_remote *r, rados_ioctx_t io)
     }
 }
 
-int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io)
+int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v)
 {
     struct timeval lease = {LOCK_LEASE_S, 0};
-    return rados_lock_exclusive(io, LOCK_OBJ, LOCK_NAME, r->cookie, "kvfs eviction", &lease, LIBRADOS_LOCK_FLAG_RENEW);
+    if (remote_now_s() - v->lock_at < LOCK_LEASE_S / 3)
+        return 0;
+    int rc = rados_lock_exclusive(io, LOCK_OBJ, LOCK_NAME, r->cookie, "kvfs eviction", &lease, LIBRADOS_LOCK_FLAG_RENEW);
+    if (rc == 0)
+        v->lock_at = remote_now_s();
+    return rc < 0 ? rc : 0;
 }
 
 void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
@@ -279,7 +298,10 @@ int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view
         }
         if (!e)
             return -ENOSPC;
-        int rc = evict_entry(r, io, e);
+        int rc = remote_evict_renew(r, io, v);
+        if (rc < 0)
+            return rc;
+        rc = evict_entry(r, io, e);
         if (rc == -EBUSY) {
             e->pinned = 1;
             continue;

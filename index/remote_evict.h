@@ -15,19 +15,22 @@ struct remote_view {
     struct kvfs_remote_entry *e;
     size_t n, cap, next; /* next: the oldest candidate not yet looked at */
     int sorted;
+    double lock_at; /* the lease last taken or renewed (monotonic) */
     uint64_t usage, pinned;
     struct remote_orphan { char model[17]; char key[KVFS_HASH_HEX_LEN + 3]; } *orphans;
     size_t n_orphans, cap_orphans;
 };
 
+/* Read right after taking the lock: the lease counts from then. */
 int remote_view_read(rados_ioctx_t io, struct remote_view *v);
 void remote_view_free(struct remote_view *v);
 /* The evictor lock (lease 30 s, so a crashed holder's lapses): waits up
  * to the tier's timeout for another holder; -EBUSY when it did not let go. */
 int remote_evict_lock(struct kvfs_remote *r, rados_ioctx_t io);
 void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io);
-/* Extend the lease of a lock held (a long batch of uploads). */
-int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io);
+/* Extend the lease when a third of it is gone (long batches and passes);
+ * an error means the lock was lost: stop. */
+int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v);
 /* Holding the lock: evict the least recently used unpinned chunks (never
  * keep) until usage + need <= cap; -ENOSPC when pins leave no room. */
 int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v, uint64_t cap, const char *keep,

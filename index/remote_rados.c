@@ -29,10 +29,8 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
     rados_ioctx_t io = remote_io(r, &st2);
     struct remote_view v, *vp = NULL;
     int rc;
-    double locked_at = 0;
     if (r->capacity) {
         if ((rc = remote_evict_lock(r, io)) == 0) {
-            locked_at = remote_now_s();
             remote_atime_flush(r, io);
             if ((rc = remote_view_read(io, &v)) == 0)
                 vp = &v;
@@ -63,11 +61,8 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
     uint64_t evicted0 = r->evicted;
     pthread_mutex_unlock(&r->lock);
     for (int i = 0; i < n; i++) {
-        if (vp && remote_now_s() - locked_at > 10) { /* a long batch keeps its lease */
-            if (remote_evict_renew(r, io) < 0)
-                break;
-            locked_at = remote_now_s();
-        }
+        if (vp && remote_evict_renew(r, io, vp) < 0)
+            break; /* the lease lapsed: the rest waits for the next round */
         int prc = remote_push_one(r, io, batch[i], vp);
         if (prc < 0 && remote_is_outage(prc)) {
             remote_mark_down(r, prc, "upload", batch[i]);

@@ -8,7 +8,9 @@
 # ones nobody read; a chunk pinned through host A survives B's evictions;
 # kvfsctl remote lists sizes, uses and pins, pins, unpins and evicts; a host
 # whose listing still shows an evicted chunk reads it as a clean miss
-# (ENOENT) and stores nothing; uploads from both hosts at once stay within.
+# (ENOENT) and stores nothing; uploads from both hosts at once stay within;
+# a lock left by a dead host lapses and uploads resume; a host without
+# remote_capacity overfills the pool and the others' listing passes evict back.
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
@@ -110,9 +112,30 @@ check "pinning a chunk not in the pool is refused (exit $rc): $out" sh -c "[ $rc
 out=$("$KVFSCTL" remote evict --to $((L * 2)) "$B" 2>&1)
 check "kvfsctl remote evict --to two chunks: $out" sh -c "[ \$('$T/pool_usage' '$CEPH_CONF' kvfs ev | cut -d' ' -f2) = 2 ]"
 
+# a host that died holding the evictor lock: its lease (here 4 s) lapses and uploads resume
+timeout 20 rados -p kvfs -N ev lock get kvfs.evictor kvfs.evict --lock-cookie dead-host --lock-duration 4 \
+    --lock-type exclusive
+t0=$(date +%s.%N)
+cp "$T/c6.kv" "$A/chunks/${h[6]}.kv" # not on A yet: B uploaded it
+sleep 1
+check "a lock held by a dead host: A's upload waits" test "$(remote "$A" 'r["queued"]')" -ge 1
+check "... and goes once the lease lapses" drained "$A" 20
+check "... after $(printf %.1f "$(echo "$(date +%s.%N) - $t0" | bc)") s, within capacity" \
+    sh -c "[ \$('$T/pool_usage' '$CEPH_CONF' kvfs ev | cut -d' ' -f1) -le $CAP ] && timeout 20 rados -p kvfs -N ev stat ${h[6]} >/dev/null"
+
 touch "$T/stop"; wait $SAMPLER
 read -r n max maxobj < "$T/sampled"
 [ "$worst" -gt "$max" ] && max=$worst
 check "over the run ($n samples every 20 ms), the pool's chunk bytes peaked at $max (at most $maxobj objects): <= capacity $CAP + one object ($S)" \
     test "$max" -le $((CAP + S))
+
+# a host without remote_capacity overfills the pool: the next listing of a
+# host with it finds usage over capacity and evicts back
+evicted() { echo $(( $(remote "$A" 'r["evicted"]') + $(remote "$B" 'r["evicted"]') )); }
+e0=$(evicted); n0=$("$T/pool_usage" "$CEPH_CONF" kvfs ev | cut -d' ' -f2)
+for k in 5 7 8 9 10; do cp "$T/c$k.kv" "$C/incoming/"; done
+check "C (no remote_capacity) uploads five chunks onto $n0 in the pool (room for 5)" drained "$C" 30
+check "... a listing pass of A or B evicts back within capacity" \
+    sh -c "for i in \$(seq 50); do [ \$('$T/pool_usage' '$CEPH_CONF' kvfs ev | cut -d' ' -f1) -le $CAP ] && exit 0; sleep 0.2; done; exit 1"
+check "... A and B evicted $(( $(evicted) - e0 )) (at least $((n0 + 5 - 5)))" test $(( $(evicted) - e0 )) -ge $((n0 + 5 - 5))
 finish

@@ -357,6 +357,8 @@ void kvfs_remote_close(struct kvfs_remote *r)
     pthread_mutex_unlock(&r->lock);
     if (r->worker_started)
         pthread_join(r->worker, NULL);
+    if (r->io && r->n_atimes && r->state == ST_CONNECTED)
+        remote_atime_flush(r, r->io); /* the last uses too (bounded by the timeout) */
     if (r->io)
         rados_ioctx_destroy(r->io);
     if (r->cluster)

@@ -38,7 +38,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
     OPT("rados_timeout=%d", rados_timeout),
-    OPT("remote_list=%d", remote_list), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
+    OPT("remote_list=%d", remote_list), OPT("remote_capacity=%s", remote_capacity), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -65,6 +65,8 @@ static void usage(const char *prog)
            "  rados_timeout=S    bound on every remote call, seconds (default 5)\n"
            "  remote_list=S      refresh the listing of the fleet's chunks every S seconds\n"
            "                     (default 30; -1: list only chunks this host has)\n"
+           "  remote_capacity=SIZE keep the pool's chunks within SIZE, evicting the least\n"
+           "                     recently used unpinned ones across the fleet (default: unbounded)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
            "  kv_quant=Q         q8, q4, q4s or none (default): store chunks the mount names itself\n"
@@ -202,7 +204,7 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 
 /* The options turned into values (kvfs(8) has their meaning). */
 struct settings {
-    uint64_t capacity, ram, max_ingest, blend_cache, sim_read_bps;
+    uint64_t capacity, ram, max_ingest, blend_cache, sim_read_bps, remote_capacity;
     float min_ratio;
 };
 
@@ -212,8 +214,13 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
     if (size_opt("capacity", m->opts.capacity, 0, &st->capacity) ||
         size_opt("blend_cache", m->opts.blend_cache, 1ull << 30, &st->blend_cache) ||
         size_opt("ram", m->opts.ram, 256ull << 20, &st->ram) ||
-        size_opt("max_ingest", m->opts.max_ingest, 4ull << 30, &st->max_ingest))
+        size_opt("max_ingest", m->opts.max_ingest, 4ull << 30, &st->max_ingest) ||
+        size_opt("remote_capacity", m->opts.remote_capacity, 0, &st->remote_capacity))
         return 2;
+    if (m->opts.remote_capacity && !m->opts.rados_pool) {
+        fprintf(stderr, "kvfs: remote_capacity= needs rados=POOL\n");
+        return 2;
+    }
     if (m->opts.zstd_level < 0 || m->opts.zstd_level > 19) {
         fprintf(stderr, "kvfs: zstd level %d out of range 0..19\n", m->opts.zstd_level);
         return 2;
@@ -311,6 +318,8 @@ static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
                                   .rados_id = m->opts.rados_id, .keyring = m->opts.rados_keyring,
                                   .ns = m->opts.rados_ns, .timeout_s = m->opts.rados_timeout,
                                   .list_refresh_s = m->opts.remote_list};
+    if (m->opts.remote_capacity) /* checked by check_options */
+        kvfs_parse_size(m->opts.remote_capacity, &ro.capacity);
     char err[512] = "";
     *out = NULL;
     if (!m->opts.rados_pool)
@@ -374,7 +383,8 @@ destroy_session:
 static void free_opts(struct kvfs_opts *o)
 {
     char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio, o->kv_quant,
-                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->rados_keyring, o->rados_ns, o->passthrough};
+                    o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->rados_keyring, o->rados_ns, o->passthrough,
+                    o->remote_capacity};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
 }

@@ -70,6 +70,7 @@ struct kvfs_opts {
     char *rados_ns;      /* RADOS namespace (tenant) of every object */
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
+    char *remote_capacity; /* the pool's chunk bytes stay within it (LRU eviction across the fleet) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
     char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
     int verbose;

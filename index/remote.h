@@ -19,6 +19,15 @@
  * chunks and dequeues them only after RADOS acknowledged the write.  A queued
  * chunk is held against local eviction, so nothing acknowledged is lost.
  *
+ * Capacity (remote_capacity=, remote_evict.c): usage is the sum of the
+ * object sizes the namespace's omap indexes list (the entry's fifth field).
+ * An upload first takes the fleet's evictor lock (rados_lock_exclusive on
+ * "kvfs.evictor", 30 s lease), reads every index afresh and evicts the least
+ * recently used unpinned chunks until the new object fits; the same pass
+ * runs when a listing refresh finds the pool over capacity.  Uses are kept
+ * as omap keys "<hash>.a" (unix ms), written in batches every few seconds;
+ * pins as "<hash>.p", which eviction checks atomically (omap_cmp).
+ *
  * Bounds: every librados call is bounded by `timeout_s` (client mount, mon
  * and OSD op timeouts); after a failure the tier is "down" and lookups skip
  * it (fail fast) until the worker's probe reconnects. */
@@ -41,6 +50,7 @@ struct kvfs_remote_opts {
     const char *ns;        /* RADOS namespace of every object, NULL or "": the pool's default */
     int timeout_s;         /* bound on every remote call (default 5) */
     int list_refresh_s;    /* refresh the fleet listing this often (default 30; -1 = never) */
+    uint64_t capacity;     /* remote_capacity: the pool's chunk bytes stay within it (0 = unbounded) */
 };
 
 /* Open the tier for a store and hook it in (kvfs_store_set_remote).  A
@@ -78,5 +88,32 @@ void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash);
  * cb returns non-zero to stop.  Returns the count or -errno. */
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,
                             int (*cb)(void *ctx, const struct kvfs_chunk_info *c), void *ctx);
+
+/* ---- capacity, pins and eviction (remote_evict.c; kvfsctl remote) ---- */
+
+/* One chunk in the pool as the fleet's indexes list it. */
+struct kvfs_remote_entry {
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    char model[17];
+    uint64_t size;    /* the object's bytes (entries of older kvfs: the chunk's logical size) */
+    int64_t atime_ms; /* last recorded use by any host, unix ms (0: none) */
+    int pinned;
+};
+
+/* A connection of its own for an operator (no store, no worker): close it
+ * with kvfs_remote_close.  Errors are said in err. */
+int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **out, char *err, size_t errlen);
+/* Every chunk of the namespace, read afresh from the indexes, oldest use
+ * first; *usage gets their bytes.  The count or -errno. */
+long kvfs_remote_entries(struct kvfs_remote *r, int (*cb)(void *ctx, const struct kvfs_remote_entry *e), void *ctx,
+                         uint64_t *usage);
+/* Pin (never evicted) or unpin a chunk, for every host: -ENOENT if the pool
+ * does not list it. */
+int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin);
+/* Under the evictor lock: evict one chunk (hash; -EBUSY if pinned), or,
+ * hash NULL, the least recently used until the pool is within capacity.
+ * Counts what went in *n and *bytes (may be NULL). */
+int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
+                      char *err, size_t errlen);
 
 #endif

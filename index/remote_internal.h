@@ -35,6 +35,22 @@ struct kvfs_remote {
     sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
                                        * separate from the queue so a refresh never shares its transaction */
     uint64_t known;                   /* chunks in the listing */
+    /* remote_capacity (remote_evict.c): the pool's bytes held within it */
+    uint64_t capacity;                /* 0: unbounded */
+    uint64_t usage, n_pinned;         /* as of the last listing or eviction pass */
+    uint64_t evicted, evicted_bytes, evict_passes;
+    char cookie[96];                  /* this process's holder name of the evictor lock */
+    struct remote_atime *atimes;      /* chunks used since the last flush (worker writes them) */
+    size_t n_atimes;
+    double atimes_at;                 /* last flush (monotonic) */
+    double evict_checked_at;          /* last usage check without a listing (monotonic) */
+};
+
+/* A use of a chunk not yet written into its model's index. */
+struct remote_atime {
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    char model[17];
+    int64_t ms; /* unix milliseconds */
 };
 
 /* "" or 1-64 of A-Z a-z 0-9 . _ - */

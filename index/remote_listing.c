@@ -31,9 +31,8 @@ int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
     return 0;
 }
 
-/* One omap object's keys and values, in pages of 1000 (no pool scan). */
-static long omap_each(rados_ioctx_t io, const char *oid, int (*cb)(void *ctx, const char *key, size_t klen,
-                                                                  const char *val, size_t vlen), void *ctx)
+long remote_omap_each(rados_ioctx_t io, const char *oid,
+                      int (*cb)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen), void *ctx)
 {
     char after[256] = "";
     long count = 0;
@@ -68,7 +67,7 @@ static long omap_each(rados_ioctx_t io, const char *oid, int (*cb)(void *ctx, co
     return count;
 }
 
-/* "tokens size layers arch" (older entries: "tokens") */
+/* "tokens size layers arch osize" (older entries: fewer) */
 static int parse_entry(const char *hash, const char *model, const char *val, size_t vlen, struct kvfs_chunk_info *c)
 {
     char v[128];
@@ -83,8 +82,21 @@ static int parse_entry(const char *hash, const char *model, const char *val, siz
     if (sscanf(v, "%u %llu %u %15s", &c->n_tokens, &size, &c->n_layer, arch) < 1)
         return -EINVAL;
     c->logical_size = size;
-    snprintf(c->arch, sizeof(c->arch), "%s", arch);
+    snprintf(c->arch, sizeof(c->arch), "%s", strcmp(arch, "-") ? arch : ""); /* "-": none, before the size */
     return 0;
+}
+
+uint64_t remote_entry_osize(const char *val, size_t vlen)
+{
+    char v[128];
+    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
+    memcpy(v, val, n);
+    v[n] = 0;
+    unsigned tokens = 0, layers = 0;
+    unsigned long long size = 0, osize = 0;
+    char arch[16];
+    int k = sscanf(v, "%u %llu %u %15s %llu", &tokens, &size, &layers, arch, &osize);
+    return k == 5 ? osize : size;
 }
 
 struct list_model_ctx {
@@ -114,7 +126,7 @@ long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *c
     char oid[64];
     snprintf(oid, sizeof(oid), "kvfs.model.%s", model_id);
     struct list_model_ctx l = {model_id, cb, ctx};
-    return omap_each(io, oid, list_model_entry, &l);
+    return remote_omap_each(io, oid, list_model_entry, &l);
 }
 
 struct refresh_ctx {
@@ -122,6 +134,8 @@ struct refresh_ctx {
     char (*models)[32];
     int n_models;
     int64_t now_ns; /* the listing's time stamp for what it lists */
+    const char *model;
+    uint64_t usage, pinned; /* the objects' bytes, pins ("<hash>.p") */
 };
 
 static int refresh_model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
@@ -150,13 +164,31 @@ static int insert_known(void *ctx, const struct kvfs_chunk_info *c)
     return 0;
 }
 
+/* an index's keys: "<hash>" entries, "<hash>.a" uses, "<hash>.p" pins */
+static int refresh_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct refresh_ctx *rc = ctx;
+    if (klen == KVFS_HASH_HEX_LEN + 2 && !memcmp(key + KVFS_HASH_HEX_LEN, ".p", 2))
+        rc->pinned++;
+    if (klen != KVFS_HASH_HEX_LEN)
+        return 0;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    struct kvfs_chunk_info c;
+    memcpy(hash, key, klen);
+    hash[klen] = 0;
+    if (parse_entry(hash, rc->model, val, vlen, &c))
+        return 0;
+    rc->usage += remote_entry_osize(val, vlen);
+    return insert_known(rc, &c);
+}
+
 int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
 {
     char models[256][32];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct refresh_ctx rc = {NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
-    long n = omap_each(io, "kvfs.models", refresh_model_key, &rc);
+    struct refresh_ctx rc = {NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, NULL, 0, 0};
+    long n = remote_omap_each(io, "kvfs.models", refresh_model_key, &rc);
     if (n < 0)
         return (int)n;
     if (sqlite3_prepare_v2(r->lw, "INSERT OR REPLACE INTO known(hash, model, tokens, size, layers, arch, seen_ns) "
@@ -165,7 +197,10 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     sqlite3_exec(r->lw, "BEGIN; DELETE FROM known;", NULL, NULL, NULL);
     int err = 0;
     for (int i = 0; i < rc.n_models && !err; i++) {
-        long k = remote_list_model(io, models[i], insert_known, &rc);
+        char oid[64];
+        snprintf(oid, sizeof(oid), "kvfs.model.%s", models[i]);
+        rc.model = models[i];
+        long k = remote_omap_each(io, oid, refresh_entry, &rc);
         if (k < 0)
             err = (int)k;
     }
@@ -184,9 +219,26 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     }
     pthread_mutex_lock(&r->lock);
     r->known = known;
+    r->usage = rc.usage;
+    r->n_pinned = rc.pinned;
     r->listed_at = remote_now_s();
     pthread_mutex_unlock(&r->lock);
     return 0;
+}
+
+void remote_listing_forget(struct kvfs_remote *r, const char *hash)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->lw, "DELETE FROM known WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_DONE && sqlite3_changes(r->lw) > 0) {
+        pthread_mutex_lock(&r->lock);
+        if (r->known)
+            r->known--;
+        pthread_mutex_unlock(&r->lock);
+    }
+    sqlite3_finalize(st);
 }
 
 static int row_to_info(sqlite3_stmt *st, struct kvfs_chunk_info *c)

@@ -10,12 +10,21 @@
 #ifdef KVFS_HAVE_RADOS
 /* Open (create) the listing database, emptied when listing is off. */
 int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen);
+/* One omap object's keys and values, in pages of 1000 (no pool scan); cb
+ * returns non-zero to stop.  A missing object has none.  The count or -errno. */
+long remote_omap_each(rados_ioctx_t io, const char *oid,
+                      int (*cb)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen), void *ctx);
+/* An index entry's value, "tokens size layers arch osize" (older: fewer
+ * fields): the object's bytes, or the logical size where osize is absent. */
+uint64_t remote_entry_osize(const char *val, size_t vlen);
 /* One model's index object, entry by entry; the count or -errno. */
 long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *ctx, const struct kvfs_chunk_info *c),
                        void *ctx);
 /* Replace the listing with the fleet's per-model indexes (every model in
  * the registry object kvfs.models).  Returns 0 or -errno (outage). */
 int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io);
+/* A chunk evicted from the pool leaves this host's listing at once. */
+void remote_listing_forget(struct kvfs_remote *r, const char *hash);
 /* The store's list and stat hooks, over the listing. */
 int remote_list_hook(void *ctx, kvfs_store_list_cb cb, void *cbctx);
 int remote_stat_hook(void *ctx, const char *hash, struct kvfs_chunk_info *out);

@@ -5,6 +5,7 @@
 #include "remote_queue.h"
 
 #ifdef KVFS_HAVE_RADOS
+#include "remote_evict.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 _Thread_local int remote_fetching;
@@ -251,7 +253,7 @@ static int read_object(struct kvfs_remote *r, const char *hash, uint8_t **buf, s
     return 0;
 }
 
-int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
+int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, struct remote_view *v)
 {
     struct kvfs_chunk_info ci;
     uint8_t *buf = NULL;
@@ -266,10 +268,25 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     }
     if (rc)
         return rc;
-    char tokens[16], entry[96];
+    /* within remote_capacity: room first, so the pool never holds more
+     * than capacity (a chunk it has already adds nothing) */
+    if (v && !remote_view_has(v, hash) && (rc = remote_make_room(r, io, v, r->capacity, hash, len))) {
+        free(buf);
+        if (rc == -ENOSPC)
+            kvfs_log(KVFS_LOG_WARN, "remote tier: %s (%zu bytes) does not fit in remote_capacity %" PRIu64
+                     " (%" PRIu64 " bytes in the pool, %" PRIu64 " pinned chunks): kept here, queued", hash, len,
+                     r->capacity, v->usage, v->pinned);
+        return rc;
+    }
+    char tokens[16], entry[128], atime[24];
     snprintf(tokens, sizeof(tokens), "%u", ci.n_tokens);
-    /* the listing entry: what ls -l needs without remote_fetching the object */
-    snprintf(entry, sizeof(entry), "%u %" PRIu64 " %u %s", ci.n_tokens, ci.logical_size, ci.n_layer, ci.arch);
+    /* the listing entry: what ls -l needs without fetching the object, then
+     * the object's bytes (the pool's usage; older readers stop before it) */
+    snprintf(entry, sizeof(entry), "%u %" PRIu64 " %u %s %zu", ci.n_tokens, ci.logical_size, ci.n_layer,
+             ci.arch[0] ? ci.arch : "-", len);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(atime, sizeof(atime), "%lld", (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
     /* object and its xattrs in one atomic op; the same bytes from any host */
     rados_write_op_t op = rados_create_write_op();
     rados_write_op_write_full(op, (const char *)buf, len);
@@ -282,12 +299,13 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
         return rc;
     /* the per-model index, for listing without a pool scan, and the fleet's
      * registry of models (so a host finds indexes of models it never saw) */
-    char idx[64];
+    char idx[64], akey[KVFS_HASH_HEX_LEN + 3];
     snprintf(idx, sizeof(idx), "kvfs.model.%s", ci.model);
-    const char *keys[1] = {hash}, *vals[1] = {entry};
-    size_t lens[1] = {strlen(entry)};
+    snprintf(akey, sizeof(akey), "%s.a", hash);
+    const char *keys[2] = {hash, akey}, *vals[2] = {entry, atime};
+    size_t lens[2] = {strlen(entry), strlen(atime)};
     op = rados_create_write_op();
-    rados_write_op_omap_set(op, keys, vals, lens, 1);
+    rados_write_op_omap_set(op, keys, vals, lens, 2); /* an upload is a use */
     rc = rados_write_op_operate(op, io, idx, NULL, 0);
     rados_release_write_op(op);
     if (rc < 0)
@@ -302,6 +320,8 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
         return rc;
     q_done(r, hash);
     remote_mark_uploaded(r, hash);
+    if (v && !remote_view_has(v, hash))
+        remote_view_add(v, hash, ci.model, len);
     pthread_mutex_lock(&r->lock);
     r->pushed++;
     pthread_mutex_unlock(&r->lock);

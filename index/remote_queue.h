@@ -24,9 +24,12 @@ void remote_on_stored(void *ctx, const char *hash);
 void remote_enqueue_unshared(struct kvfs_remote *r);
 /* Up to n queued hashes that are due, oldest first. */
 int remote_queue_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1], int n);
-/* Push one queued chunk (object, xattrs, its model's index entry, the
- * registry of models) and dequeue it; 0 or a librados -errno. */
-int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash);
+/* Push one queued chunk (object, xattrs, its model's index entry and use
+ * time, the registry of models) and dequeue it; 0 or a librados -errno.
+ * With a view (remote_capacity, the evictor lock held): room is made first
+ * (-ENOSPC when pinned chunks leave none) and the view counts it. */
+struct remote_view;
+int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, struct remote_view *v);
 /* An upload that failed for this chunk alone (not an outage): it goes
  * behind the others, due again after 2, 4 ... 600 s, so that one chunk the
  * pool refuses does not hold up the queue; the attempts so far, or -EIO. */

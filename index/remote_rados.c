@@ -12,11 +12,87 @@
 #include <time.h>
 
 #ifdef KVFS_HAVE_RADOS
+#include "remote_evict.h"
 #include "remote_listing.h"
 #include "remote_queue.h"
 
 #define NEG_TTL_S 1.0   /* a miss is remembered this long: repeated lookups stay local */
 #define RETRY_MAX_S 5.0 /* the worker retries at least this often while down */
+#define ATIME_FLUSH_S 3.0 /* uses noted are written into the indexes this often */
+#define EVICT_CHECK_S 30.0 /* without a listing: how often the pool's usage is checked */
+
+/* Push a batch of queued chunks; with remote_capacity under the evictor
+ * lock, over a fresh view of the indexes.  0, or the outage that stopped it. */
+static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1], int n)
+{
+    int st2;
+    rados_ioctx_t io = remote_io(r, &st2);
+    struct remote_view v, *vp = NULL;
+    int rc;
+    if (r->capacity) {
+        if ((rc = remote_evict_lock(r, io)) == 0) {
+            remote_atime_flush(r, io);
+            if ((rc = remote_view_read(io, &v)) == 0)
+                vp = &v;
+            else
+                remote_evict_unlock(r, io);
+        }
+        if (rc == -EBUSY)
+            return 0; /* another host is evicting or uploading: next round */
+        if (rc < 0) {
+            if (remote_is_outage(rc))
+                remote_mark_down(r, rc, "evictor lock", NULL);
+            else {
+                pthread_mutex_lock(&r->lock);
+                int again = strstr(r->last_error, "evictor lock") != NULL;
+                r->errors++;
+                snprintf(r->last_error, sizeof(r->last_error), "remote_capacity: evictor lock or index: %s%s",
+                         strerror(-rc), rc == -EPERM || rc == -EOPNOTSUPP ? " (the key needs the lock class: "
+                                                                         "osd caps 'allow rwx' or 'class lock rw')" : "");
+                pthread_mutex_unlock(&r->lock);
+                if (!again)
+                    kvfs_log(KVFS_LOG_ERR, "remote tier: uploads wait: %s", r->last_error);
+            }
+            return rc;
+        }
+    }
+    rc = 0;
+    pthread_mutex_lock(&r->lock);
+    uint64_t evicted0 = r->evicted;
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < n; i++) {
+        if (vp && remote_evict_renew(r, io, vp) < 0)
+            break; /* the lease lapsed: the rest waits for the next round */
+        int prc = remote_push_one(r, io, batch[i], vp);
+        if (prc < 0 && remote_is_outage(prc)) {
+            remote_mark_down(r, prc, "upload", batch[i]);
+            rc = prc;
+            break;
+        }
+        if (prc < 0) {
+            pthread_mutex_lock(&r->lock);
+            r->errors++;
+            snprintf(r->last_error, sizeof(r->last_error), "upload %.64s: %.120s", batch[i], strerror(-prc));
+            pthread_mutex_unlock(&r->lock);
+            /* this chunk's own failure: behind the others, tried again later */
+            int tries = remote_queue_defer(r, batch[i]);
+            int wait_s = tries >= 10 ? 600 : tries > 0 ? 1 << tries : 0;
+            kvfs_log(KVFS_LOG_ERR, "remote tier: upload of %s failed: %s (attempt %d; tried again in %d s, "
+                     "after the rest of the queue)", batch[i], strerror(-prc), tries, wait_s);
+        }
+    }
+    if (vp) {
+        remote_evict_unlock(r, io);
+        pthread_mutex_lock(&r->lock);
+        r->usage = v.usage;
+        r->n_pinned = v.pinned;
+        if (r->evicted != evicted0)
+            r->evict_passes++;
+        pthread_mutex_unlock(&r->lock);
+        remote_view_free(&v);
+    }
+    return rc;
+}
 
 static void *worker_main(void *arg)
 {
@@ -60,27 +136,8 @@ static void *worker_main(void *arg)
         if (ok) {
             char batch[16][KVFS_HASH_HEX_LEN + 1];
             int n = remote_queue_peek(r, batch, 16);
-            for (int i = 0; i < n && ok; i++) {
-                int st2;
-                rados_ioctx_t io = remote_io(r, &st2);
-                int rc = remote_push_one(r, io, batch[i]);
-                if (rc < 0) {
-                    if (remote_is_outage(rc)) {
-                        remote_mark_down(r, rc, "upload", batch[i]);
-                        ok = 0;
-                    } else {
-                        pthread_mutex_lock(&r->lock);
-                        r->errors++;
-                        snprintf(r->last_error, sizeof(r->last_error), "upload %.64s: %.120s", batch[i], strerror(-rc));
-                        pthread_mutex_unlock(&r->lock);
-                        /* this chunk's own failure: behind the others, tried again later */
-                        int tries = remote_queue_defer(r, batch[i]);
-                        int wait_s = tries >= 10 ? 600 : tries > 0 ? 1 << tries : 0;
-                        kvfs_log(KVFS_LOG_ERR, "remote tier: upload of %s failed: %s (attempt %d; tried again in %d s, "
-                                 "after the rest of the queue)", batch[i], strerror(-rc), tries, wait_s);
-                    }
-                }
-            }
+            if (n > 0 && push_batch(r, batch, n) < 0)
+                ok = 0; /* an outage, or no evictor lock: retried after a backoff */
             if (ok && n == 16)
                 continue; /* more queued: keep going */
             pthread_mutex_lock(&r->lock);
@@ -96,6 +153,24 @@ static void *worker_main(void *arg)
                     ok = 0;
                 } else if (rc < 0) {
                     kvfs_log(KVFS_LOG_WARN, "remote tier: listing refresh failed: %s", strerror(-rc));
+                }
+            }
+            pthread_mutex_lock(&r->lock);
+            double now = remote_now_s();
+            int flush = r->n_atimes && now - r->atimes_at >= ATIME_FLUSH_S;
+            /* over capacity (a host without remote_capacity wrote, or it was
+             * lowered): a pass, after a listing found it or now and then */
+            int check = r->capacity && ((io && r->usage > r->capacity) ||
+                                        (r->list_refresh_s <= 0 && now - r->evict_checked_at >= EVICT_CHECK_S));
+            if (check)
+                r->evict_checked_at = now;
+            pthread_mutex_unlock(&r->lock);
+            if (ok && (flush || check)) {
+                rados_ioctx_t io2 = remote_io(r, &st2);
+                int rc = check ? remote_evict_pass(r, io2) : remote_atime_flush(r, io2);
+                if (rc < 0 && remote_is_outage(rc)) {
+                    remote_mark_down(r, rc, check ? "eviction" : "use times", NULL);
+                    ok = 0;
                 }
             }
         }
@@ -123,6 +198,14 @@ static int neg_hit(struct kvfs_remote *r, const char *hash)
         if (t - r->neg[i].t < NEG_TTL_S && !strcmp(r->neg[i].hash, hash))
             return 1;
     return 0;
+}
+
+/* a chunk read from the pool: its use time, for eviction by least recent use */
+static void note_use(struct kvfs_remote *r, struct kvfs_store *s, const char *hash)
+{
+    struct kvfs_chunk_info ci;
+    if (r->capacity && kvfs_store_stat(s, hash, &ci) == 0)
+        remote_atime_note(r, hash, ci.model);
 }
 
 static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
@@ -179,8 +262,10 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
     else
         r->fetched++;
     pthread_mutex_unlock(&r->lock);
-    if (!rc)
+    if (!rc) {
         remote_mark_uploaded(r, hash);
+        note_use(r, s, hash);
+    }
     if (rc)
         kvfs_log(KVFS_LOG_ERR, "remote tier: object %s in pool %s rejected: %s", hash, r->pool,
                  err[0] ? err : strerror(-rc));
@@ -220,6 +305,8 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->ns = strdup(o->ns ? o->ns : "");
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
+    r->capacity = o->capacity;
+    remote_cookie_init(r);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     int rc = 0;
@@ -262,13 +349,16 @@ void kvfs_remote_close(struct kvfs_remote *r)
 {
     if (!r)
         return;
-    kvfs_store_set_remote(r->s, NULL);
+    if (r->s)
+        kvfs_store_set_remote(r->s, NULL);
     pthread_mutex_lock(&r->lock);
     r->stop = 1;
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
     if (r->worker_started)
         pthread_join(r->worker, NULL);
+    if (r->io && r->n_atimes && r->state == ST_CONNECTED)
+        remote_atime_flush(r, r->io); /* the last uses too (bounded by the timeout) */
     if (r->io)
         rados_ioctx_destroy(r->io);
     if (r->cluster)
@@ -286,7 +376,19 @@ void kvfs_remote_close(struct kvfs_remote *r)
     free(r->id);
     free(r->keyring);
     free(r->ns);
+    free(r->atimes);
     free(r);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const char *p = s ? s : ""; *p; p++)
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if ((unsigned char)*p >= 0x20)
+            fputc(*p, f);
+    fputc('"', f);
 }
 
 void kvfs_remote_stats(void *ctx, FILE *f)
@@ -296,15 +398,21 @@ void kvfs_remote_stats(void *ctx, FILE *f)
     fprintf(f,
             ",\n  \"remote\": {\"state\": \"%s\", \"pool\": \"%s\", \"namespace\": \"%s\", \"timeout_s\": %d, \"queued\": %" PRIu64
             ", \"pushed\": %" PRIu64 ", \"fetched\": %" PRIu64 ", \"rejected\": %" PRIu64 ", \"errors\": %" PRIu64
-            ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"last_error\": \"",
+            ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"capacity\": %" PRIu64 ", \"usage\": %" PRIu64
+            ", \"pinned\": %" PRIu64 ", \"evicted\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
+            ", \"evictions_run\": %" PRIu64 ", \"uses_pending\": %zu, \"rados_id\": ",
             remote_state_name(r->state), r->pool, r->ns, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
-            r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0);
-    for (const char *p = r->last_error; *p; p++)
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if ((unsigned char)*p >= 0x20)
-            fputc(*p, f);
-    fprintf(f, "\"}");
+            r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0, r->capacity, r->usage,
+            r->n_pinned, r->evicted, r->evicted_bytes, r->evict_passes, r->n_atimes);
+    /* what kvfsctl remote needs to reach the same pool (paths, not keys) */
+    json_str(f, r->id);
+    fprintf(f, ", \"ceph_conf\": ");
+    json_str(f, r->conf);
+    fprintf(f, ", \"keyring\": ");
+    json_str(f, r->keyring);
+    fprintf(f, ", \"last_error\": ");
+    json_str(f, r->last_error);
+    fprintf(f, "}");
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -408,6 +516,7 @@ void kvfs_remote_note_fetched(struct kvfs_remote *r, const char *hash)
     r->fetched++;
     pthread_mutex_unlock(&r->lock);
     remote_mark_uploaded(r, hash);
+    note_use(r, r->s, hash);
 }
 
 long kvfs_remote_list_model(struct kvfs_remote *r, const char *model_id,

@@ -20,6 +20,7 @@ KVFS_CMD(import);
 KVFS_CMD(compare);
 KVFS_CMD(dequant);
 KVFS_CMD(convert);
+KVFS_CMD(remote);
 #undef KVFS_CMD
 
 #endif

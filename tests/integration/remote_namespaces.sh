@@ -69,6 +69,23 @@ check "... its chunk is served locally and stays queued" \
     sh -c "cmp -s '$T/c3.kv' '$X/chunks/$h3.kv' && [ \$(python3 -c \"import json; print(json.load(open('$X/.kvfs/stats'))['remote']['queued'])\") -ge 1 ]"
 check "... and is not in the pool" sh -c "! timeout 20 rados -p kvfs -N b stat '$h3' 2>/dev/null"
 
+# remote_capacity takes the evictor lock (the lock object class): 'allow rw'
+# caps do not reach it, and the mount says so with its uploads queued;
+# 'allow rwx' on the namespace does
+mount_kvfs y "$(as a a),remote_capacity=64M" || exit 1
+Y=$T/y.mnt
+h4=$(synth "$T/c4.kv" --tokens 90 --layers 8 --seed 14)
+cp "$T/c4.kv" "$Y/chunks/$h4.kv"
+check "remote_capacity with rw caps only: uploads wait and say why" \
+    sh -c "for i in \$(seq 50); do python3 -c \"import json,sys; r=json.load(open('$Y/.kvfs/stats'))['remote']; sys.exit(0 if 'lock class' in r['last_error'] and r['queued'] >= 1 else 1)\" && exit 0; sleep 0.2; done; exit 1"
+timeout 30 ceph auth get-or-create client.tenant-c mon 'allow r' osd 'allow rwx pool=kvfs namespace=c' \
+    -o "$T/c.keyring" >/dev/null 2>&1
+mount_kvfs z "$(as c c),remote_capacity=64M" || exit 1
+cp "$T/c4.kv" "$T/z.mnt/chunks/$h4.kv"
+check "... with rwx caps on the namespace it uploads: $(remote "$T/z.mnt" 'r["last_error"]')" drained "$T/z.mnt" 20
+check "... into namespace c, counted in its usage" \
+    sh -c "timeout 20 rados -p kvfs -N c stat '$h4' >/dev/null && [ \$(python3 -c \"import json; print(json.load(open('$T/z.mnt/.kvfs/stats'))['remote']['usage'] > 0)\") = True ]"
+
 # a store keeps its namespace
 fusermount3 -u "$T/a2.mnt"; wait "$PID_A2" 2>/dev/null
 "$KVFS" -f -o "store=$T/a2.store,$(as a b)" "$T/a2.mnt" > "$T/a2.again.log" 2>&1 &

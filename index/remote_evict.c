@@ -1,0 +1,596 @@
+/* remote_evict.c - the pool within remote_capacity (remote_evict.h):
+ * usage, uses and pins read from the namespace's omap indexes, eviction of
+ * the least recently used unpinned chunks by one host at a time (the
+ * evictor lock), use times written in batches, and the operator's list,
+ * pin, unpin and evict (kvfsctl remote). */
+#include "remote_evict.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef KVFS_HAVE_RADOS
+#include "remote_listing.h"
+
+#define LOCK_OBJ "kvfs.evictor"
+#define LOCK_NAME "kvfs.evict"
+#define LOCK_LEASE_S 30 /* a crashed holder's lock lapses after this */
+#define ATIMES_MAX 4096 /* uses noted between two flushes; more are dropped (advisory) */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void remote_cookie_init(struct kvfs_remote *r)
+{
+    char host[64] = "";
+    struct timespec ts;
+    gethostname(host, sizeof(host) - 1);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(r->cookie, sizeof(r->cookie), "%.63s:%d:%lx", host, (int)getpid(), (unsigned long)ts.tv_nsec);
+}
+
+/* ---- the view ---- */
+
+struct view_ctx {
+    struct remote_view *v;
+    const char *model;
+    size_t first; /* the model's first entry in v->e */
+    int err;      /* a view short of entries would undercount the usage */
+};
+
+static int view_grow(struct remote_view *v)
+{
+    if (v->n < v->cap)
+        return 0;
+    size_t cap = v->cap ? 2 * v->cap : 256;
+    void *p = realloc(v->e, cap * sizeof(*v->e));
+    if (!p)
+        return -ENOMEM;
+    v->e = p;
+    v->cap = cap;
+    return 0;
+}
+
+static int hex64(const char *k)
+{
+    for (int i = 0; i < KVFS_HASH_HEX_LEN; i++)
+        if (!((k[i] >= '0' && k[i] <= '9') || (k[i] >= 'a' && k[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* keys sort "<hash>" < "<hash>.a" < "<hash>.p": a use or pin follows its entry */
+static int view_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct view_ctx *c = ctx;
+    struct remote_view *v = c->v;
+    if (klen == KVFS_HASH_HEX_LEN && hex64(key)) {
+        if ((c->err = view_grow(v)))
+            return 1;
+        struct kvfs_remote_entry *e = &v->e[v->n++];
+        memset(e, 0, sizeof(*e));
+        memcpy(e->hash, key, klen);
+        snprintf(e->model, sizeof(e->model), "%s", c->model);
+        e->size = remote_entry_osize(val, vlen);
+        v->usage += e->size;
+        return 0;
+    }
+    if (klen != KVFS_HASH_HEX_LEN + 2 || key[KVFS_HASH_HEX_LEN] != '.' || !hex64(key))
+        return 0;
+    struct kvfs_remote_entry *e = v->n > c->first ? &v->e[v->n - 1] : NULL;
+    if (!e || memcmp(e->hash, key, KVFS_HASH_HEX_LEN)) { /* its entry is gone: cleaned by the next pass */
+        if (v->n_orphans == v->cap_orphans) {
+            if (v->cap_orphans >= 4096)
+                return 0;
+            size_t cap = v->cap_orphans ? 2 * v->cap_orphans : 16;
+            void *p = realloc(v->orphans, cap * sizeof(*v->orphans));
+            if (!p)
+                return 0;
+            v->orphans = p;
+            v->cap_orphans = cap;
+        }
+        struct remote_orphan *o = &v->orphans[v->n_orphans++];
+        snprintf(o->model, sizeof(o->model), "%s", c->model);
+        memcpy(o->key, key, klen);
+        o->key[klen] = 0;
+        return 0;
+    }
+    if (key[klen - 1] == 'a') {
+        char t[32];
+        size_t n = vlen < sizeof(t) - 1 ? vlen : sizeof(t) - 1;
+        memcpy(t, val, n);
+        t[n] = 0;
+        e->atime_ms = strtoll(t, NULL, 10);
+    } else if (key[klen - 1] == 'p' && !e->pinned) {
+        e->pinned = 1;
+        v->pinned++;
+    }
+    return 0;
+}
+
+struct model_list {
+    char (*m)[17];
+    size_t n, cap;
+    int err;
+};
+
+static int model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    struct model_list *l = ctx;
+    if (klen == 0 || klen > 16)
+        return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        void *p = realloc(l->m, cap * sizeof(*l->m));
+        if (!p) {
+            l->err = -ENOMEM;
+            return 1;
+        }
+        l->m = p;
+        l->cap = cap;
+    }
+    memcpy(l->m[l->n], key, klen);
+    l->m[l->n++][klen] = 0;
+    return 0;
+}
+
+int remote_view_read(rados_ioctx_t io, struct remote_view *v)
+{
+    struct model_list models = {0};
+    memset(v, 0, sizeof(*v));
+    v->lock_at = remote_now_s();
+    long rc = remote_omap_each(io, "kvfs.models", model_key, &models);
+    if (rc >= 0 && models.err)
+        rc = models.err;
+    for (size_t i = 0; rc >= 0 && i < models.n; i++) {
+        char oid[64];
+        snprintf(oid, sizeof(oid), "kvfs.model.%s", models.m[i]);
+        struct view_ctx c = {v, models.m[i], v->n, 0};
+        rc = remote_omap_each(io, oid, view_key, &c);
+        if (rc >= 0 && c.err)
+            rc = c.err;
+    }
+    free(models.m);
+    if (rc < 0) {
+        remote_view_free(v);
+        return (int)rc;
+    }
+    return 0;
+}
+
+void remote_view_free(struct remote_view *v)
+{
+    free(v->e);
+    free(v->orphans);
+    memset(v, 0, sizeof(*v));
+}
+
+static int by_use(const void *a, const void *b)
+{
+    const struct kvfs_remote_entry *x = a, *y = b;
+    if (x->atime_ms != y->atime_ms)
+        return x->atime_ms < y->atime_ms ? -1 : 1;
+    return strcmp(x->hash, y->hash);
+}
+
+static void view_sort(struct remote_view *v)
+{
+    if (!v->sorted && v->n)
+        qsort(v->e, v->n, sizeof(*v->e), by_use);
+    v->sorted = 1;
+}
+
+int remote_view_has(const struct remote_view *v, const char *hash)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (!strcmp(v->e[i].hash, hash))
+            return 1;
+    return 0;
+}
+
+int remote_view_add(struct remote_view *v, const char *hash, const char *model, uint64_t size)
+{
+    if (view_grow(v))
+        return -ENOMEM;
+    struct kvfs_remote_entry *e = &v->e[v->n++];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->hash, sizeof(e->hash), "%s", hash);
+    snprintf(e->model, sizeof(e->model), "%s", model);
+    e->size = size;
+    e->atime_ms = now_ms(); /* the newest: appended after the sorted ones */
+    v->usage += size;
+    return 0;
+}
+
+/* ---- the lock ---- */
+
+int remote_evict_lock(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    struct timeval lease = {LOCK_LEASE_S, 0};
+    double until = remote_now_s() + r->timeout_s;
+    for (;;) {
+        int rc = rados_lock_exclusive(io, LOCK_OBJ, LOCK_NAME, r->cookie, "kvfs eviction", &lease, 0);
+        if (rc == 0 || rc == -EEXIST) /* EEXIST: ours already (an unlock that failed) */
+            return 0;
+        if (rc != -EBUSY)
+            return rc;
+        if (remote_now_s() >= until)
+            return -EBUSY;
+        struct timespec ts = {0, 100 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v)
+{
+    struct timeval lease = {LOCK_LEASE_S, 0};
+    if (remote_now_s() - v->lock_at < LOCK_LEASE_S / 3)
+        return 0;
+    int rc = rados_lock_exclusive(io, LOCK_OBJ, LOCK_NAME, r->cookie, "kvfs eviction", &lease, LIBRADOS_LOCK_FLAG_RENEW);
+    if (rc == 0)
+        v->lock_at = remote_now_s();
+    return rc < 0 ? rc : 0;
+}
+
+void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    rados_unlock(io, LOCK_OBJ, LOCK_NAME, r->cookie);
+}
+
+/* ---- eviction ---- */
+
+/* The index entry goes first, in one op that fails (ECANCELED) if the
+ * chunk is pinned, then the object: a reader that still lists it gets
+ * ENOENT (a miss), never part of an object. */
+static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvfs_remote_entry *e)
+{
+    char idx[64], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3];
+    snprintf(idx, sizeof(idx), "kvfs.model.%s", e->model);
+    snprintf(akey, sizeof(akey), "%s.a", e->hash);
+    snprintf(pkey, sizeof(pkey), "%s.p", e->hash);
+    const char *keys[2] = {e->hash, akey};
+    int prval = 0;
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &prval); /* absent compares as "" */
+    rados_write_op_omap_rm_keys(op, keys, 2);
+    int rc = rados_write_op_operate(op, io, idx, NULL, 0);
+    rados_release_write_op(op);
+    if (rc == -ECANCELED)
+        return -EBUSY; /* pinned since the view was read */
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    rc = rados_remove(io, e->hash);
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    pthread_mutex_lock(&r->lock);
+    r->evicted++;
+    r->evicted_bytes += e->size;
+    pthread_mutex_unlock(&r->lock);
+    if (r->lw)
+        remote_listing_forget(r, e->hash);
+    double age = e->atime_ms ? (double)(now_ms() - e->atime_ms) / 1000.0 : -1;
+    kvfs_log(KVFS_LOG_INFO, "remote tier: evicted %s (%" PRIu64 " bytes, last used %.0f s ago) from pool %s",
+             e->hash, e->size, age, r->pool);
+    return 0;
+}
+
+int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v, uint64_t cap, const char *keep,
+                     uint64_t need)
+{
+    if (need > cap)
+        return -ENOSPC;
+    view_sort(v);
+    while (v->usage + need > cap) {
+        struct kvfs_remote_entry *e = NULL;
+        for (; v->next < v->n && !e; v->next++) {
+            struct kvfs_remote_entry *c = &v->e[v->next];
+            if (c->hash[0] && !c->pinned && !(keep && !strcmp(c->hash, keep)))
+                e = c;
+        }
+        if (!e)
+            return -ENOSPC;
+        int rc = remote_evict_renew(r, io, v);
+        if (rc < 0)
+            return rc;
+        rc = evict_entry(r, io, e);
+        if (rc == -EBUSY) {
+            e->pinned = 1;
+            continue;
+        }
+        if (rc < 0)
+            return rc;
+        v->usage -= e->size;
+        e->hash[0] = 0;
+    }
+    return 0;
+}
+
+static void clean_orphans(rados_ioctx_t io, struct remote_view *v)
+{
+    for (size_t i = 0; i < v->n_orphans; i++) {
+        char idx[64];
+        const char *keys[1] = {v->orphans[i].key};
+        snprintf(idx, sizeof(idx), "kvfs.model.%s", v->orphans[i].model);
+        rados_write_op_t op = rados_create_write_op();
+        rados_write_op_omap_rm_keys(op, keys, 1);
+        rados_write_op_operate(op, io, idx, NULL, 0);
+        rados_release_write_op(op);
+    }
+    v->n_orphans = 0;
+}
+
+int remote_evict_pass(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    struct remote_view v;
+    int rc = remote_evict_lock(r, io);
+    if (rc)
+        return rc;
+    remote_atime_flush(r, io); /* this host's uses count too */
+    if (!(rc = remote_view_read(io, &v))) {
+        pthread_mutex_lock(&r->lock);
+        uint64_t before = r->evicted;
+        pthread_mutex_unlock(&r->lock);
+        rc = remote_make_room(r, io, &v, r->capacity, NULL, 0);
+        clean_orphans(io, &v);
+        pthread_mutex_lock(&r->lock);
+        r->usage = v.usage;
+        r->n_pinned = v.pinned;
+        if (r->evicted != before)
+            r->evict_passes++;
+        pthread_mutex_unlock(&r->lock);
+        if (rc == -ENOSPC)
+            kvfs_log(KVFS_LOG_WARN, "remote tier: pool %s holds %" PRIu64 " bytes, over remote_capacity %" PRIu64
+                     ", and the rest is pinned", r->pool, v.usage, r->capacity);
+        remote_view_free(&v);
+    }
+    remote_evict_unlock(r, io);
+    return rc;
+}
+
+/* ---- uses, in batches ---- */
+
+void remote_atime_note(struct kvfs_remote *r, const char *hash, const char *model)
+{
+    if (!model || !*model)
+        return;
+    int64_t t = now_ms();
+    pthread_mutex_lock(&r->lock);
+    size_t i = 0;
+    while (i < r->n_atimes && strcmp(r->atimes[i].hash, hash))
+        i++;
+    if (i == r->n_atimes) {
+        if (!r->atimes)
+            r->atimes = malloc(ATIMES_MAX * sizeof(*r->atimes));
+        if (!r->atimes || r->n_atimes >= ATIMES_MAX) {
+            pthread_mutex_unlock(&r->lock);
+            return;
+        }
+        r->n_atimes++;
+        snprintf(r->atimes[i].hash, sizeof(r->atimes[i].hash), "%s", hash);
+        snprintf(r->atimes[i].model, sizeof(r->atimes[i].model), "%s", model);
+    }
+    r->atimes[i].ms = t;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static int by_model(const void *a, const void *b)
+{
+    return strcmp(((const struct remote_atime *)a)->model, ((const struct remote_atime *)b)->model);
+}
+
+int remote_atime_flush(struct kvfs_remote *r, rados_ioctx_t io)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->n_atimes;
+    struct remote_atime *a = n ? malloc(n * sizeof(*a)) : NULL;
+    if (a)
+        memcpy(a, r->atimes, n * sizeof(*a));
+    r->n_atimes = 0;
+    r->atimes_at = remote_now_s();
+    pthread_mutex_unlock(&r->lock);
+    if (!a)
+        return n ? -ENOMEM : 0;
+    qsort(a, n, sizeof(*a), by_model);
+    char (*keys)[KVFS_HASH_HEX_LEN + 3] = malloc(n * sizeof(*keys));
+    char (*vals)[24] = malloc(n * sizeof(*vals));
+    const char **kp = malloc(n * sizeof(*kp)), **vp = malloc(n * sizeof(*vp));
+    size_t *lens = malloc(n * sizeof(*lens));
+    int rc = 0;
+    if (!keys || !vals || !kp || !vp || !lens) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "%s.a", a[i].hash);
+        snprintf(vals[i], sizeof(vals[i]), "%" PRId64, a[i].ms);
+        kp[i] = keys[i];
+        vp[i] = vals[i];
+        lens[i] = strlen(vals[i]);
+    }
+    /* one write per model index, whatever the number of uses */
+    for (size_t i = 0, j; i < n && !rc; i = j) {
+        for (j = i + 1; j < n && !strcmp(a[j].model, a[i].model); j++)
+            ;
+        char idx[64];
+        snprintf(idx, sizeof(idx), "kvfs.model.%s", a[i].model);
+        rados_write_op_t op = rados_create_write_op();
+        rados_write_op_omap_set(op, kp + i, vp + i, lens + i, j - i);
+        rc = rados_write_op_operate(op, io, idx, NULL, 0);
+        rados_release_write_op(op);
+    }
+out:
+    free(a);
+    free(keys);
+    free(vals);
+    free(kp);
+    free(vp);
+    free(lens);
+    return rc; /* uses are advisory: a failed flush loses them */
+}
+
+/* ---- the operator's (kvfsctl remote) ---- */
+
+int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **out, char *err, size_t errlen)
+{
+    if (!o->pool || !*o->pool)
+        return kvfs_errf(err, errlen, -EINVAL, "no pool");
+    struct kvfs_remote *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->cond, NULL);
+    r->pool = strdup(o->pool);
+    r->conf = o->ceph_conf ? strdup(o->ceph_conf) : NULL;
+    r->id = strdup(o->rados_id ? o->rados_id : "admin");
+    r->keyring = o->keyring ? strdup(o->keyring) : NULL;
+    r->ns = strdup(o->ns ? o->ns : "");
+    r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
+    r->capacity = o->capacity;
+    remote_cookie_init(r);
+    int rc;
+    if (!r->pool || !r->id || !r->ns || (o->ceph_conf && !r->conf) || (o->keyring && !r->keyring))
+        rc = kvfs_errf(err, errlen, -ENOMEM, "out of memory");
+    else if (!remote_ns_valid(r->ns))
+        rc = kvfs_errf(err, errlen, -EINVAL, "namespace %s: 1-64 of A-Z a-z 0-9 . _ -", r->ns);
+    else
+        rc = remote_connect(r, err, errlen);
+    if (rc) {
+        kvfs_remote_close(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+long kvfs_remote_entries(struct kvfs_remote *r, int (*cb)(void *ctx, const struct kvfs_remote_entry *e), void *ctx,
+                         uint64_t *usage)
+{
+    int state;
+    rados_ioctx_t io = remote_io(r, &state);
+    struct remote_view v;
+    if (!io || state != ST_CONNECTED)
+        return -EHOSTDOWN;
+    int rc = remote_view_read(io, &v);
+    if (rc)
+        return rc;
+    view_sort(&v);
+    long n = 0;
+    for (size_t i = 0; i < v.n; i++, n++)
+        if (cb && (rc = cb(ctx, &v.e[i])))
+            break;
+    if (usage)
+        *usage = v.usage;
+    remote_view_free(&v);
+    return n;
+}
+
+int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
+{
+    int state;
+    rados_ioctx_t io = remote_io(r, &state);
+    if (!io || state != ST_CONNECTED)
+        return -EHOSTDOWN;
+    if (strlen(hash) != KVFS_HASH_HEX_LEN || !hex64(hash))
+        return -EINVAL;
+    char model[17] = "", idx[64], pkey[KVFS_HASH_HEX_LEN + 3];
+    int rc = rados_getxattr(io, hash, "kvfs.model", model, sizeof(model) - 1);
+    if (rc < 0)
+        return rc == -ENODATA ? -ENOENT : rc;
+    model[rc] = 0;
+    snprintf(idx, sizeof(idx), "kvfs.model.%s", model);
+    snprintf(pkey, sizeof(pkey), "%s.p", hash);
+    const char *keys[1] = {pkey}, *vals[1] = {"1"};
+    size_t lens[1] = {1};
+    int prval = 0;
+    rados_write_op_t op = rados_create_write_op();
+    /* only while the index lists it: a pin never outlives an eviction */
+    rados_write_op_omap_cmp(op, hash, LIBRADOS_CMPXATTR_OP_GT, "", 0, &prval);
+    if (pin)
+        rados_write_op_omap_set(op, keys, vals, lens, 1);
+    else
+        rados_write_op_omap_rm_keys(op, keys, 1);
+    rc = rados_write_op_operate(op, io, idx, NULL, 0);
+    rados_release_write_op(op);
+    return rc == -ECANCELED ? -ENOENT : rc;
+}
+
+int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
+                      char *err, size_t errlen)
+{
+    int state;
+    rados_ioctx_t io = remote_io(r, &state);
+    struct remote_view v;
+    if (!io || state != ST_CONNECTED)
+        return kvfs_errf(err, errlen, -EHOSTDOWN, "not connected");
+    uint64_t n0 = r->evicted, b0 = r->evicted_bytes;
+    int rc = remote_evict_lock(r, io);
+    if (rc)
+        return kvfs_errf(err, errlen, rc, "cannot take the evictor lock (%s): %s", LOCK_OBJ,
+                         rc == -EBUSY ? "another host holds it; try again" : strerror(-rc));
+    if ((rc = remote_view_read(io, &v))) {
+        kvfs_errf(err, errlen, rc, "cannot read the indexes: %s", strerror(-rc));
+        goto unlock;
+    }
+    if (hash) {
+        size_t i = 0;
+        while (i < v.n && strcmp(v.e[i].hash, hash))
+            i++;
+        if (i == v.n)
+            rc = kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
+        else if (v.e[i].pinned || (rc = evict_entry(r, io, &v.e[i])) == -EBUSY)
+            rc = kvfs_errf(err, errlen, -EBUSY, "%s is pinned (unpin it first)", hash);
+        else if (rc)
+            kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));
+    } else {
+        rc = remote_make_room(r, io, &v, capacity, NULL, 0);
+        if (rc == -ENOSPC)
+            kvfs_errf(err, errlen, rc, "%" PRIu64 " bytes left, over %" PRIu64 ": the rest is pinned", v.usage,
+                      capacity);
+        else if (rc)
+            kvfs_errf(err, errlen, rc, "%s", strerror(-rc));
+        clean_orphans(io, &v);
+    }
+    remote_view_free(&v);
+unlock:
+    remote_evict_unlock(r, io);
+    if (n)
+        *n = r->evicted - n0;
+    if (bytes)
+        *bytes = r->evicted_bytes - b0;
+    return rc;
+}
+
+#else /* built without librados */
+
+int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **out, char *err, size_t errlen)
+{
+    (void)o, (void)out;
+    return kvfs_errf(err, errlen, -ENOTSUP, "kvfs was built without librados (install librados-dev, rebuild)");
+}
+long kvfs_remote_entries(struct kvfs_remote *r, int (*cb)(void *ctx, const struct kvfs_remote_entry *e), void *ctx,
+                         uint64_t *usage)
+{
+    (void)r, (void)cb, (void)ctx, (void)usage;
+    return -ENOTSUP;
+}
+int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
+{
+    (void)r, (void)hash, (void)pin;
+    return -ENOTSUP;
+}
+int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
+                      char *err, size_t errlen)
+{
+    (void)r, (void)hash, (void)capacity, (void)n, (void)bytes;
+    return kvfs_errf(err, errlen, -ENOTSUP, "kvfs was built without librados");
+}
+#endif

@@ -1,0 +1,53 @@
+/* remote_evict.h - the RADOS tier's pool within remote_capacity (remote.h,
+ * "Capacity"): a fresh view of the namespace's omap indexes (sizes, uses,
+ * pins), the fleet's evictor lock, eviction by least recent use, and the
+ * chunks' use times, written into the indexes in batches. */
+#ifndef KVFS_REMOTE_EVICT_H
+#define KVFS_REMOTE_EVICT_H
+
+#include "remote.h"
+#include "remote_internal.h"
+
+#ifdef KVFS_HAVE_RADOS
+/* Every model index read afresh: entries (hash[0] = 0 once evicted) and
+ * use-time keys whose entry is gone (left by a flush racing an eviction). */
+struct remote_view {
+    struct kvfs_remote_entry *e;
+    size_t n, cap, next; /* next: the oldest candidate not yet looked at */
+    int sorted;
+    double lock_at; /* the lease last taken or renewed (monotonic) */
+    uint64_t usage, pinned;
+    struct remote_orphan { char model[17]; char key[KVFS_HASH_HEX_LEN + 3]; } *orphans;
+    size_t n_orphans, cap_orphans;
+};
+
+/* Read right after taking the lock: the lease counts from then. */
+int remote_view_read(rados_ioctx_t io, struct remote_view *v);
+void remote_view_free(struct remote_view *v);
+/* The evictor lock (lease 30 s, so a crashed holder's lapses): waits up
+ * to the tier's timeout for another holder; -EBUSY when it did not let go. */
+int remote_evict_lock(struct kvfs_remote *r, rados_ioctx_t io);
+void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io);
+/* Extend the lease when a third of it is gone (long batches and passes);
+ * an error means the lock was lost: stop. */
+int remote_evict_renew(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v);
+/* Holding the lock: evict the least recently used unpinned chunks (never
+ * keep) until usage + need <= cap; -ENOSPC when pins leave no room. */
+int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v, uint64_t cap, const char *keep,
+                     uint64_t need);
+/* 1 if the view lists the chunk (an upload of it adds nothing). */
+int remote_view_has(const struct remote_view *v, const char *hash);
+/* An upload the view must count. */
+int remote_view_add(struct remote_view *v, const char *hash, const char *model, uint64_t size);
+/* Note a use of a chunk of the pool (fetched, streamed): written later. */
+void remote_atime_note(struct kvfs_remote *r, const char *hash, const char *model);
+/* Write the noted uses: one omap write per model index.  0 or -errno. */
+int remote_atime_flush(struct kvfs_remote *r, rados_ioctx_t io);
+/* Lock, flush, read, evict to capacity, unlock (the worker, when a listing
+ * finds the pool over capacity).  0, -EBUSY or -errno. */
+int remote_evict_pass(struct kvfs_remote *r, rados_ioctx_t io);
+/* This process's name as a lock holder. */
+void remote_cookie_init(struct kvfs_remote *r);
+#endif
+
+#endif

@@ -61,7 +61,7 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
 {
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
-           ff = sizeof(float) * (size_t)n * hp->n_ff, qd = sizeof(float) * (size_t)n * hp->q_dim;
+           ff = sizeof(float) * (size_t)n * (hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp), qd = sizeof(float) * (size_t)n * hp->q_dim;
     memset(w, 0, sizeof(*w));
     int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->xn);
@@ -105,6 +105,146 @@ int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n)
     return rc;
 }
 
+static int gcd_i(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* rows segments of width floats, the r-th at src + r * ss, to dst + r * ds
+ * (device memory): the backend has no strided copy, so as one gather and
+ * one scatter of units of the widest size dividing all three */
+static int strided_copy(const struct kvfs_model *m, float *dst, int ds, const float *src, int ss, int rows, int width)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    if (ss == width && ds == width)
+        return be->copy(ctx, dst, src, sizeof(float) * (size_t)rows * width);
+    int g = gcd_i(width, gcd_i(ss, ds)), per = width / g, rc;
+    size_t nu = (size_t)rows * per;
+    int32_t *idx = malloc(sizeof(int32_t) * nu * 2), *d_idx = NULL;
+    float *d_tmp = NULL;
+    if (!idx)
+        return -ENOMEM;
+    for (size_t u = 0; u < nu; u++) {
+        idx[u] = (int32_t)(u / per * (ss / g) + u % per);
+        idx[nu + u] = (int32_t)(u / per * (ds / g) + u % per);
+    }
+    if (!(rc = be->alloc(ctx, sizeof(int32_t) * nu * 2, (void **)&d_idx)) &&
+        !(rc = be->alloc(ctx, sizeof(float) * nu * g, (void **)&d_tmp)) &&
+        !(rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * nu * 2)) &&
+        !(rc = be->gather_rows(ctx, src, d_idx, d_tmp, (int)nu, g)) &&
+        !(rc = be->scatter_rows(ctx, d_tmp, d_idx + nu, dst, (int)nu, g)))
+        rc = be->synchronize(ctx); /* the buffers are freed at once */
+    if (d_idx)
+        be->free(ctx, d_idx);
+    if (d_tmp)
+        be->free(ctx, d_tmp);
+    free(idx);
+    return rc;
+}
+
+/* deepseek2's Q and K (model.h) as llama.cpp's absorbed MLA computes them:
+ * Q (through its compressed rank and norm, or not) split per head in a
+ * non-rotated part, taken to the latent space by wk_b[h], and a rotated
+ * part; the latent (normed) and the rotated key part, one row per token.
+ * Rows laid out [rotated | latent] (kvfs's order, model.h); V is that row
+ * too (the latent part of the output is what wv_b reads). */
+static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_rank, dk = hp->mla_k;
+    int nope = dk - R, big = E > hp->q_lora ? E : hp->q_lora, rc;
+    float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *qn = NULL, *tmp = NULL;
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * dk, (void **)&qf)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (K + R), (void **)&kvp)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (hp->q_lora > 0 ? hp->q_lora : 1), (void **)&ql)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * nope, (void **)&qn)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (big > K ? big : K), (void **)&tmp)))
+        goto out;
+    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
+                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
+        goto out;
+    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
+                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
+                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
+                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
+        goto out;
+    if ((rc = kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E)) ||
+        (rc = strided_copy(m, w->k, D, kvp + K, K + R, n, R)) ||
+        (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
+        (rc = be->rmsnorm(ctx, lat, L->kv_a_norm, lat, n, K, hp->rms_eps)) ||
+        (rc = strided_copy(m, w->k + R, D, lat, K, n, K)) ||
+        (rc = strided_copy(m, w->q, D, qf + nope, dk, n * H, R)))
+        goto out;
+    for (int h = 0; h < H; h++) /* ggml's batched product by wk_b: head by head */
+        if ((rc = strided_copy(m, qn, nope, qf + (size_t)h * dk, H * dk, n, nope)) ||
+            (rc = kvfs_linear(m, L->wk_b[h], NULL, L->act_q_mla[3], qn, tmp, lat, n, nope)) ||
+            (rc = strided_copy(m, w->q + (size_t)h * D + R, H * D, lat, K, n, K)))
+            goto out;
+    if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
+        (rc = be->rope(ctx, w->k, w->pos, n, 1, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
+        goto out;
+    /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
+    if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * D)) ||
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))
+        goto out;
+    if ((rc = be->copy(ctx, w->v, w->k, sizeof(float) * (size_t)n * D)))
+        goto out;
+    rc = be->synchronize(ctx);
+out:
+    {
+        void *bufs[] = {qf, kvp, lat, ql, qn, tmp};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    return rc;
+}
+
+/* deepseek2: attention over the cached rows (one KV head of the row, MQA),
+ * each query head's latent output decompressed by wv_b[h], the output
+ * projection; into w->o */
+static int mla_attn(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
+                    int n_ctx)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_rank, V = hp->mla_v, rc;
+    float *lat = NULL, *vo = NULL, *av = NULL, *tmp = NULL;
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * V, (void **)&vo)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * V, (void **)&av)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (H * V > K ? H * V : K), (void **)&tmp)) ||
+        (rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, H, 1, D, hp->attn_scale, 0, 0.0f,
+                            w->att)))
+        goto out;
+    for (int h = 0; h < H; h++)
+        if ((rc = strided_copy(m, lat, K, w->att + (size_t)h * D + R, H * D, n, K)) ||
+            (rc = kvfs_linear(m, L->wv_b[h], NULL, L->act_q_mla[4], lat, tmp, vo, n, K)) ||
+            (rc = strided_copy(m, av + (size_t)h * V, H * V, vo, V, n, V)))
+            goto out;
+    if (!(rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], av, tmp, w->o, n, H * V)))
+        rc = be->synchronize(ctx);
+out:
+    {
+        void *bufs[] = {lat, vo, av, tmp};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    return rc;
+}
+
 int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -112,6 +252,8 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
     int rc, E = hp->n_embd, kv_dim = hp->n_kv_head * hp->head_dim;
+    if (hp->mla_rank)
+        return mla_qkv(m, L, w, n);
     if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
                            : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
@@ -214,28 +356,38 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
     }
     for (int r = 0; r < n && !hp->moe_oai; r++) {
         float *p = logit + (size_t)r * ne, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j < ne; j++)
-            mx = p[j] > mx ? p[j] : mx;
-        double s = 0.0; /* ggml's soft_max: exp(x - max), summed in double */
-        for (int j = 0; j < ne; j++)
-            s += (double)(p[j] = expf(p[j] - mx));
-        for (int j = 0; j < ne; j++)
-            p[j] *= (float)(1.0 / s);
+        if (hp->moe_sigmoid) { /* deepseek2 (V3): ggml's sigmoid */
+            for (int j = 0; j < ne; j++)
+                p[j] = 1.0f / (1.0f + expf(-p[j]));
+        } else {
+            for (int j = 0; j < ne; j++)
+                mx = p[j] > mx ? p[j] : mx;
+            double s = 0.0; /* ggml's soft_max: exp(x - max), summed in double */
+            for (int j = 0; j < ne; j++)
+                s += (double)(p[j] = expf(p[j] - mx));
+            for (int j = 0; j < ne; j++)
+                p[j] *= (float)(1.0 / s);
+        }
+        /* deepseek2's selection bias: it chooses, the unbiased probabilities weigh */
+        const float *bias = L->exp_probs_b;
         for (int i = 0; i < k; i++) { /* top k, best first; a tie to the lower expert */
             int b = -1;
             for (int j = 0; j < ne; j++) {
                 int taken = 0;
                 for (int q = 0; q < i; q++)
                     taken |= sel[(size_t)r * k + q] == j;
-                if (!taken && (b < 0 || p[j] > p[b]))
+                if (!taken && (b < 0 || (bias ? p[j] + bias[j] > p[b] + bias[b] : p[j] > p[b])))
                     b = j;
             }
             sel[(size_t)r * k + i] = b;
             sum += p[b];
         }
         sum = sum < 6.103515625e-5f ? 6.103515625e-5f : sum; /* llama.cpp's clamp of the sum */
-        for (int i = 0; i < k; i++) /* slot-major: row r's i-th choice is row i * n + r of the slots */
-            wt[(size_t)i * n + r] = p[sel[(size_t)r * k + i]] / sum;
+        for (int i = 0; i < k; i++) { /* slot-major: row r's i-th choice is row i * n + r of the slots */
+            float v = p[sel[(size_t)r * k + i]];
+            v = hp->moe_norm ? v / sum : v;
+            wt[(size_t)i * n + r] = hp->moe_scale != 0.0f && hp->moe_scale != 1.0f ? v * hp->moe_scale : v;
+        }
     }
     /* rows grouped by expert: cnt[e] .. cnt[e + 1] of src (token rows) and dst (slot rows) */
     for (size_t j = 0; j < nk; j++)
@@ -308,6 +460,12 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
     int rc, E = hp->n_embd;
     size_t e = (size_t)n * E;
     float scale = hp->scale_q ? 1.0f : hp->attn_scale;
+    if (hp->mla_rank &&
+        ((rc = mla_attn(m, l, w, n, c, n_ctx)) || (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
+         (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps))))
+        return rc;
+    if (hp->mla_rank)
+        goto ffn;
     if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
                                                   hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
                                                   L->attn_sinks, w->att)
@@ -321,6 +479,22 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         (rc = L->ffn_norm ? be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)
                           : be->copy(ctx, w->xn, w->x, sizeof(float) * e)))
         return rc;
+ffn:
+    if (L->ffn_gate_inp && L->sh_gate) { /* deepseek2: the experts' sum plus the shared experts' FFN */
+        float *sh = NULL;
+        if ((rc = moe_ffn(m, L, w, n)) || (rc = be->alloc(ctx, sizeof(float) * e, (void **)&sh)))
+            return rc;
+        if (!(rc = kvfs_linear(m, L->sh_gate, NULL, L->act_q_sh[0], w->xn, w->aq, w->gate, n, E)) &&
+            !(rc = kvfs_linear(m, L->sh_up, NULL, L->act_q_sh[1], w->xn, w->aq, w->up, n, E)) &&
+            !(rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff_shexp)) &&
+            !(m->ggml_compat && L->act_q_sh[2] &&
+              (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff_shexp, L->act_q_sh[2]))) &&
+            !(rc = be->matmul(ctx, L->sh_down, NULL, w->gate, sh, n)) && !(rc = be->add(ctx, w->o, sh, w->o, e)) &&
+            !(rc = be->add(ctx, w->x, w->o, w->x, e)))
+            rc = be->synchronize(ctx);
+        be->free(ctx, sh);
+        return rc;
+    }
     if (L->ffn_gate_inp) /* qwen3moe, gpt-oss: no post norm, no residual scale */
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
     if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||

@@ -15,7 +15,7 @@ static const struct {
     const char *arch, *why;
 } refused[] = {
     {"qwen2moe", "mixture of experts with a shared expert"}, {"deepseek", "mixture of experts"},
-    {"deepseek2", "mixture of experts and latent attention (MLA)"},         {"dbrx", "mixture of experts"},
+    {"dbrx", "mixture of experts"},
     {"olmoe", "mixture of experts"},     {"grok", "mixture of experts"},      {"arctic", "mixture of experts"},
     {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},
     {"glm4moe", "mixture of experts"},   {"ernie4_5-moe", "mixture of experts"}, {"hunyuan-moe", "mixture of experts"},
@@ -36,7 +36,8 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
         !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
-        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss"))
+        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") ||
+        !strcmp(arch, "deepseek2"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
@@ -44,7 +45,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss)", path, arch);
+                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path, arch);
 }
 
 /* a tensor the runtime reads for this architecture */
@@ -77,6 +78,20 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
                 return 1;
         if (!strncmp(name + at, "ffn_", 4) && strcmp(name + at, "ffn_norm.weight"))
             return 0;
+    }
+    if (!strcmp(arch, "deepseek2")) { /* llama.cpp's models/deepseek2.cpp, the absorbed MLA form (model.c checks
+                                       * which of Q's forms and which FFN each layer has) */
+        static const char *const ds2[] = {
+            "attn_norm.weight",      "ffn_norm.weight",       "attn_q.weight",         "attn_q_a.weight",
+            "attn_q_a_norm.weight",  "attn_q_b.weight",       "attn_kv_a_mqa.weight",  "attn_kv_a_norm.weight",
+            "attn_k_b.weight",       "attn_v_b.weight",       "attn_output.weight",    "ffn_gate.weight",
+            "ffn_up.weight",         "ffn_down.weight",       "ffn_gate_inp.weight",   "exp_probs_b.bias",
+            "ffn_gate_exps.weight",  "ffn_up_exps.weight",    "ffn_down_exps.weight",  "ffn_gate_shexp.weight",
+            "ffn_up_shexp.weight",   "ffn_down_shexp.weight"};
+        for (size_t i = 0; i < sizeof(ds2) / sizeof(ds2[0]); i++)
+            if (!strcmp(name + at, ds2[i]))
+                return 1;
+        return 0;
     }
     if (!strcmp(arch, "gpt-oss")) { /* llama.cpp's openai-moe.cpp: what it reads, no more (no fused QKV) */
         static const char *const oss[] = {
@@ -162,6 +177,11 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     kvfs_gguf_get_u32(g, key, &n_exp);
     snprintf(key, sizeof(key), "%s.expert_used_count", arch);
     kvfs_gguf_get_u32(g, key, &used);
+    if (!strcmp(arch, "deepseek2")) { /* llama.cpp requires its experts' width */
+        snprintf(key, sizeof(key), "%s.expert_feed_forward_length", arch);
+        if (kvfs_gguf_get_u32(g, key, &u) || u == 0)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s > 0", path, key);
+    }
     if (!strcmp(arch, "gpt-oss")) {
         static const char *const req[] = {"expert_feed_forward_length", "attention.sliding_window"};
         for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
@@ -216,7 +236,14 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
                              (double)f);
     }
     snprintf(key, sizeof(key), "%s.expert_count", arch);
-    int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss");
+    int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2");
+    /* deepseek2: llama.cpp's multi-token-prediction layers are not computed */
+    static const char *const ds2_keys[] = {"nextn_predict_layers"};
+    for (size_t i = 0; i < sizeof(ds2_keys) / sizeof(ds2_keys[0]) && !strcmp(arch, "deepseek2"); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, ds2_keys[i]);
+        if (!kvfs_gguf_get_u32(g, key, &u) && u > 0)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %u is not supported yet", path, key, u);
+    }
     if (!moe && !kvfs_gguf_get_u32(g, key, &u) && u > 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
     if (moe) {

@@ -153,7 +153,8 @@ static int strided_copy(const struct kvfs_model *m, float *dst, int ds, const fl
  * non-rotated part, taken to the latent space by wk_b[h], and a rotated
  * part; the latent (normed) and the rotated key part, one row per token.
  * Rows laid out [rotated | latent] (kvfs's order, model.h); V is that row
- * too (the latent part of the output is what wv_b reads). */
+ * with the rotated part zero (the latent part of the output is what wv_b
+ * reads). */
 static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -196,7 +197,19 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
     if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * D)) ||
                            (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))
         goto out;
-    if ((rc = be->copy(ctx, w->v, w->k, sizeof(float) * (size_t)n * D)))
+    /* V: the row with its rotated part zeroed (attention's output there is
+     * not read), so that values do not depend on position, as in every
+     * family (the chunk shift moves them unrotated) */
+    float *zero = calloc((size_t)n * D, sizeof(float));
+    if (!zero) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = be->upload(ctx, w->v, zero, sizeof(float) * (size_t)n * D);
+    if (!rc)
+        rc = be->synchronize(ctx); /* zero is freed below */
+    free(zero);
+    if (rc || (rc = strided_copy(m, w->v + R, D, w->k + R, D, n, K)))
         goto out;
     rc = be->synchronize(ctx);
 out:

@@ -120,6 +120,12 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
                              uint32_t n_streams, const struct kvfs_llama_swa *swa)
 {
     memset(v, 0, sizeof(*v));
+    /* deepseek2 (MLA): llama.cpp's cache row is [latent | rotated key
+     * part] with no V of its own, kvfs's [rotated | latent] and V (kvfs(5)):
+     * not converted yet, so no view rather than a state llama.cpp would
+     * restore wrong */
+    if (!strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch)))
+        return -ENOTSUP;
     if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX ||
         n_streams < 1 || n_streams > KVFS_LLAMA_MAX_STREAMS || h->fp.n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
@@ -552,6 +558,10 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     memset(w, 0, sizeof(*w));
     if (fp->n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
+    if (!strncmp(fp->arch, "deepseek2", sizeof(fp->arch))) { /* as kvfs_llama_view_init_swa */
+        return kvfs_errf(err, errlen, -ENOTSUP, "llama.cpp states of deepseek2 (MLA) models are not converted "
+                         "yet (kvfs(5))");
+    }
     for (uint32_t p = 0; p < n_part; p++) /* the non-SWA cache's layers, then the SWA one's */
         for (uint32_t l = 0; l < fp->n_layer; l++)
             if (n_part == 1 || !!swa->local[l] == (int)p)

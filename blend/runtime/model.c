@@ -243,9 +243,9 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
     uint32_t vocab = 0;
     if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &hp->mla_rank, 1) ||
         hp_u32(g, hp->arch, "attention.key_length_mla", &hp->mla_k, 1) ||
-        hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 1))
+        hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 1) || hp->mla_k == 0 || hp->mla_v == 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
-                         "value_length_mla (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
+                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
                          path, hp->arch);
     hp_u32(g, hp->arch, "attention.key_length", &key_len, 0);
     hp_u32(g, hp->arch, "attention.value_length", &val_len, 0);

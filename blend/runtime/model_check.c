@@ -204,6 +204,47 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     return 0;
 }
 
+/* deepseek2: what model.c's ds2_hparams and loader refuse, here too so
+ * that kvfsctl info says it: the absorbed MLA form and its shapes, the
+ * gating functions computed, each layer's FFN where llama.cpp reads it */
+static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
+                     size_t errlen)
+{
+    char key[160], name[64];
+    uint32_t v[7] = {0};
+    static const char *const keys[] = {"attention.kv_lora_rank", "attention.key_length_mla",
+                                       "attention.value_length_mla", "rope.dimension_count", "attention.key_length",
+                                       "attention.value_length", "attention.head_count_kv"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, keys[i]);
+        kvfs_gguf_get_u32(g, key, &v[i]);
+    }
+    if (!v[0] || !v[1] || !v[2])
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
+                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
+                         path, arch);
+    if (!v[3] || v[3] % 2 || v[1] <= v[3] || v[4] != v[0] + v[3] || v[5] != v[0] || v[6] != 1)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %u, "
+                         "rope.dimension_count %u, key_length %u, value_length %u, head_count_kv %u, key_length_mla "
+                         "%u, value_length_mla %u)", path, v[0], v[3], v[4], v[5], v[6], v[1], v[2]);
+    uint32_t gating = 0, lead = 0;
+    snprintf(key, sizeof(key), "%s.expert_gating_func", arch);
+    if (!kvfs_gguf_get_u32(g, key, &gating) && gating > 2)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %u is not supported yet (1 softmax, 2 sigmoid)", path, key,
+                         gating);
+    snprintf(key, sizeof(key), "%s.leading_dense_block_count", arch);
+    kvfs_gguf_get_u32(g, key, &lead);
+    for (int l = 0; l < n_layer; l++) {
+        int moe = (uint32_t)l >= lead;
+        snprintf(name, sizeof(name), "blk.%d.%s", l, moe ? "ffn_gate.weight" : "ffn_gate_inp.weight");
+        if (kvfs_gguf_tensor(g, name))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s in a layer llama.cpp computes with %s (%s."
+                             "leading_dense_block_count = %u)", path, name, moe ? "experts" : "a dense FFN", arch,
+                             lead);
+    }
+    return 0;
+}
+
 int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                           size_t errlen)
 {
@@ -248,6 +289,8 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
     if (moe) {
         int rc = moe_check(path, g, arch, err, errlen);
+        if (!rc && !strcmp(arch, "deepseek2"))
+            rc = ds2_check(path, g, arch, n_layer, err, errlen);
         if (rc)
             return rc;
     }

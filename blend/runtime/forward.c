@@ -659,6 +659,23 @@ static int load_quantized_layer(const struct kvfs_model *m, float *k, float *v, 
     return rc;
 }
 
+static int load_v_from_k(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
+                         int layer, const void *data)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim;
+    int d = (int)h->fp.head_dim, r = (int)h->fp.rope_dim, heads = (int)(rows * h->fp.n_kv_head), rc;
+    float *k = c->k[layer] + (size_t)row0 * kvd, *v = c->v[layer] + (size_t)row0 * kvd;
+    float *zero = calloc(rows * kvd, sizeof(float));
+    if (!zero)
+        return -ENOMEM;
+    if (!(rc = be->upload_kv(CTX(m), k, data, rows * kvd, (int)h->dtype)) &&
+        !(rc = be->upload(CTX(m), v, zero, sizeof(float) * rows * kvd)))
+        rc = be->synchronize(CTX(m)); /* zero is freed below */
+    free(zero);
+    return rc ? rc : r >= d ? 0 : strided_copy(m, v + r, d, k + r, d, heads, d - r);
+}
+
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
                              int layer, const void *data)
 {
@@ -666,6 +683,8 @@ int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
     int codec = kvfs_dtype_quantized(h->dtype);
+    if (h->flags & KVFS_FLAG_V_FROM_K) /* K alone: V is K with each head's rotated part zero (kvfs(5)) */
+        return load_v_from_k(m, c, row0, h, layer, data);
     if (codec)
         return load_quantized_layer(m, c->k[layer] + (size_t)row0 * kvd, c->v[layer] + (size_t)row0 * kvd, data,
                                     (uint32_t)rows, (uint32_t)kvd, codec);
@@ -696,8 +715,10 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
 {
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
-    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags, (uint32_t)c->host_pos[first],
-                                     (uint32_t)count, (const uint32_t *)tokens, salt);
+    /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA chunks) */
+    int k_only = m->hp.mla_rank > 0;
+    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags | (k_only ? KVFS_FLAG_V_FROM_K : 0),
+                                     (uint32_t)c->host_pos[first], (uint32_t)count, (const uint32_t *)tokens, salt);
     if (rc)
         return rc;
     size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd;
@@ -710,12 +731,12 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
     for (int l = 0; l < c->n_layer && !rc; l++) {
         uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
         if ((rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) ||
-            (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n)))
+            (!k_only && (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n))))
             break;
         if (codec)
             rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
         else
-            kvfs_f32_encode(dtype, tmp, 2 * n, dst);
+            kvfs_f32_encode(dtype, tmp, k_only ? n : 2 * n, dst);
     }
     free(tmp);
     if (!rc)

@@ -116,5 +116,19 @@ int main(void)
 {
     for (uint32_t n = 1; n <= 2 * NSWA + 1; n++)
         check_n(n);
+    /* deepseek2 (MLA): llama.cpp's cache row is not kvfs's, no view (kvfs(5)) */
+    struct kvfs_writer w;
+    struct kvfs_header h;
+    struct kvfs_llama_view v;
+    char why[128];
+    CHECK_EQ(synth_chunk(&w, 2, 5, 1, KVFS_DTYPE_F16), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), 0);
+    kvfs_llama_view_free(&v);
+    memcpy(h.fp.arch, "deepseek2", 10);
+    CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), -ENOTSUP);
+    struct kvfs_writer w2;
+    CHECK_EQ(kvfs_llama_state_to_chunk(w.buf, w.size, &h.fp, 257, &w2, why, sizeof(why)), -ENOTSUP);
+    kvfs_writer_free(&w);
     CHECK_DONE();
 }

@@ -1,0 +1,33 @@
+#!/bin/bash
+# A latent-attention model (deepseek2, synthetic) through the mount: its
+# chunks hold the cached row alone (kvfs(5), MLA chunks: ls -l is that size,
+# a quarter of the would-be full K/V here), a blend through the mount equals
+# the in-process one and ratio 1.0 a full prefill, and llama.cpp state views
+# of its chunks are refused (not converted yet), not served wrong.
+. "$(dirname "$0")/../lib.sh"
+MODEL=$T/ds2.gguf
+"$KVFSCTL" mkmodel -o "$MODEL" --arch deepseek2 --layers 4 --embd 128 --heads 4 --ff 256 --seed 5 || exit 1
+mount_kvfs a "model=$MODEL" || exit 1
+M=$T/a.mnt
+license_chunks "$M" 600 Apache-2.0 GPL-3
+check "prefill through the mount gives chunks" test -n "${h[1]}" -a -n "${h[2]}"
+n=$(getfattr --absolute-names --only-values -n user.kvfs.tokens "$M/chunks/${h[1]}.kv")
+# 4 layers of n rows of 8 rotated + 32 latent f16 values, each layer 4 KiB aligned, after a 4 KiB aligned header
+want=$(python3 -c "a=lambda x: -(-x // 4096) * 4096; print(a(128 + 4 * $n + 24 * 4) + 4 * a($n * 40 * 2))")
+size=$(stat -c %s "$M/chunks/${h[1]}.kv")
+check "ls -l: the cached rows alone ($size bytes for $n tokens; full K/V: $((n * 4 * 4 * (24 + 16) * 2)) unpadded)" \
+    test "$size" = "$want"
+check "kvfsctl info: V derived from K" sh -c "'$KVFSCTL' info '$M/chunks/${h[1]}.kv' | grep -q '^values: *K.s rows'"
+Q=$'\nQ: which one?'
+"$KVFSCTL" blend -M "$M" --name r --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} > /dev/null
+"$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --ratio 0.15 --suffix "$Q" \
+    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
+check "blend through the mount == in-process blend" cmp "$T/local.kv" "$M/blends/r.kv"
+"$KVFSCTL" blend --local -m "$MODEL" -o "$T/full.kv" --ratio 1.0 --suffix "$Q" \
+    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
+ids=$("$KVFSCTL" info --json --tokens "$T/full.kv" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
+"$KVFSCTL" prefill -m "$MODEL" -o "$T/ref.kv" --ids "$ids" > /dev/null 2>&1
+check "ratio 1.0 = a full prefill" "$KVFSCTL" compare --max-err 0 "$T/full.kv" "$T/ref.kv"
+check "its llama.cpp state view is refused (no such view)" sh -c "! stat '$M/llama/${h[1]}.llama' > /dev/null 2>&1"
+check "... and not listed" sh -c "! ls -l '$M/llama' 2>&1 | grep -q '${h[1]}'"
+finish

@@ -36,7 +36,12 @@ MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3')
 # deepseek2: DeepSeek-V2-Lite's layout (Q uncompressed, softmax routing, one
 # shared expert), deepseek2-v3 V3's (Q through its compressed rank, sigmoid
 # routing with a selection bias, weights renormalized and scaled by 2.5, two
-# shared experts); both MLA in llama.cpp's absorbed form, a leading dense layer
+# shared experts); both MLA in llama.cpp's absorbed form, a leading dense layer.
+# Left out, the latent's norm moves the F32 log-probs by 7.8 (V2-Lite layout)
+# and 13.7 (V3's), V3's selection bias by 3.3, its weight scale by 7.2
+# (measured 2026-11-28); quantized, a routing near-tie (top-2 margin 7e-5
+# after 8-bit activations) flipped an expert once in a model of another
+# seed (2.75), as llama.cpp's own quantized runs would
 rng = np.random.default_rng(7)
 prompts = [[int(t) for t in rng.integers(0, 256, n)] for n in (16, 90, 300)]
 tmp = tempfile.mkdtemp(prefix='kvfs-synth-')

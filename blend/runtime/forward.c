@@ -322,10 +322,11 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
     size_t nk = (size_t)n * k;
     float *d_logit = NULL, *d_xg = NULL, *d_g = NULL, *d_u = NULL, *d_y = NULL, *d_slots = NULL, *d_wt = NULL;
     int32_t *d_src = NULL, *d_dst = NULL;
-    float *logit = malloc(sizeof(float) * (size_t)n * ne), *wt = malloc(sizeof(float) * nk);
+    float *logit = malloc(sizeof(float) * (size_t)n * ne), *wt = malloc(sizeof(float) * nk),
+          *score = malloc(sizeof(float) * (size_t)ne);
     int32_t *sel = malloc(sizeof(int32_t) * nk), *src = malloc(sizeof(int32_t) * nk),
             *dst = malloc(sizeof(int32_t) * nk), *cnt = calloc((size_t)ne + 1, sizeof(int32_t));
-    if (!logit || !wt || !sel || !src || !dst || !cnt) {
+    if (!logit || !wt || !score || !sel || !src || !dst || !cnt) {
         rc = -ENOMEM;
         goto out;
     }
@@ -383,13 +384,39 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
         }
         /* deepseek2's selection bias: it chooses, the unbiased probabilities weigh */
         const float *bias = L->exp_probs_b;
+        for (int j = 0; j < ne; j++)
+            score[j] = bias ? p[j] + bias[j] : p[j];
+        if (hp->n_group > 1) { /* V3's group-limited routing (llama.cpp's build_moe_ffn): a group scores the sum
+                                * of its top 2; the experts of all but the n_group_used best are out */
+            int per = ne / hp->n_group;
+            float gs[256];
+            uint8_t keep[256] = {0};
+            for (int gi = 0; gi < hp->n_group; gi++) {
+                const float *x = score + (size_t)gi * per;
+                int a = 0;
+                for (int j = 1; j < per; j++)
+                    a = x[j] > x[a] ? j : a;
+                int b2 = a == 0 ? 1 : 0;
+                for (int j = 0; j < per; j++)
+                    b2 = j != a && x[j] > x[b2] ? j : b2;
+                gs[gi] = x[a] + x[b2];
+            }
+            for (int u = 0; u < hp->n_group_used; u++) {
+                int best = -1;
+                for (int gi = 0; gi < hp->n_group; gi++)
+                    best = !keep[gi] && (best < 0 || gs[gi] > gs[best]) ? gi : best;
+                keep[best] = 1;
+            }
+            for (int j = 0; j < ne; j++)
+                score[j] = keep[j / per] ? score[j] : -INFINITY;
+        }
         for (int i = 0; i < k; i++) { /* top k, best first; a tie to the lower expert */
             int b = -1;
             for (int j = 0; j < ne; j++) {
                 int taken = 0;
                 for (int q = 0; q < i; q++)
                     taken |= sel[(size_t)r * k + q] == j;
-                if (!taken && (b < 0 || (bias ? p[j] + bias[j] > p[b] + bias[b] : p[j] > p[b])))
+                if (!taken && (b < 0 || score[j] > score[b]))
                     b = j;
             }
             sel[(size_t)r * k + i] = b;
@@ -456,6 +483,7 @@ out:
     }
     free(logit);
     free(wt);
+    free(score);
     free(sel);
     free(src);
     free(dst);

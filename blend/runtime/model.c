@@ -277,6 +277,10 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s.expert_gating_func = %d is not supported yet (1 softmax, "
                          "2 sigmoid)", path, hp->arch, gating);
     hp->moe_sigmoid = gating == 2;
+    hp_u32(g, hp->arch, "expert_group_count", &hp->n_group, 0); /* model_check.c checked them */
+    hp_u32(g, hp->arch, "expert_group_used_count", &hp->n_group_used, 0);
+    if (hp->n_group <= 1)
+        hp->n_group = hp->n_group_used = 0;
     snprintf(k, sizeof(k), "%s.expert_weights_norm", hp->arch);
     kvfs_gguf_get_bool(g, k, &hp->moe_norm);
     snprintf(k, sizeof(k), "%s.expert_weights_scale", hp->arch);

@@ -54,6 +54,7 @@ struct kvfs_hparams {
     int moe_sigmoid;                    /* gating by sigmoid, not softmax */
     int moe_norm;                       /* the chosen weights renormalized to sum 1 */
     float moe_scale;                    /* the weights times this; 0 or 1: none */
+    int n_group, n_group_used;          /* deepseek2 (V3): experts chosen from the best groups only; 0: no groups */
 };
 
 struct kvfs_layer_weights {

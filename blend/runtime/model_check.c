@@ -193,7 +193,21 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     if (n_exp == 0 || used == 0 || used > n_exp)
         return kvfs_errf(err, errlen, -EINVAL, "%s: %s needs expert_count > 0 and 0 < expert_used_count <= it "
                          "(%u, %u)", path, arch, n_exp, used);
-    /* llama.cpp reads these for every arch: groups change the selection */
+    /* llama.cpp reads these for every arch: groups change the selection
+     * (computed for deepseek2, DeepSeek-V3's group-limited routing, with
+     * llama.cpp's asserts on the counts; groups of one expert have no top 2) */
+    uint32_t n_grp = 0, grp_used = 0;
+    snprintf(key, sizeof(key), "%s.expert_group_count", arch);
+    kvfs_gguf_get_u32(g, key, &n_grp);
+    snprintf(key, sizeof(key), "%s.expert_group_used_count", arch);
+    kvfs_gguf_get_u32(g, key, &grp_used);
+    if (!strcmp(arch, "deepseek2") && n_grp > 1) {
+        if (n_grp >= n_exp || n_grp > 256 || n_exp % n_grp || n_exp / n_grp < 2 || grp_used == 0 ||
+            grp_used >= n_grp)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s.expert_group_count %u and expert_group_used_count %u do "
+                             "not fit %u experts", path, arch, n_grp, grp_used, n_exp);
+        return 0;
+    }
     static const char *const zero[] = {"expert_group_count", "expert_group_used_count"};
     for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, zero[i]);

@@ -60,8 +60,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
      * 4 (+ the rotated key part) per token; DeepSeek-V2-Lite's layout (no Q
      * compression, softmax gating, one shared expert, a leading dense
      * layer), or with mla_v3 V3's (Q through a compressed rank of n_embd /
-     * 2, sigmoid gating with a selection bias, the weights renormalized and
-     * scaled, two shared experts) */
+     * 2, sigmoid gating with a selection bias, group-limited routing, the
+     * weights renormalized and scaled, two shared experts) */
     int nope = head_dim / 2, n_rot = head_dim / 4, v_mla = head_dim / 2, kv_rank = o->n_embd / 4;
     int q_lora = ds2 && o->mla_v3 ? o->n_embd / 2 : 0, n_shared = o->mla_v3 ? 2 : 1;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
@@ -105,6 +105,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_gating_func"), o->mla_v3 ? 2u : 1u);
     if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_bool(w, KEY("expert_weights_norm"), 1);
     if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_f32(w, KEY("expert_weights_scale"), 2.5f);
+    /* V3's group-limited routing: the experts in n_exp / 2 groups, the best half of them open */
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_group_count"), (uint32_t)n_exp / 2);
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_group_used_count"), (uint32_t)n_exp / 4);
     if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
         rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
@@ -221,7 +224,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (ds2 && !rc) rc = add_rand(w, T("ffn_up_shexp.weight"), o->n_embd, ff_exp * n_shared, 4.0f * sc * 8, 0, &s);
             if (ds2 && !rc)
                 rc = add_rand(w, T("ffn_down_shexp.weight"), ff_exp * n_shared, o->n_embd, 4.0f * sc * 8, 0, &s);
-            if (ds2 && o->mla_v3 && !rc) rc = add_rand(w, T("exp_probs_b.bias"), n_exp, 1, 0.3f, 0, &s);
+            if (ds2 && o->mla_v3 && !rc) rc = add_rand(w, T("exp_probs_b.bias"), n_exp, 1, 3.0f, 0, &s);
         } else if (phi3) {
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
         } else {

@@ -75,8 +75,9 @@ MODEL=$DS refused "deepseek2's attn_kv_b" "tensor blk.0.attn_kv_b.weight is not 
     --tensor blk.0.attn_kv_b.weight=64
 MODEL=$DS refused "deepseek2 with several KV heads" "deepseek2's MLA shapes are inconsistent" \
     --u32 deepseek2.attention.head_count_kv=4
-MODEL=$DS refused "deepseek2 with grouped expert selection" "deepseek2.expert_group_count (grouped expert selection)" \
-    --u32 deepseek2.expert_group_count=4 --u32 deepseek2.expert_group_used_count=2
+MODEL=$DS refused "deepseek2 with expert groups that do not divide its experts" \
+    "deepseek2.expert_group_count 3 and expert_group_used_count 2 do not fit 8 experts" \
+    --u32 deepseek2.expert_group_count=3 --u32 deepseek2.expert_group_used_count=2
 MODEL=$DS refused "deepseek2 with another gating function" "deepseek2.expert_gating_func = 3 is not supported" \
     --u32 deepseek2.expert_gating_func=3
 MODEL=$DS refused "deepseek2 with YaRN" "RoPE scaling 'yarn' (deepseek2.rope.scaling.type)" \

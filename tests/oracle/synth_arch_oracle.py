@@ -35,13 +35,16 @@ MOE_TYPES = [('MXFP4', llama_cpp.LLAMA_FTYPE_MOSTLY_MXFP4_MOE)]
 MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3')
 # deepseek2: DeepSeek-V2-Lite's layout (Q uncompressed, softmax routing, one
 # shared expert), deepseek2-v3 V3's (Q through its compressed rank, sigmoid
-# routing with a selection bias, weights renormalized and scaled by 2.5, two
-# shared experts); both MLA in llama.cpp's absorbed form, a leading dense layer.
+# routing with a selection bias, group-limited routing (4 groups of 2, the
+# best 2 open), weights renormalized and scaled by 2.5, two shared experts);
+# both MLA in llama.cpp's absorbed form, a leading dense layer.
 # Left out, the latent's norm moves the F32 log-probs by 7.8 (V2-Lite layout)
-# and 13.7 (V3's), V3's selection bias by 3.3, its weight scale by 7.2
-# (measured 2026-11-28); quantized, a routing near-tie (top-2 margin 7e-5
-# after 8-bit activations) flipped an expert once in a model of another
-# seed (2.75), as llama.cpp's own quantized runs would
+# and 13.7 (V3's), V3's group limit by 6.3, its selection bias by 7.9, its
+# weight scale by 7.2 (measured 2026-11-28).  V3's selection bias spans
+# [-1.5, 1.5): with 0.3 its routing near-ties (top margins of 7e-5 to 4e-4)
+# flipped an expert between kvfs and llama.cpp in one quantized case of
+# three models (2.75, 4.3): 8-bit activations rounded at another sum order
+# move scores by about that much
 rng = np.random.default_rng(7)
 prompts = [[int(t) for t in rng.integers(0, 256, n)] for n in (16, 90, 300)]
 tmp = tempfile.mkdtemp(prefix='kvfs-synth-')

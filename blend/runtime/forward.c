@@ -193,6 +193,13 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
     if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
         (rc = be->rope(ctx, w->k, w->pos, n, 1, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
         goto out;
+    /* YaRN: ggml's rotation scales what it rotates, the rotated parts only (qf is free now) */
+    float ms = hp->mla_rope_mscale;
+    if (ms != 0.0f && ms != 1.0f &&
+        ((rc = strided_copy(m, qf, R, w->q, D, n * H, R)) || (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) ||
+         (rc = strided_copy(m, w->q, D, qf, R, n * H, R)) || (rc = strided_copy(m, qf, R, w->k, D, n, R)) ||
+         (rc = be->scale(ctx, qf, ms, qf, (size_t)n * R)) || (rc = strided_copy(m, w->k, D, qf, R, n, R))))
+        goto out;
     /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
     if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * D)) ||
                            (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))

@@ -340,6 +340,37 @@ static int load_ds2_moe(struct kvfs_model *m, int l, struct kvfs_layer_weights *
     return 0;
 }
 
+/* deepseek2's YaRN (llama-context.cpp's yarn_attn_factor, ggml's
+ * rope_yarn magnitude, models/deepseek2.cpp's kq_scale), in llama.cpp's
+ * float operations: frequencies as yarn_factors; the rotated parts' magnitude
+ * to hp->mla_rope_mscale; the scale of Q.K to hp->attn_scale. */
+static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff)
+{
+    char k[128];
+    float factor = 0.0f, a_file = 1.0f, log_mul = 0.0f, unused;
+    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &factor);
+    snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &a_file);
+    snprintf(k, sizeof(k), "%s.rope.scaling.yarn_log_multiplier", hp->arch);
+    if (!kvfs_gguf_get_f32(g, k, &log_mul))
+        log_mul /= 0.1f; /* llama.cpp cancels the converter's factor */
+    int rc = yarn_factors(g, hp, ff, &unused);
+    if (rc)
+        return rc;
+    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, f = 1.0f / fs;
+#define GET_MSCALE(s, ms) ((s) <= 1.0f ? 1.0f : 0.1f * (ms) * logf(s) + 1.0f)
+    float af = log_mul != 0.0f ? GET_MSCALE(f, log_mul) / GET_MSCALE(f, log_mul) : GET_MSCALE(f, 1.0f);
+#undef GET_MSCALE
+    af *= 1.0f / (1.0f + 0.1f * logf(f));
+    af *= a_file;
+    float org = af * (1.0f + 0.1f * logf(1.0f / fs)); /* also the magnitude ggml's rope_yarn gives */
+    float mscale = org * (1.0f + 0.1f * log_mul * logf(1.0f / fs));
+    hp->mla_rope_mscale = org;
+    hp->attn_scale = 1.0f * mscale * mscale / sqrtf((float)hp->mla_k);
+    return 0;
+}
+
 /* model_id: SHA-256 of the GGUF tensor data section (see kvfs(5)). */
 static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
 {
@@ -517,6 +548,15 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
+    if (is_ds2) { /* deepseek2's YaRN as llama.cpp computes it: the frequencies as gpt-oss's (yarn_factors),
+                   * the magnitude ggml's rope gives the rotated parts, and the attention scale
+                   * (models/deepseek2.cpp's mscale, with rope.scaling.yarn_log_multiplier) */
+        struct kvfs_gguf_str st;
+        snprintf(name, sizeof(name), "%s.rope.scaling.type", hp->arch);
+        if (!kvfs_gguf_get_str(m->gguf, name, &st) && st.len == 4 && !memcmp(st.ptr, "yarn", 4) &&
+            (rc = ds2_yarn(m->gguf, hp, &m->rope_freqs)))
+            goto fail;
+    }
     if (is_gptoss) { /* llama.cpp's models/openai-moe.cpp: a window (required) on every other layer, its RoPE
                       * base rope.freq_base_swa where given, else the global one; scale 1/sqrt(head_dim) */
         hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
@@ -544,7 +584,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f ||
+          hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
         /* deepseek2's strided gathers and offset rotations are checked on the CPU backend only */
         (is_ds2 && strcmp(be->name, "cpu")) ||

@@ -55,6 +55,7 @@ struct kvfs_hparams {
     int moe_norm;                       /* the chosen weights renormalized to sum 1 */
     float moe_scale;                    /* the weights times this; 0 or 1: none */
     int n_group, n_group_used;          /* deepseek2 (V3): experts chosen from the best groups only; 0: no groups */
+    float mla_rope_mscale;              /* deepseek2's YaRN: the rotated parts of Q and K times this; 0: none */
 };
 
 struct kvfs_layer_weights {

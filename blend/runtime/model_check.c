@@ -266,12 +266,12 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     struct kvfs_gguf_str s;
     float f;
     uint32_t u;
-    /* RoPE scaling of any kind changes every key; gpt-oss's YaRN is
-     * computed (model.c), on one RoPE base for all layers */
+    /* RoPE scaling of any kind changes every key; gpt-oss's and deepseek2's
+     * YaRN is computed (model.c), on one RoPE base for all layers */
     int yarn = 0;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
     if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-        yarn = !strcmp(arch, "gpt-oss") && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
+        yarn = (!strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2")) && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
         if (!yarn)
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
                              (int)(s.len < 32 ? s.len : 32), s.ptr, key);

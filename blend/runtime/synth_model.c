@@ -103,6 +103,14 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)n_rot);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_shared_count"), (uint32_t)n_shared);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_gating_func"), o->mla_v3 ? 2u : 1u);
+    /* YaRN as DeepSeek's files have it (factor 40 there; 4 over 1024 positions here, so
+     * that the ramp splits the rotated pairs), V2-Lite's with its log multiplier (0.1 x
+     * mscale_all_dim 0.707, the attention scale), V3's variant without (the rotated parts'
+     * magnitude) */
+    if (ds2 && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
+    if (ds2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 4.0f);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 1024);
+    if (ds2 && !o->mla_v3 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.yarn_log_multiplier"), 0.0707f);
     if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_bool(w, KEY("expert_weights_norm"), 1);
     if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_f32(w, KEY("expert_weights_scale"), 2.5f);
     /* V3's group-limited routing: the experts in n_exp / 2 groups, the best half of them open */

@@ -80,8 +80,8 @@ MODEL=$DS refused "deepseek2 with expert groups that do not divide its experts" 
     --u32 deepseek2.expert_group_count=3 --u32 deepseek2.expert_group_used_count=2
 MODEL=$DS refused "deepseek2 with another gating function" "deepseek2.expert_gating_func = 3 is not supported" \
     --u32 deepseek2.expert_gating_func=3
-MODEL=$DS refused "deepseek2 with YaRN" "RoPE scaling 'yarn' (deepseek2.rope.scaling.type)" \
-    --str deepseek2.rope.scaling.type=yarn --f32 deepseek2.rope.scaling.factor=40
+MODEL=$DS refused "deepseek2 with linear RoPE scaling" "RoPE scaling 'linear' (deepseek2.rope.scaling.type)" \
+    --str deepseek2.rope.scaling.type=linear
 MODEL=$DS refused "deepseek2's multi-token prediction" "deepseek2.nextn_predict_layers = 1 is not supported" \
     --u32 deepseek2.nextn_predict_layers=1
 MODEL=$DS refused "deepseek2 with a dense FFN in an expert layer" "tensor blk.1.ffn_gate.weight in a layer" \

@@ -40,7 +40,10 @@ MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3')
 # both MLA in llama.cpp's absorbed form, a leading dense layer.
 # Left out, the latent's norm moves the F32 log-probs by 7.8 (V2-Lite layout)
 # and 13.7 (V3's), V3's group limit by 6.3, its selection bias by 7.9, its
-# weight scale by 7.2 (measured 2026-11-28).  V3's selection bias spans
+# weight scale by 7.2; YaRN (factor 4 over 1024 positions) on both, V2-Lite's
+# with its log multiplier: its attention scale left out costs 0.99 (V3's
+# 6.0), its frequencies 0.28 (1.6), V3's magnitude of the rotated parts 1.1
+# (measured 2026-11-28).  V3's selection bias spans
 # [-1.5, 1.5): with 0.3 its routing near-ties (top margins of 7e-5 to 4e-4)
 # flipped an expert between kvfs and llama.cpp in one quantized case of
 # three models (2.75, 4.3): 8-bit activations rounded at another sum order

@@ -332,7 +332,11 @@ static void check_model(const char *arch, const char *path)
                 * part first), Q.K over heads of 8 + 4; a leading dense layer, then experts with one shared */
         CHECK(m->hp.mla_rank == 16 && m->hp.rope_dim == 4 && m->hp.head_dim == 20 && m->hp.mla_k == 12 &&
               m->hp.mla_v == 8 && m->hp.q_dim == 80 && m->hp.q_lora == 0);
-        CHECK(fabsf(m->hp.attn_scale - 1.0f / sqrtf(12.0f)) < 1e-7f);
+        /* YaRN (factor 4) with V2-Lite's log multiplier: the scale of Q.K times mscale^2, the rotated parts
+         * unscaled, the frequencies through factors */
+        float ms = 1.0f + 0.1f * (0.0707f / 0.1f) * logf(4.0f);
+        CHECK(fabsf(m->hp.attn_scale - ms * ms / sqrtf(12.0f)) < 1e-6f);
+        CHECK(m->hp.mla_rope_mscale == 1.0f && m->rope_freqs && m->rope_freqs[0] == 1.0f);
         CHECK(m->fp.n_kv_head == 1 && m->fp.head_dim == 20 && m->fp.rope_dim == 4);
         CHECK(m->hp.n_dense_lead == 1 && m->hp.n_ff_shexp == 64 && !m->hp.moe_sigmoid && !m->hp.moe_norm);
         CHECK(m->layers[0].w_gate && !m->layers[0].ffn_gate_inp && m->layers[1].ffn_gate_inp && m->layers[1].sh_gate);

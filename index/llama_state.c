@@ -94,7 +94,7 @@ static int part_init(struct kvfs_llama_view *v, struct kvfs_llama_part *p, uint6
     uint64_t head = at ? 0 : 12u + 4ull * h->n_tokens;
     p->at = at;
     p->data0 = at + head + 8u + 12ull * p->n + 8u;
-    p->tail = p->data0 + (uint64_t)p->n_layer * 2u * (K_HDR + 2ull * p->n * v->kv_dim);
+    p->tail = p->data0 + (uint64_t)p->n_layer * (v->mla ? 1u : 2u) * (K_HDR + 2ull * p->n * v->kv_dim);
     p->end = p->tail + 4ull * (v->n_streams - 1);
     if (!(p->hdr = malloc(p->data0 - at)))
         return -ENOMEM;
@@ -121,10 +121,11 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
 {
     memset(v, 0, sizeof(*v));
     /* deepseek2 (MLA): llama.cpp's cache row is [latent | rotated key
-     * part] with no V of its own, kvfs's [rotated | latent] and V (kvfs(5)):
-     * not converted yet, so no view rather than a state llama.cpp would
-     * restore wrong */
-    if (!strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch)))
+     * part] with no V of its own, kvfs's [rotated | latent] and V derived
+     * (kvfs(5)); a chunk of that model in another form is refused */
+    int mla = (h->flags & KVFS_FLAG_V_FROM_K) != 0;
+    if ((mla || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
+        (!mla || h->fp.n_kv_head != 1 || h->fp.rope_dim >= h->fp.head_dim))
         return -ENOTSUP;
     if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX ||
         n_streams < 1 || n_streams > KVFS_LLAMA_MAX_STREAMS || h->fp.n_layer > KVFS_MAX_LAYERS)
@@ -133,6 +134,8 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
     v->h = *h;
     v->v_trans = !!v_trans;
     v->kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    v->mla = mla;
+    v->rot = h->fp.rope_dim;
     uint32_t n = h->n_tokens, L = h->fp.n_layer, k = 0;
     v->n_parts = swa_on(swa, L) ? 2 : 1;
     for (uint32_t p = 0; p < v->n_parts; p++) { /* the non-SWA cache's layers, then the SWA one's */
@@ -195,7 +198,7 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
 {
     int trans = which == 1 && v->v_trans;
     uint64_t row0 = (uint64_t)p->t0 * v->kv_dim; /* the part's first element in the chunk's block */
-    if (v->h.dtype == KVFS_DTYPE_F16 && !trans) { /* the object's own bytes */
+    if (v->h.dtype == KVFS_DTYPE_F16 && !trans && !v->mla) { /* the object's own bytes */
         struct kvfs_layer_entry le;
         kvfs_layer_entry_get(&v->h, l, &le);
         memcpy(dst, obj + le.offset + (uint64_t)which * v->h.n_tokens * v->kv_dim * 2u + 2u * row0 + from, len);
@@ -206,6 +209,10 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
         uint64_t b = from + i, e = b / 2; /* the part's element e */
         if (trans) /* dim j of cell c, stored at [c][j] */
             e = (e % n) * v->kv_dim + e / n;
+        if (v->mla) { /* llama.cpp's dim j: the latent's first, then the rotated part, kvfs's first */
+            uint64_t j = e % v->kv_dim, lat = v->kv_dim - v->rot;
+            e = e - j + (j < lat ? j + v->rot : j - lat);
+        }
         uint16_t x = elem_f16(v, obj, l, which, row0 + e);
         uint8_t le2[2] = {(uint8_t)x, (uint8_t)(x >> 8)};
         for (unsigned k = (unsigned)(b & 1); k < 2 && i < len; k++)
@@ -558,7 +565,7 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     memset(w, 0, sizeof(*w));
     if (fp->n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
-    if (!strncmp(fp->arch, "deepseek2", sizeof(fp->arch))) { /* as kvfs_llama_view_init_swa */
+    if (!strncmp(fp->arch, "deepseek2", sizeof(fp->arch))) { /* K alone, in llama.cpp's row order */
         return kvfs_errf(err, errlen, -ENOTSUP, "llama.cpp states of deepseek2 (MLA) models are not converted "
                          "yet (kvfs(5))");
     }

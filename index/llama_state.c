@@ -437,13 +437,14 @@ static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uin
  * layers. */
 static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
                        const uint16_t *layers, uint32_t n_layers, uint32_t n_cells, const uint32_t *row,
-                       uint32_t v_trans, size_t len, char *err, size_t errlen)
+                       uint32_t v_trans, int mla, size_t len, char *err, size_t errlen)
 {
     size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
     size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
+    size_t rot = fp->rope_dim * ds, lat = kv_dim * ds - rot;
     const uint8_t *p;
     int rc = 0;
-    for (int which = 0; which < 2 && !rc; which++)
+    for (int which = 0; which < (mla ? 1 : 2) && !rc; which++) /* MLA: K alone, latent first (kvfs(5)) */
         for (uint32_t i = 0; i < n_layers && !rc; i++) {
             uint32_t l = layers[i];
             int trans = which && v_trans;
@@ -454,6 +455,15 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
                 break;
             }
             uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
+            if (!trans && mla) { /* cell c's row to its position's, the rotated part first */
+                for (uint32_t c = 0; c < n_cells; c++) {
+                    uint8_t *d = dst + (size_t)row[c] * kv_dim * ds;
+                    const uint8_t *s = p + (size_t)c * kv_dim * ds;
+                    memcpy(d, s + lat, rot);
+                    memcpy(d + rot, s, lat);
+                }
+                continue;
+            }
             if (!trans) { /* cell c's row to its position's */
                 for (uint32_t c = 0; c < n_cells; c++)
                     memcpy(dst + (size_t)row[c] * kv_dim * ds, p + (size_t)c * kv_dim * ds, kv_dim * ds);
@@ -565,10 +575,11 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     memset(w, 0, sizeof(*w));
     if (fp->n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
-    if (!strncmp(fp->arch, "deepseek2", sizeof(fp->arch))) { /* K alone, in llama.cpp's row order */
-        return kvfs_errf(err, errlen, -ENOTSUP, "llama.cpp states of deepseek2 (MLA) models are not converted "
-                         "yet (kvfs(5))");
-    }
+    /* deepseek2 (MLA): K alone, in llama.cpp's row order, to an MLA chunk (kvfs(5)) */
+    int mla = !strncmp(fp->arch, "deepseek2", sizeof(fp->arch));
+    if (mla && (fp->n_kv_head != 1 || fp->rope_dim >= fp->head_dim))
+        return kvfs_errf(err, errlen, -EINVAL, "deepseek2 with %u KV heads of %u (%u rotated): not an MLA cache row",
+                         fp->n_kv_head, fp->head_dim, fp->rope_dim);
     for (uint32_t p = 0; p < n_part; p++) /* the non-SWA cache's layers, then the SWA one's */
         for (uint32_t l = 0; l < fp->n_layer; l++)
             if (n_part == 1 || !!swa->local[l] == (int)p)
@@ -611,11 +622,12 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     struct reader probe = r; /* the first layer's K type sizes the object */
     if ((rc = layer_header(&probe, 0, 0, layers[0], fp, &dtype, len, err, errlen)))
         goto fail;
-    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, n_cells, ids, salt))) {
+    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0),
+                                      (uint32_t)pos0, n_cells, ids, salt))) {
         rc = kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
         goto fail;
     }
-    if ((rc = copy_layers(&r, w, fp, dtype, layers, n_base, n_cells, row, v_trans, len, err, errlen)) ||
+    if ((rc = copy_layers(&r, w, fp, dtype, layers, n_base, n_cells, row, v_trans, mla, len, err, errlen)) ||
         (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
         goto fail;
     if (n_part > 1) { /* the SWA cache: a chunk needs every cell of its layers too */
@@ -643,7 +655,7 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
         }
         uint32_t vt1;
         if ((rc = part_data_header(&r, n_local, " in its SWA cache", fp, &vt1, len, err, errlen)) ||
-            (rc = copy_layers(&r, w, fp, dtype, layers + n_base, n_local, n_cells, row1, vt1, len, err, errlen)) ||
+            (rc = copy_layers(&r, w, fp, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, len, err, errlen)) ||
             (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
             goto fail;
     }

@@ -130,7 +130,7 @@ int main(void)
     memcpy(h.fp.arch, "deepseek2", 10);
     CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), -ENOTSUP);
     struct kvfs_writer w2;
-    CHECK_EQ(kvfs_llama_state_to_chunk(w.buf, w.size, &h.fp, 257, &w2, why, sizeof(why)), -ENOTSUP);
+    CHECK_EQ(kvfs_llama_state_to_chunk(w.buf, w.size, &h.fp, 257, &w2, why, sizeof(why)), -EINVAL);
     kvfs_writer_free(&w);
     struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = 6, .rope_dim = 2, .rope_theta = 1e4f,
                                   .arch = "deepseek2", .n_head = 4, .n_embd = 32};
@@ -160,6 +160,10 @@ int main(void)
                 ok &= kvfs_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) == want;
             }
     CHECK(ok);
+    /* and back: the very same chunk */
+    CHECK_EQ(kvfs_llama_state_to_chunk(st, v.size, &fp, 257, &w2, why, sizeof(why)), 0);
+    CHECK(w2.size == w.size && !memcmp(w2.buf, w.buf, w.size));
+    kvfs_writer_free(&w2);
     free(st);
     kvfs_llama_view_free(&v);
     kvfs_writer_free(&w);

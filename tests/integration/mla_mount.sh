@@ -18,6 +18,8 @@ want=$(python3 -c "a=lambda x: -(-x // 4096) * 4096; print(a(128 + 4 * $n + 24 *
 size=$(stat -c %s "$M/chunks/${h[1]}.kv")
 check "ls -l: the cached rows alone ($size bytes for $n tokens; full K/V: $((n * 4 * 4 * (24 + 16) * 2)) unpadded)" \
     test "$size" = "$want"
+check "kvfsctl info on the model: 40 values per token and layer against 160 (25.0%)" sh -c \
+    "'$KVFSCTL' info '$MODEL' | grep -q '^kv cache: *latent attention: 40 values .* would be 160 .*: 25.0%'"
 check "kvfsctl info: V derived from K" sh -c "'$KVFSCTL' info '$M/chunks/${h[1]}.kv' | grep -q '^values: *K.s rows'"
 Q=$'\nQ: which one?'
 "$KVFSCTL" blend -M "$M" --name r --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} > /dev/null

@@ -231,8 +231,9 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
     if (kvfs_dtype_quantized(f->info.dtype) || (v && (f->info.flags & LIBKVFS_FLAG_V_FROM_K)))
         return -EOPNOTSUPP;
     const struct libkvfs_info *in = &f->info;
+    uint64_t k_bytes = in->flags & LIBKVFS_FLAG_V_FROM_K ? in->layer_bytes : in->layer_bytes / 2;
     struct libkvfs_view view = {layer_at(f, layer), in->dtype, in->elem_size, in->n_tokens, in->n_kv_head,
-                                in->head_dim, in->flags & LIBKVFS_FLAG_V_FROM_K ? in->layer_bytes : in->layer_bytes / 2};
+                                in->head_dim, k_bytes};
     if (k)
         *k = view;
     if (v) {

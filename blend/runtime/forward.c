@@ -61,7 +61,8 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
 {
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
-           ff = sizeof(float) * (size_t)n * (hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp), qd = sizeof(float) * (size_t)n * hp->q_dim;
+           ff = sizeof(float) * (size_t)n * (hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp),
+           qd = sizeof(float) * (size_t)n * hp->q_dim;
     memset(w, 0, sizeof(*w));
     int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->xn);
@@ -161,7 +162,9 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
     int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_rank, dk = hp->mla_k;
-    int nope = dk - R, big = E > hp->q_lora ? E : hp->q_lora, rc;
+    int nope = dk - R, rc;
+    int big = E > hp->q_lora ? E : hp->q_lora; /* the widest input a product here quantizes */
+    big = big > nope ? big : nope;
     float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *qn = NULL, *tmp = NULL;
     if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * dk, (void **)&qf)) ||
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (K + R), (void **)&kvp)) ||

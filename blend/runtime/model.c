@@ -299,6 +299,10 @@ static int load_ds2_attn(struct kvfs_model *m, int l, struct kvfs_layer_weights 
     char name[128];
     int rc, q_rows = hp->n_head * hp->mla_k, nope = hp->mla_k - hp->rope_dim;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
+    /* the other form of Q than the one llama.cpp reads (it would refuse the file's tensor count) */
+    if (kvfs_gguf_tensor(m->gguf, T(hp->q_lora > 0 ? "attn_q.weight" : "attn_q_a.weight")))
+        return kvfs_errf(err, errlen, -ENOTSUP, "tensor %s with %s.attention.q_lora_rank %d: llama.cpp does not read "
+                         "it", name, hp->arch, hp->q_lora);
     if ((hp->q_lora > 0 &&
          ((rc = load_weight(m, T("attn_q_a.weight"), hp->q_lora, hp->n_embd, &L->wq_a, err, errlen)) ||
           (rc = load_vec(m, T("attn_q_a_norm.weight"), hp->q_lora, 0, &L->q_a_norm, err, errlen)) ||
@@ -417,8 +421,10 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     }
     if ((rc = kvfs_model_file_check(path, m->gguf, hp->arch, hp->n_layer, err, errlen)))
         goto fail;
-    if (is_qwen3moe || is_gptoss || is_ds2) { /* model_check.c has checked the counts; qwen3moe: llama.cpp's default width
-                                     * of an expert (gpt-oss: the file's, model_check.c requires it) */
+    /* model_check.c has checked the counts; qwen3moe: llama.cpp's default
+     * width of an expert (gpt-oss, deepseek2: the file's, model_check.c
+     * requires it) */
+    if (is_qwen3moe || is_gptoss || is_ds2) {
         hp_u32(m->gguf, hp->arch, "expert_count", &hp->n_expert, 0);
         hp_u32(m->gguf, hp->arch, "expert_used_count", &hp->n_expert_used, 0);
         hp->moe_oai = is_gptoss;

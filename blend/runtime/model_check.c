@@ -248,7 +248,21 @@ static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *ar
                          gating);
     snprintf(key, sizeof(key), "%s.leading_dense_block_count", arch);
     kvfs_gguf_get_u32(g, key, &lead);
+    /* Q's form: llama.cpp's "lite" layer counts never read q_lora_rank (model.c) */
+    uint32_t q_lora = 0, vocab = 0;
+    snprintf(key, sizeof(key), "%s.vocab_size", arch);
+    if (kvfs_gguf_get_u32(g, key, &vocab)) {
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
+    }
+    snprintf(key, sizeof(key), "%s.attention.q_lora_rank", arch);
+    if (!(n_layer == 27 || n_layer == 26 || (n_layer == 48 && vocab == 128256)))
+        kvfs_gguf_get_u32(g, key, &q_lora);
     for (int l = 0; l < n_layer; l++) {
+        snprintf(name, sizeof(name), "blk.%d.%s", l, q_lora ? "attn_q.weight" : "attn_q_a.weight");
+        if (kvfs_gguf_tensor(g, name))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s with %s.attention.q_lora_rank %u: llama.cpp does "
+                             "not read it", path, name, arch, q_lora);
         int moe = (uint32_t)l >= lead;
         snprintf(name, sizeof(name), "blk.%d.%s", l, moe ? "ffn_gate.weight" : "ffn_gate_inp.weight");
         if (kvfs_gguf_tensor(g, name))

@@ -228,8 +228,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc * 8, 0, &s);
             /* deepseek2: its shared experts (one FFN n_shared times as wide), V3's selection bias (of the
              * sigmoid's size: it moves the choice, not the weights) */
-            if (ds2 && !rc) rc = add_rand(w, T("ffn_gate_shexp.weight"), o->n_embd, ff_exp * n_shared, 4.0f * sc * 8, 0, &s);
-            if (ds2 && !rc) rc = add_rand(w, T("ffn_up_shexp.weight"), o->n_embd, ff_exp * n_shared, 4.0f * sc * 8, 0, &s);
+            int fs = ff_exp * n_shared;
+            if (ds2 && !rc) rc = add_rand(w, T("ffn_gate_shexp.weight"), o->n_embd, fs, 4.0f * sc * 8, 0, &s);
+            if (ds2 && !rc) rc = add_rand(w, T("ffn_up_shexp.weight"), o->n_embd, fs, 4.0f * sc * 8, 0, &s);
             if (ds2 && !rc)
                 rc = add_rand(w, T("ffn_down_shexp.weight"), ff_exp * n_shared, o->n_embd, 4.0f * sc * 8, 0, &s);
             if (ds2 && o->mla_v3 && !rc) rc = add_rand(w, T("exp_probs_b.bias"), n_exp, 1, 3.0f, 0, &s);

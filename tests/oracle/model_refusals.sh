@@ -84,6 +84,9 @@ MODEL=$DS refused "deepseek2 with linear RoPE scaling" "RoPE scaling 'linear' (d
     --str deepseek2.rope.scaling.type=linear
 MODEL=$DS refused "deepseek2's multi-token prediction" "deepseek2.nextn_predict_layers = 1 is not supported" \
     --u32 deepseek2.nextn_predict_layers=1
+MODEL=$DS refused "deepseek2 with compressed Q tensors but no q_lora_rank" \
+    "tensor blk.1.attn_q_a.weight with deepseek2.attention.q_lora_rank 0: llama.cpp does not read it" \
+    --tensor blk.1.attn_q_a.weight=64
 MODEL=$DS refused "deepseek2 with a dense FFN in an expert layer" "tensor blk.1.ffn_gate.weight in a layer" \
     --tensor blk.1.ffn_gate.weight=64
 MODEL=$DS refused "deepseek2 without its leading dense layer" "tensor blk.0.ffn_gate.weight in a layer" \

@@ -49,7 +49,7 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
         if (codec)
             rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, kv_dim, dst);
         else
-            kvfs_f32_encode(dtype, kv, 2 * n, dst); /* K then V, as the layer holds them */
+            kvfs_f32_encode(dtype, kv, h.flags & KVFS_FLAG_V_FROM_K ? n : 2 * n, dst); /* K then V (or K alone) */
     }
     if (!rc)
         rc = kvfs_writer_finish(w);

@@ -72,7 +72,7 @@ uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
     int codec = kvfs_dtype_quantized(h->dtype);
     if (codec)
         return kvfs_kvq_layer_bytes(codec, h->n_tokens, kv_dim);
-    return 2ull * h->n_tokens * kv_dim * kvfs_dtype_size(h->dtype);
+    return (h->flags & KVFS_FLAG_V_FROM_K ? 1ull : 2ull) * h->n_tokens * kv_dim * kvfs_dtype_size(h->dtype);
 }
 
 uint64_t kvfs_layer_stride(const struct kvfs_header *h) { return align_up(kvfs_layer_bytes(h)); }
@@ -259,8 +259,12 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
 
     if (!kvfs_dtype_known(h->dtype))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)", h->dtype);
-    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED))
+    if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED |
+                     KVFS_FLAG_V_FROM_K))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
+    if ((h->flags & KVFS_FLAG_V_FROM_K) && kvfs_dtype_quantized(h->dtype))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "a %s chunk with V derived from K (flag 0x10)",
+                         kvfs_dtype_name(h->dtype));
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
@@ -377,6 +381,8 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
         (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64) ||
         (!salt && (flags & KVFS_FLAG_SALTED)))
         return -EINVAL;
+    if ((flags & KVFS_FLAG_V_FROM_K) && kvfs_dtype_quantized(dtype)) /* kvfs(5): not defined (yet) */
+        return -ENOTSUP;
     struct kvfs_header *h = &w->hdr;
     h->version = KVFS_VERSION;
     h->dtype = dtype;
@@ -462,8 +468,25 @@ void kvfs_f32_encode(uint32_t dtype, const float *src, size_t n, void *dst)
     }
 }
 
+/* V_FROM_K: v = k with the first rope_dim values of each head zero */
+static void v_from_k(const struct kvfs_header *h, const float *k, float *v)
+{
+    size_t rows = (size_t)h->n_tokens * h->fp.n_kv_head, d = h->fp.head_dim, r = h->fp.rope_dim;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < d; j++)
+            v[i * d + j] = j < r ? 0.0f : k[i * d + j];
+}
+
 int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v)
 {
+    if ((h->flags & KVFS_FLAG_V_FROM_K) && v) {
+        int rc = kvfs_layer_decode(h, layer, v, NULL);
+        if (!rc && k)
+            memcpy(k, v, sizeof(float) * h->n_tokens * h->fp.n_kv_head * h->fp.head_dim);
+        if (!rc)
+            v_from_k(h, v, v);
+        return rc;
+    }
     uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
     size_t n = (size_t)h->n_tokens * kv_dim, es = kvfs_dtype_size(h->dtype);
     int codec = kvfs_dtype_quantized(h->dtype);

@@ -59,6 +59,12 @@ enum kvfs_rope_type {
  * hashed into the name: one tenant's chunks never match another's */
 #define KVFS_FLAG_SALTED 0x8u
 #define KVFS_SALT_BYTES 32u
+/* V is not stored: a layer is its K rows alone, and each V row is its K
+ * row with the first rope_dim values of each head zero.  Multi-head latent
+ * attention (deepseek2), whose one cached row per token (the rotated key
+ * part, then the latent) serves as both (kvfs(5), MLA chunks).  f32, f16
+ * and bf16 only. */
+#define KVFS_FLAG_V_FROM_K 0x10u
 
 /* What determines the KV bytes besides the tokens.  Canonical encoding is the
  * header bytes 40..120 (see kvfs_fingerprint_encode). */
@@ -109,7 +115,7 @@ int kvfs_dtype_known(uint32_t dtype);                 /* 1 for every dtype above
 int kvfs_dtype_quantized(uint32_t dtype);             /* KVFS_DTYPE_Q8 / Q4 / Q4S: the kvquant.h codec, else 0 */
 const char *kvfs_dtype_name(uint32_t dtype);          /* "f32", "f16", "bf16", "q8", "q4"; "?" if unknown */
 uint32_t kvfs_dtype_parse(const char *name);          /* the reverse; 0 for anything else */
-uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer, unpadded */
+uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer (K alone: V_FROM_K), unpadded */
 uint64_t kvfs_layer_stride(const struct kvfs_header *h);/* padded to KVFS_ALIGN */
 uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer); /* unsalted */
 /* the same for a header with these flags (KVFS_FLAG_SALTED adds the salt) */

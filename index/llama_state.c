@@ -94,7 +94,7 @@ static int part_init(struct kvfs_llama_view *v, struct kvfs_llama_part *p, uint6
     uint64_t head = at ? 0 : 12u + 4ull * h->n_tokens;
     p->at = at;
     p->data0 = at + head + 8u + 12ull * p->n + 8u;
-    p->tail = p->data0 + (uint64_t)p->n_layer * 2u * (K_HDR + 2ull * p->n * v->kv_dim);
+    p->tail = p->data0 + (uint64_t)p->n_layer * (v->mla ? 1u : 2u) * (K_HDR + 2ull * p->n * v->kv_dim);
     p->end = p->tail + 4ull * (v->n_streams - 1);
     if (!(p->hdr = malloc(p->data0 - at)))
         return -ENOMEM;
@@ -120,6 +120,13 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
                              uint32_t n_streams, const struct kvfs_llama_swa *swa)
 {
     memset(v, 0, sizeof(*v));
+    /* deepseek2 (MLA): llama.cpp's cache row is [latent | rotated key
+     * part] with no V of its own, kvfs's [rotated | latent] and V derived
+     * (kvfs(5)); a chunk of that model in another form is refused */
+    int mla = (h->flags & KVFS_FLAG_V_FROM_K) != 0;
+    if ((mla || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
+        (!mla || h->fp.n_kv_head != 1 || h->fp.rope_dim >= h->fp.head_dim))
+        return -ENOTSUP;
     if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX ||
         n_streams < 1 || n_streams > KVFS_LLAMA_MAX_STREAMS || h->fp.n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
@@ -127,6 +134,8 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
     v->h = *h;
     v->v_trans = !!v_trans;
     v->kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    v->mla = mla;
+    v->rot = h->fp.rope_dim;
     uint32_t n = h->n_tokens, L = h->fp.n_layer, k = 0;
     v->n_parts = swa_on(swa, L) ? 2 : 1;
     for (uint32_t p = 0; p < v->n_parts; p++) { /* the non-SWA cache's layers, then the SWA one's */
@@ -189,7 +198,7 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
 {
     int trans = which == 1 && v->v_trans;
     uint64_t row0 = (uint64_t)p->t0 * v->kv_dim; /* the part's first element in the chunk's block */
-    if (v->h.dtype == KVFS_DTYPE_F16 && !trans) { /* the object's own bytes */
+    if (v->h.dtype == KVFS_DTYPE_F16 && !trans && !v->mla) { /* the object's own bytes */
         struct kvfs_layer_entry le;
         kvfs_layer_entry_get(&v->h, l, &le);
         memcpy(dst, obj + le.offset + (uint64_t)which * v->h.n_tokens * v->kv_dim * 2u + 2u * row0 + from, len);
@@ -200,6 +209,10 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
         uint64_t b = from + i, e = b / 2; /* the part's element e */
         if (trans) /* dim j of cell c, stored at [c][j] */
             e = (e % n) * v->kv_dim + e / n;
+        if (v->mla) { /* llama.cpp's dim j: the latent's first, then the rotated part, kvfs's first */
+            uint64_t j = e % v->kv_dim, lat = v->kv_dim - v->rot;
+            e = e - j + (j < lat ? j + v->rot : j - lat);
+        }
         uint16_t x = elem_f16(v, obj, l, which, row0 + e);
         uint8_t le2[2] = {(uint8_t)x, (uint8_t)(x >> 8)};
         for (unsigned k = (unsigned)(b & 1); k < 2 && i < len; k++)
@@ -424,13 +437,14 @@ static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uin
  * layers. */
 static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
                        const uint16_t *layers, uint32_t n_layers, uint32_t n_cells, const uint32_t *row,
-                       uint32_t v_trans, size_t len, char *err, size_t errlen)
+                       uint32_t v_trans, int mla, size_t len, char *err, size_t errlen)
 {
     size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
     size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
+    size_t rot = fp->rope_dim * ds, lat = kv_dim * ds - rot;
     const uint8_t *p;
     int rc = 0;
-    for (int which = 0; which < 2 && !rc; which++)
+    for (int which = 0; which < (mla ? 1 : 2) && !rc; which++) /* MLA: K alone, latent first (kvfs(5)) */
         for (uint32_t i = 0; i < n_layers && !rc; i++) {
             uint32_t l = layers[i];
             int trans = which && v_trans;
@@ -441,6 +455,15 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
                 break;
             }
             uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
+            if (!trans && mla) { /* cell c's row to its position's, the rotated part first */
+                for (uint32_t c = 0; c < n_cells; c++) {
+                    uint8_t *d = dst + (size_t)row[c] * kv_dim * ds;
+                    const uint8_t *s = p + (size_t)c * kv_dim * ds;
+                    memcpy(d, s + lat, rot);
+                    memcpy(d + rot, s, lat);
+                }
+                continue;
+            }
             if (!trans) { /* cell c's row to its position's */
                 for (uint32_t c = 0; c < n_cells; c++)
                     memcpy(dst + (size_t)row[c] * kv_dim * ds, p + (size_t)c * kv_dim * ds, kv_dim * ds);
@@ -552,6 +575,11 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     memset(w, 0, sizeof(*w));
     if (fp->n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
+    /* deepseek2 (MLA): K alone, in llama.cpp's row order, to an MLA chunk (kvfs(5)) */
+    int mla = !strncmp(fp->arch, "deepseek2", sizeof(fp->arch));
+    if (mla && (fp->n_kv_head != 1 || fp->rope_dim >= fp->head_dim))
+        return kvfs_errf(err, errlen, -EINVAL, "deepseek2 with %u KV heads of %u (%u rotated): not an MLA cache row",
+                         fp->n_kv_head, fp->head_dim, fp->rope_dim);
     for (uint32_t p = 0; p < n_part; p++) /* the non-SWA cache's layers, then the SWA one's */
         for (uint32_t l = 0; l < fp->n_layer; l++)
             if (n_part == 1 || !!swa->local[l] == (int)p)
@@ -594,11 +622,12 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     struct reader probe = r; /* the first layer's K type sizes the object */
     if ((rc = layer_header(&probe, 0, 0, layers[0], fp, &dtype, len, err, errlen)))
         goto fail;
-    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, n_cells, ids, salt))) {
+    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0),
+                                      (uint32_t)pos0, n_cells, ids, salt))) {
         rc = kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
         goto fail;
     }
-    if ((rc = copy_layers(&r, w, fp, dtype, layers, n_base, n_cells, row, v_trans, len, err, errlen)) ||
+    if ((rc = copy_layers(&r, w, fp, dtype, layers, n_base, n_cells, row, v_trans, mla, len, err, errlen)) ||
         (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
         goto fail;
     if (n_part > 1) { /* the SWA cache: a chunk needs every cell of its layers too */
@@ -626,7 +655,7 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
         }
         uint32_t vt1;
         if ((rc = part_data_header(&r, n_local, " in its SWA cache", fp, &vt1, len, err, errlen)) ||
-            (rc = copy_layers(&r, w, fp, dtype, layers + n_base, n_local, n_cells, row1, vt1, len, err, errlen)) ||
+            (rc = copy_layers(&r, w, fp, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, len, err, errlen)) ||
             (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
             goto fail;
     }

@@ -65,6 +65,11 @@ struct kvfs_llama_view {
     uint32_t n_parts;       /* 1, or 2 with sliding-window layers (the non-SWA cache first) */
     struct kvfs_llama_part part[2];
     uint16_t layer[KVFS_MAX_LAYERS]; /* the model's layers in the file's order */
+    /* an MLA chunk (KVFS_FLAG_V_FROM_K, one KV head): llama.cpp's cache has
+     * no V and keeps the row's latent first, the rotated part (rot values)
+     * last: K alone, each row rotated by rot */
+    int mla;
+    uint32_t rot;
 };
 
 /* The view of the object whose parsed header is h (whose token and layer

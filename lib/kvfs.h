@@ -40,6 +40,8 @@ extern "C" {
 #define LIBKVFS_FLAG_BLENDED 0x2u    /* composed by blending: an approximation of a prefill */
 #define LIBKVFS_FLAG_FULL_PREFILL 0x4u /* with BLENDED: prefilled in full (a short recipe): exact */
 #define LIBKVFS_FLAG_SALTED 0x8u     /* a tenant's salt digest is part of the name: see libkvfs_info.salt */
+#define LIBKVFS_FLAG_V_FROM_K 0x10u  /* V not stored: each V row is its K row with the first rope_dim
+                                        values of each head zero (latent attention, kvfs(5)) */
 
 /* rope_type */
 #define LIBKVFS_ROPE_NORM 0u /* rotates pairs (x[2i], x[2i+1]) */
@@ -75,7 +77,7 @@ struct libkvfs_info {
     const uint32_t *tokens;/* n_tokens token ids, inside the mapping */
     uint32_t header_size;  /* offset of layer 0 */
     uint64_t file_size;
-    uint64_t layer_bytes;  /* K + V of one layer */
+    uint64_t layer_bytes;  /* K + V of one layer (K alone with LIBKVFS_FLAG_V_FROM_K) */
     uint64_t layer_stride; /* layer L starts at header_size + L * layer_stride */
     const uint8_t *salt;   /* LIBKVFS_FLAG_SALTED: the 32-byte salt digest, inside the mapping; else NULL */
 };
@@ -106,8 +108,9 @@ LIBKVFS_API void libkvfs_close(struct libkvfs_file *f);
 
 LIBKVFS_API const struct libkvfs_info *libkvfs_info(const struct libkvfs_file *f);
 /* K and V of LAYER (either may be NULL); -ERANGE if layer >= n_layer,
- * -EOPNOTSUPP for q8/q4/q4s chunks (no [token][kv_head][head_dim] array to
- * point at: use libkvfs_layer_f32). */
+ * -EOPNOTSUPP for q8/q4/q4s chunks, and for V of LIBKVFS_FLAG_V_FROM_K
+ * ones (no [token][kv_head][head_dim] array to point at: use
+ * libkvfs_layer_f32). */
 LIBKVFS_API int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_view *k,
                               struct libkvfs_view *v);
 /* K and V of LAYER of any dtype, decoded into the caller's

@@ -28,7 +28,8 @@ _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_
                    LIBKVFS_DTYPE_Q4 == KVFS_DTYPE_Q4 && LIBKVFS_DTYPE_Q4S == KVFS_DTYPE_Q4S,
                "public dtypes are the format's");
 _Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
-                   LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL && LIBKVFS_FLAG_SALTED == KVFS_FLAG_SALTED,
+                   LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL && LIBKVFS_FLAG_SALTED == KVFS_FLAG_SALTED &&
+                   LIBKVFS_FLAG_V_FROM_K == KVFS_FLAG_V_FROM_K,
                "public flags are the format's");
 _Static_assert(LIBKVFS_ROPE_NORM == KVFS_ROPE_NORM && LIBKVFS_ROPE_NEOX == KVFS_ROPE_NEOX,
                "public rope types are the format's");
@@ -227,11 +228,12 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
 {
     if (layer >= f->info.n_layer)
         return -ERANGE;
-    if (kvfs_dtype_quantized(f->info.dtype))
+    if (kvfs_dtype_quantized(f->info.dtype) || (v && (f->info.flags & LIBKVFS_FLAG_V_FROM_K)))
         return -EOPNOTSUPP;
     const struct libkvfs_info *in = &f->info;
+    uint64_t k_bytes = in->flags & LIBKVFS_FLAG_V_FROM_K ? in->layer_bytes : in->layer_bytes / 2;
     struct libkvfs_view view = {layer_at(f, layer), in->dtype, in->elem_size, in->n_tokens, in->n_kv_head,
-                                in->head_dim, in->layer_bytes / 2};
+                                in->head_dim, k_bytes};
     if (k)
         *k = view;
     if (v) {

@@ -10,17 +10,18 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|granite|smollm3|olmo2|phi3|mistral3|\n"
-               "                                qwen3moe|gpt-oss] [--layers N] [--embd N] [--heads N]\n"
+               "                                qwen3moe|gpt-oss|deepseek2] [--layers N] [--embd N] [--heads N]\n"
                "                        [--kv-heads N] [--ff N] [--seed N]\n"
-               "                        [--experts N] [--experts-used N] [--expert-ff N]\n"
+               "                        [--experts N] [--experts-used N] [--expert-ff N] [--mla-v3]\n"
                "Write a tiny model with random F32 weights and a byte-level vocabulary\n"
                "(defaults: llama, 2 layers, 64 wide, 4 heads, 2 KV heads, ff 128;\n"
-               "qwen3moe, gpt-oss: 8 experts, 2 used, expert ff 64).\n");
+               "qwen3moe, gpt-oss, deepseek2: 8 experts, 2 used, expert ff 64; deepseek2:\n"
+               "DeepSeek-V2-Lite's layout, --mla-v3 V3's: compressed Q, sigmoid routing).\n");
 }
 
 int cmd_mkmodel(int argc, char **argv)
 {
-    struct kvfs_synth_model_opts o = {"llama", 2, 64, 4, 2, 128, 10000.0f, 1, 0, 0, 0};
+    struct kvfs_synth_model_opts o = {"llama", 2, 64, 4, 2, 128, 10000.0f, 1, 0, 0, 0, 0};
     const char *out = NULL;
     unsigned long seed = o.seed;
     const struct tool_opt opts[] = {
@@ -29,7 +30,7 @@ int cmd_mkmodel(int argc, char **argv)
         TOOL_OPT("heads", 0, INT, &o.n_head), TOOL_OPT("kv-heads", 0, INT, &o.n_kv_head),
         TOOL_OPT("ff", 0, INT, &o.n_ff), TOOL_OPT("seed", 0, ULONG, &seed),
         TOOL_OPT("experts", 0, INT, &o.n_expert), TOOL_OPT("experts-used", 0, INT, &o.n_expert_used),
-        TOOL_OPT("expert-ff", 0, INT, &o.n_ff_exp), {0}};
+        TOOL_OPT("expert-ff", 0, INT, &o.n_ff_exp), TOOL_OPT("mla-v3", 0, FLAG, &o.mla_v3), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, -1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
@@ -38,7 +39,7 @@ int cmd_mkmodel(int argc, char **argv)
     if (!out || (strcmp(o.arch, "llama") && strcmp(o.arch, "qwen2") && strcmp(o.arch, "qwen3") &&
                  strcmp(o.arch, "gemma3") && strcmp(o.arch, "granite") && strcmp(o.arch, "smollm3") && strcmp(o.arch, "olmo2") &&
                  strcmp(o.arch, "phi3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "mistral3") &&
-                 strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "gpt-oss")) ||
+                 strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "gpt-oss") && strcmp(o.arch, "deepseek2")) ||
         o.n_expert < 0 || o.n_expert_used < 0 || o.n_ff_exp < 0 ||
         (o.n_expert_used ? o.n_expert_used : 2) > (o.n_expert ? o.n_expert : 8) ||
         o.n_layer < 1 || o.n_head < 1 ||

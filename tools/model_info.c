@@ -53,6 +53,17 @@ int tool_model_info(const char *path, int json)
     uint64_t count[64] = {0};
     for (uint64_t i = 0; i < g->n_tensors; i++)
         count[g->tensors[i].type < 64 ? g->tensors[i].type : 63]++;
+    /* latent attention: what a chunk holds per token and layer (the cached
+     * row, kvfs(5) MLA chunks) against the same model's would-be full K/V */
+    uint32_t mla[5] = {0}; /* kv_lora_rank, rope dims, heads, key_length_mla, value_length_mla */
+    static const char *const mk[5] = {"attention.kv_lora_rank", "rope.dimension_count", "attention.head_count",
+                                      "attention.key_length_mla", "attention.value_length_mla"};
+    int is_mla = ok && !strcmp(arch, "deepseek2");
+    for (int i = 0; i < 5 && is_mla; i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, mk[i]);
+        is_mla = !kvfs_gguf_get_u32(g, key, &mla[i]);
+    }
+    uint64_t row = (uint64_t)mla[0] + mla[1], full = (uint64_t)mla[2] * (mla[3] + mla[4]);
     const char *why = ok ? "" : err;
     if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
         why += strlen(path) + 2;
@@ -64,7 +75,11 @@ int tool_model_info(const char *path, int json)
         printf("\", \"n_layer\": %u, \"n_tensors\": %llu, \"supported\": %s, \"reason\": \"", n_layer,
                (unsigned long long)g->n_tensors, ok ? "true" : "false");
         json_text(why);
-        printf("\"}\n");
+        printf("\"");
+        if (is_mla)
+            printf(", \"kv_values_per_token_layer\": %llu, \"full_kv_values_per_token_layer\": %llu",
+                   (unsigned long long)row, (unsigned long long)full);
+        printf("}\n");
     } else {
         printf("model:       %s\narch:        %s\nlayers:      %u\ntensors:     %llu (", path, arch, n_layer,
                (unsigned long long)g->n_tensors);
@@ -74,6 +89,12 @@ int tool_model_info(const char *path, int json)
                 first = 0;
             }
         printf(")\nsupported:   %s%s\n", ok ? "yes" : "no: ", why);
+        if (is_mla)
+            printf("kv cache:    latent attention: %llu values per token and layer (%u rotated + %u latent, f16 %llu "
+                   "bytes); the full K/V of %u heads would be %llu (%u x (%u + %u), f16 %llu bytes): %.1f%%\n",
+                   (unsigned long long)row, mla[1], mla[0], (unsigned long long)row * 2, mla[2],
+                   (unsigned long long)full, mla[2], mla[3], mla[4], (unsigned long long)full * 2,
+                   full ? 100.0 * (double)row / (double)full : 0.0);
     }
     kvfs_gguf_close(g);
     return ok ? 0 : 1;

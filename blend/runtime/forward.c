@@ -61,7 +61,8 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
 {
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
-           ff = sizeof(float) * (size_t)n * hp->n_ff, qd = sizeof(float) * (size_t)n * hp->q_dim;
+           ff = sizeof(float) * (size_t)n * (hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp),
+           qd = sizeof(float) * (size_t)n * hp->q_dim;
     memset(w, 0, sizeof(*w));
     int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->xn);
@@ -105,6 +106,168 @@ int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n)
     return rc;
 }
 
+static int gcd_i(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* rows segments of width floats, the r-th at src + r * ss, to dst + r * ds
+ * (device memory): the backend has no strided copy, so as one gather and
+ * one scatter of units of the widest size dividing all three */
+static int strided_copy(const struct kvfs_model *m, float *dst, int ds, const float *src, int ss, int rows, int width)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    if (ss == width && ds == width)
+        return be->copy(ctx, dst, src, sizeof(float) * (size_t)rows * width);
+    int g = gcd_i(width, gcd_i(ss, ds)), per = width / g, rc;
+    size_t nu = (size_t)rows * per;
+    int32_t *idx = malloc(sizeof(int32_t) * nu * 2), *d_idx = NULL;
+    float *d_tmp = NULL;
+    if (!idx)
+        return -ENOMEM;
+    for (size_t u = 0; u < nu; u++) {
+        idx[u] = (int32_t)(u / per * (ss / g) + u % per);
+        idx[nu + u] = (int32_t)(u / per * (ds / g) + u % per);
+    }
+    if (!(rc = be->alloc(ctx, sizeof(int32_t) * nu * 2, (void **)&d_idx)) &&
+        !(rc = be->alloc(ctx, sizeof(float) * nu * g, (void **)&d_tmp)) &&
+        !(rc = be->upload(ctx, d_idx, idx, sizeof(int32_t) * nu * 2)) &&
+        !(rc = be->gather_rows(ctx, src, d_idx, d_tmp, (int)nu, g)) &&
+        !(rc = be->scatter_rows(ctx, d_tmp, d_idx + nu, dst, (int)nu, g)))
+        rc = be->synchronize(ctx); /* the buffers are freed at once */
+    if (d_idx)
+        be->free(ctx, d_idx);
+    if (d_tmp)
+        be->free(ctx, d_tmp);
+    free(idx);
+    return rc;
+}
+
+/* deepseek2's Q and K (model.h) as llama.cpp's absorbed MLA computes them:
+ * Q (through its compressed rank and norm, or not) split per head in a
+ * non-rotated part, taken to the latent space by wk_b[h], and a rotated
+ * part; the latent (normed) and the rotated key part, one row per token.
+ * Rows laid out [rotated | latent] (kvfs's order, model.h); V is that row
+ * with the rotated part zero (the latent part of the output is what wv_b
+ * reads). */
+static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_rank, dk = hp->mla_k;
+    int nope = dk - R, rc;
+    int big = E > hp->q_lora ? E : hp->q_lora; /* the widest input a product here quantizes */
+    big = big > nope ? big : nope;
+    float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *qn = NULL, *tmp = NULL;
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * dk, (void **)&qf)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (K + R), (void **)&kvp)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (hp->q_lora > 0 ? hp->q_lora : 1), (void **)&ql)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * nope, (void **)&qn)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (big > K ? big : K), (void **)&tmp)))
+        goto out;
+    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
+                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
+        goto out;
+    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
+                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
+                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
+                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
+        goto out;
+    if ((rc = kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E)) ||
+        (rc = strided_copy(m, w->k, D, kvp + K, K + R, n, R)) ||
+        (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
+        (rc = be->rmsnorm(ctx, lat, L->kv_a_norm, lat, n, K, hp->rms_eps)) ||
+        (rc = strided_copy(m, w->k + R, D, lat, K, n, K)) ||
+        (rc = strided_copy(m, w->q, D, qf + nope, dk, n * H, R)))
+        goto out;
+    for (int h = 0; h < H; h++) /* ggml's batched product by wk_b: head by head */
+        if ((rc = strided_copy(m, qn, nope, qf + (size_t)h * dk, H * dk, n, nope)) ||
+            (rc = kvfs_linear(m, L->wk_b[h], NULL, L->act_q_mla[3], qn, tmp, lat, n, nope)) ||
+            (rc = strided_copy(m, w->q + (size_t)h * D + R, H * D, lat, K, n, K)))
+            goto out;
+    if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
+        (rc = be->rope(ctx, w->k, w->pos, n, 1, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
+        goto out;
+    /* YaRN: ggml's rotation scales what it rotates, the rotated parts only (qf is free now) */
+    float ms = hp->mla_rope_mscale;
+    if (ms != 0.0f && ms != 1.0f &&
+        ((rc = strided_copy(m, qf, R, w->q, D, n * H, R)) || (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) ||
+         (rc = strided_copy(m, w->q, D, qf, R, n * H, R)) || (rc = strided_copy(m, qf, R, w->k, D, n, R)) ||
+         (rc = be->scale(ctx, qf, ms, qf, (size_t)n * R)) || (rc = strided_copy(m, w->k, D, qf, R, n, R))))
+        goto out;
+    /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
+    if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * D)) ||
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))
+        goto out;
+    /* V: the row with its rotated part zeroed (attention's output there is
+     * not read), so that values do not depend on position, as in every
+     * family (the chunk shift moves them unrotated) */
+    float *zero = calloc((size_t)n * D, sizeof(float));
+    if (!zero) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = be->upload(ctx, w->v, zero, sizeof(float) * (size_t)n * D);
+    if (!rc)
+        rc = be->synchronize(ctx); /* zero is freed below */
+    free(zero);
+    if (rc || (rc = strided_copy(m, w->v + R, D, w->k + R, D, n, K)))
+        goto out;
+    rc = be->synchronize(ctx);
+out:
+    {
+        void *bufs[] = {qf, kvp, lat, ql, qn, tmp};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    return rc;
+}
+
+/* deepseek2: attention over the cached rows (one KV head of the row, MQA),
+ * each query head's latent output decompressed by wv_b[h], the output
+ * projection; into w->o */
+static int mla_attn(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
+                    int n_ctx)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_rank, V = hp->mla_v, rc;
+    float *lat = NULL, *vo = NULL, *av = NULL, *tmp = NULL;
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * V, (void **)&vo)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * V, (void **)&av)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (H * V > K ? H * V : K), (void **)&tmp)) ||
+        (rc = be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, H, 1, D, hp->attn_scale, 0, 0.0f,
+                            w->att)))
+        goto out;
+    for (int h = 0; h < H; h++)
+        if ((rc = strided_copy(m, lat, K, w->att + (size_t)h * D + R, H * D, n, K)) ||
+            (rc = kvfs_linear(m, L->wv_b[h], NULL, L->act_q_mla[4], lat, tmp, vo, n, K)) ||
+            (rc = strided_copy(m, av + (size_t)h * V, H * V, vo, V, n, V)))
+            goto out;
+    if (!(rc = kvfs_linear(m, L->wo, NULL, L->act_q[3], av, tmp, w->o, n, H * V)))
+        rc = be->synchronize(ctx);
+out:
+    {
+        void *bufs[] = {lat, vo, av, tmp};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    return rc;
+}
+
 int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
 {
     const struct kvfs_hparams *hp = &m->hp;
@@ -112,6 +275,8 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
     int rc, E = hp->n_embd, kv_dim = hp->n_kv_head * hp->head_dim;
+    if (hp->mla_rank)
+        return mla_qkv(m, L, w, n);
     if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
                            : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
@@ -167,10 +332,11 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
     size_t nk = (size_t)n * k;
     float *d_logit = NULL, *d_xg = NULL, *d_g = NULL, *d_u = NULL, *d_y = NULL, *d_slots = NULL, *d_wt = NULL;
     int32_t *d_src = NULL, *d_dst = NULL;
-    float *logit = malloc(sizeof(float) * (size_t)n * ne), *wt = malloc(sizeof(float) * nk);
+    float *logit = malloc(sizeof(float) * (size_t)n * ne), *wt = malloc(sizeof(float) * nk),
+          *score = malloc(sizeof(float) * (size_t)ne);
     int32_t *sel = malloc(sizeof(int32_t) * nk), *src = malloc(sizeof(int32_t) * nk),
             *dst = malloc(sizeof(int32_t) * nk), *cnt = calloc((size_t)ne + 1, sizeof(int32_t));
-    if (!logit || !wt || !sel || !src || !dst || !cnt) {
+    if (!logit || !wt || !score || !sel || !src || !dst || !cnt) {
         rc = -ENOMEM;
         goto out;
     }
@@ -214,28 +380,64 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
     }
     for (int r = 0; r < n && !hp->moe_oai; r++) {
         float *p = logit + (size_t)r * ne, mx = -INFINITY, sum = 0.0f;
+        if (hp->moe_sigmoid) { /* deepseek2 (V3): ggml's sigmoid */
+            for (int j = 0; j < ne; j++)
+                p[j] = 1.0f / (1.0f + expf(-p[j]));
+        } else {
+            for (int j = 0; j < ne; j++)
+                mx = p[j] > mx ? p[j] : mx;
+            double s = 0.0; /* ggml's soft_max: exp(x - max), summed in double */
+            for (int j = 0; j < ne; j++)
+                s += (double)(p[j] = expf(p[j] - mx));
+            for (int j = 0; j < ne; j++)
+                p[j] *= (float)(1.0 / s);
+        }
+        /* deepseek2's selection bias: it chooses, the unbiased probabilities weigh */
+        const float *bias = L->exp_probs_b;
         for (int j = 0; j < ne; j++)
-            mx = p[j] > mx ? p[j] : mx;
-        double s = 0.0; /* ggml's soft_max: exp(x - max), summed in double */
-        for (int j = 0; j < ne; j++)
-            s += (double)(p[j] = expf(p[j] - mx));
-        for (int j = 0; j < ne; j++)
-            p[j] *= (float)(1.0 / s);
+            score[j] = bias ? p[j] + bias[j] : p[j];
+        if (hp->n_group > 1) { /* V3's group-limited routing (llama.cpp's build_moe_ffn): a group scores the sum
+                                * of its top 2; the experts of all but the n_group_used best are out */
+            int per = ne / hp->n_group;
+            float gs[256];
+            uint8_t keep[256] = {0};
+            for (int gi = 0; gi < hp->n_group; gi++) {
+                const float *x = score + (size_t)gi * per;
+                int a = 0;
+                for (int j = 1; j < per; j++)
+                    a = x[j] > x[a] ? j : a;
+                int b2 = a == 0 ? 1 : 0;
+                for (int j = 0; j < per; j++)
+                    b2 = j != a && x[j] > x[b2] ? j : b2;
+                gs[gi] = x[a] + x[b2];
+            }
+            for (int u = 0; u < hp->n_group_used; u++) {
+                int best = -1;
+                for (int gi = 0; gi < hp->n_group; gi++)
+                    best = !keep[gi] && (best < 0 || gs[gi] > gs[best]) ? gi : best;
+                keep[best] = 1;
+            }
+            for (int j = 0; j < ne; j++)
+                score[j] = keep[j / per] ? score[j] : -INFINITY;
+        }
         for (int i = 0; i < k; i++) { /* top k, best first; a tie to the lower expert */
             int b = -1;
             for (int j = 0; j < ne; j++) {
                 int taken = 0;
                 for (int q = 0; q < i; q++)
                     taken |= sel[(size_t)r * k + q] == j;
-                if (!taken && (b < 0 || p[j] > p[b]))
+                if (!taken && (b < 0 || score[j] > score[b]))
                     b = j;
             }
             sel[(size_t)r * k + i] = b;
             sum += p[b];
         }
         sum = sum < 6.103515625e-5f ? 6.103515625e-5f : sum; /* llama.cpp's clamp of the sum */
-        for (int i = 0; i < k; i++) /* slot-major: row r's i-th choice is row i * n + r of the slots */
-            wt[(size_t)i * n + r] = p[sel[(size_t)r * k + i]] / sum;
+        for (int i = 0; i < k; i++) { /* slot-major: row r's i-th choice is row i * n + r of the slots */
+            float v = p[sel[(size_t)r * k + i]];
+            v = hp->moe_norm ? v / sum : v;
+            wt[(size_t)i * n + r] = hp->moe_scale != 0.0f && hp->moe_scale != 1.0f ? v * hp->moe_scale : v;
+        }
     }
     /* rows grouped by expert: cnt[e] .. cnt[e + 1] of src (token rows) and dst (slot rows) */
     for (size_t j = 0; j < nk; j++)
@@ -291,6 +493,7 @@ out:
     }
     free(logit);
     free(wt);
+    free(score);
     free(sel);
     free(src);
     free(dst);
@@ -308,6 +511,12 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
     int rc, E = hp->n_embd;
     size_t e = (size_t)n * E;
     float scale = hp->scale_q ? 1.0f : hp->attn_scale;
+    if (hp->mla_rank &&
+        ((rc = mla_attn(m, l, w, n, c, n_ctx)) || (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
+         (rc = be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps))))
+        return rc;
+    if (hp->mla_rank)
+        goto ffn;
     if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
                                                   hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
                                                   L->attn_sinks, w->att)
@@ -321,6 +530,22 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         (rc = L->ffn_norm ? be->rmsnorm(ctx, w->x, L->ffn_norm, w->xn, n, E, hp->rms_eps)
                           : be->copy(ctx, w->xn, w->x, sizeof(float) * e)))
         return rc;
+ffn:
+    if (L->ffn_gate_inp && L->sh_gate) { /* deepseek2: the experts' sum plus the shared experts' FFN */
+        float *sh = NULL;
+        if ((rc = moe_ffn(m, L, w, n)) || (rc = be->alloc(ctx, sizeof(float) * e, (void **)&sh)))
+            return rc;
+        if (!(rc = kvfs_linear(m, L->sh_gate, NULL, L->act_q_sh[0], w->xn, w->aq, w->gate, n, E)) &&
+            !(rc = kvfs_linear(m, L->sh_up, NULL, L->act_q_sh[1], w->xn, w->aq, w->up, n, E)) &&
+            !(rc = be->swiglu(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff_shexp)) &&
+            !(m->ggml_compat && L->act_q_sh[2] &&
+              (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff_shexp, L->act_q_sh[2]))) &&
+            !(rc = be->matmul(ctx, L->sh_down, NULL, w->gate, sh, n)) && !(rc = be->add(ctx, w->o, sh, w->o, e)) &&
+            !(rc = be->add(ctx, w->x, w->o, w->x, e)))
+            rc = be->synchronize(ctx);
+        be->free(ctx, sh);
+        return rc;
+    }
     if (L->ffn_gate_inp) /* qwen3moe, gpt-oss: no post norm, no residual scale */
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
     if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
@@ -472,6 +697,23 @@ static int load_quantized_layer(const struct kvfs_model *m, float *k, float *v, 
     return rc;
 }
 
+static int load_v_from_k(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
+                         int layer, const void *data)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim;
+    int d = (int)h->fp.head_dim, r = (int)h->fp.rope_dim, heads = (int)(rows * h->fp.n_kv_head), rc;
+    float *k = c->k[layer] + (size_t)row0 * kvd, *v = c->v[layer] + (size_t)row0 * kvd;
+    float *zero = calloc(rows * kvd, sizeof(float));
+    if (!zero)
+        return -ENOMEM;
+    if (!(rc = be->upload_kv(CTX(m), k, data, rows * kvd, (int)h->dtype)) &&
+        !(rc = be->upload(CTX(m), v, zero, sizeof(float) * rows * kvd)))
+        rc = be->synchronize(CTX(m)); /* zero is freed below */
+    free(zero);
+    return rc ? rc : r >= d ? 0 : strided_copy(m, v + r, d, k + r, d, heads, d - r);
+}
+
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
                              int layer, const void *data)
 {
@@ -479,6 +721,8 @@ int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
     int codec = kvfs_dtype_quantized(h->dtype);
+    if (h->flags & KVFS_FLAG_V_FROM_K) /* K alone: V is K with each head's rotated part zero (kvfs(5)) */
+        return load_v_from_k(m, c, row0, h, layer, data);
     if (codec)
         return load_quantized_layer(m, c->k[layer] + (size_t)row0 * kvd, c->v[layer] + (size_t)row0 * kvd, data,
                                     (uint32_t)rows, (uint32_t)kvd, codec);
@@ -509,8 +753,10 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
 {
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
-    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags, (uint32_t)c->host_pos[first],
-                                     (uint32_t)count, (const uint32_t *)tokens, salt);
+    /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA chunks) */
+    int k_only = m->hp.mla_rank > 0;
+    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags | (k_only ? KVFS_FLAG_V_FROM_K : 0),
+                                     (uint32_t)c->host_pos[first], (uint32_t)count, (const uint32_t *)tokens, salt);
     if (rc)
         return rc;
     size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd;
@@ -523,12 +769,12 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
     for (int l = 0; l < c->n_layer && !rc; l++) {
         uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
         if ((rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) ||
-            (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n)))
+            (!k_only && (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n))))
             break;
         if (codec)
             rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
         else
-            kvfs_f32_encode(dtype, tmp, 2 * n, dst);
+            kvfs_f32_encode(dtype, tmp, k_only ? n : 2 * n, dst);
     }
     free(tmp);
     if (!rc)

@@ -229,6 +229,152 @@ static int yarn_factors(const struct kvfs_gguf *g, struct kvfs_hparams *hp, floa
     return 0;
 }
 
+/* deepseek2's hyperparameters as llama.cpp's models/deepseek2.cpp reads
+ * them, for the absorbed MLA form (key_length_mla and value_length_mla
+ * set: what convert_hf_to_gguf.py writes, with attn_k_b and attn_v_b;
+ * older files' attn_kv_b, the unabsorbed MHA form, are refused): the cache
+ * row key_length = kv_lora_rank + n_rot, one KV head; the routing
+ * (model_check.c has checked the counts and refused groups). */
+static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_hparams *hp, char *err,
+                       size_t errlen)
+{
+    char k[128];
+    int key_len = 0, val_len = 0, n_kv = 0, n_rot = 0, n_shared = 0, gating = 0;
+    uint32_t vocab = 0;
+    if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &hp->mla_rank, 1) ||
+        hp_u32(g, hp->arch, "attention.key_length_mla", &hp->mla_k, 1) ||
+        hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 1) || hp->mla_k == 0 || hp->mla_v == 0)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
+                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
+                         path, hp->arch);
+    hp_u32(g, hp->arch, "attention.key_length", &key_len, 0);
+    hp_u32(g, hp->arch, "attention.value_length", &val_len, 0);
+    hp_u32(g, hp->arch, "attention.head_count_kv", &n_kv, 0);
+    hp_u32(g, hp->arch, "rope.dimension_count", &n_rot, 0);
+    if (hp->mla_rank <= 0 || n_rot <= 0 || n_rot % 2 || hp->mla_k <= n_rot || hp->mla_v <= 0 ||
+        key_len != hp->mla_rank + n_rot || val_len != hp->mla_rank || n_kv != 1)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %d, "
+                         "rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d, key_length_mla "
+                         "%d, value_length_mla %d)", path, hp->mla_rank, n_rot, key_len, val_len, n_kv, hp->mla_k,
+                         hp->mla_v);
+    /* llama.cpp's "lite" variants (by layer count) never read q_lora_rank; the rest require it */
+    snprintf(k, sizeof(k), "%s.vocab_size", hp->arch);
+    if (kvfs_gguf_get_u32(g, k, &vocab)) {
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
+    }
+    int lite = hp->n_layer == 27 || hp->n_layer == 26 || (hp->n_layer == 48 && vocab == 128256);
+    if (!lite && hp_u32(g, hp->arch, "attention.q_lora_rank", &hp->q_lora, 1))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: %s.attention.q_lora_rank missing", path, hp->arch);
+    hp_u32(g, hp->arch, "leading_dense_block_count", &hp->n_dense_lead, 0);
+    if (hp_u32(g, hp->arch, "expert_shared_count", &n_shared, 1))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: %s.expert_shared_count missing", path, hp->arch);
+    hp->n_ff_shexp = hp->n_ff_exp * n_shared;
+    hp_u32(g, hp->arch, "expert_gating_func", &gating, 0);
+    if (gating == 0) /* llama.cpp's default for files without it: sigmoid for GLM 4.7 Lite only */
+        gating = (hp->n_layer == 47 || hp->n_layer == 48) && vocab == 154880 ? 2 : 1;
+    if (gating != 1 && gating != 2)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s.expert_gating_func = %d is not supported yet (1 softmax, "
+                         "2 sigmoid)", path, hp->arch, gating);
+    hp->moe_sigmoid = gating == 2;
+    hp_u32(g, hp->arch, "expert_group_count", &hp->n_group, 0); /* model_check.c checked them */
+    hp_u32(g, hp->arch, "expert_group_used_count", &hp->n_group_used, 0);
+    if (hp->n_group <= 1)
+        hp->n_group = hp->n_group_used = 0;
+    snprintf(k, sizeof(k), "%s.expert_weights_norm", hp->arch);
+    kvfs_gguf_get_bool(g, k, &hp->moe_norm);
+    snprintf(k, sizeof(k), "%s.expert_weights_scale", hp->arch);
+    kvfs_gguf_get_f32(g, k, &hp->moe_scale);
+    if (hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer || n_shared < 0 || !(hp->moe_scale >= 0.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: bad %s leading_dense_block_count, expert_shared_count or "
+                         "expert_weights_scale", path, hp->arch);
+    hp->rope_dim = n_rot;
+    return 0;
+}
+
+/* deepseek2's attention weights of layer l (model.h) */
+static int load_ds2_attn(struct kvfs_model *m, int l, struct kvfs_layer_weights *L, char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    char name[128];
+    int rc, q_rows = hp->n_head * hp->mla_k, nope = hp->mla_k - hp->rope_dim;
+#define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
+    /* the other form of Q than the one llama.cpp reads (it would refuse the file's tensor count) */
+    if (kvfs_gguf_tensor(m->gguf, T(hp->q_lora > 0 ? "attn_q.weight" : "attn_q_a.weight")))
+        return kvfs_errf(err, errlen, -ENOTSUP, "tensor %s with %s.attention.q_lora_rank %d: llama.cpp does not read "
+                         "it", name, hp->arch, hp->q_lora);
+    if ((hp->q_lora > 0 &&
+         ((rc = load_weight(m, T("attn_q_a.weight"), hp->q_lora, hp->n_embd, &L->wq_a, err, errlen)) ||
+          (rc = load_vec(m, T("attn_q_a_norm.weight"), hp->q_lora, 0, &L->q_a_norm, err, errlen)) ||
+          (rc = load_weight(m, T("attn_q_b.weight"), q_rows, hp->q_lora, &L->wq_b, err, errlen)))) ||
+        (hp->q_lora <= 0 && (rc = load_weight(m, T("attn_q.weight"), q_rows, hp->n_embd, &L->wq, err, errlen))) ||
+        (rc = load_weight(m, T("attn_kv_a_mqa.weight"), hp->mla_rank + hp->rope_dim, hp->n_embd, &L->wkv_a, err,
+                          errlen)) ||
+        (rc = load_vec(m, T("attn_kv_a_norm.weight"), hp->mla_rank, 0, &L->kv_a_norm, err, errlen)) ||
+        (rc = load_experts(m, T("attn_k_b.weight"), hp->n_head, hp->mla_rank, nope, &L->wk_b, err, errlen)) ||
+        (rc = load_experts(m, T("attn_v_b.weight"), hp->n_head, hp->mla_v, hp->mla_rank, &L->wv_b, err, errlen)))
+        return rc;
+    static const char *lin[5] = {"attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight",
+                                 "attn_v_b.weight"};
+    for (int k = 0; k < 5; k++)
+        L->act_q_mla[k] = act_quant_type(m->gguf, T(lin[k]));
+    if (hp->q_lora <= 0)
+        L->act_q_mla[0] = act_quant_type(m->gguf, T("attn_q.weight"));
+    return 0;
+}
+
+/* deepseek2's shared experts (one SwiGLU n_ff_shexp wide) and selection bias of layer l */
+static int load_ds2_moe(struct kvfs_model *m, int l, struct kvfs_layer_weights *L, char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    char name[128];
+    int rc;
+    if (kvfs_gguf_tensor(m->gguf, T("exp_probs_b.bias")) &&
+        (rc = tensor_f32(m->gguf, name, (uint64_t)hp->n_expert, 1, &L->exp_probs_b, err, errlen)))
+        return rc;
+    if (hp->n_ff_shexp > 0 &&
+        ((rc = load_weight(m, T("ffn_gate_shexp.weight"), hp->n_ff_shexp, hp->n_embd, &L->sh_gate, err, errlen)) ||
+         (rc = load_weight(m, T("ffn_up_shexp.weight"), hp->n_ff_shexp, hp->n_embd, &L->sh_up, err, errlen)) ||
+         (rc = load_weight(m, T("ffn_down_shexp.weight"), hp->n_embd, hp->n_ff_shexp, &L->sh_down, err, errlen))))
+        return rc;
+    static const char *lin[3] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"};
+    for (int k = 0; k < 3; k++)
+        L->act_q_sh[k] = act_quant_type(m->gguf, T(lin[k]));
+#undef T
+    return 0;
+}
+
+/* deepseek2's YaRN (llama-context.cpp's yarn_attn_factor, ggml's
+ * rope_yarn magnitude, models/deepseek2.cpp's kq_scale), in llama.cpp's
+ * float operations: frequencies as yarn_factors; the rotated parts' magnitude
+ * to hp->mla_rope_mscale; the scale of Q.K to hp->attn_scale. */
+static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff)
+{
+    char k[128];
+    float factor = 0.0f, a_file = 1.0f, log_mul = 0.0f, unused;
+    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &factor);
+    snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
+    kvfs_gguf_get_f32(g, k, &a_file);
+    snprintf(k, sizeof(k), "%s.rope.scaling.yarn_log_multiplier", hp->arch);
+    if (!kvfs_gguf_get_f32(g, k, &log_mul))
+        log_mul /= 0.1f; /* llama.cpp cancels the converter's factor */
+    int rc = yarn_factors(g, hp, ff, &unused);
+    if (rc)
+        return rc;
+    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, f = 1.0f / fs;
+#define GET_MSCALE(s, ms) ((s) <= 1.0f ? 1.0f : 0.1f * (ms) * logf(s) + 1.0f)
+    float af = log_mul != 0.0f ? GET_MSCALE(f, log_mul) / GET_MSCALE(f, log_mul) : GET_MSCALE(f, 1.0f);
+#undef GET_MSCALE
+    af *= 1.0f / (1.0f + 0.1f * logf(f));
+    af *= a_file;
+    float org = af * (1.0f + 0.1f * logf(1.0f / fs)); /* also the magnitude ggml's rope_yarn gives */
+    float mscale = org * (1.0f + 0.1f * log_mul * logf(1.0f / fs));
+    hp->mla_rope_mscale = org;
+    hp->attn_scale = 1.0f * mscale * mscale / sqrtf((float)hp->mla_k);
+    return 0;
+}
+
 /* model_id: SHA-256 of the GGUF tensor data section (see kvfs(5)). */
 static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
 {
@@ -263,6 +409,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
     int is_phi3 = !strcmp(hp->arch, "phi3"), is_gemma2 = !strcmp(hp->arch, "gemma2");
     int is_qwen3moe = !strcmp(hp->arch, "qwen3moe"), is_gptoss = !strcmp(hp->arch, "gpt-oss");
+    int is_ds2 = !strcmp(hp->arch, "deepseek2");
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
@@ -274,11 +421,14 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     }
     if ((rc = kvfs_model_file_check(path, m->gguf, hp->arch, hp->n_layer, err, errlen)))
         goto fail;
-    if (is_qwen3moe || is_gptoss) { /* model_check.c has checked the counts; qwen3moe: llama.cpp's default width
-                                     * of an expert (gpt-oss: the file's, model_check.c requires it) */
+    /* model_check.c has checked the counts; qwen3moe: llama.cpp's default
+     * width of an expert (gpt-oss, deepseek2: the file's, model_check.c
+     * requires it) */
+    if (is_qwen3moe || is_gptoss || is_ds2) {
         hp_u32(m->gguf, hp->arch, "expert_count", &hp->n_expert, 0);
         hp_u32(m->gguf, hp->arch, "expert_used_count", &hp->n_expert_used, 0);
         hp->moe_oai = is_gptoss;
+        hp->moe_norm = is_qwen3moe; /* llama.cpp's qwen3moe renormalizes whatever the file says */
         if (hp->n_expert_used > 0 && is_qwen3moe)
             hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
         hp_u32(m->gguf, hp->arch, "expert_feed_forward_length", &hp->n_ff_exp, 0);
@@ -288,6 +438,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
+    if (is_ds2 && (rc = ds2_hparams(path, m->gguf, hp, err, errlen)))
+        goto fail;
     hp->n_kv_head = hp->n_head;
     hp_u32(m->gguf, hp->arch, "attention.head_count_kv", &hp->n_kv_head, 0);
     hp->n_ctx_train = 4096;
@@ -305,7 +457,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         rc = kvfs_errf(err, errlen, -EINVAL, "%s: inconsistent head counts", path);
         goto fail;
     }
-    if (v_len != hp->head_dim) {
+    if (v_len != hp->head_dim && !is_ds2) { /* deepseek2: its latent, checked by ds2_hparams */
         rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: value heads of %d, key heads of %d", path, v_len, hp->head_dim);
         goto fail;
     }
@@ -313,6 +465,11 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->rope_dim = hp->head_dim;
     hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
+    if (is_ds2) { /* the cached row: the rotated key part, then the latent (model.h) */
+        hp->head_dim = hp->rope_dim + hp->mla_rank;
+        hp->q_dim = hp->n_head * hp->head_dim;
+        hp->attn_scale = 1.0f / sqrtf((float)hp->mla_k); /* llama.cpp's kq_scale without YaRN */
+    }
     /* llama.cpp asserts it (mistral3); gpt-oss's Q is n_head x n_rot wide */
     if ((!strcmp(hp->arch, "mistral3") || is_gptoss) && hp->rope_dim != hp->head_dim) {
         rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: %s with RoPE on %d of %d dims", path, hp->arch, hp->rope_dim,
@@ -397,6 +554,15 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
+    if (is_ds2) { /* deepseek2's YaRN as llama.cpp computes it: the frequencies as gpt-oss's (yarn_factors),
+                   * the magnitude ggml's rope gives the rotated parts, and the attention scale
+                   * (models/deepseek2.cpp's mscale, with rope.scaling.yarn_log_multiplier) */
+        struct kvfs_gguf_str st;
+        snprintf(name, sizeof(name), "%s.rope.scaling.type", hp->arch);
+        if (!kvfs_gguf_get_str(m->gguf, name, &st) && st.len == 4 && !memcmp(st.ptr, "yarn", 4) &&
+            (rc = ds2_yarn(m->gguf, hp, &m->rope_freqs)))
+            goto fail;
+    }
     if (is_gptoss) { /* llama.cpp's models/openai-moe.cpp: a window (required) on every other layer, its RoPE
                       * base rope.freq_base_swa where given, else the global one; scale 1/sqrt(head_dim) */
         hp_u32(m->gguf, hp->arch, "attention.sliding_window", &hp->n_swa, 0);
@@ -424,12 +590,16 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
-        (hp->n_expert && !be->mul_rows) ||
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f ||
+          hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
+        (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
+        /* deepseek2's strided gathers and offset rotations are checked on the CPU backend only */
+        (is_ds2 && strcmp(be->name, "cpu")) ||
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,
                        "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "
-                       "attn_mass_sinks, swiglu_oai)", path, be->name, hp->arch);
+                       "attn_mass_sinks, swiglu_oai; deepseek2: the CPU backend only, not checked on others yet)",
+                       path, be->name, hp->arch);
         goto fail;
     }
     float *emb;
@@ -472,7 +642,16 @@ output:
     int kv_dim = hp->n_kv_head * hp->head_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         struct kvfs_layer_weights *L = &m->layers[l];
+        /* deepseek2: its leading layers dense */
+        int moe_layer = hp->n_expert && l >= hp->n_dense_lead;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
+        /* a dense FFN's tensor where llama.cpp reads the experts', or the other way round */
+        if (is_ds2 && kvfs_gguf_tensor(m->gguf, T(moe_layer ? "ffn_gate.weight" : "ffn_gate_inp.weight"))) {
+            rc = kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s in a layer llama.cpp computes with %s (%s."
+                           "leading_dense_block_count = %d)", path, name, moe_layer ? "experts" : "a dense FFN",
+                           hp->arch, hp->n_dense_lead);
+            goto fail;
+        }
         /* olmo2 normalizes after its sublayers, not before */
         /* gpt-oss: post_attention_norm is the FFN's input norm (of the
          * residual sum), in ffn_norm's place */
@@ -486,10 +665,15 @@ output:
                                      &L->wk, err, errlen)) ||
               (rc = load_weight_part(m, T("attn_qkv.weight"), hp->q_dim + kv_dim, kv_dim, hp->q_dim + 2 * kv_dim,
                                      hp->n_embd, &L->wv, err, errlen)))) ||
-            (!is_phi3 && (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen))) ||
-            (!is_phi3 && (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen))) ||
-            (!is_phi3 && (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen))) ||
-            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, hp->q_dim, &L->wo, err, errlen)) ||
+            (!is_phi3 && !is_ds2 &&
+             (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen))) ||
+            (!is_phi3 && !is_ds2 &&
+             (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen))) ||
+            (!is_phi3 && !is_ds2 &&
+             (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen))) ||
+            (is_ds2 && (rc = load_ds2_attn(m, l, L, err, errlen))) ||
+            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, is_ds2 ? hp->n_head * hp->mla_v : hp->q_dim,
+                              &L->wo, err, errlen)) ||
             (rc = load_vec(m, T("attn_q.bias"), hp->q_dim, 1, &L->bq, err, errlen)) ||
             (rc = load_vec(m, T("attn_k.bias"), kv_dim, 1, &L->bk, err, errlen)) ||
             (rc = load_vec(m, T("attn_v.bias"), kv_dim, 1, &L->bv, err, errlen)) ||
@@ -498,16 +682,16 @@ output:
                                      errlen)) ||
               (rc = load_weight_part(m, T("ffn_up.weight"), hp->n_ff, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_up,
                                      err, errlen)))) ||
-            (!is_phi3 && !hp->n_expert &&
+            (!is_phi3 && !moe_layer &&
              (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
-            (!is_phi3 && !hp->n_expert &&
+            (!is_phi3 && !moe_layer &&
              (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
-            (!hp->n_expert &&
+            (!moe_layer &&
              (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
             goto fail;
         /* qwen3moe: the router, and the experts one weight each so that a
          * routed row meets the same products a dense FFN's row would */
-        if (hp->n_expert &&
+        if (moe_layer &&
             ((rc = load_weight(m, T("ffn_gate_inp.weight"), hp->n_expert, hp->n_embd, &L->ffn_gate_inp, err,
                                errlen)) ||
              (rc = load_experts(m, T("ffn_gate_exps.weight"), hp->n_expert, hp->n_ff_exp, hp->n_embd, &L->exp_gate,
@@ -529,7 +713,9 @@ output:
              (rc = load_rows(m, T("ffn_down_exps.bias"), hp->n_embd, hp->n_expert, 0, &L->exp_down_b, err,
                              errlen))))
             goto fail;
-        if (hp->n_expert) {
+        if (moe_layer && is_ds2 && (rc = load_ds2_moe(m, l, L, err, errlen)))
+            goto fail;
+        if (moe_layer) {
             static const char *moe[4] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
                                          "ffn_down_exps.weight"};
             for (int k = 0; k < 4; k++)
@@ -634,6 +820,23 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->free(c, L->exp_gate_b);
                 be->free(c, L->exp_up_b);
                 be->free(c, L->exp_down_b);
+                be->free(c, L->q_a_norm);
+                be->free(c, L->kv_a_norm);
+                free(L->exp_probs_b);
+                be->weight_free(c, L->wq_a);
+                be->weight_free(c, L->wq_b);
+                be->weight_free(c, L->wkv_a);
+                be->weight_free(c, L->sh_gate);
+                be->weight_free(c, L->sh_up);
+                be->weight_free(c, L->sh_down);
+                for (int h = 0; h < m->hp.n_head; h++) {
+                    if (L->wk_b)
+                        be->weight_free(c, L->wk_b[h]);
+                    if (L->wv_b)
+                        be->weight_free(c, L->wv_b[h]);
+                }
+                free(L->wk_b);
+                free(L->wv_b);
                 be->weight_free(c, L->wq);
                 be->weight_free(c, L->wk);
                 be->weight_free(c, L->wv);

@@ -6,7 +6,9 @@
  * attention scores), qwen3, granite, smollm3, olmo2, phi3, qwen3moe (qwen3's
  * attention, a mixture of SwiGLU experts as its FFN), gpt-oss (attention
  * sinks, every other layer a sliding window, biases, a mixture of experts
- * weighted by a softmax over the chosen ones, clamped SwiGLU) (model.c).
+ * weighted by a softmax over the chosen ones, clamped SwiGLU), deepseek2
+ * (multi-head latent attention, leading dense layers, experts with shared
+ * ones, softmax or sigmoid routing) (model.c).
  * Weights stay in the file's encoding where the backend multiplies by them
  * so, else are decoded to f32 at load. */
 #ifndef KVFS_MODEL_H
@@ -40,6 +42,20 @@ struct kvfs_hparams {
     float rope_mscale; /* gpt-oss's YaRN: rotated Q and K times this (its angles are in rope_freqs); 0: none */
     int moe_oai; /* gpt-oss: the top experts by router logit, weighted by the softmax of their logits (no
                   * renormalization); ggml's swiglu_oai as their activation */
+    /* deepseek2 (MLA, llama.cpp's absorbed form): the cache holds per token
+     * one "head" of head_dim = n_rot + mla_rank: the rotated key part, then
+     * the normalized latent (kvfs puts the rotated part first, so that
+     * rope_dim covers it as in every other family; llama.cpp's cache has it
+     * last); n_kv_head = 1, q_dim = n_head * head_dim (the absorbed
+     * queries); attn_scale from mla_k = the decompressed key head */
+    int mla_rank, mla_k, mla_v, q_lora; /* kv_lora_rank, key_length_mla, value_length_mla, q_lora_rank (0: none) */
+    int n_dense_lead;                   /* leading layers with a dense FFN (deepseek2) */
+    int n_ff_shexp;                     /* the shared experts' FFN width (n_ff_exp x their count); 0: none */
+    int moe_sigmoid;                    /* gating by sigmoid, not softmax */
+    int moe_norm;                       /* the chosen weights renormalized to sum 1 */
+    float moe_scale;                    /* the weights times this; 0 or 1: none */
+    int n_group, n_group_used;          /* deepseek2 (V3): experts chosen from the best groups only; 0: no groups */
+    float mla_rope_mscale;              /* deepseek2's YaRN: the rotated parts of Q and K times this; 0: none */
 };
 
 struct kvfs_layer_weights {
@@ -66,6 +82,16 @@ struct kvfs_layer_weights {
      * projection bias [n_embd], router bias [n_expert], the experts' biases
      * [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd] (down) */
     float *attn_sinks, *bo, *ffn_gate_inp_b, *exp_gate_b, *exp_up_b, *exp_down_b;
+    /* deepseek2, else NULL: Q through its compressed rank (wq_a, its norm,
+     * wq_b; wq NULL then) or wq; the latent and rotated key part
+     * (wkv_a [mla_rank + n_rot][n_embd]) and the latent's norm; per query
+     * head the absorbed key (wk_b[h] [mla_rank][nope]) and value
+     * (wv_b[h] [mla_v][mla_rank]) decompressions; the shared experts'
+     * SwiGLU; the routing's selection bias (host f32[n_expert]) */
+    struct kvfs_weight *wq_a, *wq_b, *wkv_a, **wk_b, **wv_b, *sh_gate, *sh_up, *sh_down;
+    float *q_a_norm, *kv_a_norm, *exp_probs_b;
+    int act_q_mla[5]; /* as act_q: wq_a, wq_b, wkv_a, wk_b, wv_b */
+    int act_q_sh[3];  /* shared experts: gate, up, down */
 };
 
 struct kvfs_model {

@@ -15,7 +15,7 @@ static const struct {
     const char *arch, *why;
 } refused[] = {
     {"qwen2moe", "mixture of experts with a shared expert"}, {"deepseek", "mixture of experts"},
-    {"deepseek2", "mixture of experts and latent attention (MLA)"},         {"dbrx", "mixture of experts"},
+    {"dbrx", "mixture of experts"},
     {"olmoe", "mixture of experts"},     {"grok", "mixture of experts"},      {"arctic", "mixture of experts"},
     {"granitemoe", "mixture of experts"}, {"llama4", "mixture of experts"},
     {"glm4moe", "mixture of experts"},   {"ernie4_5-moe", "mixture of experts"}, {"hunyuan-moe", "mixture of experts"},
@@ -36,7 +36,8 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
 {
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
         !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
-        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss"))
+        !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") ||
+        !strcmp(arch, "deepseek2"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
@@ -44,7 +45,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss)", path, arch);
+                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path, arch);
 }
 
 /* a tensor the runtime reads for this architecture */
@@ -77,6 +78,20 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
                 return 1;
         if (!strncmp(name + at, "ffn_", 4) && strcmp(name + at, "ffn_norm.weight"))
             return 0;
+    }
+    if (!strcmp(arch, "deepseek2")) { /* llama.cpp's models/deepseek2.cpp, the absorbed MLA form (model.c checks
+                                       * which of Q's forms and which FFN each layer has) */
+        static const char *const ds2[] = {
+            "attn_norm.weight",      "ffn_norm.weight",       "attn_q.weight",         "attn_q_a.weight",
+            "attn_q_a_norm.weight",  "attn_q_b.weight",       "attn_kv_a_mqa.weight",  "attn_kv_a_norm.weight",
+            "attn_k_b.weight",       "attn_v_b.weight",       "attn_output.weight",    "ffn_gate.weight",
+            "ffn_up.weight",         "ffn_down.weight",       "ffn_gate_inp.weight",   "exp_probs_b.bias",
+            "ffn_gate_exps.weight",  "ffn_up_exps.weight",    "ffn_down_exps.weight",  "ffn_gate_shexp.weight",
+            "ffn_up_shexp.weight",   "ffn_down_shexp.weight"};
+        for (size_t i = 0; i < sizeof(ds2) / sizeof(ds2[0]); i++)
+            if (!strcmp(name + at, ds2[i]))
+                return 1;
+        return 0;
     }
     if (!strcmp(arch, "gpt-oss")) { /* llama.cpp's openai-moe.cpp: what it reads, no more (no fused QKV) */
         static const char *const oss[] = {
@@ -162,6 +177,11 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     kvfs_gguf_get_u32(g, key, &n_exp);
     snprintf(key, sizeof(key), "%s.expert_used_count", arch);
     kvfs_gguf_get_u32(g, key, &used);
+    if (!strcmp(arch, "deepseek2")) { /* llama.cpp requires its experts' width */
+        snprintf(key, sizeof(key), "%s.expert_feed_forward_length", arch);
+        if (kvfs_gguf_get_u32(g, key, &u) || u == 0)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s > 0", path, key);
+    }
     if (!strcmp(arch, "gpt-oss")) {
         static const char *const req[] = {"expert_feed_forward_length", "attention.sliding_window"};
         for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
@@ -173,13 +193,82 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     if (n_exp == 0 || used == 0 || used > n_exp)
         return kvfs_errf(err, errlen, -EINVAL, "%s: %s needs expert_count > 0 and 0 < expert_used_count <= it "
                          "(%u, %u)", path, arch, n_exp, used);
-    /* llama.cpp reads these for every arch: groups change the selection */
+    /* llama.cpp reads these for every arch: groups change the selection
+     * (computed for deepseek2, DeepSeek-V3's group-limited routing, with
+     * llama.cpp's asserts on the counts; groups of one expert have no top 2) */
+    uint32_t n_grp = 0, grp_used = 0;
+    snprintf(key, sizeof(key), "%s.expert_group_count", arch);
+    kvfs_gguf_get_u32(g, key, &n_grp);
+    snprintf(key, sizeof(key), "%s.expert_group_used_count", arch);
+    kvfs_gguf_get_u32(g, key, &grp_used);
+    if (!strcmp(arch, "deepseek2") && n_grp > 1) {
+        if (n_grp >= n_exp || n_grp > 256 || n_exp % n_grp || n_exp / n_grp < 2 || grp_used == 0 ||
+            grp_used >= n_grp)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s.expert_group_count %u and expert_group_used_count %u do "
+                             "not fit %u experts", path, arch, n_grp, grp_used, n_exp);
+        return 0;
+    }
     static const char *const zero[] = {"expert_group_count", "expert_group_used_count"};
     for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, zero[i]);
         if (kvfs_gguf_find(g, key) && (kvfs_gguf_get_u32(g, key, &u) || u > 1))
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s (grouped expert selection) is not supported yet", path,
                              key);
+    }
+    return 0;
+}
+
+/* deepseek2: what model.c's ds2_hparams and loader refuse, here too so
+ * that kvfsctl info says it: the absorbed MLA form and its shapes, the
+ * gating functions computed, each layer's FFN where llama.cpp reads it */
+static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
+                     size_t errlen)
+{
+    char key[160], name[64];
+    uint32_t v[7] = {0};
+    static const char *const keys[] = {"attention.kv_lora_rank", "attention.key_length_mla",
+                                       "attention.value_length_mla", "rope.dimension_count", "attention.key_length",
+                                       "attention.value_length", "attention.head_count_kv"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, keys[i]);
+        kvfs_gguf_get_u32(g, key, &v[i]);
+    }
+    if (!v[0] || !v[1] || !v[2])
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
+                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
+                         path, arch);
+    if (!v[3] || v[3] % 2 || v[1] <= v[3] || v[4] != v[0] + v[3] || v[5] != v[0] || v[6] != 1)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %u, "
+                         "rope.dimension_count %u, key_length %u, value_length %u, head_count_kv %u, key_length_mla "
+                         "%u, value_length_mla %u)", path, v[0], v[3], v[4], v[5], v[6], v[1], v[2]);
+    uint32_t gating = 0, lead = 0;
+    snprintf(key, sizeof(key), "%s.expert_gating_func", arch);
+    if (!kvfs_gguf_get_u32(g, key, &gating) && gating > 2)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %u is not supported yet (1 softmax, 2 sigmoid)", path, key,
+                         gating);
+    snprintf(key, sizeof(key), "%s.leading_dense_block_count", arch);
+    kvfs_gguf_get_u32(g, key, &lead);
+    /* Q's form: llama.cpp's "lite" layer counts never read q_lora_rank (model.c) */
+    uint32_t q_lora = 0, vocab = 0;
+    snprintf(key, sizeof(key), "%s.vocab_size", arch);
+    if (kvfs_gguf_get_u32(g, key, &vocab)) {
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
+    }
+    snprintf(key, sizeof(key), "%s.attention.q_lora_rank", arch);
+    if (!(n_layer == 27 || n_layer == 26 || (n_layer == 48 && vocab == 128256)))
+        kvfs_gguf_get_u32(g, key, &q_lora);
+    for (int l = 0; l < n_layer; l++) {
+        snprintf(name, sizeof(name), "blk.%d.%s", l, q_lora ? "attn_q.weight" : "attn_q_a.weight");
+        if (kvfs_gguf_tensor(g, name))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s with %s.attention.q_lora_rank %u: llama.cpp does "
+                             "not read it", path, name, arch, q_lora);
+        int moe = (uint32_t)l >= lead;
+        snprintf(name, sizeof(name), "blk.%d.%s", l, moe ? "ffn_gate.weight" : "ffn_gate_inp.weight");
+        if (kvfs_gguf_tensor(g, name))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s in a layer llama.cpp computes with %s (%s."
+                             "leading_dense_block_count = %u)", path, name, moe ? "experts" : "a dense FFN", arch,
+                             lead);
     }
     return 0;
 }
@@ -191,12 +280,12 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
     struct kvfs_gguf_str s;
     float f;
     uint32_t u;
-    /* RoPE scaling of any kind changes every key; gpt-oss's YaRN is
-     * computed (model.c), on one RoPE base for all layers */
+    /* RoPE scaling of any kind changes every key; gpt-oss's and deepseek2's
+     * YaRN is computed (model.c), on one RoPE base for all layers */
     int yarn = 0;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
     if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-        yarn = !strcmp(arch, "gpt-oss") && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
+        yarn = (!strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2")) && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
         if (!yarn)
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
                              (int)(s.len < 32 ? s.len : 32), s.ptr, key);
@@ -216,11 +305,20 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
                              (double)f);
     }
     snprintf(key, sizeof(key), "%s.expert_count", arch);
-    int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss");
+    int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2");
+    /* deepseek2: llama.cpp's multi-token-prediction layers are not computed */
+    static const char *const ds2_keys[] = {"nextn_predict_layers"};
+    for (size_t i = 0; i < sizeof(ds2_keys) / sizeof(ds2_keys[0]) && !strcmp(arch, "deepseek2"); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, ds2_keys[i]);
+        if (!kvfs_gguf_get_u32(g, key, &u) && u > 0)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %u is not supported yet", path, key, u);
+    }
     if (!moe && !kvfs_gguf_get_u32(g, key, &u) && u > 0)
         return kvfs_errf(err, errlen, -ENOTSUP, "%s: a mixture of %u experts (%s) is not supported yet", path, u, key);
     if (moe) {
         int rc = moe_check(path, g, arch, err, errlen);
+        if (!rc && !strcmp(arch, "deepseek2"))
+            rc = ds2_check(path, g, arch, n_layer, err, errlen);
         if (rc)
             return rc;
     }

@@ -1,5 +1,5 @@
 /* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3/
- * qwen3moe/gpt-oss model as GGUF. */
+ * qwen3moe/gpt-oss/deepseek2 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -47,13 +47,23 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
     int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), oss = !strcmp(a, "gpt-oss");
-    int moe = !strcmp(a, "qwen3moe") || oss;
+    int ds2 = !strcmp(a, "deepseek2");
+    int moe = !strcmp(a, "qwen3moe") || oss || ds2;
     int n_exp = o->n_expert > 0 ? o->n_expert : 8, n_used = o->n_expert_used > 0 ? o->n_expert_used : 2;
     int ff_exp = o->n_ff_exp > 0 ? o->n_ff_exp : 64;
-    qwen3 |= moe && !oss; /* qwen3moe: qwen3's attention */
+    qwen3 |= moe && !oss && !ds2; /* qwen3moe: qwen3's attention */
     /* gemma's heads are not n_embd / n_head wide (gemma3 270M: 256 with 640 / 4) */
     int head_dim = o->n_embd / o->n_head * (gemma || gemma2 ? 2 : 1), qd = head_dim * o->n_head;
     int kv = head_dim * o->n_kv_head;
+    /* deepseek2 (MLA): heads of n_embd / n_head split in a non-rotated half
+     * and a rotated quarter for Q.K, half of it for V; a latent of n_embd /
+     * 4 (+ the rotated key part) per token; DeepSeek-V2-Lite's layout (no Q
+     * compression, softmax gating, one shared expert, a leading dense
+     * layer), or with mla_v3 V3's (Q through a compressed rank of n_embd /
+     * 2, sigmoid gating with a selection bias, group-limited routing, the
+     * weights renormalized and scaled, two shared experts) */
+    int nope = head_dim / 2, n_rot = head_dim / 4, v_mla = head_dim / 2, kv_rank = o->n_embd / 4;
+    int q_lora = ds2 && o->mla_v3 ? o->n_embd / 2 : 0, n_shared = o->mla_v3 ? 2 : 1;
 #define KEY(x) (snprintf(k, sizeof(k), "%s.%s", a, x), k)
     rc = kvfs_gguf_add_str(w, "general.architecture", a);
     if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
@@ -61,7 +71,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->n_embd);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_head);
-    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->n_kv_head);
+    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -83,6 +93,29 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (oss && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
     if (oss && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 32.0f);
     if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("leading_dense_block_count"), 1);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.q_lora_rank"), (uint32_t)q_lora);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)kv_rank);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)(kv_rank + n_rot));
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)kv_rank);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length_mla"), (uint32_t)(nope + n_rot));
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length_mla"), (uint32_t)v_mla);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)n_rot);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_shared_count"), (uint32_t)n_shared);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_gating_func"), o->mla_v3 ? 2u : 1u);
+    /* YaRN as DeepSeek's files have it (factor 40 there; 4 over 1024 positions here, so
+     * that the ramp splits the rotated pairs), V2-Lite's with its log multiplier (0.1 x
+     * mscale_all_dim 0.707, the attention scale), V3's variant without (the rotated parts'
+     * magnitude) */
+    if (ds2 && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
+    if (ds2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 4.0f);
+    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 1024);
+    if (ds2 && !o->mla_v3 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.yarn_log_multiplier"), 0.0707f);
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_bool(w, KEY("expert_weights_norm"), 1);
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_f32(w, KEY("expert_weights_scale"), 2.5f);
+    /* V3's group-limited routing: the experts in n_exp / 2 groups, the best half of them open */
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_group_count"), (uint32_t)n_exp / 2);
+    if (ds2 && o->mla_v3 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_group_used_count"), (uint32_t)n_exp / 4);
     if (phi3 && !rc) /* partial rotary, as phi-2/phi-4-mini keep: RoPE on half of each head */
         rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim / 2);
     if (gemma && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
@@ -147,7 +180,20 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         /* gpt-oss: post_attention_norm is its FFN's input norm */
         if (!olmo2 && !rc)
             rc = add_rand(w, T(oss ? "post_attention_norm.weight" : "ffn_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
+        if (ds2) { /* MLA: Q (compressed or not), the latent and rotated key part, their decompression per head */
+            if (q_lora) {
+                if (!rc) rc = add_rand(w, T("attn_q_a.weight"), o->n_embd, q_lora, 4.0f * sc * 8, 0, &s);
+                if (!rc) rc = add_rand(w, T("attn_q_a_norm.weight"), q_lora, 1, 0.2f, 1.0f, &s);
+                if (!rc) rc = add_rand(w, T("attn_q_b.weight"), q_lora, o->n_head * (nope + n_rot), 0.5f, 0, &s);
+            } else if (!rc) {
+                rc = add_rand(w, T("attn_q.weight"), o->n_embd, o->n_head * (nope + n_rot), 4.0f * sc * 8, 0, &s);
+            }
+            if (!rc) rc = add_rand(w, T("attn_kv_a_mqa.weight"), o->n_embd, kv_rank + n_rot, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_kv_a_norm.weight"), kv_rank, 1, 0.4f, 1.0f, &s);
+            if (!rc) rc = add_rand3(w, T("attn_k_b.weight"), nope, kv_rank, o->n_head, 0.5f, 0, &s);
+            if (!rc) rc = add_rand3(w, T("attn_v_b.weight"), kv_rank, v_mla, o->n_head, 0.5f, 0, &s);
+            qd = o->n_head * v_mla; /* attn_output's input */
+        } else if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
             if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);
         } else {
             if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8 * qk_gain, 0, &s);
@@ -155,6 +201,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
         }
         if (!rc) rc = add_rand(w, T("attn_output.weight"), qd, o->n_embd, 4.0f * sc * 4, 0, &s);
+        qd = head_dim * o->n_head;
         if (oss) { /* every bias llama.cpp reads; sinks in [-2, 6), of the scores' size (without them
                     * kvfs's F32 log-probs differ from llama.cpp's by 0.8); gates and ups of a few
                     * units, so that swiglu_oai's clamp at 7 bites (without it: 2.0), the down
@@ -169,19 +216,31 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("ffn_up_exps.bias"), ff_exp, n_exp, 1.0f, 0, &s);
             if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_down_exps.bias"), o->n_embd, n_exp, 0.2f, 0, &s);
+        } else if (ds2 && l < 1) { /* the leading dense layer */
+            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
         } else if (moe) { /* a router whose logits spread a few units (routing that matters); experts of the
                     * dense FFN's gain, twice its output (fewer, narrower rows) */
             if (!rc) rc = add_rand(w, T("ffn_gate_inp.weight"), o->n_embd, n_exp, 0.5f, 0, &s);
             if (!rc) rc = add_rand3(w, T("ffn_gate_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 8, 0, &s);
             if (!rc) rc = add_rand3(w, T("ffn_up_exps.weight"), o->n_embd, ff_exp, n_exp, 4.0f * sc * 8, 0, &s);
             if (!rc) rc = add_rand3(w, T("ffn_down_exps.weight"), ff_exp, o->n_embd, n_exp, 4.0f * sc * 8, 0, &s);
+            /* deepseek2: its shared experts (one FFN n_shared times as wide), V3's selection bias (of the
+             * sigmoid's size: it moves the choice, not the weights) */
+            int fs = ff_exp * n_shared;
+            if (ds2 && !rc) rc = add_rand(w, T("ffn_gate_shexp.weight"), o->n_embd, fs, 4.0f * sc * 8, 0, &s);
+            if (ds2 && !rc) rc = add_rand(w, T("ffn_up_shexp.weight"), o->n_embd, fs, 4.0f * sc * 8, 0, &s);
+            if (ds2 && !rc)
+                rc = add_rand(w, T("ffn_down_shexp.weight"), ff_exp * n_shared, o->n_embd, 4.0f * sc * 8, 0, &s);
+            if (ds2 && o->mla_v3 && !rc) rc = add_rand(w, T("exp_probs_b.bias"), n_exp, 1, 3.0f, 0, &s);
         } else if (phi3) {
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
         } else {
             if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
         }
-        if (!moe && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);

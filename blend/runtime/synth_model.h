@@ -14,11 +14,14 @@ struct kvfs_synth_model_opts {
                         * attention, a router and n_expert SwiGLU experts of
                         * n_ff_exp, n_expert_used per token, as its FFN), "gpt-oss"
                         * (biases, attention sinks, a window of 8 on every
-                        * other layer, experts as qwen3moe's with biases) */
+                        * other layer, experts as qwen3moe's with biases),
+                        * "deepseek2" (latent attention, a leading dense
+                        * layer, experts with shared ones; n_kv_head unused) */
     int n_layer, n_embd, n_head, n_kv_head, n_ff;
     float rope_theta;
     uint32_t seed;
-    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss; 0: 8, 2 and 64 */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss, deepseek2; 0: 8, 2 and 64 */
+    int mla_v3; /* deepseek2: DeepSeek-V3's layout, not V2-Lite's (synth_model.c) */
 };
 /* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);

@@ -24,6 +24,8 @@ LAYER_ENTRY = struct.Struct("<QQQ")  # offset, size, checksum
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4, DTYPE_Q4S = 1, 2, 3, 4, 5, 6
 FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL, FLAG_SALTED = 0x1, 0x2, 0x4, 0x8
+# V not stored: each V row is its K row with each head's first rope_dim values zero (latent attention, kvfs(5))
+FLAG_V_FROM_K = 0x10
 SALT_BYTES = 32  # with FLAG_SALTED, right after the layer table; hashed into the name
 ROPE_NORM, ROPE_NEOX = 0, 2
 
@@ -102,8 +104,10 @@ class ChunkFile:
                             % (self.version, VERSION))
         if self.dtype not in _DTYPE_NAME:
             raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=q4s)" % self.dtype)
-        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED):
+        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED | FLAG_V_FROM_K):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
+        if self.flags & FLAG_V_FROM_K and self.dtype in _QUANT:
+            raise self._bad(errno.EINVAL, "a %s chunk with V derived from K (flag 0x10)" % _DTYPE_NAME[self.dtype])
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
             raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
         if not 0 < self.n_tokens <= MAX_TOKENS:
@@ -134,7 +138,7 @@ class ChunkFile:
             self.layer_bytes = 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
         else:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
-            self.layer_bytes = 2 * self.n_tokens * kv_dim * self.elem_size
+            self.layer_bytes = (1 if self.flags & FLAG_V_FROM_K else 2) * self.n_tokens * kv_dim * self.elem_size
         self.layer_stride = _align(self.layer_bytes)
         expect = header_size_for(self.n_tokens, self.n_layer, self.flags)
         if self.header_size != expect:
@@ -280,7 +284,12 @@ class ChunkFile:
         return self._view(layer, False)
 
     def v(self, layer):
-        """Values of LAYER, the same shape, right after the keys."""
+        """Values of LAYER, the same shape, right after the keys (with FLAG_V_FROM_K a
+        new array: the keys with each head's first rope_dim values zero)."""
+        if self.flags & FLAG_V_FROM_K:
+            v = np.array(self._view(layer, False))
+            v[:, :, :self.rope_dim] = 0
+            return v
         return self._view(layer, True)
 
     def verify_layer(self, layer):

@@ -59,11 +59,38 @@ refused "gpt-oss with YaRN and a second RoPE base" "gpt-oss.rope.freq_base_swa w
     --arch gpt-oss --str gpt-oss.rope.scaling.type=yarn --f32 gpt-oss.rope.scaling.factor=32 \
     --f32 gpt-oss.rope.freq_base_swa=5000
 refused "YaRN outside gpt-oss" "RoPE scaling 'yarn' (llama.rope.scaling.type)" --str llama.rope.scaling.type=yarn
-refused "latent attention" "'deepseek2' is not supported: mixture of experts and latent attention" --arch deepseek2
+refused "deepseek2 without experts" "deepseek2 needs deepseek2.expert_feed_forward_length > 0" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
     --arch mistral3 --f32 mistral3.attention.temperature_scale=0.1
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss)" --arch novel
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)" --arch novel
+# deepseek2 (MLA): edits of a synthetic model (kvfsctl mkmodel), which loads
+DS=$T/ds2.gguf
+"$KVFSCTL" mkmodel -o "$DS" --arch deepseek2 --layers 2 --embd 64 --heads 4 --seed 3
+check "kvfsctl info on a synthetic deepseek2: supported" sh -c \
+    "'$KVFSCTL' info '$DS' > '$T/x' && grep -q '^supported: *yes' '$T/x'"
+MODEL=$DS refused "deepseek2's unabsorbed MLA (no key_length_mla)" "the unabsorbed form of older files, attn_kv_b" \
+    --u32 deepseek2.attention.key_length_mla=0
+MODEL=$DS refused "deepseek2's attn_kv_b" "tensor blk.0.attn_kv_b.weight is not one kvfs's deepseek2 runtime" \
+    --tensor blk.0.attn_kv_b.weight=64
+MODEL=$DS refused "deepseek2 with several KV heads" "deepseek2's MLA shapes are inconsistent" \
+    --u32 deepseek2.attention.head_count_kv=4
+MODEL=$DS refused "deepseek2 with expert groups that do not divide its experts" \
+    "deepseek2.expert_group_count 3 and expert_group_used_count 2 do not fit 8 experts" \
+    --u32 deepseek2.expert_group_count=3 --u32 deepseek2.expert_group_used_count=2
+MODEL=$DS refused "deepseek2 with another gating function" "deepseek2.expert_gating_func = 3 is not supported" \
+    --u32 deepseek2.expert_gating_func=3
+MODEL=$DS refused "deepseek2 with linear RoPE scaling" "RoPE scaling 'linear' (deepseek2.rope.scaling.type)" \
+    --str deepseek2.rope.scaling.type=linear
+MODEL=$DS refused "deepseek2's multi-token prediction" "deepseek2.nextn_predict_layers = 1 is not supported" \
+    --u32 deepseek2.nextn_predict_layers=1
+MODEL=$DS refused "deepseek2 with compressed Q tensors but no q_lora_rank" \
+    "tensor blk.1.attn_q_a.weight with deepseek2.attention.q_lora_rank 0: llama.cpp does not read it" \
+    --tensor blk.1.attn_q_a.weight=64
+MODEL=$DS refused "deepseek2 with a dense FFN in an expert layer" "tensor blk.1.ffn_gate.weight in a layer" \
+    --tensor blk.1.ffn_gate.weight=64
+MODEL=$DS refused "deepseek2 without its leading dense layer" "tensor blk.0.ffn_gate.weight in a layer" \
+    --u32 deepseek2.leading_dense_block_count=0
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Every architecture kvfs runs (llama, qwen2, qwen3, gemma2, gemma3, granite,
-# smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss) against llama.cpp
+# smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2) against llama.cpp
 # on a synthetic model of it, F32 and quantized by llama.cpp to Q8_0 and
 # Q4_K_M (synth_arch_oracle.py); and each blends (ratio 1.0 = a full prefill).
 cd "$(dirname "$0")/../.." || exit 1
@@ -14,7 +14,7 @@ K=${BUILD:-build}/kvfsctl
 T=$(mktemp -d "${TMPDIR:-/tmp}/kvfs-synth-blend.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fails=0
-for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss; do
+for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2; do
     M=$T/$arch.gguf
     "$K" mkmodel -o "$M" --arch "$arch" --layers 4 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5
     "$K" prefill -m "$M" -o "$T/c1.kv" --ids "$(seq -s, 40 139)" > /dev/null 2>&1

@@ -15,7 +15,7 @@ from llama_oracle import last_logprobs, judge
 import llama_cpp
 
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'granite', 'smollm3', 'olmo2', 'phi3',
-                          'mistral3', 'qwen3moe', 'gpt-oss']
+                          'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3']
 # qwen3moe, gpt-oss: mkmodel's 8 experts, 2 routed, of width 64; gpt-oss's
 # sinks, its clamped SwiGLU's clamp, its window (8) and its YaRN (factor 32)
 # all move the log-probs past MAX_DLOGP_F32 when left out (0.8, 2.0, 1.8,
@@ -32,14 +32,31 @@ TYPES = [('F32', None), ('Q8_0', llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0), ('Q4_K_M', 
 # the mixture-of-experts families also with their experts in MXFP4 (the rest
 # Q8_0), as OpenAI ships gpt-oss
 MOE_TYPES = [('MXFP4', llama_cpp.LLAMA_FTYPE_MOSTLY_MXFP4_MOE)]
-MOE = ('qwen3moe', 'gpt-oss')
+MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3')
+# deepseek2: DeepSeek-V2-Lite's layout (Q uncompressed, softmax routing, one
+# shared expert), deepseek2-v3 V3's (Q through its compressed rank, sigmoid
+# routing with a selection bias, group-limited routing (4 groups of 2, the
+# best 2 open), weights renormalized and scaled by 2.5, two shared experts);
+# both MLA in llama.cpp's absorbed form, a leading dense layer.
+# Left out, the latent's norm moves the F32 log-probs by 7.8 (V2-Lite layout)
+# and 13.7 (V3's), V3's group limit by 6.3, its selection bias by 7.9, its
+# weight scale by 7.2; YaRN (factor 4 over 1024 positions) on both, V2-Lite's
+# with its log multiplier: its attention scale left out costs 0.99 (V3's
+# 6.0), its frequencies 0.28 (1.6), V3's magnitude of the rotated parts 1.1
+# (measured 2026-11-28).  V3's selection bias spans
+# [-1.5, 1.5): with 0.3 its routing near-ties (top margins of 7e-5 to 4e-4)
+# flipped an expert between kvfs and llama.cpp in one quantized case of
+# three models (2.75, 4.3): 8-bit activations rounded at another sum order
+# move scores by about that much
 rng = np.random.default_rng(7)
 prompts = [[int(t) for t in rng.integers(0, 256, n)] for n in (16, 90, 300)]
 tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
 fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
-    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch, '--layers', '4', '--embd', '256', '--heads', '4',
+    extra = ['--mla-v3'] if arch == 'deepseek2-v3' else []
+    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch.replace('-v3', ''), *extra, '--layers', '4',
+                    '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
     for tname, ftype in TYPES + (MOE_TYPES if arch in MOE else []):
         path = f32

@@ -122,8 +122,43 @@ static void test_salt(const char plain[65])
     kvfs_writer_free(&wz);
 }
 
+/* MLA chunks (KVFS_FLAG_V_FROM_K): K alone stored, V each K row with the
+ * first rope_dim values of each head zero; not for block-quantized dtypes */
+static void test_v_from_k(void)
+{
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = 12, .rope_dim = 4, .rope_theta = 1e4f,
+                                  .arch = "deepseek2", .n_head = 4, .n_embd = 64};
+    uint32_t tok[5] = {1, 2, 3, 4, 5};
+    struct kvfs_writer w;
+    struct kvfs_fingerprint fq = fp;
+    fq.head_dim = 64; /* rows q8 could hold */
+    CHECK_EQ(kvfs_writer_init(&w, &fq, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), -ENOTSUP);
+    CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), 0);
+    CHECK_EQ(kvfs_layer_bytes(&w.hdr), 5ull * 12 * 4); /* K only */
+    float k[60], kd[60], vd[60];
+    for (int i = 0; i < 60; i++)
+        k[i] = (float)i + 0.5f;
+    for (uint32_t l = 0; l < 2; l++)
+        memcpy(kvfs_writer_layer(&w, l), k, sizeof(k));
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    struct kvfs_header h;
+    char why[256];
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK(h.flags & KVFS_FLAG_V_FROM_K);
+    CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, kd, vd), 0);
+    int ok = 1;
+    for (int i = 0; i < 60; i++)
+        ok &= kd[i] == k[i] && vd[i] == (i % 12 < 4 ? 0.0f : k[i]);
+    CHECK(ok);
+    CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, NULL, vd), 0); /* V alone */
+    CHECK_EQ(vd[13], k[13] * 0.0f);
+    CHECK_EQ(vd[16], k[16]);
+    kvfs_writer_free(&w);
+}
+
 int main(void)
 {
+    test_v_from_k();
     struct kvfs_writer w;
     CHECK_EQ(synth_chunk(&w, 3, 37, 1, KVFS_DTYPE_F16), 0);
     struct kvfs_header h;

@@ -101,7 +101,7 @@ static void check_batch_invariance(const char *arch, const char *path)
     enum { N = 900 };
     static const int splits[] = {256, 300, 513, 520, 600, 644};
     struct kvfs_synth_model_opts o = {arch, 2, 256, 4, 2, 512, !strcmp(arch, "gemma3") ? 1e6f : 10000.0f, 7,
-                                      0, 0, 0};
+                                      0, 0, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *m;
     char err[256];
@@ -315,7 +315,7 @@ static void check_model(const char *arch, const char *path)
 {
     int gemma = !strcmp(arch, "gemma3");
     /* gemma3: a global base apart from the local layers' 10000 */
-    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42, 0, 0, 0};
+    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42, 0, 0, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *m;
     char err[256];
@@ -325,8 +325,23 @@ static void check_model(const char *arch, const char *path)
         fprintf(stderr, "load: %s\n", err);
         return;
     }
-    CHECK_EQ(m->hp.n_kv_head, 2);
-    CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
+    int ds2 = !strcmp(arch, "deepseek2");
+    CHECK_EQ(m->hp.n_kv_head, ds2 ? 1 : 2);
+    CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") || ds2 ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
+    if (ds2) { /* MLA on n_embd 64, 4 heads: a latent of 16 and a rotated key part of 4 as the cached row (rotated
+                * part first), Q.K over heads of 8 + 4; a leading dense layer, then experts with one shared */
+        CHECK(m->hp.mla_rank == 16 && m->hp.rope_dim == 4 && m->hp.head_dim == 20 && m->hp.mla_k == 12 &&
+              m->hp.mla_v == 8 && m->hp.q_dim == 80 && m->hp.q_lora == 0);
+        /* YaRN (factor 4) with V2-Lite's log multiplier: the scale of Q.K times mscale^2, the rotated parts
+         * unscaled, the frequencies through factors */
+        float ms = 1.0f + 0.1f * (0.0707f / 0.1f) * logf(4.0f);
+        CHECK(fabsf(m->hp.attn_scale - ms * ms / sqrtf(12.0f)) < 1e-6f);
+        CHECK(m->hp.mla_rope_mscale == 1.0f && m->rope_freqs && m->rope_freqs[0] == 1.0f);
+        CHECK(m->fp.n_kv_head == 1 && m->fp.head_dim == 20 && m->fp.rope_dim == 4);
+        CHECK(m->hp.n_dense_lead == 1 && m->hp.n_ff_shexp == 64 && !m->hp.moe_sigmoid && !m->hp.moe_norm);
+        CHECK(m->layers[0].w_gate && !m->layers[0].ffn_gate_inp && m->layers[1].ffn_gate_inp && m->layers[1].sh_gate);
+        CHECK(m->layers[1].wq && !m->layers[1].wq_a && m->layers[1].wk_b && m->layers[1].wv_b[3] && m->layers[1].wkv_a);
+    }
     CHECK((m->layers[0].bq != NULL) == (!strcmp(arch, "qwen2") || !strcmp(arch, "gpt-oss")));
     CHECK((m->layers[0].attn_q_norm != NULL) == (gemma || !strcmp(arch, "qwen3moe")));
     if (!strcmp(arch, "qwen3moe")) { /* mkmodel's 8 experts, 2 routed, of width 64; no dense FFN */
@@ -451,6 +466,7 @@ int main(void)
     check_model("gemma2", path);
     check_model("qwen3moe", path);
     check_model("gpt-oss", path);
+    check_model("deepseek2", path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
     /* not qwen3moe: its experts' products have other row counts in each

@@ -116,5 +116,56 @@ int main(void)
 {
     for (uint32_t n = 1; n <= 2 * NSWA + 1; n++)
         check_n(n);
+    /* deepseek2 (MLA): a chunk of it without V_FROM_K has no view; with
+     * it (one KV head of 6: 2 rotated values, then 4 of the latent) the view
+     * is K alone, each row latent first (kvfs(5)) */
+    struct kvfs_writer w;
+    struct kvfs_header h;
+    struct kvfs_llama_view v;
+    char why[128];
+    CHECK_EQ(synth_chunk(&w, 2, 5, 1, KVFS_DTYPE_F16), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), 0);
+    kvfs_llama_view_free(&v);
+    memcpy(h.fp.arch, "deepseek2", 10);
+    CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), -ENOTSUP);
+    struct kvfs_writer w2;
+    CHECK_EQ(kvfs_llama_state_to_chunk(w.buf, w.size, &h.fp, 257, &w2, why, sizeof(why)), -EINVAL);
+    kvfs_writer_free(&w);
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = 6, .rope_dim = 2, .rope_theta = 1e4f,
+                                  .arch = "deepseek2", .n_head = 4, .n_embd = 32};
+    uint32_t tok[3] = {7, 8, 9};
+    CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 3, tok), 0);
+    for (uint32_t l = 0; l < 2; l++) {
+        uint8_t *d = kvfs_writer_layer(&w, l);
+        for (int e = 0; e < 18; e++) {
+            uint16_t x = kvfs_f32_to_f16((float)(100 * l + e));
+            d[2 * e] = (uint8_t)x, d[2 * e + 1] = (uint8_t)(x >> 8);
+        }
+    }
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), 0);
+    /* magic .. tokens, n_stream, cells, v_trans, n_layer, then per layer a 12-byte header and 3 rows of 6 */
+    uint64_t k0 = 12 + 4 * 3 + 8 + 12 * 3 + 8;
+    CHECK_EQ(v.size, k0 + 2 * (12 + 3 * 6 * 2));
+    uint8_t *st = malloc(v.size);
+    CHECK_EQ(kvfs_llama_view_read(&v, w.buf, 0, st, v.size), v.size);
+    int ok = 1;
+    for (uint32_t l = 0; l < 2; l++)
+        for (int r = 0; r < 3; r++)
+            for (int j = 0; j < 6; j++) { /* llama.cpp's dim j: kvfs's j + 2 for the latent, j - 4 for the rest */
+                const uint8_t *p = st + k0 + l * (12 + 36) + 12 + 2 * (6 * r + j);
+                float want = (float)(100 * l + 6 * r + (j < 4 ? j + 2 : j - 4));
+                ok &= kvfs_f16_to_f32((uint16_t)(p[0] | p[1] << 8)) == want;
+            }
+    CHECK(ok);
+    /* and back: the very same chunk */
+    CHECK_EQ(kvfs_llama_state_to_chunk(st, v.size, &fp, 257, &w2, why, sizeof(why)), 0);
+    CHECK(w2.size == w.size && !memcmp(w2.buf, w.buf, w.size));
+    kvfs_writer_free(&w2);
+    free(st);
+    kvfs_llama_view_free(&v);
+    kvfs_writer_free(&w);
     CHECK_DONE();
 }

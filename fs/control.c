@@ -163,7 +163,9 @@ static void claim(struct kvfs_mount *m, fuse_req_t req, uint64_t owner, struct k
     r->status = rc;
     if (rc) {
         snprintf(r->error, sizeof(r->error), "%.150s", err[0] ? err : strerror(-rc));
-        kvfs_log(rc == -ETIMEDOUT || rc == -ENOENT ? KVFS_LOG_WARN : KVFS_LOG_ERR, "KVFS_IOC_CLAIM: %s", r->error);
+        /* a wait that ran out is the caller's to handle (kvfs-serve claims again) */
+        kvfs_log(rc == -ETIMEDOUT ? KVFS_LOG_DEBUG : rc == -ENOENT || rc == -EINTR ? KVFS_LOG_WARN : KVFS_LOG_ERR,
+                 "KVFS_IOC_CLAIM: %s", r->error);
     }
 }
 

@@ -164,7 +164,7 @@ static void claim(struct kvfs_mount *m, fuse_req_t req, uint64_t owner, struct k
     if (rc) {
         snprintf(r->error, sizeof(r->error), "%.150s", err[0] ? err : strerror(-rc));
         /* a wait that ran out is the caller's to handle (kvfs-serve claims again) */
-        kvfs_log(rc == -ETIMEDOUT ? KVFS_LOG_DEBUG : rc == -ENOENT || rc == -EINTR ? KVFS_LOG_WARN : KVFS_LOG_ERR,
+        kvfs_log(rc == -ETIMEDOUT || rc == -EAGAIN ? KVFS_LOG_DEBUG : rc == -ENOENT || rc == -EINTR ? KVFS_LOG_WARN : KVFS_LOG_ERR,
                  "KVFS_IOC_CLAIM: %s", r->error);
     }
 }

@@ -134,7 +134,10 @@ enum { KVFS_CLAIMED_YOURS = 0, KVFS_CLAIMED_PRESENT = 1, KVFS_CLAIMED_LOCAL = 2 
 int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, int timeout_ms,
                       int (*cancelled)(void *), void *cctx, int *waited_ms, char *err, size_t errlen);
 /* Let go of owner's lease on hash (-ENOENT: none), or, hash NULL, of all
- * its leases not yet produced. */
+ * its leases not yet produced: the owner closed (a claim it is making then
+ * ends without a lease, whatever its timing). */
 int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner);
+/* An owner opened (a control file): its claims may hold leases. */
+void kvfs_remote_owner_open(struct kvfs_remote *r, uint64_t owner);
 
 #endif

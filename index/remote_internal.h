@@ -49,6 +49,9 @@ struct kvfs_remote {
     struct remote_lease *leases;      /* this mount's claims: taking, held, produced */
     int lease_s;                      /* a lease's duration (renewed at a third of it) */
     uint64_t claims, claims_waited, claims_yours, lease_takeovers;
+    uint64_t *owners;                 /* control files open (a lease needs its owner alive) */
+    size_t n_owners, cap_owners;
+    int n_waiting;                    /* claims polling now (each holds a FUSE thread) */
 };
 
 /* A use of a chunk not yet written into its model's index. */

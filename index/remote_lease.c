@@ -17,6 +17,7 @@
 
 #define LEASE_NAME "kvfs.lease"
 #define POLL_MS 200 /* a waiting claim looks at the pool and the lease this often */
+#define WAITING_MAX 8 /* claims polling at once: each holds one of the mount's 16 FUSE threads */
 
 enum { L_TAKING, L_HELD, L_PRODUCED };
 
@@ -69,6 +70,30 @@ static void end_lease(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
     lease_oid(hash, oid);
     if (io && take(r, io, hash, 1) == 0 && rados_remove(io, oid) < 0)
         rados_unlock(io, oid, LEASE_NAME, r->cookie);
+}
+
+static int owner_alive(struct kvfs_remote *r, uint64_t owner)
+{
+    for (size_t i = 0; i < r->n_owners; i++)
+        if (r->owners[i] == owner)
+            return 1;
+    return 0;
+}
+
+void kvfs_remote_owner_open(struct kvfs_remote *r, uint64_t owner)
+{
+    pthread_mutex_lock(&r->lease_mu);
+    if (r->n_owners == r->cap_owners) {
+        size_t cap = r->cap_owners ? 2 * r->cap_owners : 16;
+        void *p = realloc(r->owners, cap * sizeof(*r->owners));
+        if (p) {
+            r->owners = p;
+            r->cap_owners = cap;
+        }
+    }
+    if (r->n_owners < r->cap_owners) /* else its claims hold no lease: they answer yours, local */
+        r->owners[r->n_owners++] = owner;
+    pthread_mutex_unlock(&r->lease_mu);
 }
 
 static void sleep_ms(int ms)
@@ -137,8 +162,14 @@ int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, i
                 rc = KVFS_CLAIMED_YOURS;
             }
         }
+        int abandoned = 0;
         if (!busy) {
             pthread_mutex_lock(&r->lease_mu);
+            /* its owner closed meanwhile (a killed caller): nobody would end the lease */
+            if (rc == KVFS_CLAIMED_YOURS && !owner_alive(r, owner)) {
+                abandoned = 1;
+                rc = -EINTR;
+            }
             if (rc == KVFS_CLAIMED_YOURS) {
                 l->state = L_HELD;
                 l->renewed_at = remote_now_s();
@@ -149,13 +180,23 @@ int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, i
             }
             pthread_mutex_unlock(&r->lease_mu);
         }
+        if (abandoned)
+            end_lease(r, io, hash);
         if (rc != -EBUSY)
             break;
         if (!waited) {
-            waited = 1;
             pthread_mutex_lock(&r->lease_mu);
-            r->claims_waited++;
+            int full = r->n_waiting >= WAITING_MAX;
+            if (!full) {
+                waited = 1;
+                r->n_waiting++;
+                r->claims_waited++;
+            }
             pthread_mutex_unlock(&r->lease_mu);
+            if (full) { /* the caller asks again (libkvfs_claim does) rather than starve the mount */
+                rc = kvfs_errf(err, errlen, -EAGAIN, "%d claims are waiting on this mount: ask again", WAITING_MAX);
+                break;
+            }
         }
         if ((remote_now_s() - t0) * 1000 >= timeout_ms) {
             rc = kvfs_errf(err, errlen, -ETIMEDOUT, "another host holds the lease of %s; waited %d ms", hash,
@@ -168,10 +209,15 @@ int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, i
         }
         sleep_ms(POLL_MS);
     }
+    if (waited) {
+        pthread_mutex_lock(&r->lease_mu);
+        r->n_waiting--;
+        pthread_mutex_unlock(&r->lease_mu);
+    }
     *waited_ms = (int)((remote_now_s() - t0) * 1000);
     if (rc == KVFS_CLAIMED_PRESENT)
         remote_neg_forget(r, hash); /* the caller opens it next */
-    if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR) {
+    if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR && rc != -EAGAIN) {
         if (remote_is_outage(rc))
             remote_mark_down(r, rc, "claim", hash);
         kvfs_errf(err, errlen, rc, "claim of %s: %s%s", hash, strerror(-rc),
@@ -187,6 +233,11 @@ int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner)
     size_t n = 0, cap = 0;
     int found = 0;
     pthread_mutex_lock(&r->lease_mu);
+    for (size_t i = 0; !hash && i < r->n_owners; i++)
+        if (r->owners[i] == owner) {
+            r->owners[i] = r->owners[--r->n_owners];
+            break;
+        }
     for (struct remote_lease **p = &r->leases; *p;) {
         struct remote_lease *l = *p;
         if (l->owner == owner && l->state == L_HELD && (!hash || !strcmp(l->hash, hash))) {
@@ -302,4 +353,5 @@ int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner)
     (void)r, (void)hash, (void)owner;
     return 0;
 }
+void kvfs_remote_owner_open(struct kvfs_remote *r, uint64_t owner) { (void)r, (void)owner; }
 #endif

@@ -395,6 +395,7 @@ void kvfs_remote_close(struct kvfs_remote *r)
     free(r->keyring);
     free(r->ns);
     free(r->atimes);
+    free(r->owners);
     free(r);
 }
 

@@ -384,15 +384,27 @@ int libkvfs_claim(const char *mount, const char *hash, uint32_t timeout_ms, stru
     int fd = open(ctl, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return kvfs_errf(err, errlen, -errno, "%s: %s", ctl, strerror(errno));
-    memset(&r, 0, sizeof(r));
-    r.version = KVFS_IOCTL_VERSION;
-    r.op = KVFS_CLAIM_TAKE;
-    r.timeout_ms = timeout_ms;
-    memcpy(r.hash, hash, 64);
     int rc = 0;
-    if (ioctl(fd, KVFS_IOC_CLAIM, &r) != 0) {
-        rc = kvfs_errf(err, errlen, -errno, "%s: %s", ctl, strerror(errno));
-    } else if (r.status) {
+    uint32_t waited = 0;
+    for (;;) {
+        memset(&r, 0, sizeof(r));
+        r.version = KVFS_IOCTL_VERSION;
+        r.op = KVFS_CLAIM_TAKE;
+        r.timeout_ms = timeout_ms - waited;
+        memcpy(r.hash, hash, 64);
+        if (ioctl(fd, KVFS_IOC_CLAIM, &r) != 0) {
+            rc = kvfs_errf(err, errlen, -errno, "%s: %s", ctl, strerror(errno));
+            break;
+        }
+        waited += r.waited_ms;
+        /* EAGAIN: the mount has as many claims waiting as it lets wait; ask again */
+        if (r.status != -EAGAIN || waited + 200 >= timeout_ms)
+            break;
+        usleep(200 * 1000);
+        waited += 200;
+    }
+    r.waited_ms = waited;
+    if (!rc && r.status) {
         rc = r.status < 0 ? r.status : -EIO;
         r.error[sizeof(r.error) - 1] = '\0';
         kvfs_errf(err, errlen, rc, "%s", r.error[0] ? r.error : strerror(-rc));

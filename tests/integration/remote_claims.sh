@@ -6,7 +6,8 @@
 # while holding the lease (SIGKILL of kvfsctl: its control fd closes) hands
 # the chunk to a waiting host at once; a host killed while holding (SIGKILL
 # of the mount: no renewals) hands it over when the lease lapses
-# (remote_lease=5 here).  --no-claim computes regardless.  No lease object
+# (remote_lease=5 here); a waiter killed while waiting leaves no lease
+# behind.  --no-claim computes regardless.  No lease object
 # is left in the pool; a mount without a remote tier answers "yours, local".
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
@@ -72,6 +73,19 @@ check "... the claimer SIGKILLed: host 2 computed it (in ${dt}s from its start, 
 check "... host 2 counts a takeover" test "$(remote "$(M 2)" 'r["lease_takeovers"]')" = 1
 check "... and stored the chunk kvfsctl computes offline" cmp -s "$T/t2.kv" "$(M 2)/chunks/$H2.kv"
 
+# 3b. a waiter killed while waiting takes no lease when the holder lets go
+H4=$(echo 4 | sha256sum | cut -d' ' -f1)
+"$KVFSCTL" claim -M "$(M 5)" --hold 120 "$H4" > "$T/c4.out" & CL=$!
+for _ in $(seq 100); do [ -s "$T/c4.out" ] && break; sleep 0.1; done
+"$KVFSCTL" claim -M "$(M 6)" --timeout 60 "$H4" > /dev/null 2>&1 & W=$!
+for _ in $(seq 100); do [ "$(remote "$(M 6)" 'r["claims_waited"]')" -ge 2 ] && break; sleep 0.1; done
+kill -9 $W; wait $W 2>/dev/null
+kill -9 $CL; wait $CL 2>/dev/null
+sleep 1
+check "a waiter SIGKILLed, then the holder: no lease left on either host" \
+    test "$(remote "$(M 5)" 'r["leases_held"]') $(remote "$(M 6)" 'r["leases_held"]')" = "0 0"
+check "... a third host claims it at once" sh -c "'$KVFSCTL' claim -M '$(M 7)' --timeout 1 '$H4' | grep -q '^yours fleet'"
+
 # 4. a host killed while holding: its lease lapses, another host takes over
 text "$T/t3.txt" 1500 9001
 H3=$(prefill -o "$T/t3.kv" "$T/t3.txt" 2>/dev/null)
@@ -79,7 +93,7 @@ H3=$(prefill -o "$T/t3.kv" "$T/t3.txt" 2>/dev/null)
 for _ in $(seq 100); do [ -s "$T/c3.out" ] && break; sleep 0.1; done
 check "host 3 claims $H3 ($(cat "$T/c3.out"))" grep -q '^yours fleet' "$T/c3.out"
 sleep 2 # renewed at least once
-kill -9 "${PID[3]}"
+kill -9 "${PID[3]}"; wait "${PID[3]}" 2>/dev/null
 t0=$(date +%s.%N)
 prefill -M "$(M 4)" "$T/t3.txt" > "$T/p4b.out" 2> "$T/p4b.err"
 dt=$(echo "$(date +%s.%N) - $t0" | bc)

@@ -126,7 +126,12 @@ static void blend_batch(struct kvfs_mount *m, struct kvfs_blend_batch_req *r)
     free(errs);
 }
 
-static int interrupted(void *req) { return fuse_req_interrupted(req); }
+/* a waiting claim stops for its caller's signal or the daemon's exit (unmount waits for it) */
+static int interrupted(void *req)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    return fuse_req_interrupted(req) || (m->se && fuse_session_exited(m->se));
+}
 
 /* The claim's owner is the open file (its handle): closing it ends the
  * leases it took and did not produce (kvfs_control_release). */

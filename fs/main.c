@@ -363,6 +363,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     fuse_daemonize(cl->foreground);
     if (open_remote(m, &remote) == 0) {
         m->remote = remote;
+        m->se = se;
         if (cl->singlethread) {
             ret = fuse_session_loop(se);
         } else {

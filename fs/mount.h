@@ -95,6 +95,7 @@ struct kvfs_mount {
     struct kvfs_blend_registry *blends; /* the blends by name (blend/registry.h; fs/blends.c) */
     struct fs_hooks hooks;
     struct kvfs_remote *remote; /* the RADOS tier (NULL without rados=): claims */
+    struct fuse_session *se;    /* set while serving: waiting claims stop when it exits */
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);

@@ -105,6 +105,19 @@ check "... host 4 counts a takeover" test "$(remote "$(M 4)" 'r["lease_takeovers
 drained "$(M 4)" 20; drained "$(M 2)" 20
 check "... no lease object left in the pool" test "$(leases_in_pool)" = 0
 
+# 4b. a host stopped (SIGTERM) while a claim waits on it: the wait ends, the daemon exits
+H5=$(echo 5 | sha256sum | cut -d' ' -f1)
+"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H5" > "$T/c5.out" & CL=$!
+for _ in $(seq 100); do [ -s "$T/c5.out" ] && break; sleep 0.1; done
+w0=$(remote "$(M 8)" 'r["claims_waited"]')
+"$KVFSCTL" claim -M "$(M 8)" --timeout 300 "$H5" > /dev/null 2>&1 & W=$!
+for _ in $(seq 100); do [ "$(remote "$(M 8)" 'r["claims_waited"]')" -gt "$w0" ] && break; sleep 0.1; done
+kill -TERM "${PID[8]}"
+gone=no; for _ in $(seq 100); do kill -0 "${PID[8]}" 2>/dev/null || { gone=yes; break; }; sleep 0.1; done
+check "a host stopped while a claim waits on it exits within 10 s" test $gone = yes
+kill -9 $W $CL 2>/dev/null; wait $W $CL 2>/dev/null
+fusermount3 -uz "$(M 8)" 2>/dev/null
+
 # 5. without a remote tier: yours, nothing coordinated
 mount_kvfs plain "" || exit 1
 check "a mount without a remote tier: kvfsctl claim says yours, local" \

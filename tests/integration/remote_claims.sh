@@ -57,7 +57,7 @@ check "--no-claim computes a chunk the pool has" grep -q ' tokens in ' "$T/nc.er
 # 3. a claimer killed while holding: the waiting host computes at once
 text "$T/t2.txt" 1500 5001
 H2=$(prefill -o "$T/t2.kv" "$T/t2.txt" 2>/dev/null)
-"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H2" > "$T/c2.out" & CL=$!
+"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H2" > "$T/c2.out" & HOLDER=$!
 for _ in $(seq 100); do [ -s "$T/c2.out" ] && break; sleep 0.1; done
 check "host 1 claims $H2 (kvfsctl claim: $(cat "$T/c2.out"))" grep -q '^yours fleet' "$T/c2.out"
 t0=$(date +%s.%N)
@@ -65,7 +65,7 @@ prefill -M "$(M 2)" "$T/t2.txt" > "$T/p2b.out" 2> "$T/p2b.err" & PB=$!
 for _ in $(seq 100); do [ "$(remote "$(M 2)" 'r["claims_waited"]')" -ge 1 ] && break; sleep 0.1; done
 check "... host 2 waits for it (claims_waited $(remote "$(M 2)" 'r["claims_waited"]'))" \
     test "$(remote "$(M 2)" 'r["claims_waited"]')" -ge 1
-kill -9 $CL; wait $CL 2>/dev/null
+kill -9 $HOLDER; wait $HOLDER 2>/dev/null
 wait $PB
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 check "... the claimer SIGKILLed: host 2 computed it (in ${dt}s from its start, lease ${LEASE}s)" \
@@ -75,12 +75,12 @@ check "... and stored the chunk kvfsctl computes offline" cmp -s "$T/t2.kv" "$(M
 
 # 3b. a waiter killed while waiting takes no lease when the holder lets go
 H4=$(echo 4 | sha256sum | cut -d' ' -f1)
-"$KVFSCTL" claim -M "$(M 5)" --hold 120 "$H4" > "$T/c4.out" & CL=$!
+"$KVFSCTL" claim -M "$(M 5)" --hold 120 "$H4" > "$T/c4.out" & HOLDER=$!
 for _ in $(seq 100); do [ -s "$T/c4.out" ] && break; sleep 0.1; done
 "$KVFSCTL" claim -M "$(M 6)" --timeout 60 "$H4" > /dev/null 2>&1 & W=$!
 for _ in $(seq 100); do [ "$(remote "$(M 6)" 'r["claims_waited"]')" -ge 2 ] && break; sleep 0.1; done
 kill -9 $W; wait $W 2>/dev/null
-kill -9 $CL; wait $CL 2>/dev/null
+kill -9 $HOLDER; wait $HOLDER 2>/dev/null
 sleep 1
 check "a waiter SIGKILLed, then the holder: no lease left on either host" \
     test "$(remote "$(M 5)" 'r["leases_held"]') $(remote "$(M 6)" 'r["leases_held"]')" = "0 0"
@@ -89,7 +89,7 @@ check "... a third host claims it at once" sh -c "'$KVFSCTL' claim -M '$(M 7)' -
 # 4. a host killed while holding: its lease lapses, another host takes over
 text "$T/t3.txt" 1500 9001
 H3=$(prefill -o "$T/t3.kv" "$T/t3.txt" 2>/dev/null)
-"$KVFSCTL" claim -M "$(M 3)" --hold 120 "$H3" > "$T/c3.out" & CL=$!
+"$KVFSCTL" claim -M "$(M 3)" --hold 120 "$H3" > "$T/c3.out" & HOLDER=$!
 for _ in $(seq 100); do [ -s "$T/c3.out" ] && break; sleep 0.1; done
 check "host 3 claims $H3 ($(cat "$T/c3.out"))" grep -q '^yours fleet' "$T/c3.out"
 sleep 2 # renewed at least once
@@ -97,7 +97,7 @@ kill -9 "${PID[3]}"; wait "${PID[3]}" 2>/dev/null
 t0=$(date +%s.%N)
 prefill -M "$(M 4)" "$T/t3.txt" > "$T/p4b.out" 2> "$T/p4b.err"
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
-kill -9 $CL 2>/dev/null; wait $CL 2>/dev/null
+kill -9 $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
 fusermount3 -uz "$(M 3)" 2>/dev/null
 check "... host 3 SIGKILLed: host 4 computed it after the lease lapsed (${dt}s, lease ${LEASE}s)" \
     sh -c "grep -q ' tokens in ' '$T/p4b.err' && [ \$(echo '$dt < $LEASE + 4' | bc) = 1 ]"
@@ -107,7 +107,7 @@ check "... no lease object left in the pool" test "$(leases_in_pool)" = 0
 
 # 4b. a host stopped (SIGTERM) while a claim waits on it: the wait ends, the daemon exits
 H5=$(echo 5 | sha256sum | cut -d' ' -f1)
-"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H5" > "$T/c5.out" & CL=$!
+"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H5" > "$T/c5.out" & HOLDER=$!
 for _ in $(seq 100); do [ -s "$T/c5.out" ] && break; sleep 0.1; done
 w0=$(remote "$(M 8)" 'r["claims_waited"]')
 "$KVFSCTL" claim -M "$(M 8)" --timeout 300 "$H5" > /dev/null 2>&1 & W=$!
@@ -115,7 +115,7 @@ for _ in $(seq 100); do [ "$(remote "$(M 8)" 'r["claims_waited"]')" -gt "$w0" ] 
 kill -TERM "${PID[8]}"
 gone=no; for _ in $(seq 100); do kill -0 "${PID[8]}" 2>/dev/null || { gone=yes; break; }; sleep 0.1; done
 check "a host stopped while a claim waits on it exits within 10 s" test $gone = yes
-kill -9 $W $CL 2>/dev/null; wait $W $CL 2>/dev/null
+kill -9 $W $HOLDER 2>/dev/null; wait $W $HOLDER 2>/dev/null
 fusermount3 -uz "$(M 8)" 2>/dev/null
 
 # 5. without a remote tier: yours, nothing coordinated

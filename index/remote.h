@@ -139,5 +139,9 @@ int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, i
 int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner);
 /* An owner opened (a control file): its claims may hold leases. */
 void kvfs_remote_owner_open(struct kvfs_remote *r, uint64_t owner);
+/* The namespace's lease objects (a scan of the pool's objects): each held
+ * one is reported (held 1); a free or lapsed one (its host crashed) is
+ * removed, then reported (held 0).  The count or -errno (kvfsctl remote). */
+long kvfs_remote_leases(struct kvfs_remote *r, int (*cb)(void *ctx, const char *hash, int held), void *ctx);
 
 #endif

@@ -339,7 +339,45 @@ uint64_t remote_leases_held(struct kvfs_remote *r)
     return n;
 }
 
+long kvfs_remote_leases(struct kvfs_remote *r, int (*cb)(void *ctx, const char *hash, int held), void *ctx)
+{
+    int state;
+    rados_ioctx_t io = remote_io(r, &state);
+    rados_list_ctx_t lc;
+    if (!io)
+        return -EHOSTDOWN;
+    int rc = rados_nobjects_list_open(io, &lc);
+    if (rc < 0)
+        return rc;
+    long n = 0;
+    const char *oid;
+    static const char prefix[] = "kvfs.lease.";
+    while ((rc = rados_nobjects_list_next(lc, &oid, NULL, NULL)) == 0) {
+        if (strncmp(oid, prefix, sizeof(prefix) - 1) || strlen(oid) != sizeof(prefix) - 1 + KVFS_HASH_HEX_LEN)
+            continue;
+        char hash[KVFS_HASH_HEX_LEN + 1];
+        memcpy(hash, oid + sizeof(prefix) - 1, sizeof(hash));
+        /* free or lapsed: ours now, so removing it cannot take it from a holder */
+        int trc = take(r, io, hash, 0), held = trc == -EBUSY;
+        if (trc == 0 && rados_remove(io, oid) < 0)
+            rados_unlock(io, oid, LEASE_NAME, r->cookie);
+        if (trc == 0 || held) {
+            n++;
+            if (cb(ctx, hash, held))
+                break;
+        }
+    }
+    rados_nobjects_list_close(lc);
+    return rc < 0 && rc != -ENOENT ? rc : n;
+}
+
 #else
+
+long kvfs_remote_leases(struct kvfs_remote *r, int (*cb)(void *ctx, const char *hash, int held), void *ctx)
+{
+    (void)r, (void)cb, (void)ctx;
+    return -ENOTSUP;
+}
 
 int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, int timeout_ms,
                       int (*cancelled)(void *), void *cctx, int *waited_ms, char *err, size_t errlen)

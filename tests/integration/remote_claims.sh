@@ -118,6 +118,19 @@ check "a host stopped while a claim waits on it exits within 10 s" test $gone = 
 kill -9 $W $HOLDER 2>/dev/null; wait $W $HOLDER 2>/dev/null
 fusermount3 -uz "$(M 8)" 2>/dev/null
 
+# 4c. a crashed host's lease object, never claimed again: kvfsctl remote leases removes it once lapsed
+H6=$(echo 6 | sha256sum | cut -d' ' -f1)
+"$KVFSCTL" claim -M "$(M 5)" --hold 120 "$H6" > "$T/c6.out" & HOLDER=$!
+for _ in $(seq 100); do [ -s "$T/c6.out" ] && break; sleep 0.1; done
+kill -9 "${PID[5]}"; wait "${PID[5]}" 2>/dev/null
+kill -9 $HOLDER; wait $HOLDER 2>/dev/null
+fusermount3 -uz "$(M 5)" 2>/dev/null
+check "kvfsctl remote leases: host 5's lease held while it lasts" \
+    sh -c "'$KVFSCTL' remote leases '$(M 6)' | grep -q '^$H6 held'"
+sleep $((LEASE + 1))
+check "... lapsed: removed" sh -c "'$KVFSCTL' remote leases '$(M 6)' | grep -q '^$H6 lapsed, removed'"
+check "... no lease object left in the pool" test "$(leases_in_pool)" = 0
+
 # 5. without a remote tier: yours, nothing coordinated
 mount_kvfs plain "" || exit 1
 check "a mount without a remote tier: kvfsctl claim says yours, local" \

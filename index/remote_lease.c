@@ -243,14 +243,14 @@ int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner)
         if (l->owner == owner && l->state == L_HELD && (!hash || !strcmp(l->hash, hash))) {
             found = 1;
             if (n == cap) {
-                void *nb = realloc(ends, (cap = cap ? 2 * cap : 4) * sizeof(*ends));
-                if (!nb) { /* left to lapse */
-                    p = &l->next;
-                    continue;
+                void *nb = realloc(ends, (cap + 4) * sizeof(*ends));
+                if (nb) {
+                    ends = nb;
+                    cap += 4;
                 }
-                ends = nb;
             }
-            memcpy(ends[n++], l->hash, KVFS_HASH_HEX_LEN + 1);
+            if (n < cap) /* else no longer renewed: it lapses */
+                memcpy(ends[n++], l->hash, KVFS_HASH_HEX_LEN + 1);
             *p = l->next;
             free(l);
         } else {

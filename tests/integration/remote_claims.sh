@@ -7,7 +7,9 @@
 # the chunk to a waiting host at once; a host killed while holding (SIGKILL
 # of the mount: no renewals) hands it over when the lease lapses
 # (remote_lease=5 here); a waiter killed while waiting leaves no lease
-# behind.  --no-claim computes regardless.  No lease object
+# behind; a mount with more waiting claims than it lets wait stays
+# responsive; a mount stopped while a claim waits exits; kvfsctl remote
+# leases removes a lapsed lease object nobody claimed again.  --no-claim computes regardless.  No lease object
 # is left in the pool; a mount without a remote tier answers "yours, local".
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
@@ -85,6 +87,20 @@ sleep 1
 check "a waiter SIGKILLed, then the holder: no lease left on either host" \
     test "$(remote "$(M 5)" 'r["leases_held"]') $(remote "$(M 6)" 'r["leases_held"]')" = "0 0"
 check "... a third host claims it at once" sh -c "'$KVFSCTL' claim -M '$(M 7)' --timeout 1 '$H4' | grep -q '^yours fleet'"
+
+# 3c. more waiters on one mount than it lets wait (8): the mount stays responsive, the rest ask again
+H7=$(echo 7 | sha256sum | cut -d' ' -f1)
+"$KVFSCTL" claim -M "$(M 1)" --hold 120 "$H7" > "$T/c7.out" & HOLDER=$!
+for _ in $(seq 100); do [ -s "$T/c7.out" ] && break; sleep 0.1; done
+WS=()
+for k in $(seq 1 20); do "$KVFSCTL" claim -M "$(M 7)" --timeout 60 "$H7" > "$T/w$k.out" 2>&1 & WS+=($!); done
+sleep 1
+check "20 claims waiting on one mount (16 FUSE threads): it still answers (.kvfs/stats within 2 s)" \
+    sh -c "timeout 2 cat '$(M 7)/.kvfs/stats' > /dev/null"
+kill -9 $HOLDER; wait $HOLDER 2>/dev/null
+for w in "${WS[@]}"; do wait $w; done
+check "... the holder gone, each of the 20 gets it in turn (each ends its claim at exit)" \
+    test "$(cat "$T"/w*.out | grep -c '^yours fleet')" = 20
 
 # 4. a host killed while holding: its lease lapses, another host takes over
 text "$T/t3.txt" 1500 9001

@@ -2,9 +2,10 @@
  *
  * Engines open MOUNT/.kvfs/control and issue KVFS_IOC_BLEND with a recipe
  * (the same text as a blends/NAME.recipe file).  kvfs blends and returns
- * the path, relative to the mount, of the blended chunk file.  The struct
- * is fixed-size (8 KiB) so the kernel copies it both ways; all strings are
- * NUL-terminated UTF-8.  version must be KVFS_IOCTL_VERSION. */
+ * the path, relative to the mount, of the blended chunk file; before
+ * computing a chunk they may claim it with KVFS_IOC_CLAIM (one computation
+ * per fleet).  Each struct is fixed-size so the kernel copies it both ways;
+ * all strings are NUL-terminated UTF-8.  version must be KVFS_IOCTL_VERSION. */
 #ifndef KVFS_IOCTL_H
 #define KVFS_IOCTL_H
 

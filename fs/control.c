@@ -1,5 +1,5 @@
-/* control.c - MOUNT/.kvfs/control: the KVFS_IOC_BLEND and
- * KVFS_IOC_BLEND_BATCH ioctls (kvfs_ioctl.h). */
+/* control.c - MOUNT/.kvfs/control: the KVFS_IOC_BLEND,
+ * KVFS_IOC_BLEND_BATCH and KVFS_IOC_CLAIM ioctls (kvfs_ioctl.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include "node.h"
 #include "ioctl_req.h"
 #include "kvfs_ioctl.h"
+#include "remote.h"
 #include "store.h"
 
 /* A recipe from an ioctl becomes blends/ioctl-<first 8 bytes of its
@@ -125,15 +126,70 @@ static void blend_batch(struct kvfs_mount *m, struct kvfs_blend_batch_req *r)
     free(errs);
 }
 
+/* a waiting claim stops for its caller's signal or the daemon's exit (unmount waits for it) */
+static int interrupted(void *req)
+{
+    struct kvfs_mount *m = kvfs_mount_of(req);
+    return fuse_req_interrupted(req) || (m->se && fuse_session_exited(m->se));
+}
+
+/* The claim's owner is the open file (its handle): closing it ends the
+ * leases it took and did not produce (kvfs_control_release). */
+static void claim(struct kvfs_mount *m, fuse_req_t req, uint64_t owner, struct kvfs_claim_req *r)
+{
+    char err[256] = "";
+    int rc = 0, waited = 0;
+    r->hash[sizeof(r->hash) - 1] = '\0';
+    for (char *p = r->hash; *p; p++) /* chunk names are lowercase */
+        if (*p >= 'A' && *p <= 'F')
+            *p = (char)(*p - 'A' + 'a');
+    uint8_t d[32];
+    if (strlen(r->hash) != KVFS_HASH_HEX_LEN || kvfs_hex_to_hash(r->hash, d) != 0) {
+        rc = kvfs_errf(err, sizeof(err), -EINVAL, "not a chunk hash (64 hex)");
+    } else if (r->op == KVFS_CLAIM_RELEASE) {
+        rc = m->remote ? kvfs_remote_unclaim(m->remote, r->hash, owner) : 0;
+        if (rc == -ENOENT)
+            snprintf(err, sizeof(err), "this file holds no lease of %s", r->hash);
+    } else if (r->op != KVFS_CLAIM_TAKE) {
+        rc = kvfs_errf(err, sizeof(err), -EINVAL, "unknown op %u", r->op);
+    } else if (!m->remote) { /* nothing to coordinate with */
+        struct kvfs_chunk_info ci;
+        r->result = kvfs_store_stat(m->store, r->hash, &ci) == 0 ? KVFS_CLAIM_PRESENT : KVFS_CLAIM_YOURS;
+    } else {
+        rc = kvfs_remote_claim(m->remote, r->hash, owner, (int)(r->timeout_ms > 86400000u ? 86400000u : r->timeout_ms),
+                               interrupted, req, &waited, err, sizeof(err));
+        if (rc >= 0) {
+            r->result = rc == KVFS_CLAIMED_PRESENT ? KVFS_CLAIM_PRESENT : KVFS_CLAIM_YOURS;
+            r->scope = rc != KVFS_CLAIMED_LOCAL;
+            rc = 0;
+        }
+    }
+    r->waited_ms = (uint32_t)waited;
+    r->status = rc;
+    if (rc) {
+        snprintf(r->error, sizeof(r->error), "%.150s", err[0] ? err : strerror(-rc));
+        /* a wait that ran out is the caller's to handle (kvfs-serve claims again) */
+        kvfs_log(rc == -ETIMEDOUT || rc == -EAGAIN ? KVFS_LOG_DEBUG : rc == -ENOENT || rc == -EINTR ? KVFS_LOG_WARN : KVFS_LOG_ERR,
+                 "KVFS_IOC_CLAIM: %s", r->error);
+    }
+}
+
+void kvfs_control_release(struct kvfs_mount *m, uint64_t owner)
+{
+    if (m->remote)
+        kvfs_remote_unclaim(m->remote, NULL, owner);
+}
+
 void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
                         unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
     (void)arg;
-    (void)fi;
     struct kvfs_mount *m = kvfs_mount_of(req);
     int one = cmd == (unsigned int)KVFS_IOC_BLEND, batch = cmd == (unsigned int)KVFS_IOC_BLEND_BATCH;
-    size_t need = one ? sizeof(struct kvfs_blend_req) : sizeof(struct kvfs_blend_batch_req);
-    if (ino != INO_CONTROL || (!one && !batch)) {
+    int cl = cmd == (unsigned int)KVFS_IOC_CLAIM;
+    size_t need = one ? sizeof(struct kvfs_blend_req) : cl ? sizeof(struct kvfs_claim_req)
+                                                          : sizeof(struct kvfs_blend_batch_req);
+    if (ino != INO_CONTROL || (!one && !batch && !cl)) {
         fuse_reply_err(req, ENOTTY);
         return;
     }
@@ -149,7 +205,18 @@ void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *
     memcpy(buf, in_buf, need);
     char why[160] = "";
     int bad = kvfs_ioctl_header_check(buf, why, sizeof(why)); /* version and flags lead both structs */
-    if (one) {
+    if (cl) {
+        struct kvfs_claim_req *r = buf;
+        r->status = 0;
+        r->result = r->waited_ms = r->scope = 0;
+        r->error[0] = '\0';
+        if (bad) {
+            snprintf(r->error, sizeof(r->error), "%.150s", why);
+            r->status = bad;
+        } else {
+            claim(m, req, fi ? fi->fh : 0, r);
+        }
+    } else if (one) {
         struct kvfs_blend_req *r = buf;
         r->status = 0;
         r->n_tokens = 0;

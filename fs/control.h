@@ -7,5 +7,8 @@
 
 void kvfs_control_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
                         unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+struct kvfs_mount;
+/* A control file closed: the claims it took and did not produce end. */
+void kvfs_control_release(struct kvfs_mount *m, uint64_t owner);
 
 #endif

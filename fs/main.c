@@ -37,7 +37,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
-    OPT("rados_timeout=%d", rados_timeout),
+    OPT("rados_timeout=%d", rados_timeout), OPT("remote_lease=%d", remote_lease),
     OPT("remote_list=%d", remote_list), OPT("remote_capacity=%s", remote_capacity), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
@@ -67,6 +67,8 @@ static void usage(const char *prog)
            "                     (default 30; -1: list only chunks this host has)\n"
            "  remote_capacity=SIZE keep the pool's chunks within SIZE, evicting the least\n"
            "                     recently used unpinned ones across the fleet (default: unbounded)\n"
+           "  remote_lease=S     a claim's lease in RADOS lapses S seconds after its holder\n"
+           "                     stops renewing it (a crash; default 30)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
            "  kv_quant=Q         q8, q4, q4s or none (default): store chunks the mount names itself\n"
@@ -317,7 +319,7 @@ static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
     struct kvfs_remote_opts ro = {.pool = m->opts.rados_pool, .ceph_conf = m->opts.ceph_conf,
                                   .rados_id = m->opts.rados_id, .keyring = m->opts.rados_keyring,
                                   .ns = m->opts.rados_ns, .timeout_s = m->opts.rados_timeout,
-                                  .list_refresh_s = m->opts.remote_list};
+                                  .list_refresh_s = m->opts.remote_list, .lease_s = m->opts.remote_lease};
     if (m->opts.remote_capacity) /* checked by check_options */
         kvfs_parse_size(m->opts.remote_capacity, &ro.capacity);
     char err[512] = "";
@@ -360,6 +362,8 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
         log_to_daemon_log(m->opts.store_dir);
     fuse_daemonize(cl->foreground);
     if (open_remote(m, &remote) == 0) {
+        m->remote = remote;
+        m->se = se;
         if (cl->singlethread) {
             ret = fuse_session_loop(se);
         } else {
@@ -372,6 +376,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     }
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl->mountpoint);
     fuse_session_unmount(se);
+    m->remote = NULL;
     kvfs_remote_close(remote);
 remove_handlers:
     fuse_remove_signal_handlers(se);

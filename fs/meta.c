@@ -9,6 +9,7 @@
 
 #include "handle.h"
 #include "mount.h"
+#include "remote.h"
 
 #define FIXED_TIMEOUT 3600.0
 
@@ -70,6 +71,8 @@ static void meta_open(struct kvfs_mount *m, fuse_req_t req, fuse_ino_t ino, stru
     }
     h->text_len = strlen(h->text);
     fi->direct_io = 1;
+    if (ino == INO_CONTROL && m->remote) /* the owner of the claims it makes (kvfs_control_release) */
+        kvfs_remote_owner_open(m->remote, (uint64_t)(uintptr_t)h);
     reply_open(m, req, fi, h);
 }
 

@@ -19,6 +19,7 @@ struct pending;
 struct fh;
 struct kvfs_blend_service;
 struct kvfs_blend_registry;
+struct kvfs_remote;
 struct pt_backing;
 struct kvfs_mount;
 
@@ -70,6 +71,7 @@ struct kvfs_opts {
     char *rados_ns;      /* RADOS namespace (tenant) of every object */
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
+    int remote_lease; /* a claim's lease in RADOS, seconds (0 = default 30) */
     char *remote_capacity; /* the pool's chunk bytes stay within it (LRU eviction across the fleet) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
     char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
@@ -92,6 +94,8 @@ struct kvfs_mount {
     struct fh *handles;       /* every handle given to the kernel and not yet freed */
     struct kvfs_blend_registry *blends; /* the blends by name (blend/registry.h; fs/blends.c) */
     struct fs_hooks hooks;
+    struct kvfs_remote *remote; /* the RADOS tier (NULL without rados=): claims */
+    struct fuse_session *se;    /* set while serving: waiting claims stop when it exits */
 };
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req);

@@ -242,9 +242,10 @@ static void kvfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 
 static void kvfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    (void)ino;
     struct kvfs_mount *m = kvfs_mount_of(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (ino == INO_CONTROL)
+        kvfs_control_release(m, fi->fh);
     passthrough_detach(m, req, h);
     fh_unhold(m, h);
     fuse_reply_err(req, 0);

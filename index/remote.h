@@ -51,6 +51,7 @@ struct kvfs_remote_opts {
     int timeout_s;         /* bound on every remote call (default 5) */
     int list_refresh_s;    /* refresh the fleet listing this often (default 30; -1 = never) */
     uint64_t capacity;     /* remote_capacity: the pool's chunk bytes stay within it (0 = unbounded) */
+    int lease_s;           /* remote_lease: a claim's lease in RADOS, seconds (default 30) */
 };
 
 /* Open the tier for a store and hook it in (kvfs_store_set_remote).  A
@@ -115,5 +116,32 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin);
  * Counts what went in *n and *bytes (may be NULL). */
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
                       char *err, size_t errlen);
+
+/* ---- claims: one computation per fleet (remote_lease.c) ----
+ *
+ * A host about to compute a chunk claims it first.  The answer: the chunk
+ * is here or in the pool (read it), or the caller computes it under a lease
+ * this mount took in RADOS (rados_lock_exclusive on "kvfs.lease.<hash>",
+ * duration lease_s, renewed by the worker).  While another host holds the
+ * lease the claim waits, polling, until the chunk appears in the pool or
+ * the lease is let go or lapses (a crashed holder), up to timeout_ms.  A
+ * lease whose chunk was stored here is kept until the upload put it in the
+ * pool, then removed with its object; one never produced is let go when
+ * its owner (the caller's control fd) releases it. */
+enum { KVFS_CLAIMED_YOURS = 0, KVFS_CLAIMED_PRESENT = 1, KVFS_CLAIMED_LOCAL = 2 /* yours; the tier is down */ };
+/* cancelled (may be NULL): polled while waiting; non-zero stops it (-EINTR).
+ * *waited_ms: how long it waited.  A claim or -errno (-ETIMEDOUT). */
+int kvfs_remote_claim(struct kvfs_remote *r, const char *hash, uint64_t owner, int timeout_ms,
+                      int (*cancelled)(void *), void *cctx, int *waited_ms, char *err, size_t errlen);
+/* Let go of owner's lease on hash (-ENOENT: none), or, hash NULL, of all
+ * its leases not yet produced: the owner closed (a claim it is making then
+ * ends without a lease, whatever its timing). */
+int kvfs_remote_unclaim(struct kvfs_remote *r, const char *hash, uint64_t owner);
+/* An owner opened (a control file): its claims may hold leases. */
+void kvfs_remote_owner_open(struct kvfs_remote *r, uint64_t owner);
+/* The namespace's lease objects (a scan of the pool's objects): each held
+ * one is reported (held 1); a free or lapsed one (its host crashed) is
+ * removed, then reported (held 0).  The count or -errno (kvfsctl remote). */
+long kvfs_remote_leases(struct kvfs_remote *r, int (*cb)(void *ctx, const char *hash, int held), void *ctx);
 
 #endif

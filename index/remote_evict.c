@@ -447,6 +447,7 @@ int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **o
     if (!r)
         return -ENOMEM;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->lease_mu, NULL);
     pthread_cond_init(&r->cond, NULL);
     r->pool = strdup(o->pool);
     r->conf = o->ceph_conf ? strdup(o->ceph_conf) : NULL;
@@ -455,6 +456,7 @@ int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **o
     r->ns = strdup(o->ns ? o->ns : "");
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->capacity = o->capacity;
+    r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
     remote_cookie_init(r);
     int rc;
     if (!r->pool || !r->id || !r->ns || (o->ceph_conf && !r->conf) || (o->keyring && !r->keyring))

@@ -44,6 +44,14 @@ struct kvfs_remote {
     size_t n_atimes;
     double atimes_at;                 /* last flush (monotonic) */
     double evict_checked_at;          /* last usage check without a listing (monotonic) */
+    /* claims (remote_lease.c): one computation per fleet */
+    pthread_mutex_t lease_mu;         /* leases and the claim counters; never held over a RADOS call */
+    struct remote_lease *leases;      /* this mount's claims: taking, held, produced */
+    int lease_s;                      /* a lease's duration (renewed at a third of it) */
+    uint64_t claims, claims_waited, claims_yours, lease_takeovers;
+    uint64_t *owners;                 /* control files open (a lease needs its owner alive) */
+    size_t n_owners, cap_owners;
+    int n_waiting;                    /* claims polling now (each holds a FUSE thread) */
 };
 
 /* A use of a chunk not yet written into its model's index. */

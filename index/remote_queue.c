@@ -6,6 +6,7 @@
 
 #ifdef KVFS_HAVE_RADOS
 #include "remote_evict.h"
+#include "remote_lease.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -115,6 +116,7 @@ void remote_on_stored(void *ctx, const char *hash)
         kvfs_log(KVFS_LOG_ERR, "remote tier: cannot queue %s for upload (queue database error)", hash);
     else
         kvfs_store_hold(r->s, hash, 1); /* not evictable before RADOS has it */
+    remote_lease_produced(r, hash);
 }
 
 int remote_queue_peek(struct kvfs_remote *r, char (*out)[KVFS_HASH_HEX_LEN + 1], int n)
@@ -263,6 +265,7 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
         rc = read_object(r, hash, &buf, &len);
     if (rc == -ENOENT) { /* removed locally before it was pushed: nothing to keep */
         kvfs_log(KVFS_LOG_INFO, "remote tier: %s was removed before upload; dropped from the queue", hash);
+        remote_lease_pushed(r, io, hash);
         q_done(r, hash);
         return 0;
     }
@@ -318,6 +321,7 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
     rados_release_write_op(op);
     if (rc < 0)
         return rc;
+    remote_lease_pushed(r, io, hash); /* before the queue empties: a waiting host finds the chunk */
     q_done(r, hash);
     remote_mark_uploaded(r, hash);
     if (v && !remote_view_has(v, hash))

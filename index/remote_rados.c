@@ -13,6 +13,7 @@
 
 #ifdef KVFS_HAVE_RADOS
 #include "remote_evict.h"
+#include "remote_lease.h"
 #include "remote_listing.h"
 #include "remote_queue.h"
 
@@ -79,6 +80,7 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
             int wait_s = tries >= 10 ? 600 : tries > 0 ? 1 << tries : 0;
             kvfs_log(KVFS_LOG_ERR, "remote tier: upload of %s failed: %s (attempt %d; tried again in %d s, "
                      "after the rest of the queue)", batch[i], strerror(-prc), tries, wait_s);
+            remote_lease_pushed(r, io, batch[i]); /* waiting hosts stop waiting: one of them computes it */
         }
     }
     if (vp) {
@@ -134,6 +136,8 @@ static void *worker_main(void *arg)
                 remote_mark_up(r);
         }
         if (ok) {
+            int st3;
+            remote_lease_renew(r, remote_io(r, &st3));
             char batch[16][KVFS_HASH_HEX_LEN + 1];
             int n = remote_queue_peek(r, batch, 16);
             if (n > 0 && push_batch(r, batch, n) < 0)
@@ -190,6 +194,15 @@ static void *worker_main(void *arg)
 }
 
 /* ---- fetch (a local miss) ---- */
+
+void remote_neg_forget(struct kvfs_remote *r, const char *hash)
+{
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < NEG_SLOTS; i++)
+        if (!strcmp(r->neg[i].hash, hash))
+            r->neg[i].t = 0;
+    pthread_mutex_unlock(&r->lock);
+}
 
 static int neg_hit(struct kvfs_remote *r, const char *hash)
 {
@@ -306,8 +319,10 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
     r->capacity = o->capacity;
+    r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
     remote_cookie_init(r);
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->lease_mu, NULL);
     pthread_cond_init(&r->cond, NULL);
     int rc = 0;
     if (r->ns && !remote_ns_valid(r->ns)) {
@@ -359,6 +374,8 @@ void kvfs_remote_close(struct kvfs_remote *r)
         pthread_join(r->worker, NULL);
     if (r->io && r->n_atimes && r->state == ST_CONNECTED)
         remote_atime_flush(r, r->io); /* the last uses too (bounded by the timeout) */
+    /* claims not yet uploaded: other hosts take over now rather than after a lapse */
+    remote_lease_end_all(r, r->io && r->state == ST_CONNECTED ? r->io : NULL);
     if (r->io)
         rados_ioctx_destroy(r->io);
     if (r->cluster)
@@ -370,6 +387,7 @@ void kvfs_remote_close(struct kvfs_remote *r)
     if (r->lr)
         sqlite3_close(r->lr);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->lease_mu);
     pthread_cond_destroy(&r->cond);
     free(r->pool);
     free(r->conf);
@@ -377,6 +395,7 @@ void kvfs_remote_close(struct kvfs_remote *r)
     free(r->keyring);
     free(r->ns);
     free(r->atimes);
+    free(r->owners);
     free(r);
 }
 
@@ -410,6 +429,11 @@ void kvfs_remote_stats(void *ctx, FILE *f)
     json_str(f, r->conf);
     fprintf(f, ", \"keyring\": ");
     json_str(f, r->keyring);
+    pthread_mutex_lock(&r->lease_mu);
+    fprintf(f, ", \"claims\": %" PRIu64 ", \"claims_waited\": %" PRIu64 ", \"claims_yours\": %" PRIu64
+            ", \"leases_held\": %" PRIu64 ", \"lease_takeovers\": %" PRIu64 ", \"lease_s\": %d",
+            r->claims, r->claims_waited, r->claims_yours, remote_leases_held(r), r->lease_takeovers, r->lease_s);
+    pthread_mutex_unlock(&r->lease_mu);
     fprintf(f, ", \"last_error\": ");
     json_str(f, r->last_error);
     fprintf(f, "}");

@@ -3,7 +3,9 @@
  *  - open a chunk or blend file (format v1, kvfs(5)), verify it, read its
  *    header and get each layer's K and V as views into a read-only mapping
  *    of the file: no copy, the bytes the page cache holds;
- *  - ask a mount to blend chunks (the KVFS_IOC_BLEND ioctl, kvfs(8)).
+ *  - ask a mount to blend chunks (the KVFS_IOC_BLEND ioctl, kvfs(8));
+ *  - claim a chunk before computing it, so one host of a fleet computes it
+ *    and the others wait for it (KVFS_IOC_CLAIM, kvfs(8), "CLAIMS").
  *
  * Every function that can fail returns 0 or a negative errno; those taking
  * err/errlen also write a one-line reason there (err may be NULL).
@@ -25,7 +27,7 @@ extern "C" {
 #endif
 
 #define LIBKVFS_VERSION_MAJOR 1
-#define LIBKVFS_VERSION_MINOR 1
+#define LIBKVFS_VERSION_MINOR 2 /* 2: libkvfs_claim */
 
 /* dtype of K and V (kvfs(5)) */
 #define LIBKVFS_DTYPE_F32 1u
@@ -160,6 +162,25 @@ struct libkvfs_blend_result {
 LIBKVFS_API int libkvfs_blend_batch(const char *mount, const char *recipes,
                                     struct libkvfs_blend_result *results, int max_results, int *n_results,
                                     char *err, size_t errlen);
+
+/* A claim on a chunk about to be computed (KVFS_IOC_CLAIM). */
+struct libkvfs_claim {
+    int fd;             /* >= 0 while this caller holds it: close with libkvfs_claim_end */
+    int present;        /* 1: the mount or its pool has the chunk; read MOUNT/chunks/HASH.kv */
+    int fleet;          /* 1: the claim holds a lease in the mount's RADOS pool; 0: nothing
+                         * to coordinate with (no remote tier, or it is down) */
+    uint32_t waited_ms; /* how long another host's lease kept it waiting */
+};
+
+/* Claim chunk HASH (64 hex) at MOUNT.  present = 0: compute the chunk and
+ * store it through the mount (incoming/), then libkvfs_claim_end; other hosts
+ * claiming it meanwhile wait for it.  Waits up to timeout_ms while another
+ * host computes it (-ETIMEDOUT after).  -ENOTTY: the mount predates claims. */
+LIBKVFS_API int libkvfs_claim(const char *mount, const char *hash, uint32_t timeout_ms, struct libkvfs_claim *c,
+                              char *err, size_t errlen);
+/* The chunk is stored (or the caller gave up: the lease ends at once and
+ * another host computes it).  Closes c->fd. */
+LIBKVFS_API void libkvfs_claim_end(struct libkvfs_claim *c);
 
 #ifdef __cplusplus
 }

@@ -370,3 +370,63 @@ out:
     free(r);
     return rc;
 }
+
+int libkvfs_claim(const char *mount, const char *hash, uint32_t timeout_ms, struct libkvfs_claim *c, char *err,
+                  size_t errlen)
+{
+    char ctl[4096];
+    struct kvfs_claim_req r;
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    if (strlen(hash) != 64)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: not a chunk hash (64 hex)", hash);
+    if ((size_t)snprintf(ctl, sizeof(ctl), "%s/.kvfs/control", mount) >= sizeof(ctl))
+        return kvfs_errf(err, errlen, -ENAMETOOLONG, "%s: mount path too long", mount);
+    /* the descriptor owns the lease: closing it (or dying) ends it */
+    int fd = open(ctl, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kvfs_errf(err, errlen, -errno, "%s: %s", ctl, strerror(errno));
+    int rc = 0;
+    uint32_t waited = 0;
+    for (;;) {
+        memset(&r, 0, sizeof(r));
+        r.version = KVFS_IOCTL_VERSION;
+        r.op = KVFS_CLAIM_TAKE;
+        r.timeout_ms = timeout_ms - waited;
+        memcpy(r.hash, hash, 64);
+        if (ioctl(fd, KVFS_IOC_CLAIM, &r) != 0) {
+            rc = kvfs_errf(err, errlen, -errno, "%s: %s", ctl, strerror(errno));
+            break;
+        }
+        waited += r.waited_ms;
+        /* EAGAIN: the mount has as many claims waiting as it lets wait; ask again */
+        if (r.status != -EAGAIN || waited + 200 >= timeout_ms)
+            break;
+        usleep(200 * 1000);
+        waited += 200;
+    }
+    r.waited_ms = waited;
+    if (!rc && r.status) {
+        rc = r.status < 0 ? r.status : -EIO;
+        r.error[sizeof(r.error) - 1] = '\0';
+        kvfs_errf(err, errlen, rc, "%s", r.error[0] ? r.error : strerror(-rc));
+    }
+    if (rc || r.result == KVFS_CLAIM_PRESENT) {
+        close(fd);
+        fd = -1;
+    }
+    if (!rc) {
+        c->fd = fd;
+        c->present = r.result == KVFS_CLAIM_PRESENT;
+        c->fleet = r.scope == 1;
+        c->waited_ms = r.waited_ms;
+    }
+    return rc;
+}
+
+void libkvfs_claim_end(struct libkvfs_claim *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}

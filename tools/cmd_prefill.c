@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "kvfs.h"
 #include "model_util.h"
 #include "tool_util.h"
 
@@ -36,14 +37,67 @@ static void usage(FILE *f)
                "  --kv-quant q8|q4|q4s|none  the same as --dtype q8|q4|q4s|f16\n"
                "  --salt STRING       a tenant's chunk: its name mixes in the digest of STRING,\n"
                "                      so another tenant (another salt, or none) never finds it\n"
+               "  --no-claim          with -M: compute even if another host is computing it\n"
+               "                      (by default the chunk is claimed first: when the mount's\n"
+               "                      remote tier has it, or another host holds its lease and\n"
+               "                      stores it meanwhile, it is not computed; kvfs(8), CLAIMS)\n"
+               "  --claim-timeout S   wait at most S seconds for another host's computation\n"
+               "                      (default 600; then computed here)\n"
                "  --backend NAME      cpu, cuda, auto (default cpu)\n"
                "  -t, --threads N     CPU threads (default: all cores)\n");
+}
+
+/* The chunk's name before it is computed: the header
+ * kvfs_kv_cache_to_chunk_salted writes (keys after RoPE, from pos0). */
+static int chunk_name(const struct kvfs_model *m, const int32_t *ids, size_t n, int pos0, uint32_t dtype,
+                      const struct tool_salt *salt, char hex[KVFS_HASH_HEX_LEN + 1])
+{
+    uint8_t *tb = malloc(4 * n + 1), d[32];
+    if (!tb)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)ids[i];
+        tb[4 * i] = (uint8_t)v, tb[4 * i + 1] = (uint8_t)(v >> 8), tb[4 * i + 2] = (uint8_t)(v >> 16),
+        tb[4 * i + 3] = (uint8_t)(v >> 24);
+    }
+    struct kvfs_header h = {.dtype = dtype, .flags = KVFS_FLAG_KEYS_ROPED | (salt->set ? KVFS_FLAG_SALTED : 0),
+                            .n_tokens = (uint32_t)n, .pos0 = (uint32_t)pos0, .fp = m->fp, .token_bytes = tb,
+                            .salt = salt->set ? salt->digest : NULL};
+    int rc = kvfs_content_hash(&h, d);
+    free(tb);
+    if (!rc)
+        kvfs_hash_to_hex(d, hex);
+    return rc;
+}
+
+/* Claim the chunk at the mount: 1 when it need not be computed here (the
+ * mount has it, or another host computed it meanwhile), 0 to compute it,
+ * holding c.  A failing claim computes it anyway: the claim saves work,
+ * nothing depends on it. */
+static int claim_chunk(const char *mount, const char *hex, int timeout_s, struct libkvfs_claim *c)
+{
+    char err[256];
+    int rc = libkvfs_claim(mount, hex, (uint32_t)timeout_s * 1000u, c, err, sizeof(err));
+    if (rc == -ENOTTY)
+        return 0; /* a mount older than claims */
+    if (rc) {
+        fprintf(stderr, "kvfsctl prefill: claim of %s failed (%s): computing it here\n", hex, err);
+        return 0;
+    }
+    if (c->present)
+        fprintf(stderr, "kvfsctl prefill: %s is in the mount%s%s: not computed\n", hex,
+                c->fleet ? " or its pool" : "", c->waited_ms ? " (another host computed it meanwhile)" : "");
+    else if (c->waited_ms)
+        fprintf(stderr, "kvfsctl prefill: %s: the lease of another host ended without the chunk after %u ms: "
+                "computing it here\n", hex, c->waited_ms);
+    return c->present;
 }
 
 int cmd_prefill(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *mount = NULL, *backend = "cpu", *id_list = NULL;
-    int pos0 = 0, bos = 0, threads = 0;
+    int pos0 = 0, bos = 0, threads = 0, no_claim = 0, claim_timeout = 600;
+    struct libkvfs_claim claim = {.fd = -1};
     struct tool_chat chat = {0};
     uint32_t dtype = KVFS_DTYPE_F16;
     struct tool_salt salt = {0};
@@ -52,12 +106,14 @@ int cmd_prefill(int argc, char **argv)
         TOOL_OPT("mount", 'M', STR, &mount), TOOL_OPT("pos0", 0, INT, &pos0), TOOL_OPT("ids", 0, STR, &id_list),
         TOOL_OPT("bos", 0, FLAG, &bos), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &dtype),
         TOOL_OPT_CALL("kv-quant", 0, tool_opt_kv_quant, &dtype), TOOL_OPT_CALL("salt", 0, tool_opt_salt, &salt),
-        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), TOOL_CHAT_OPTS(&chat), {0}};
+        TOOL_OPT("backend", 0, STR, &backend), TOOL_OPT("threads", 't', INT, &threads), TOOL_CHAT_OPTS(&chat),
+        TOOL_OPT("no-claim", 0, FLAG, &no_claim), TOOL_OPT("claim-timeout", 0, INT, &claim_timeout), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, 1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
         return rc;
-    if (!model || (!out && !mount) || (out && mount) || pos0 < 0 || tool_chat_check("prefill", &chat))
+    if (!model || (!out && !mount) || (out && mount) || pos0 < 0 || claim_timeout < 0 || claim_timeout > 86400 ||
+        tool_chat_check("prefill", &chat))
         return tool_usage_error(&cmd);
     if (chat.on && (id_list || pos0)) {
         fprintf(stderr, "kvfsctl prefill: --chat starts a sequence from a text: not with --ids or --pos0\n");
@@ -109,6 +165,13 @@ int cmd_prefill(int argc, char **argv)
     } else if (tool_tokenize_file(tok, text, bos, &ids, &n)) {
         goto free_model;
     }
+    char hex[KVFS_HASH_HEX_LEN + 1];
+    if (mount && !no_claim && (rc = chunk_name(m, ids, n, pos0, dtype, &salt, hex)) == 0 &&
+        claim_chunk(mount, hex, claim_timeout, &claim)) {
+        tool_print_chunk(hex, mount);
+        ret = 0;
+        goto free_ids;
+    }
     if ((rc = kvfs_kv_cache_init(m, (int)n, &cache))) {
         fprintf(stderr, "kvfsctl prefill: out of memory for %zu tokens\n", n);
         goto free_ids;
@@ -124,8 +187,11 @@ int cmd_prefill(int argc, char **argv)
         fprintf(stderr, "kvfsctl prefill: cannot build the chunk: %s\n", strerror(-rc));
         goto free_cache;
     }
-    char hex[KVFS_HASH_HEX_LEN + 1];
+    char claimed[KVFS_HASH_HEX_LEN + 1];
+    memcpy(claimed, hex, sizeof(hex));
     if (tool_put_chunk("prefill", &w, out, mount, hex) == 0) {
+        if (claim.fd >= 0 && strcmp(claimed, hex))
+            fprintf(stderr, "kvfsctl prefill: claimed %s but stored %s (a bug: tell us)\n", claimed, hex);
         fprintf(stderr, "kvfsctl prefill: %zu tokens in %.3f s (%.0f tokens/s), %zu bytes\n", n, t1 - t0,
                 (double)n / (t1 - t0), w.size);
         tool_print_chunk(hex, mount);
@@ -135,6 +201,7 @@ int cmd_prefill(int argc, char **argv)
 free_cache:
     kvfs_kv_cache_free(m, &cache);
 free_ids:
+    libkvfs_claim_end(&claim); /* stored (the mount keeps the lease until the upload), or given up */
     free(ids);
 free_model:
     kvfs_tokenizer_free(tok);

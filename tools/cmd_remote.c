@@ -19,11 +19,14 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvfsctl remote list MOUNT\n"
                "       kvfsctl remote pin|unpin MOUNT HASH...\n"
                "       kvfsctl remote evict [--to SIZE] MOUNT [HASH...]\n"
+               "       kvfsctl remote leases MOUNT\n"
                "The chunks of the RADOS pool (and namespace) the mount uses, as the fleet's omap\n"
                "indexes list them: size, last use by any host, pin.  A pinned chunk is never\n"
                "evicted, by any host.  evict removes the named chunks (not pinned ones), or without\n"
                "a hash the least recently used until the pool is within --to SIZE (default: the\n"
-               "mount's remote_capacity).  Connects as the mount's Ceph client (its key is needed).\n");
+               "mount's remote_capacity).  leases lists the claims' lease objects (a scan of the\n"
+               "pool) and removes the lapsed ones crashed hosts left.  Connects as the mount's Ceph\n"
+               "client (its key is needed).\n");
 }
 
 /* The string or number of "key" in the stats' "remote" member. */
@@ -101,6 +104,13 @@ static int print_entry(void *ctx, const struct kvfs_remote_entry *e)
     return 0;
 }
 
+static int print_lease(void *ctx, const char *hash, int held)
+{
+    (void)ctx;
+    printf("%s %s\n", hash, held ? "held" : "lapsed, removed");
+    return 0;
+}
+
 static int to_size(void *dst, const char *arg)
 {
     if (kvfs_parse_size(arg, dst)) {
@@ -122,13 +132,13 @@ int cmd_remote(int argc, char **argv)
     char **hashes = argv + optind + 2;
     int n_hashes = argc - optind - 2;
     int list = !strcmp(verb, "list"), pin = !strcmp(verb, "pin"), unpin = !strcmp(verb, "unpin"),
-        evict = !strcmp(verb, "evict");
-    if (!list && !pin && !unpin && !evict) {
+        evict = !strcmp(verb, "evict"), leases = !strcmp(verb, "leases");
+    if (!list && !pin && !unpin && !evict && !leases) {
         fprintf(stderr, "kvfsctl remote: unknown action '%s'\n", verb);
         usage(stderr);
         return 2;
     }
-    if ((list && n_hashes) || ((pin || unpin) && !n_hashes)) {
+    if (((list || leases) && n_hashes) || ((pin || unpin) && !n_hashes)) {
         usage(stderr);
         return 2;
     }
@@ -180,6 +190,14 @@ int cmd_remote(int argc, char **argv)
             if (o.capacity)
                 printf(" of remote_capacity %" PRIu64, o.capacity);
             printf(" (pool %s%s%s)\n", pool, ns[0] ? ", namespace " : "", ns);
+        }
+    } else if (leases) {
+        long n = kvfs_remote_leases(r, print_lease, NULL);
+        if (n < 0) {
+            fprintf(stderr, "kvfsctl remote: cannot list the pool's objects: %s\n", strerror((int)-n));
+            status = 1;
+        } else {
+            printf("%ld leases\n", n);
         }
     } else if (pin || unpin) {
         for (int i = 0; i < n_hashes; i++) {

@@ -21,6 +21,7 @@ KVFS_CMD(compare);
 KVFS_CMD(dequant);
 KVFS_CMD(convert);
 KVFS_CMD(remote);
+KVFS_CMD(claim);
 #undef KVFS_CMD
 
 #endif

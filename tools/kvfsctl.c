@@ -27,6 +27,7 @@ static const struct command commands[] = {
     {"convert", cmd_convert, "re-encode a chunk file in another dtype (q8, q4, q4s, f16, ...)"},
     {"import", cmd_import, "a llama.cpp sequence-state file as a chunk of a named model"},
     {"remote", cmd_remote, "list, pin, unpin or evict the chunks of a mount's RADOS pool"},
+    {"claim", cmd_claim, "claim a chunk before computing it: one computation per fleet"},
     {"dequant", cmd_dequant, "decode ggml blocks or round-trip activations to f32 (for tests)"},
 };
 

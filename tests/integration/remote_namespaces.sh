@@ -86,6 +86,13 @@ check "... with rwx caps on the namespace it uploads: $(remote "$T/z.mnt" 'r["la
 check "... into namespace c, counted in its usage" \
     sh -c "timeout 20 rados -p kvfs -N c stat '$h4' >/dev/null && [ \$(python3 -c \"import json; print(json.load(open('$T/z.mnt/.kvfs/stats'))['remote']['usage'] > 0)\") = True ]"
 
+# claims take a lease (the lock object class too): with rw caps a claim
+# fails and says why (kvfsctl prefill would compute anyway); rwx claims
+hc=$(echo claim | sha256sum | cut -d' ' -f1)
+check "a claim with rw caps only fails naming the lock class" \
+    sh -c "! '$KVFSCTL' claim -M '$Y' '$hc' 2> '$T/claim.err' && grep -q 'lock class' '$T/claim.err'"
+check "... with rwx caps it is the caller's, fleet-wide" sh -c "'$KVFSCTL' claim -M '$T/z.mnt' '$hc' | grep -q '^yours fleet'"
+
 # a store keeps its namespace
 fusermount3 -u "$T/a2.mnt"; wait "$PID_A2" 2>/dev/null
 "$KVFS" -f -o "store=$T/a2.store,$(as a b)" "$T/a2.mnt" > "$T/a2.again.log" 2>&1 &

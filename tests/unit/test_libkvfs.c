@@ -359,6 +359,15 @@ static void test_blend_errors(void)
     int n = -1;
     CHECK_EQ(libkvfs_blend_batch(path_of("fake"), "x\n%%\ny\n", res, 2, &n, err, sizeof(err)), -ENOTTY);
     CHECK_EQ(n, 0);
+    /* claims: a mount older than them (ENOTTY) and a name that is no hash; no descriptor left open */
+    struct libkvfs_claim cl;
+    char hash64[65];
+    memset(hash64, 'a', 64);
+    hash64[64] = '\0';
+    CHECK_EQ(libkvfs_claim(path_of("fake"), hash64, 1000, &cl, err, sizeof(err)), -ENOTTY);
+    CHECK_EQ(cl.fd, -1);
+    CHECK_EQ(libkvfs_claim(path_of("fake"), "abc", 1000, &cl, err, sizeof(err)), -EINVAL);
+    libkvfs_claim_end(&cl);
     char *big = malloc(LIBKVFS_BATCH_BYTES + 2);
     if (big) {
         memset(big, 'a', LIBKVFS_BATCH_BYTES + 1);

@@ -244,6 +244,24 @@ static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t 
     return rc;
 }
 
+/* The fleet's claim on chunk c (KVFS_IOC_CLAIM), this request holding the
+ * process's: 1 when another host computed it meanwhile (it is in the mount
+ * or its pool), 0 to prefill it here holding *fc (libkvfs_claim_end after).
+ * Waits in short claims so a client that went away stops it; a failing
+ * claim prefills here (the claim saves work, nothing depends on it). */
+static int fleet_claim(struct req *r, struct chunk_plan *c, struct libkvfs_claim *fc)
+{
+    char err[256];
+    for (;;) {
+        int rc = libkvfs_claim(r->sv->mount, c->hash, 2000, fc, err, sizeof(err));
+        if (rc == -ETIMEDOUT && !client_gone(r))
+            continue; /* another host is still computing it */
+        if (rc && rc != -ENOTTY && rc != -ETIMEDOUT)
+            kvfs_log(KVFS_LOG_WARN, "claim of chunk %.16s... failed (%s): prefilled here", c->hash, err);
+        return rc ? 0 : fc->present;
+    }
+}
+
 static const char *source_name(int s)
 {
     return s == 0 ? "hit" : s == 1 ? "prefilled" : "joined";
@@ -293,13 +311,18 @@ static int resolve_chunks(struct req *r, char *err, size_t errlen)
                     }
                     continue;
                 }
-                /* ours; another request may have finished it just now */
-                if (plan_chunk_present(sv, c->hash)) {
+                /* ours; another request, or another host, may have finished it just now */
+                struct libkvfs_claim fc = {.fd = -1};
+                int there = plan_chunk_present(sv, c->hash);
+                if (there || fleet_claim(r, c, &fc)) {
                     c->state = 2;
+                    if (!there)
+                        metrics_add(sv, &sv->m.prefill_joins, 1);
                     pool_prefill_done(sv, c->hash);
                     break;
                 }
                 rc = prefill_chunk(r, c, err, errlen);
+                libkvfs_claim_end(&fc); /* the mount keeps the lease until the chunk is in the pool */
                 pool_prefill_done(sv, c->hash);
                 if (rc)
                     metrics_add(sv, &sv->m.prefill_errors, 1);

@@ -458,7 +458,8 @@ char *metrics_render(struct serve *sv)
     counter(&t, "kvfs_serve_chunk_misses_total", "Document chunks not in the mount when asked for.", m.chunk_misses);
     counter(&t, "kvfs_serve_chunk_prefills_total", "Chunks prefilled by an engine and saved into the mount.",
             m.chunk_prefills);
-    counter(&t, "kvfs_serve_chunk_prefill_joins_total", "Misses served by another request's prefill (single flight).",
+    counter(&t, "kvfs_serve_chunk_prefill_joins_total",
+            "Misses served by another request's prefill, or another host's (single flight, claims).",
             m.prefill_joins);
     counter(&t, "kvfs_serve_chunk_prefill_errors_total", "Prefills that failed.", m.prefill_errors);
     counter(&t, "kvfs_serve_blends_total", "Blends made by the mount and restored into a slot.", m.blends);

@@ -181,6 +181,23 @@ int kvfs_salt_digest(const void *salt, size_t len, uint8_t out[32])
     return sha256(parts, lens, 2, out);
 }
 
+int kvfs_ids_chunk_hash(const struct kvfs_fingerprint *fp, uint32_t dtype, uint32_t flags, uint32_t pos0,
+                        const int32_t *ids, size_t n, const uint8_t *salt, char hex[KVFS_HASH_HEX_LEN + 1])
+{
+    uint8_t *tb = malloc(4 * n + 1), d[32];
+    if (!tb)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        wr32(tb + 4 * i, (uint32_t)ids[i]);
+    struct kvfs_header h = {.dtype = dtype, .flags = flags | (salt ? KVFS_FLAG_SALTED : 0), .n_tokens = (uint32_t)n,
+                            .pos0 = pos0, .fp = *fp, .token_bytes = tb, .salt = salt};
+    int rc = kvfs_content_hash(&h, d);
+    free(tb);
+    if (!rc)
+        kvfs_hash_to_hex(d, hex);
+    return rc;
+}
+
 void kvfs_hash_to_hex(const uint8_t digest[32], char hex[KVFS_HASH_HEX_LEN + 1])
 {
     static const char *x = "0123456789abcdef";

@@ -145,6 +145,11 @@ int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer,
  * the 32 salt bytes (-EINVAL if h->salt is NULL then).  hex gets 64 chars +
  * NUL. */
 int kvfs_content_hash(const struct kvfs_header *h, uint8_t digest[32]);
+/* The name a chunk of these token ids will have before it is computed:
+ * kvfs_content_hash of the header a writer makes from them, as hex (salt:
+ * NULL, or the 32 bytes, which add KVFS_FLAG_SALTED). */
+int kvfs_ids_chunk_hash(const struct kvfs_fingerprint *fp, uint32_t dtype, uint32_t flags, uint32_t pos0,
+                        const int32_t *ids, size_t n, const uint8_t *salt, char hex[KVFS_HASH_HEX_LEN + 1]);
 /* A tenant's salt (any bytes, e.g. its name) as the 32 bytes a chunk
  * carries: SHA-256 over "kvfs-salt-v1\0" then the len bytes of salt. */
 int kvfs_salt_digest(const void *salt, size_t len, uint8_t out[32]);

@@ -52,22 +52,8 @@ static void usage(FILE *f)
 static int chunk_name(const struct kvfs_model *m, const int32_t *ids, size_t n, int pos0, uint32_t dtype,
                       const struct tool_salt *salt, char hex[KVFS_HASH_HEX_LEN + 1])
 {
-    uint8_t *tb = malloc(4 * n + 1), d[32];
-    if (!tb)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)ids[i];
-        tb[4 * i] = (uint8_t)v, tb[4 * i + 1] = (uint8_t)(v >> 8), tb[4 * i + 2] = (uint8_t)(v >> 16),
-        tb[4 * i + 3] = (uint8_t)(v >> 24);
-    }
-    struct kvfs_header h = {.dtype = dtype, .flags = KVFS_FLAG_KEYS_ROPED | (salt->set ? KVFS_FLAG_SALTED : 0),
-                            .n_tokens = (uint32_t)n, .pos0 = (uint32_t)pos0, .fp = m->fp, .token_bytes = tb,
-                            .salt = salt->set ? salt->digest : NULL};
-    int rc = kvfs_content_hash(&h, d);
-    free(tb);
-    if (!rc)
-        kvfs_hash_to_hex(d, hex);
-    return rc;
+    return kvfs_ids_chunk_hash(&m->fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, ids, n,
+                               salt->set ? salt->digest : NULL, hex);
 }
 
 /* Claim the chunk at the mount: 1 when it need not be computed here (the

@@ -28,22 +28,7 @@
 int plan_chunk_hash(const struct serve *sv, const uint8_t *salt, const int32_t *ids, size_t n,
                     char hex[KVFS_HASH_HEX_LEN + 1])
 {
-    uint8_t *tb = malloc(4 * n + 1), d[32];
-    if (!tb)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)ids[i];
-        tb[4 * i] = (uint8_t)v, tb[4 * i + 1] = (uint8_t)(v >> 8), tb[4 * i + 2] = (uint8_t)(v >> 16),
-        tb[4 * i + 3] = (uint8_t)(v >> 24);
-    }
-    struct kvfs_header h = {.dtype = sv->chunk_dtype, .flags = sv->chunk_flags | (salt ? KVFS_FLAG_SALTED : 0),
-                            .n_tokens = (uint32_t)n, .pos0 = 0, .fp = sv->fp, .token_bytes = tb, .salt = salt};
-    int rc = kvfs_content_hash(&h, d);
-    free(tb);
-    if (rc)
-        return rc;
-    kvfs_hash_to_hex(d, hex);
-    return 0;
+    return kvfs_ids_chunk_hash(&sv->fp, sv->chunk_dtype, sv->chunk_flags, 0, ids, n, salt, hex);
 }
 
 int plan_chunk_present(const struct serve *sv, const char *hash)

@@ -328,6 +328,16 @@ static void clean_orphans(rados_ioctx_t io, struct remote_view *v)
     v->n_orphans = 0;
 }
 
+void remote_note_view(struct kvfs_remote *r, const struct remote_view *v, uint64_t evicted_before)
+{
+    pthread_mutex_lock(&r->lock);
+    r->usage = v->usage;
+    r->n_pinned = v->pinned;
+    if (r->evicted != evicted_before)
+        r->evict_passes++;
+    pthread_mutex_unlock(&r->lock);
+}
+
 int remote_evict_pass(struct kvfs_remote *r, rados_ioctx_t io)
 {
     struct remote_view v;
@@ -341,12 +351,7 @@ int remote_evict_pass(struct kvfs_remote *r, rados_ioctx_t io)
         pthread_mutex_unlock(&r->lock);
         rc = remote_make_room(r, io, &v, r->capacity, NULL, 0);
         clean_orphans(io, &v);
-        pthread_mutex_lock(&r->lock);
-        r->usage = v.usage;
-        r->n_pinned = v.pinned;
-        if (r->evicted != before)
-            r->evict_passes++;
-        pthread_mutex_unlock(&r->lock);
+        remote_note_view(r, &v, before);
         if (rc == -ENOSPC)
             kvfs_log(KVFS_LOG_WARN, "remote tier: pool %s holds %" PRIu64 " bytes, over remote_capacity %" PRIu64
                      ", and the rest is pinned", r->pool, v.usage, r->capacity);

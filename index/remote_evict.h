@@ -24,6 +24,9 @@ struct remote_view {
 /* Read right after taking the lock: the lease counts from then. */
 int remote_view_read(rados_ioctx_t io, struct remote_view *v);
 void remote_view_free(struct remote_view *v);
+/* The stats from a view read under the evictor lock: usage, pins, and one
+ * more eviction pass when evicted moved past evicted_before */
+void remote_note_view(struct kvfs_remote *r, const struct remote_view *v, uint64_t evicted_before);
 /* The evictor lock (lease 30 s, so a crashed holder's lapses): waits up
  * to the tier's timeout for another holder; -EBUSY when it did not let go. */
 int remote_evict_lock(struct kvfs_remote *r, rados_ioctx_t io);

@@ -85,12 +85,7 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
     }
     if (vp) {
         remote_evict_unlock(r, io);
-        pthread_mutex_lock(&r->lock);
-        r->usage = v.usage;
-        r->n_pinned = v.pinned;
-        if (r->evicted != evicted0)
-            r->evict_passes++;
-        pthread_mutex_unlock(&r->lock);
+        remote_note_view(r, &v, evicted0);
         remote_view_free(&v);
     }
     return rc;

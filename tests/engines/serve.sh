@@ -83,6 +83,9 @@ check "... which computed all $(json 'd["timings"]["prompt_n"]' < "$T/full.json"
 post /v1/chat/completions "$req" > "$T/r2.json"
 check "the same request again: every chunk a hit ($(json '[c["source"] for c in d["kvfs"]["chunks"]]' < "$T/r2.json"))" \
     test "$(json 'all(c["source"] == "hit" for c in d["kvfs"]["chunks"])' < "$T/r2.json")" = True
+check "... blended before it took a slot (kvfs.blended_ahead: $(json 'd["kvfs"].get("blended_ahead")' < "$T/r2.json"); the first request, which prefilled its chunks in its slot: $(json 'd["kvfs"].get("blended_ahead")' < "$T/r1.json"))" \
+    test "$(json 'd["kvfs"].get("blended_ahead")' < "$T/r2.json")" = True -a "$(json 'd["kvfs"].get("blended_ahead")' < "$T/r1.json")" = None \
+    -a "$(metric kvfs_serve_blends_ahead_total)" = 1
 check "... the same answer, prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/r2.json")" \
     test "$(json 'd["choices"][0]["message"]["content"]' < "$T/r2.json")" = "$(json 'd["choices"][0]["message"]["content"]' < "$T/r1.json")" \
     -a "$(json 'd["timings"]["prompt_n"]' < "$T/r2.json")" = "$ns"

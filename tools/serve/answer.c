@@ -67,6 +67,9 @@ struct req {
     double deadline;    /* a wait for an engine to come back ends here (pool_acquire; 0: not waited yet) */
     int retries;        /* tries again after the engine went down under it */
     int reblended;      /* blended again after a chunk or the result went away before the restore */
+    int ahead;          /* blended before its slot (ahead.c): ahead_name, ahead_ntok */
+    char ahead_name[256];
+    uint32_t ahead_ntok;
     char down_err[SERVE_ERR]; /* what the engine's last failure was */
     int ttft_done;
     json_t *kvfs;       /* what kvfs did, returned as "kvfs" */
@@ -832,6 +835,49 @@ static void stream_done(void *cls)
     req_free(r); /* closes the engine's stream (it stops generating) and frees the slot */
 }
 
+static json_t *chunks_json(const struct plan *p)
+{
+    json_t *cs = json_array();
+    for (int i = 0; i < p->n_chunks; i++)
+        json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", p->chunks[i].hash, "tokens",
+                                            (json_int_t)p->chunks[i].n, "source", source_name(p->chunks[i].state)));
+    return cs;
+}
+
+/* When every chunk is in the mount, the blend needs no engine: made before
+ * the slot, it runs while the request would wait for one (ahead.c).  A
+ * chunk missing (the engine prefills it in the slot) or a blend that fails
+ * here leaves the blend to serve_once, as without it.  -ECANCELED when the
+ * client went away. */
+static int blend_ahead(struct req *r, double ratio)
+{
+    struct serve *sv = r->sv;
+    char err[SERVE_ERR];
+    if (r->ahead || r->plan.direct || r->plan.n_chunks == 0)
+        return 0;
+    for (int i = 0; i < r->plan.n_chunks; i++)
+        if (!plan_chunk_present(sv, r->plan.chunks[i].hash))
+            return 0;
+    int rc = ahead_enter(sv, client_gone, r);
+    if (rc)
+        return rc;
+    mark(r, "queue");
+    rc = blend(r, ratio, r->ahead_name, sizeof(r->ahead_name), &r->ahead_ntok, err, sizeof(err));
+    ahead_leave(sv);
+    mark(r, "blend");
+    if (rc) { /* a chunk evicted since it was looked up, perhaps: the slot's way */
+        kvfs_log(KVFS_LOG_INFO, "kvfs-serve: %s: the blend before a slot failed (%s): blending in the slot", r->id,
+                 err);
+        return 0;
+    }
+    metrics_add(sv, &sv->m.chunk_hits, (uint64_t)r->plan.n_chunks);
+    metrics_add(sv, &sv->m.blends_ahead, 1);
+    json_object_set_new(r->kvfs, "chunks", chunks_json(&r->plan));
+    json_object_set_new(r->kvfs, "blended_ahead", json_true());
+    r->ahead = 1;
+    return 0;
+}
+
 /* One try at a request from its slot on: a slot, the chunks found or
  * prefilled, the blend restored into the slot (blended again once when a
  * chunk or the result went away in between), the answer: whole, or its
@@ -844,6 +890,10 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     struct serve *sv = r->sv;
     char err[SERVE_ERR] = "", msg[SERVE_ERR + 128];
     int rc;
+    if ((rc = blend_ahead(r, ratio))) {
+        gone(r, res);
+        return rc;
+    }
     if ((rc = pool_acquire(sv, &r->slot, r->retries > 0, &r->deadline, client_gone, r, err, sizeof(err)))) {
         if (rc == -ECANCELED)
             gone(r, res);
@@ -892,22 +942,22 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
     for (int again = 0; r->plan.n_chunks > 0 && !r->plan.direct; again++) {
         uint32_t ntok = 0;
         char name[256], why[320];
-        if ((rc = resolve_chunks(r, err, sizeof(err))))
-            return step_failed(r, res, rc, 502, "prefilling the documents", err);
-        mark(r, "chunks");
-        json_t *cs = json_array();
-        for (int i = 0; i < r->plan.n_chunks; i++)
-            json_array_append_new(cs, json_pack("{s:s,s:I,s:s}", "hash", r->plan.chunks[i].hash, "tokens",
-                                                (json_int_t)r->plan.chunks[i].n, "source",
-                                                source_name(r->plan.chunks[i].state)));
-        json_object_set_new(r->kvfs, "chunks", cs);
-        if ((rc = blend(r, ratio, name, sizeof(name), &ntok, err, sizeof(err)))) {
-            metrics_add(sv, &sv->m.blend_errors, 1);
-            snprintf(msg, sizeof(msg), "the mount's blend: %s", err);
-            fail(r, res, 500, msg);
-            return rc;
+        if (r->ahead && !again) {
+            snprintf(name, sizeof(name), "%s", r->ahead_name);
+            ntok = r->ahead_ntok;
+        } else {
+            if ((rc = resolve_chunks(r, err, sizeof(err))))
+                return step_failed(r, res, rc, 502, "prefilling the documents", err);
+            mark(r, "chunks");
+            json_object_set_new(r->kvfs, "chunks", chunks_json(&r->plan));
+            if ((rc = blend(r, ratio, name, sizeof(name), &ntok, err, sizeof(err)))) {
+                metrics_add(sv, &sv->m.blend_errors, 1);
+                snprintf(msg, sizeof(msg), "the mount's blend: %s", err);
+                fail(r, res, 500, msg);
+                return rc;
+            }
+            mark(r, "blend");
         }
-        mark(r, "blend");
         test_hold(r, name);
         rc = restore(r, name, ntok, 1, err, sizeof(err));
         mark(r, "restore");

@@ -463,6 +463,9 @@ char *metrics_render(struct serve *sv)
             m.prefill_joins);
     counter(&t, "kvfs_serve_chunk_prefill_errors_total", "Prefills that failed.", m.prefill_errors);
     counter(&t, "kvfs_serve_blends_total", "Blends made by the mount and restored into a slot.", m.blends);
+    counter(&t, "kvfs_serve_blends_ahead_total",
+            "Blends made before the request held a slot (every chunk was in the mount): the wait for a slot hidden.",
+            m.blends_ahead);
     counter(&t, "kvfs_serve_blend_errors_total", "Blends or restores that failed.", m.blend_errors);
     counter(&t, "kvfs_serve_reblends_total",
             "Blends made again: a chunk or the result went away between the blend and the restore.", m.reblends);
@@ -517,7 +520,8 @@ char *metrics_render(struct serve *sv)
     put(&t, "kvfs_serve_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     put(&t, "kvfs_serve_ttft_seconds_sum %.6f\nkvfs_serve_ttft_seconds_count %llu\n", m.ttft_sum,
         (unsigned long long)m.ttft_count);
-    put(&t, "# HELP kvfs_serve_queue_depth Requests waiting for a slot or for an engine to come back.\n# TYPE kvfs_serve_queue_depth gauge\n"
+    put(&t, "# HELP kvfs_serve_queue_depth Requests waiting for a slot, for their turn to blend before one, or for "
+            "an engine to come back.\n# TYPE kvfs_serve_queue_depth gauge\n"
             "kvfs_serve_queue_depth %d\n",
         sv->queue_len);
     put(&t, "# HELP kvfs_serve_slots_busy Slots handed to requests, per engine.\n"

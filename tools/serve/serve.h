@@ -9,6 +9,7 @@
  *              template as the engine applies it, documents, the separator
  *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
  *              completion) and the OpenAI responses, streamed or not
+ *   ahead.c    blends made before a slot, while the request waits for one
  *   tenants.c  --api-keys: keys and their tenants (each its own cache salt)
  *   memo.c     bounded caches: documents' tokens, chat template renderings
  *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
@@ -52,7 +53,7 @@ struct slot_ref {
 struct serve_metrics {
     uint64_t requests, errors_4xx, errors_5xx, disconnects;
     uint64_t chunk_hits, chunk_misses, chunk_prefills, prefill_joins, prefill_errors;
-    uint64_t blends, blend_errors, full_prefills, restores;
+    uint64_t blends, blends_ahead, blend_errors, full_prefills, restores;
     uint64_t reblends, engine_retries;
     uint64_t history_hits, history_misses, history_restores, turn_saves, turn_save_errors;
     uint64_t prompt_tokens, computed_tokens, completion_tokens;
@@ -98,6 +99,9 @@ struct serve {
     pthread_cond_t cond;
     struct waiter *queue_head, *queue_tail;
     int queue_len;
+    /* blends before a slot (ahead.c) */
+    struct ahead_waiter *ahead_head, *ahead_tail;
+    int ahead_running;
     /* single-flight prefills */
     struct inflight *inflight;
     /* metrics (under lock) */
@@ -189,6 +193,13 @@ void metrics_add(struct serve *sv, uint64_t *counter, uint64_t n);
 void metrics_ttft(struct serve *sv, double seconds);
 /* Prometheus text format; malloc'ed */
 char *metrics_render(struct serve *sv);
+
+/* ---- ahead.c ---- */
+/* Wait for a turn to blend before holding a slot (FIFO; at most the up
+ * engines' slots at once): 0, then ahead_leave; -ECANCELED when cancel()
+ * said so or kvfs-serve is stopping. */
+int ahead_enter(struct serve *sv, serve_cancel_fn cancel, void *arg);
+void ahead_leave(struct serve *sv);
 
 /* ---- plan.c ---- */
 struct chunk_plan {

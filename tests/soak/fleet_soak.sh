@@ -97,15 +97,16 @@ done
 
 # --- the workload: a Zipf(1.1) draw over the corpus, the same law for every
 # host but each host its own sequence; an op's kind drawn independently ---
-python3 - "$N" "$HOSTS" "$T" <<'EOF'
+python3 - "$N" "$HOSTS" "$T" "$SECS" <<'EOF'
 import random, sys
-n, hosts, t = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+n, hosts, t, secs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 weights = [1.0 / (k ** 1.1) for k in range(1, n + 1)]
 kinds = ["read"] * 50 + ["copy"] * 25 + ["blend"] * 10 + ["rm"] * 10 + ["evict"] * 5
 for h in range(1, hosts + 1):
     rng = random.Random(4400 + h)
     with open(f"{t}/ops.{h}", "w") as f:
-        for k in rng.choices(range(1, n + 1), weights, k=200000):
+        # 100 a second per host: ten times what a host does here, so no worker runs out
+        for k in rng.choices(range(1, n + 1), weights, k=max(20000, 100 * secs)):
             f.write(f"{rng.choice(kinds)} {k} {rng.randrange(4)}\n")
 EOF
 END=$(( $(date +%s) + SECS ))

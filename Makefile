@@ -137,7 +137,7 @@ NVCCFLAGS ?= -O2 -std=c++17 -arch=$(CUDA_ARCH) $(INC_GPU) -DKVFS_HAVE_CUDA \
 endif
 endif
 
-.PHONY: all asan tsan soak load test test-gpu test-engines llama-server bench bench-gpu run serve model deps need-deps oracle clean install
+.PHONY: all asan tsan soak load fleet-soak test test-gpu test-engines llama-server bench bench-gpu run serve model deps need-deps oracle clean install
 
 all: $(BUILD)/kvfs $(BUILD)/kvfsctl $(TEST_BIN) $(CUDA_PLUGIN) $(GPU_BENCH) $(BUILD)/includes.ok
 	@ln -sf $(BUILD)/kvfs kvfs; ln -sf $(BUILD)/kvfsctl kvfsctl
@@ -282,6 +282,13 @@ soak: all
 LOAD_SECONDS ?= 600
 load: all
 	tests/soak/load.sh $(LOAD_SECONDS)
+# Fleet soak (issue 44, not part of `make test` or `make soak`): 8 mounts on a
+# real Ceph cluster with remote_capacity, FLEET_SECONDS of Zipf-popular
+# copy-in / read / blend / rm / remote evict, an OSD killed, a mount SIGKILLed,
+# one mount's network cut for 30 s (tests/soak/fleet_soak.sh; root, nftables).
+FLEET_SECONDS ?= 600
+fleet-soak: all
+	FLEET_SECONDS=$(FLEET_SECONDS) tests/soak/fleet_soak.sh
 
 # Fuzzing (issue 19): one libFuzzer target per parser, built with clang and
 # ASan + UBSan into build-fuzz/ from the parser's own sources (no FUSE, no

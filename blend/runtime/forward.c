@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvquant.h"
+#include "log.h"
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
@@ -726,10 +727,24 @@ out:
     return rc;
 }
 
+const char *kvfs_model_chunk_refusal(const struct kvfs_model *m)
+{
+    /* kvfs(5): one head width and one cached layer per model layer, and a
+     * blend recomputes rows from their embeddings alone */
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].kv_layer != l || m->hp.n_ple)
+            return "gemma4's KV (heads of two widths, shared-KV layers, per-layer embeddings) cannot be stored in "
+                   "kvfs chunk files yet, nor blended (kvfs(8), MODELS)";
+    return NULL;
+}
+
 int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
                              char *err, size_t errlen)
 {
     struct kvfs_header h;
+    const char *why = kvfs_model_chunk_refusal(m);
+    if (why)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s", why);
     int rc = kvfs_file_verify(image, len, &h, err, errlen);
     if (rc)
         return rc;
@@ -804,6 +819,8 @@ int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c
                              int layer, const void *data)
 {
     size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
+    if (kvfs_model_chunk_refusal(m))
+        return -ENOTSUP;
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
     int codec = kvfs_dtype_quantized(h->dtype);
@@ -839,6 +856,11 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
 {
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
+    const char *why = kvfs_model_chunk_refusal(m);
+    if (why) {
+        kvfs_log(KVFS_LOG_ERR, "%s", why);
+        return -ENOTSUP;
+    }
     /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA chunks) */
     int k_only = m->hp.mla_rank > 0;
     int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags | (k_only ? KVFS_FLAG_V_FROM_K : 0),

@@ -55,7 +55,9 @@ fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
     extra = ['--mla-v3'] if arch == 'deepseek2-v3' else []
-    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch.replace('-v3', ''), *extra, '--layers', '4',
+    # gemma4: 6 layers, so that its two shared-KV layers have a choice of source (2 and 3, not 0 and 1)
+    layers = '6' if arch == 'gemma4' else '4'
+    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch.replace('-v3', ''), *extra, '--layers', layers,
                     '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
     for tname, ftype in TYPES + (MOE_TYPES if arch in MOE else []):

@@ -727,12 +727,13 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f ||
           hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
-        /* deepseek2's strided gathers and offset rotations are checked on the CPU backend only */
-        (is_ds2 && strcmp(be->name, "cpu")) ||
+        /* deepseek2's strided gathers and offset rotations, gemma4's layers of two head widths and per-layer
+         * embeddings, are checked on the CPU backend only */
+        ((is_ds2 || is_gemma4) && strcmp(be->name, "cpu")) ||
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,
                        "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "
-                       "attn_mass_sinks, swiglu_oai; deepseek2: the CPU backend only, not checked on others yet)",
+                       "attn_mass_sinks, swiglu_oai; deepseek2, gemma4: the CPU backend only, not checked on others yet)",
                        path, be->name, hp->arch);
         goto fail;
     }

@@ -9,6 +9,7 @@
 
 #include "kvquant.h"
 #include "log.h"
+#include "model_check.h" /* kvfs_arch_chunk_refusal */
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
@@ -729,12 +730,14 @@ out:
 
 const char *kvfs_model_chunk_refusal(const struct kvfs_model *m)
 {
+    const char *why = kvfs_arch_chunk_refusal(m->hp.arch);
+    if (why)
+        return why;
     /* kvfs(5): one head width and one cached layer per model layer, and a
      * blend recomputes rows from their embeddings alone */
     for (int l = 0; l < m->hp.n_layer; l++)
         if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].kv_layer != l || m->hp.n_ple)
-            return "gemma4's KV (heads of two widths, shared-KV layers, per-layer embeddings) cannot be stored in "
-                   "kvfs chunk files yet, nor blended (kvfs(8), MODELS)";
+            return "layers of different KV shapes or per-layer embeddings cannot be stored in kvfs chunk files yet";
     return NULL;
 }
 

@@ -48,6 +48,16 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                      "gemma3, gemma4, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path, arch);
 }
 
+const char *kvfs_arch_chunk_refusal(const char *arch)
+{
+    /* kvfs(5): one head width and one cached layer per model layer; a blend
+     * recomputes rows from their embeddings alone */
+    if (!strcmp(arch, "gemma4"))
+        return "gemma4's KV (heads of two widths, shared-KV layers, per-layer embeddings) cannot be stored in kvfs "
+               "chunk files yet, nor blended (kvfs(8), MODELS)";
+    return NULL;
+}
+
 /* a tensor the runtime reads for this architecture */
 static int tensor_known(const char *name, const char *arch, int n_layer)
 {

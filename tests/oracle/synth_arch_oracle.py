@@ -18,7 +18,8 @@ ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4
                           'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3']
 # gemma4 (6 layers: local layers with heads of 32, global of 64, two
 # shared-KV layers reading layers 2 and 3, per-layer embeddings of 64):
-# measured F32 0.0011, Q8_0 0.070, Q4_K_M 0.10 (2026-11-28); left out, the
+# measured F32 0.0017, Q8_0 0.048, Q4_K_M 0.049 in the full list (seed 16;
+# alone, seed 11: 0.0011, 0.070, 0.10) (2026-11-28); alone, left out, the
 # per-layer embeddings move the F32 log-probs by 3.3, V's norm by 0.20, the
 # layer output scales by 0.54, the unscaled attention (1/sqrt(d) instead)
 # by 3.0, the frequency factors kept off the local layers by 0.87 (applied

@@ -291,7 +291,8 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     void *ctx = CTX(m);
     /* the layer's own head width (gemma4's local layers: narrower); a
      * shared-KV layer (gemma4) computes Q alone */
-    int rc, E = hp->n_embd, D = L->head_dim, R = L->rope_dim, q_dim = hp->n_head * D, kv_dim = hp->n_kv_head * D;
+    int rc, E = hp->n_embd, D = L->head_dim, R = L->rope_dim, KH = L->n_kv_head, q_dim = hp->n_head * D;
+    int kv_dim = KH * D;
     int kv = L->kv_layer == l;
     if (hp->mla_rank)
         return mla_qkv(m, L, w, n);
@@ -310,14 +311,14 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
         return rc;
     if (L->attn_q_norm && !hp->qk_norm_full &&
         ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, D, hp->rms_eps)) ||
-         (kv && (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * hp->n_kv_head, D, hp->rms_eps)))))
+         (kv && (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * KH, D, hp->rms_eps)))))
         return rc;
     /* gemma4: each V head RMS-normed, no weight */
-    if (kv && hp->v_norm && (rc = be->rmsnorm(ctx, w->v, m->ones, w->v, n * hp->n_kv_head, D, hp->rms_eps)))
+    if (kv && hp->v_norm && (rc = be->rmsnorm(ctx, w->v, m->ones, w->v, n * KH, D, hp->rms_eps)))
         return rc;
     if ((!L->no_rope &&
          ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, D, R, L->rope_theta, hp->rope_style, L->rope_freqs)) ||
-          (kv && (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, D, R, L->rope_theta, hp->rope_style,
+          (kv && (rc = be->rope(ctx, w->k, w->pos, n, KH, D, R, L->rope_theta, hp->rope_style,
                                 L->rope_freqs))))) ||
         (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * q_dim))) ||
         /* gpt-oss's YaRN: ggml's cos and sin carry a magnitude (RoPE on every dim there) */
@@ -601,10 +602,10 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         goto ffn;
     int kl = L->kv_layer, D = L->head_dim; /* gemma4: a shared-KV layer attends over its source's cache */
     if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[kl], c->v[kl], c->pos, n_ctx,
-                                                  hp->n_head, hp->n_kv_head, D, scale, L->window, hp->attn_softcap,
+                                                  hp->n_head, L->n_kv_head, D, scale, L->window, hp->attn_softcap,
                                                   L->attn_sinks, w->att)
                             : be->attention(ctx, w->q, w->pos, n, c->k[kl], c->v[kl], c->pos, n_ctx, hp->n_head,
-                                            hp->n_kv_head, D, scale, L->window, hp->attn_softcap, w->att)) ||
+                                            L->n_kv_head, D, scale, L->window, hp->attn_softcap, w->att)) ||
         (rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], w->att, w->aq, w->o, n, hp->n_head * D)) ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
@@ -632,10 +633,10 @@ ffn:
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
     if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
-        (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
+        (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * L->n_ff)))
         return rc;
     /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
-    if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff, L->act_q[6])))
+    if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, L->n_ff, L->act_q[6])))
         return rc;
     if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
         (L->ffn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->ffn_post_norm, w->o, n, E, hp->rms_eps))) ||
@@ -655,7 +656,7 @@ static int layer_forward(const struct kvfs_model *m, int l, struct kvfs_work *w,
     const struct kvfs_backend_iface *be = BE(m);
     const struct kvfs_layer_weights *L = &m->layers[l];
     /* rows at the layer's own width (gemma4); a shared-KV layer stores none */
-    int kv_dim = m->hp.mla_rank ? c->kv_dim : m->hp.n_kv_head * L->head_dim, kv = L->kv_layer == l, rc;
+    int kv_dim = m->hp.mla_rank ? c->kv_dim : L->n_kv_head * L->head_dim, kv = L->kv_layer == l, rc;
     if ((rc = kvfs_layer_qkv(m, l, w, n)) ||
         (kv && (rc = be->copy(CTX(m), c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim))) ||
         (kv && (rc = be->copy(CTX(m), c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim))))
@@ -736,7 +737,8 @@ const char *kvfs_model_chunk_refusal(const struct kvfs_model *m)
     /* kvfs(5): one head width and one cached layer per model layer, and a
      * blend recomputes rows from their embeddings alone */
     for (int l = 0; l < m->hp.n_layer; l++)
-        if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].kv_layer != l || m->hp.n_ple)
+        if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].n_kv_head != m->hp.n_kv_head ||
+            m->layers[l].kv_layer != l || m->hp.n_ple)
             return "layers of different KV shapes or per-layer embeddings cannot be stored in kvfs chunk files yet";
     return NULL;
 }

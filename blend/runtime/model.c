@@ -387,6 +387,21 @@ static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
     return ok ? 0 : -EIO;
 }
 
+/* layer l's count of key (llama.cpp's get_key_or_arr): element l of an
+ * array, else the one value; -EINVAL when missing or not positive */
+static int layer_count(const struct kvfs_gguf *g, const char *arch, const char *key, int l, int *out)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, k);
+    int32_t v = 0;
+    uint32_t u = 0;
+    if (kv && kv->type == KVFS_GGUF_ARRAY ? kvfs_gguf_arr_i32(kv, (uint64_t)l, &v) : kvfs_gguf_get_u32(g, k, &u))
+        return -EINVAL;
+    *out = kv && kv->type == KVFS_GGUF_ARRAY ? v : (int)u;
+    return *out > 0 ? 0 : -EINVAL;
+}
+
 /* gemma4's hyperparameters as llama.cpp's models/gemma4.cpp and
  * load_hparams read them: heads of attention.key_length on global layers,
  * key_length_swa on local ones (value lengths equal, llama.cpp requires it),
@@ -422,6 +437,21 @@ static int gemma4_hparams(const char *path, const struct kvfs_gguf *g, struct kv
         return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4 needs %s.attention.sliding_window > 0", path, a);
     if (hp_u32(g, a, "embedding_length_per_layer_input", &hp->n_ple, 1) || hp->n_ple < 0)
         return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4 needs %s.embedding_length_per_layer_input", path, a);
+    /* per-layer KV heads and FFN widths (E2B: the shared-KV layers' FFN
+     * twice as wide); hp has the largest, for buffers */
+    int kvh = hp->n_kv_head;
+    hp->n_ff = 0;
+    hp->n_kv_head = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        int ff, h = kvh;
+        snprintf(k, sizeof(k), "%s.attention.head_count_kv", a);
+        if (layer_count(g, a, "feed_forward_length", l, &ff) ||
+            (kvfs_gguf_find(g, k) && layer_count(g, a, "attention.head_count_kv", l, &h)) || hp->n_head % h)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4's layer %d: bad feed_forward_length or "
+                             "attention.head_count_kv", path, l);
+        hp->n_ff = ff > hp->n_ff ? ff : hp->n_ff;
+        hp->n_kv_head = h > hp->n_kv_head ? h : hp->n_kv_head;
+    }
     hp_u32(g, a, "attention.shared_kv_layers", &shared, 0);
     *n_kv_layers = hp->n_layer - shared;
     /* llama.cpp's reuse callback asserts it (llama-model.cpp) */
@@ -456,7 +486,7 @@ static int gemma4_layer(struct kvfs_model *m, int l, struct kvfs_layer_weights *
 {
     const struct kvfs_hparams *hp = &m->hp;
     char name[128];
-    int rc, qd = hp->n_head * L->head_dim, kvd = hp->n_kv_head * L->head_dim, has_kv = L->kv_layer == l;
+    int rc, qd = hp->n_head * L->head_dim, kvd = L->n_kv_head * L->head_dim, has_kv = L->kv_layer == l;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
     if ((rc = load_weight(m, T("attn_q.weight"), qd, hp->n_embd, &L->wq, err, errlen)) ||
         (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, qd, &L->wo, err, errlen)) ||
@@ -546,7 +576,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
-        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe && !is_gptoss))) {
+        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe && !is_gptoss && !is_gemma4))) {
         kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
@@ -779,6 +809,11 @@ output:
     int kv_dim = hp->n_kv_head * hp->head_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         struct kvfs_layer_weights *L = &m->layers[l];
+        L->n_ff = hp->n_ff;
+        L->n_kv_head = hp->n_kv_head;
+        /* gemma4: its own width (gemma4_hparams has checked the counts) */
+        if (is_gemma4 && (rc = layer_count(m->gguf, hp->arch, "feed_forward_length", l, &L->n_ff)))
+            goto fail;
         /* deepseek2: its leading layers dense */
         int moe_layer = hp->n_expert && l >= hp->n_dense_lead;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
@@ -821,11 +856,11 @@ output:
               (rc = load_weight_part(m, T("ffn_up.weight"), hp->n_ff, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_up,
                                      err, errlen)))) ||
             (!is_phi3 && !moe_layer &&
-             (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
+             (rc = load_weight(m, T("ffn_gate.weight"), L->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
             (!is_phi3 && !moe_layer &&
-             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
+             (rc = load_weight(m, T("ffn_up.weight"), L->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
             (!moe_layer &&
-             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
+             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, L->n_ff, &L->w_down, err, errlen))))
             goto fail;
         /* qwen3moe: the router, and the experts one weight each so that a
          * routed row meets the same products a dense FFN's row would */
@@ -890,9 +925,13 @@ output:
             L->head_dim = local ? head_swa : head_full;
             L->rope_dim = local ? rope_swa : hp->rope_dim;
             L->rope_freqs = local ? NULL : m->rope_freqs;
+            snprintf(name, sizeof(name), "%s.attention.head_count_kv", hp->arch);
+            if (kvfs_gguf_find(m->gguf, name))
+                layer_count(m->gguf, hp->arch, "attention.head_count_kv", l, &L->n_kv_head);
             if (l >= n_kv_layers) {
                 int src_local = 0;
                 L->kv_layer = n_kv_layers - (local ? 2 : 1);
+                L->n_kv_head = m->layers[L->kv_layer].n_kv_head; /* the cache it reads has its source's heads */
                 swa_layer(m->gguf, hp->arch, L->kv_layer, 0, &src_local);
                 if (src_local != local) {
                     rc = kvfs_errf(err, errlen, -EINVAL, "%s: shared-KV layer %d (%s) would read layer %d's cache "

@@ -60,8 +60,8 @@ struct kvfs_hparams {
     float moe_scale;                    /* the weights times this; 0 or 1: none */
     int n_group, n_group_used;          /* deepseek2 (V3): experts chosen from the best groups only; 0: no groups */
     float mla_rope_mscale;              /* deepseek2's YaRN: the rotated parts of Q and K times this; 0: none */
-    /* gemma4: head_dim (and q_dim) are the widest layer's, each layer has
-     * its own (kvfs_layer_weights.head_dim); V RMS-normed per head without
+    /* gemma4: head_dim (and q_dim), n_kv_head and n_ff are the largest
+     * layer's, each layer has its own (kvfs_layer_weights); V RMS-normed per head without
      * a weight; n_ple the width of each layer's per-layer embedding (0:
      * none) */
     int v_norm, n_ple;
@@ -107,6 +107,7 @@ struct kvfs_layer_weights {
      * layer whose cache it attends over (itself but for gemma4's shared-KV
      * layers, which compute no K/V) */
     int head_dim, rope_dim, kv_layer;
+    int n_kv_head, n_ff; /* hp's but for gemma4's per-layer counts (a shared-KV layer: its source's heads) */
     const float *rope_freqs;
     /* gemma4's per-layer embedding: gelu(ple_gate . x) times this layer's
      * input, through ple_proj and RMSNorm ple_post_norm, added to x; then

@@ -353,12 +353,13 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
         if (rc)
             return rc;
     }
-    /* gemma4's per-layer head counts and FFN widths (llama.cpp reads arrays) */
+    /* per-layer counts (llama.cpp reads arrays for any family): gemma4's
+     * KV heads and FFN widths are computed, query heads per layer nowhere */
     static const char *const per_layer[] = {"attention.head_count", "attention.head_count_kv", "feed_forward_length"};
     for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, per_layer[i]);
         const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, key);
-        if (kv && kv->type == KVFS_GGUF_ARRAY)
+        if (kv && kv->type == KVFS_GGUF_ARRAY && (i == 0 || strcmp(arch, "gemma4")))
             return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s per layer (an array) is not supported yet", path, key);
     }
     /* granite: rope.scaling.finetuned false switches RoPE off */

@@ -61,6 +61,12 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
      * them (shared KV; on an even count of 4 or more), per-layer embeddings
      * (PLE) of n_embd / 4 per layer */
     int g4_shared = gemma4 && o->n_layer >= 4 && o->n_layer % 2 == 0 ? 2 : 0, ple = o->n_embd / 4;
+    /* gemma4: per-layer counts as E2B's and 31B's files give them: the
+     * shared-KV layers' FFN twice as wide (use_double_wide_mlp), the global
+     * layers with half the KV heads where that divides */
+    int g4_kvh_global = o->n_kv_head % 2 == 0 ? o->n_kv_head / 2 : o->n_kv_head;
+#define g4_ff(l) (gemma4 && (l) >= o->n_layer - g4_shared ? 2 * o->n_ff : o->n_ff)
+#define g4_kvh(l) (gemma4 && (l) % 2 ? g4_kvh_global : o->n_kv_head)
     /* deepseek2 (MLA): heads of n_embd / n_head split in a non-rotated half
      * and a rotated quarter for Q.K, half of it for V; a latent of n_embd /
      * 4 (+ the rotated key part) per token; DeepSeek-V2-Lite's layout (no Q
@@ -75,9 +81,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("block_count"), (uint32_t)o->n_layer);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->n_embd);
-    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
+    if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_head);
-    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
+    if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -148,6 +154,18 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.shared_kv_layers"), (uint32_t)g4_shared);
     if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length_per_layer_input"), (uint32_t)ple);
     if (gemma4 && !rc) rc = kvfs_gguf_add_f32(w, KEY("final_logit_softcapping"), 15.0f);
+    if (gemma4 && !rc) {
+        int32_t *ff = calloc((size_t)o->n_layer, sizeof(int32_t)), *kvh = calloc((size_t)o->n_layer, sizeof(int32_t));
+        for (int l = 0; ff && kvh && l < o->n_layer; l++) {
+            ff[l] = g4_ff(l);
+            kvh[l] = g4_kvh(l);
+        }
+        rc = ff && kvh ? kvfs_gguf_add_i32_array(w, KEY("feed_forward_length"), ff, (uint64_t)o->n_layer) : -ENOMEM;
+        if (!rc)
+            rc = kvfs_gguf_add_i32_array(w, KEY("attention.head_count_kv"), kvh, (uint64_t)o->n_layer);
+        free(ff);
+        free(kvh);
+    }
     if (gemma4 && !rc) {
         uint8_t *swa = calloc((size_t)o->n_layer, 1);
         if (!swa)
@@ -231,7 +249,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         } else if (gemma4) { /* local layers' heads half as wide; the shared-KV layers without K and V */
             int hd = l % 2 == 0 ? head_dim / 2 : head_dim, has_kv = l < o->n_layer - g4_shared;
             qd = hd * o->n_head;
-            kv = hd * o->n_kv_head;
+            kv = hd * g4_kvh(l);
             if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
             if (has_kv && !rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
             if (has_kv && !rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
@@ -283,10 +301,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         } else if (phi3) {
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
         } else {
-            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
-            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, g4_ff(l), 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, g4_ff(l), 4.0f * sc * 8, 0, &s);
         }
-        if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), g4_ff(l), o->n_embd, 4.0f * sc * 4, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
@@ -302,6 +320,8 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T
     }
+#undef g4_ff
+#undef g4_kvh
     if (!rc)
         rc = kvfs_gguf_write_file(w, path);
 out:

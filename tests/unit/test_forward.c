@@ -457,7 +457,7 @@ static void check_model(const char *arch, const char *path)
 }
 
 /* gemma4 (synthetic, 6 layers): local layers' heads half the global ones'
- * width; the last two layers reading layers 2 and 3's cache (the same
+ * width, the global layers with half the KV heads; the last two layers reading layers 2 and 3's cache (the same
  * buffers, not copies), computing no K/V; frequency factors on the global
  * layers only; per-layer embeddings.  Decoding token by token gives the
  * prefill's logits (the per-layer inputs and shared caches of one row at a
@@ -475,6 +475,7 @@ static void check_gemma4(const char *path)
         return;
     }
     CHECK(m->hp.head_dim == 32 && m->hp.q_dim == 128 && m->hp.n_ple == 16 && m->hp.v_norm);
+    CHECK(m->hp.n_kv_head == 2 && m->hp.n_ff == 256); /* the largest, for buffers */
     CHECK(m->hp.attn_scale == 1.0f && !m->hp.scale_q && m->hp.logit_softcap == 15.0f);
     for (int l = 0; l < 6; l++) {
         const struct kvfs_layer_weights *L = &m->layers[l];
@@ -484,6 +485,8 @@ static void check_gemma4(const char *path)
         CHECK_EQ(L->window, local ? 8 : 0);
         CHECK((L->rope_freqs != NULL) == !local);
         CHECK_EQ(L->kv_layer, l < 4 ? l : l - 2);
+        CHECK_EQ(L->n_kv_head, local ? 2 : 1); /* the global layers' KV heads halved; the shared ones' sources' */
+        CHECK_EQ(L->n_ff, l < 4 ? 128 : 256);  /* the shared-KV layers' FFN twice as wide */
         CHECK((L->wk != NULL) == (l < 4));
         CHECK(L->ple_gate && L->ple_proj && L->ple_post_norm && L->out_scale != 0.0f);
     }

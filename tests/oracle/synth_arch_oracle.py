@@ -16,14 +16,14 @@ import llama_cpp
 
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'granite', 'smollm3', 'olmo2',
                           'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3']
-# gemma4 (6 layers: local layers with heads of 32, global of 64, two
-# shared-KV layers reading layers 2 and 3, per-layer embeddings of 64):
-# measured F32 0.0017, Q8_0 0.048, Q4_K_M 0.049 in the full list (seed 16;
-# alone, seed 11: 0.0011, 0.070, 0.10) (2026-11-28); alone, left out, the
-# per-layer embeddings move the F32 log-probs by 3.3, V's norm by 0.20, the
-# layer output scales by 0.54, the unscaled attention (1/sqrt(d) instead)
-# by 3.0, the frequency factors kept off the local layers by 0.87 (applied
-# to them too), the shared layers' source (layers 0 and 1 instead) by 2.5
+# gemma4 (6 layers: local layers with heads of 32 and 2 KV heads, global
+# ones with heads of 64 and 1 KV head, two shared-KV layers reading layers 2
+# and 3 with an FFN twice as wide, per-layer embeddings of 64): alone (seed
+# 11) F32 0.0009, Q8_0 0.077, Q4_K_M 0.17 (2026-11-28); left out, the
+# per-layer embeddings move the F32 log-probs by 2.5, V's norm by 0.18, the
+# layer output scales by 1.07, the unscaled attention (1/sqrt(d) instead) by
+# 1.7, the frequency factors kept off the local layers by 1.1 (applied to
+# them too), the shared layers' source (layers 0 and 1 instead) by 2.0
 # qwen3moe, gpt-oss: mkmodel's 8 experts, 2 routed, of width 64; gpt-oss's
 # sinks, its clamped SwiGLU's clamp, its window (8) and its YaRN (factor 32)
 # all move the log-probs past MAX_DLOGP_F32 when left out (0.8, 2.0, 1.8,

@@ -645,8 +645,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gptoss || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3 ||
-                             is_gemma4
+    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gptoss || is_gemma2 || is_gemma3 || is_gemma4 ||
+                             is_olmo2 || is_phi3
                          ? KVFS_ROPE_STYLE_NEOX
                          : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
@@ -694,7 +694,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
-    if (is_gemma4 && (rc = gemma4_hparams(path, m->gguf, hp, &head_full, &head_swa, &rope_swa, &n_kv_layers, err, errlen)))
+    if (is_gemma4 &&
+        (rc = gemma4_hparams(path, m->gguf, hp, &head_full, &head_swa, &rope_swa, &n_kv_layers, err, errlen)))
         goto fail;
     if (is_gemma2) { /* llama.cpp's models/gemma2.cpp, its defaults where the file is silent */
         hp->embd_scale = sqrtf((float)hp->n_embd);
@@ -763,7 +764,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,
                        "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "
-                       "attn_mass_sinks, swiglu_oai; deepseek2, gemma4: the CPU backend only, not checked on others yet)",
+                       "attn_mass_sinks, swiglu_oai; deepseek2, gemma4: the CPU backend only, not checked on others "
+                       "yet)",
                        path, be->name, hp->arch);
         goto fail;
     }

@@ -45,7 +45,8 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, gemma4, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path, arch);
+                     "gemma3, gemma4, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path,
+                     arch);
 }
 
 const char *kvfs_arch_chunk_refusal(const char *arch)

@@ -109,6 +109,8 @@ static int load_models(struct kvfs_blend_service *svc, const char *paths, const 
         if ((rc = kvfs_model_load(p, backend, 0, &lm.m, why, sizeof(why))) ||
             (rc = kvfs_tokenizer_load(lm.m->gguf, &lm.tok, why, sizeof(why)))) {
             kvfs_errf(err, errlen, rc, "cannot load model %s: %s", p, why[0] ? why : strerror(-rc));
+        } else if (kvfs_model_chunk_refusal(lm.m)) {
+            rc = kvfs_errf(err, errlen, -ENOTSUP, "model %s: %s", p, kvfs_model_chunk_refusal(lm.m));
         } else if ((rc = kvfs_blend_selftest(lm.m))) {
             kvfs_errf(err, errlen, rc, "model %s fails the RoPE re-rotation self-test; refusing it", p);
         } else {

@@ -95,6 +95,12 @@ static int blend_local(const struct blend_args *a, int n, char **files)
     struct kvfs_tokenizer *tok;
     if (tool_load_model(a->model, "cpu", 0, &m, &tok))
         return 1;
+    if (kvfs_model_chunk_refusal(m)) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", a->model, kvfs_model_chunk_refusal(m));
+        kvfs_tokenizer_free(tok);
+        kvfs_model_free(m);
+        return 1;
+    }
     int ret = 1, rc;
     uint8_t *imgs[KVFS_BLEND_MAX_CHUNKS] = {0};
     struct kvfs_blend_chunk ch[KVFS_BLEND_MAX_CHUNKS];

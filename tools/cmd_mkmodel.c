@@ -9,7 +9,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|granite|smollm3|olmo2|phi3|mistral3|\n"
+    fprintf(f, "usage: kvfsctl mkmodel -o FILE [--arch llama|qwen2|qwen3|gemma2|gemma3|gemma4|granite|smollm3|olmo2|phi3|mistral3|\n"
                "                                qwen3moe|gpt-oss|deepseek2] [--layers N] [--embd N] [--heads N]\n"
                "                        [--kv-heads N] [--ff N] [--seed N]\n"
                "                        [--experts N] [--experts-used N] [--expert-ff N] [--mla-v3]\n"
@@ -37,7 +37,7 @@ int cmd_mkmodel(int argc, char **argv)
         return rc;
     o.seed = (uint32_t)seed;
     if (!out || (strcmp(o.arch, "llama") && strcmp(o.arch, "qwen2") && strcmp(o.arch, "qwen3") &&
-                 strcmp(o.arch, "gemma3") && strcmp(o.arch, "granite") && strcmp(o.arch, "smollm3") && strcmp(o.arch, "olmo2") &&
+                 strcmp(o.arch, "gemma3") && strcmp(o.arch, "gemma4") && strcmp(o.arch, "granite") && strcmp(o.arch, "smollm3") && strcmp(o.arch, "olmo2") &&
                  strcmp(o.arch, "phi3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "mistral3") &&
                  strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "gpt-oss") && strcmp(o.arch, "deepseek2")) ||
         o.n_expert < 0 || o.n_expert_used < 0 || o.n_ff_exp < 0 ||

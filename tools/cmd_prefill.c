@@ -110,6 +110,12 @@ int cmd_prefill(int argc, char **argv)
     struct kvfs_tokenizer *tok;
     if (tool_load_model(model, backend, threads, &m, &tok))
         return 1;
+    if (kvfs_model_chunk_refusal(m)) {
+        fprintf(stderr, "kvfsctl prefill: %s: %s\n", model, kvfs_model_chunk_refusal(m));
+        kvfs_tokenizer_free(tok);
+        kvfs_model_free(m);
+        return 1;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     int ret = 1;

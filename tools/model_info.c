@@ -64,7 +64,7 @@ int tool_model_info(const char *path, int json)
         is_mla = !kvfs_gguf_get_u32(g, key, &mla[i]);
     }
     uint64_t row = (uint64_t)mla[0] + mla[1], full = (uint64_t)mla[2] * (mla[3] + mla[4]);
-    const char *why = ok ? "" : err;
+    const char *why = ok ? "" : err, *no_chunks = ok ? kvfs_arch_chunk_refusal(arch) : NULL;
     if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
         why += strlen(path) + 2;
     if (json) {
@@ -76,6 +76,11 @@ int tool_model_info(const char *path, int json)
                (unsigned long long)g->n_tensors, ok ? "true" : "false");
         json_text(why);
         printf("\"");
+        if (no_chunks) {
+            printf(", \"chunks\": false, \"chunks_reason\": \"");
+            json_text(no_chunks);
+            printf("\"");
+        }
         if (is_mla)
             printf(", \"kv_values_per_token_layer\": %llu, \"full_kv_values_per_token_layer\": %llu",
                    (unsigned long long)row, (unsigned long long)full);
@@ -89,6 +94,8 @@ int tool_model_info(const char *path, int json)
                 first = 0;
             }
         printf(")\nsupported:   %s%s\n", ok ? "yes" : "no: ", why);
+        if (no_chunks)
+            printf("chunks:      no: %s\n", no_chunks);
         if (is_mla)
             printf("kv cache:    latent attention: %llu values per token and layer (%u rotated + %u latent, f16 %llu "
                    "bytes); the full K/V of %u heads would be %llu (%u x (%u + %u), f16 %llu bytes): %.1f%%\n",

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "kvquant.h"
+#include "log.h"
+#include "model_check.h" /* kvfs_arch_chunk_refusal */
 
 #define BE(m) ((m)->be.iface)
 #define CTX(m) ((m)->be.ctx)
@@ -24,9 +26,16 @@ int kvfs_kv_cache_init(const struct kvfs_model *m, int cap, struct kvfs_kv_cache
     if (!c->k || !c->v || !c->host_pos)
         goto fail;
     size_t bytes = sizeof(float) * (size_t)cap * c->kv_dim;
-    for (int l = 0; l < c->n_layer; l++)
+    for (int l = 0; l < c->n_layer; l++) {
+        int src = m->layers[l].kv_layer; /* gemma4's shared-KV layers: their source's buffers, not a copy */
+        if (src != l) {
+            c->k[l] = c->k[src];
+            c->v[l] = c->v[src];
+            continue;
+        }
         if (BE(m)->alloc(CTX(m), bytes, (void **)&c->k[l]) || BE(m)->alloc(CTX(m), bytes, (void **)&c->v[l]))
             goto fail;
+    }
     if (BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)cap, (void **)&c->pos))
         goto fail;
     return 0;
@@ -38,9 +47,11 @@ fail:
 void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c)
 {
     for (int l = 0; c->k && l < c->n_layer; l++)
-        BE(m)->free(CTX(m), c->k[l]);
+        if (m->layers[l].kv_layer == l)
+            BE(m)->free(CTX(m), c->k[l]);
     for (int l = 0; c->v && l < c->n_layer; l++)
-        BE(m)->free(CTX(m), c->v[l]);
+        if (m->layers[l].kv_layer == l)
+            BE(m)->free(CTX(m), c->v[l]);
     if (c->pos)
         BE(m)->free(CTX(m), c->pos);
     free(c->k);
@@ -51,7 +62,7 @@ void kvfs_kv_cache_free(const struct kvfs_model *m, struct kvfs_kv_cache *c)
 
 void kvfs_work_free(const struct kvfs_model *m, struct kvfs_work *w)
 {
-    void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->aq, w->gate, w->up, w->ids, w->pos};
+    void *bufs[] = {w->x, w->xn, w->q, w->k, w->v, w->att, w->o, w->aq, w->gate, w->up, w->ids, w->pos, w->ple};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             BE(m)->free(CTX(m), bufs[i]);
@@ -62,6 +73,7 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
     const struct kvfs_hparams *hp = &m->hp;
     size_t e = sizeof(float) * (size_t)n * hp->n_embd, kv = sizeof(float) * (size_t)n * hp->n_kv_head * hp->head_dim,
            ff = sizeof(float) * (size_t)n * (hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp),
+           ple = sizeof(float) * (size_t)n * hp->n_layer * hp->n_ple,
            qd = sizeof(float) * (size_t)n * hp->q_dim;
     memset(w, 0, sizeof(*w));
     int rc = BE(m)->alloc(CTX(m), e, (void **)&w->x);
@@ -72,10 +84,13 @@ int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w)
     if (!rc) rc = BE(m)->alloc(CTX(m), qd, (void **)&w->att);
     if (!rc) rc = BE(m)->alloc(CTX(m), e, (void **)&w->o);
     if (!rc) rc = BE(m)->alloc(CTX(m), e > qd ? e : qd, (void **)&w->aq); /* inputs of q..o quantized */
+    if (ff < sizeof(float) * (size_t)n * hp->n_ple) /* gemma4's per-layer embedding gate */
+        ff = sizeof(float) * (size_t)n * hp->n_ple;
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->gate);
     if (!rc) rc = BE(m)->alloc(CTX(m), ff, (void **)&w->up);
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->ids);
     if (!rc) rc = BE(m)->alloc(CTX(m), sizeof(int32_t) * (size_t)n, (void **)&w->pos);
+    if (!rc && ple) rc = BE(m)->alloc(CTX(m), ple, (void **)&w->ple);
     if (rc)
         kvfs_work_free(m, w);
     return rc;
@@ -274,40 +289,48 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     const struct kvfs_layer_weights *L = &m->layers[l];
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int rc, E = hp->n_embd, kv_dim = hp->n_kv_head * hp->head_dim;
+    /* the layer's own head width (gemma4's local layers: narrower); a
+     * shared-KV layer (gemma4) computes Q alone */
+    int rc, E = hp->n_embd, D = L->head_dim, R = L->rope_dim, KH = L->n_kv_head, q_dim = hp->n_head * D;
+    int kv_dim = KH * D;
+    int kv = L->kv_layer == l;
     if (hp->mla_rank)
         return mla_qkv(m, L, w, n);
     if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
                            : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
-        (rc = kvfs_linear(m, L->wk, L->bk, L->act_q[1], w->xn, w->aq, w->k, n, E)) ||
-        (rc = kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)))
+        (kv && (rc = kvfs_linear(m, L->wk, L->bk, L->act_q[1], w->xn, w->aq, w->k, n, E))) ||
+        /* gemma4 without attn_v: K's projection is V too (before K's norm) */
+        (kv && (rc = L->wv ? kvfs_linear(m, L->wv, L->bv, L->act_q[2], w->xn, w->aq, w->v, n, E)
+                           : be->copy(ctx, w->v, w->k, sizeof(float) * (size_t)n * kv_dim))))
         return rc;
     /* gemma3: each head normalized before RoPE */
     if (L->attn_q_norm && hp->qk_norm_full && /* olmo2: across the heads */
-        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n, hp->q_dim, hp->rms_eps)) ||
+        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n, q_dim, hp->rms_eps)) ||
          (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n, kv_dim, hp->rms_eps))))
         return rc;
     if (L->attn_q_norm && !hp->qk_norm_full &&
-        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, hp->head_dim, hp->rms_eps)) ||
-         (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * hp->n_kv_head, hp->head_dim, hp->rms_eps))))
+        ((rc = be->rmsnorm(ctx, w->q, L->attn_q_norm, w->q, n * hp->n_head, D, hp->rms_eps)) ||
+         (kv && (rc = be->rmsnorm(ctx, w->k, L->attn_k_norm, w->k, n * KH, D, hp->rms_eps)))))
+        return rc;
+    /* gemma4: each V head RMS-normed, no weight */
+    if (kv && hp->v_norm && (rc = be->rmsnorm(ctx, w->v, m->ones, w->v, n * KH, D, hp->rms_eps)))
         return rc;
     if ((!L->no_rope &&
-         ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, hp->head_dim, hp->rope_dim, L->rope_theta, hp->rope_style,
-                         m->rope_freqs)) ||
-          (rc = be->rope(ctx, w->k, w->pos, n, hp->n_kv_head, hp->head_dim, hp->rope_dim, L->rope_theta,
-                         hp->rope_style, m->rope_freqs)))) ||
-        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * hp->q_dim))) ||
+         ((rc = be->rope(ctx, w->q, w->pos, n, hp->n_head, D, R, L->rope_theta, hp->rope_style, L->rope_freqs)) ||
+          (kv && (rc = be->rope(ctx, w->k, w->pos, n, KH, D, R, L->rope_theta, hp->rope_style,
+                                L->rope_freqs))))) ||
+        (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * q_dim))) ||
         /* gpt-oss's YaRN: ggml's cos and sin carry a magnitude (RoPE on every dim there) */
         (hp->rope_mscale != 0.0f && hp->rope_mscale != 1.0f &&
-         ((rc = be->scale(ctx, w->q, hp->rope_mscale, w->q, (size_t)n * hp->q_dim)) ||
+         ((rc = be->scale(ctx, w->q, hp->rope_mscale, w->q, (size_t)n * q_dim)) ||
           (rc = be->scale(ctx, w->k, hp->rope_mscale, w->k, (size_t)n * kv_dim)))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */
-    if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * kv_dim)) ||
-                           (rc = be->round_f16(ctx, w->v, (size_t)n * kv_dim)) ||
-                           (rc = be->round_f16(ctx, w->q, (size_t)n * hp->q_dim))))
+    if (m->ggml_compat && ((kv && (rc = be->round_f16(ctx, w->k, (size_t)n * kv_dim))) ||
+                           (kv && (rc = be->round_f16(ctx, w->v, (size_t)n * kv_dim))) ||
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * q_dim))))
         return rc;
     return 0;
 }
@@ -501,6 +524,66 @@ out:
     return rc;
 }
 
+/* gemma4's per-layer inputs, llama.cpp's build_inp_per_layer and
+ * project_per_layer_inputs: the rows' entries of the per-layer table times
+ * sqrt(n_ple), plus the scaled embeddings projected (times 1/sqrt(n_embd),
+ * RMS-normed in pieces of n_ple), times 1/sqrt(2); laid out a layer at a
+ * time ([n_layer][n][n_ple], llama.cpp's permute) */
+int kvfs_ple_inputs(const struct kvfs_model *m, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int P = hp->n_ple, W = hp->n_layer * P, rc;
+    if (!P)
+        return 0;
+    if (!w->ple)
+        return -EINVAL;
+    float *tok = NULL, *proj = NULL;
+    size_t all = (size_t)n * W;
+    if ((rc = be->alloc(ctx, sizeof(float) * all, (void **)&tok)) ||
+        (rc = be->alloc(ctx, sizeof(float) * all, (void **)&proj)))
+        goto out;
+    if ((rc = m->ple_tok_w ? be->weight_rows(ctx, m->ple_tok_w, w->ids, tok, n)
+                           : be->get_rows(ctx, m->ple_tok, w->ids, tok, n, W)) ||
+        (rc = be->scale(ctx, tok, sqrtf((float)P), tok, all)) ||
+        (rc = kvfs_linear(m, m->ple_model_proj, NULL, m->ple_proj_act_q, w->x, w->aq, proj, n, hp->n_embd)) ||
+        (rc = be->scale(ctx, proj, 1.0f / sqrtf((float)hp->n_embd), proj, all)) ||
+        (rc = be->rmsnorm(ctx, proj, m->ple_proj_norm, proj, n * hp->n_layer, P, hp->rms_eps)) ||
+        (rc = be->add(ctx, proj, tok, proj, all)) ||
+        (rc = be->scale(ctx, proj, 1.0f / sqrtf(2.0f), proj, all)))
+        goto out;
+    for (int l = 0; l < hp->n_layer && !rc; l++)
+        rc = strided_copy(m, w->ple + (size_t)l * n * P, P, proj + (size_t)l * P, W, n, P);
+    if (!rc)
+        rc = be->synchronize(ctx); /* tok and proj are freed at once */
+out:
+    if (tok)
+        be->free(ctx, tok);
+    if (proj)
+        be->free(ctx, proj);
+    return rc;
+}
+
+/* gemma4, after a layer's FFN: x += RMSNorm(ple_proj . (gelu(ple_gate . x)
+ * * this layer's per-layer input)) */
+static int ple_add(const struct kvfs_model *m, int l, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int rc, E = hp->n_embd, P = hp->n_ple;
+    if (!w->ple) /* only a forward from token ids has them (kvfs_ple_inputs) */
+        return -ENOTSUP;
+    if ((rc = kvfs_linear(m, L->ple_gate, NULL, L->act_q_ple[0], w->x, w->aq, w->gate, n, E)) ||
+        (rc = be->geglu(ctx, w->gate, w->ple + (size_t)l * n * P, w->gate, (size_t)n * P)) ||
+        (rc = kvfs_linear(m, L->ple_proj, NULL, L->act_q_ple[1], w->gate, w->aq, w->o, n, P)) ||
+        (rc = be->rmsnorm(ctx, w->o, L->ple_post_norm, w->o, n, E, hp->rms_eps)))
+        return rc;
+    return be->add(ctx, w->x, w->o, w->x, (size_t)n * E);
+}
+
 int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, const struct kvfs_kv_cache *c,
                       int n_ctx)
 {
@@ -517,13 +600,13 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
         return rc;
     if (hp->mla_rank)
         goto ffn;
-    if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
-                                                  hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
+    int kl = L->kv_layer, D = L->head_dim; /* gemma4: a shared-KV layer attends over its source's cache */
+    if ((rc = L->attn_sinks ? be->attention_sinks(ctx, w->q, w->pos, n, c->k[kl], c->v[kl], c->pos, n_ctx,
+                                                  hp->n_head, L->n_kv_head, D, scale, L->window, hp->attn_softcap,
                                                   L->attn_sinks, w->att)
-                            : be->attention(ctx, w->q, w->pos, n, c->k[l], c->v[l], c->pos, n_ctx, hp->n_head,
-                                            hp->n_kv_head, hp->head_dim, scale, L->window, hp->attn_softcap,
-                                            w->att)) ||
-        (rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], w->att, w->aq, w->o, n, hp->q_dim)) ||
+                            : be->attention(ctx, w->q, w->pos, n, c->k[kl], c->v[kl], c->pos, n_ctx, hp->n_head,
+                                            L->n_kv_head, D, scale, L->window, hp->attn_softcap, w->att)) ||
+        (rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], w->att, w->aq, w->o, n, hp->n_head * D)) ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
@@ -550,15 +633,19 @@ ffn:
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
     if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
         (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
-        (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * hp->n_ff)))
+        (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * L->n_ff)))
         return rc;
     /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
-    if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, hp->n_ff, L->act_q[6])))
+    if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, L->n_ff, L->act_q[6])))
         return rc;
     if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
         (L->ffn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->ffn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)))
+        return rc;
+    if (L->ple_gate && (rc = ple_add(m, l, w, n)))
+        return rc;
+    if (L->out_scale != 0.0f && (rc = be->scale(ctx, w->x, L->out_scale, w->x, e)))
         return rc;
     return 0;
 }
@@ -567,10 +654,12 @@ ffn:
 static int layer_forward(const struct kvfs_model *m, int l, struct kvfs_work *w, int n, struct kvfs_kv_cache *c, int at)
 {
     const struct kvfs_backend_iface *be = BE(m);
-    int kv_dim = c->kv_dim, rc;
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    /* rows at the layer's own width (gemma4); a shared-KV layer stores none */
+    int kv_dim = m->hp.mla_rank ? c->kv_dim : L->n_kv_head * L->head_dim, kv = L->kv_layer == l, rc;
     if ((rc = kvfs_layer_qkv(m, l, w, n)) ||
-        (rc = be->copy(CTX(m), c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim)) ||
-        (rc = be->copy(CTX(m), c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim)))
+        (kv && (rc = be->copy(CTX(m), c->k[l] + (size_t)at * kv_dim, w->k, sizeof(float) * (size_t)n * kv_dim))) ||
+        (kv && (rc = be->copy(CTX(m), c->v[l] + (size_t)at * kv_dim, w->v, sizeof(float) * (size_t)n * kv_dim))))
         return rc;
     return kvfs_layer_finish(m, l, w, n, c, at + n);
 }
@@ -624,7 +713,7 @@ int kvfs_forward(const struct kvfs_model *m, struct kvfs_kv_cache *c, const int3
     if ((rc = be->upload(CTX(m), w.ids, tokens, sizeof(int32_t) * (size_t)n)) ||
         (rc = be->upload(CTX(m), w.pos, pos, sizeof(int32_t) * (size_t)n)) ||
         (rc = be->upload(CTX(m), c->pos + at, pos, sizeof(int32_t) * (size_t)n)) ||
-        (rc = kvfs_embed(m, w.ids, w.x, n)))
+        (rc = kvfs_embed(m, w.ids, w.x, n)) || (rc = kvfs_ple_inputs(m, &w, n)))
         goto out;
     for (int l = 0; l < hp->n_layer; l++)
         if ((rc = layer_forward(m, l, &w, n, c, at)))
@@ -640,10 +729,27 @@ out:
     return rc;
 }
 
+const char *kvfs_model_chunk_refusal(const struct kvfs_model *m)
+{
+    const char *why = kvfs_arch_chunk_refusal(m->hp.arch);
+    if (why)
+        return why;
+    /* kvfs(5): one head width and one cached layer per model layer, and a
+     * blend recomputes rows from their embeddings alone */
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].n_kv_head != m->hp.n_kv_head ||
+            m->layers[l].kv_layer != l || m->hp.n_ple)
+            return "layers of different KV shapes or per-layer embeddings cannot be stored in kvfs chunk files yet";
+    return NULL;
+}
+
 int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
                              char *err, size_t errlen)
 {
     struct kvfs_header h;
+    const char *why = kvfs_model_chunk_refusal(m);
+    if (why)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s", why);
     int rc = kvfs_file_verify(image, len, &h, err, errlen);
     if (rc)
         return rc;
@@ -718,6 +824,8 @@ int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c
                              int layer, const void *data)
 {
     size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
+    if (kvfs_model_chunk_refusal(m))
+        return -ENOTSUP;
     if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
         return -ERANGE;
     int codec = kvfs_dtype_quantized(h->dtype);
@@ -753,6 +861,11 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
 {
     if (first < 0 || count <= 0 || first + count > c->n)
         return -EINVAL;
+    const char *why = kvfs_model_chunk_refusal(m);
+    if (why) {
+        kvfs_log(KVFS_LOG_ERR, "%s", why);
+        return -ENOTSUP;
+    }
     /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA chunks) */
     int k_only = m->hp.mla_rank > 0;
     int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags | (k_only ? KVFS_FLAG_V_FROM_K : 0),

@@ -12,7 +12,8 @@
 #include "model.h"
 
 struct kvfs_kv_cache {
-    int n_layer, kv_dim;  /* kv_dim = n_kv_head * head_dim */
+    int n_layer, kv_dim;  /* kv_dim = n_kv_head * head_dim (gemma4: the widest layer's; each layer's rows are
+                           * packed at its own width, and a shared-KV layer's buffers are its source's) */
     int cap, n;           /* rows allocated, rows used */
     float **k, **v;       /* per layer: device [cap][kv_dim] */
     int32_t *pos;         /* device [cap] */
@@ -58,6 +59,7 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
 struct kvfs_work { /* device buffers for up to n rows */
     float *x, *xn, *q, *k, *v, *att, *o, *aq, *gate, *up;
     int32_t *ids, *pos;
+    float *ple; /* gemma4: the rows' per-layer inputs [n_layer][n][n_ple] (kvfs_ple_inputs), else NULL */
 };
 int kvfs_work_alloc(const struct kvfs_model *m, int n, struct kvfs_work *w);
 void kvfs_work_free(const struct kvfs_model *m, struct kvfs_work *w);
@@ -73,6 +75,11 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
                       int n_ctx);
 /* x[i] = the embedding of token ids[i] (device int32), i < n. */
 int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n);
+/* gemma4: w->ple from the n rows' ids (w->ids) and embeddings (w->x, after
+ * kvfs_embed), as llama.cpp's project_per_layer_inputs; 0 without PLE. */
+int kvfs_ple_inputs(const struct kvfs_model *m, struct kvfs_work *w, int n);
+/* Why chunk files cannot hold this model's cache (NULL: they can). */
+const char *kvfs_model_chunk_refusal(const struct kvfs_model *m);
 /* Logits (host) of row `row` of w->x. */
 int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row, float *logits);
 

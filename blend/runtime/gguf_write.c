@@ -129,6 +129,15 @@ int kvfs_gguf_add_i32_array(struct kvfs_gguf_writer *w, const char *k, const int
     return w->kv.err;
 }
 
+int kvfs_gguf_add_bool_array(struct kvfs_gguf_writer *w, const char *k, const uint8_t *v, uint64_t n)
+{
+    key(w, k, KVFS_GGUF_ARRAY);
+    put_u32(&w->kv, KVFS_GGUF_BOOL);
+    put_u64(&w->kv, n);
+    put(&w->kv, v, n);
+    return w->kv.err;
+}
+
 int kvfs_gguf_add_f32_array(struct kvfs_gguf_writer *w, const char *k, const float *v, uint64_t n)
 {
     key(w, k, KVFS_GGUF_ARRAY);

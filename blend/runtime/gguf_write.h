@@ -14,6 +14,7 @@ int kvfs_gguf_add_f32(struct kvfs_gguf_writer *w, const char *key, float val);
 int kvfs_gguf_add_bool(struct kvfs_gguf_writer *w, const char *key, int val);
 int kvfs_gguf_add_str_array(struct kvfs_gguf_writer *w, const char *key, const char *const *vals, uint64_t n);
 int kvfs_gguf_add_f32_array(struct kvfs_gguf_writer *w, const char *key, const float *vals, uint64_t n);
+int kvfs_gguf_add_bool_array(struct kvfs_gguf_writer *w, const char *key, const uint8_t *vals, uint64_t n);
 int kvfs_gguf_add_i32_array(struct kvfs_gguf_writer *w, const char *key, const int32_t *vals, uint64_t n);
 /* An F32 tensor of ne0 x ne1 (ne0 fastest); data is copied. */
 int kvfs_gguf_add_tensor_f32(struct kvfs_gguf_writer *w, const char *name, uint64_t ne0, uint64_t ne1,

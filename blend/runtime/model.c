@@ -387,6 +387,166 @@ static int model_identity(const struct kvfs_gguf *g, uint8_t id[32])
     return ok ? 0 : -EIO;
 }
 
+/* layer l's count of key (llama.cpp's get_key_or_arr): element l of an
+ * array, else the one value; -EINVAL when missing or not positive */
+static int layer_count(const struct kvfs_gguf *g, const char *arch, const char *key, int l, int *out)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, k);
+    int32_t v = 0;
+    uint32_t u = 0;
+    if (kv && kv->type == KVFS_GGUF_ARRAY ? kvfs_gguf_arr_i32(kv, (uint64_t)l, &v) : kvfs_gguf_get_u32(g, k, &u))
+        return -EINVAL;
+    *out = kv && kv->type == KVFS_GGUF_ARRAY ? v : (int)u;
+    return *out > 0 ? 0 : -EINVAL;
+}
+
+/* gemma4's hyperparameters as llama.cpp's models/gemma4.cpp and
+ * load_hparams read them: heads of attention.key_length on global layers,
+ * key_length_swa on local ones (value lengths equal, llama.cpp requires it),
+ * RoPE on rope.dimension_count / dimension_count_swa of them (the latter's
+ * default the former, as llama.cpp's), a window (required) on the layers
+ * attention.sliding_window_pattern marks, their base rope.freq_base_swa
+ * (default 10000); attention unscaled (Q and K are normed), V normed too;
+ * per-layer embeddings of embedding_length_per_layer_input (required). */
+static int gemma4_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_hparams *hp, int *head_full,
+                          int *head_swa, int *rope_swa, int *n_kv_layers, char *err, size_t errlen)
+{
+    char k[128];
+    const char *a = hp->arch;
+    int v_full = hp->head_dim, v_swa, shared = 0;
+    hp_u32(g, a, "attention.value_length", &v_full, 0);
+    *head_swa = hp->head_dim;
+    hp_u32(g, a, "attention.key_length_swa", head_swa, 0);
+    v_swa = *head_swa;
+    hp_u32(g, a, "attention.value_length_swa", &v_swa, 0);
+    *rope_swa = hp->rope_dim;
+    hp_u32(g, a, "rope.dimension_count_swa", rope_swa, 0);
+    if (v_full != hp->head_dim || v_swa != *head_swa || *head_swa <= 0 || *rope_swa > *head_swa ||
+        hp->rope_dim > hp->head_dim || *rope_swa % 2 || hp->rope_dim % 2)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4's head sizes are inconsistent (key %d, value %d, RoPE %d; "
+                         "local layers: key %d, value %d, RoPE %d)", path, hp->head_dim, v_full, hp->rope_dim,
+                         *head_swa, v_swa, *rope_swa);
+    snprintf(k, sizeof(k), "%s.attention.sliding_window_pattern", a);
+    const struct kvfs_gguf_kv *pat = kvfs_gguf_find(g, k);
+    if (!pat || pat->type != KVFS_GGUF_ARRAY || pat->arr_type != KVFS_GGUF_BOOL ||
+        pat->arr_len < (uint64_t)hp->n_layer)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4 needs %s, a bool per layer", path, k);
+    if (hp_u32(g, a, "attention.sliding_window", &hp->n_swa, 1) || hp->n_swa <= 0)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4 needs %s.attention.sliding_window > 0", path, a);
+    if (hp_u32(g, a, "embedding_length_per_layer_input", &hp->n_ple, 1) || hp->n_ple < 0)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4 needs %s.embedding_length_per_layer_input", path, a);
+    /* per-layer KV heads and FFN widths (E2B: the shared-KV layers' FFN
+     * twice as wide); hp has the largest, for buffers */
+    int kvh = hp->n_kv_head;
+    hp->n_ff = 0;
+    hp->n_kv_head = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        int ff, h = kvh;
+        snprintf(k, sizeof(k), "%s.attention.head_count_kv", a);
+        if (layer_count(g, a, "feed_forward_length", l, &ff) ||
+            (kvfs_gguf_find(g, k) && layer_count(g, a, "attention.head_count_kv", l, &h)) || hp->n_head % h)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: gemma4's layer %d: bad feed_forward_length or "
+                             "attention.head_count_kv", path, l);
+        hp->n_ff = ff > hp->n_ff ? ff : hp->n_ff;
+        hp->n_kv_head = h > hp->n_kv_head ? h : hp->n_kv_head;
+    }
+    hp_u32(g, a, "attention.shared_kv_layers", &shared, 0);
+    *n_kv_layers = hp->n_layer - shared;
+    /* llama.cpp's reuse callback asserts it (llama-model.cpp) */
+    if (shared < 0 || (shared > 0 && *n_kv_layers < 2))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: %s.attention.shared_kv_layers = %d of %d layers", path, a, shared,
+                         hp->n_layer);
+    hp->rope_theta_swa = 10000.0f;
+    snprintf(k, sizeof(k), "%s.rope.freq_base_swa", a);
+    kvfs_gguf_get_f32(g, k, &hp->rope_theta_swa);
+    snprintf(k, sizeof(k), "%s.final_logit_softcapping", a);
+    kvfs_gguf_get_f32(g, k, &hp->logit_softcap);
+    if (!(hp->logit_softcap >= 0.0f))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: bad %s", path, k);
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_geglu = 1;
+    hp->attn_scale = 1.0f; /* llama.cpp: f_attention_scale = 1 */
+    hp->v_norm = 1;
+    /* buffers for the widest layer */
+    *head_full = hp->head_dim;
+    if (*head_swa > hp->head_dim)
+        hp->head_dim = *head_swa;
+    hp->q_dim = hp->n_head * hp->head_dim;
+    return 0;
+}
+
+/* gemma4's attention weights of layer l: Q, and K and V (V optional: K's
+ * projection serves as V, llama.cpp's use_alternative_attention) unless
+ * the layer reads an earlier layer's cache; per-head Q/K norms of its own
+ * width; its per-layer embedding's gate, projection and norm; its output
+ * scale (optional) */
+static int gemma4_layer(struct kvfs_model *m, int l, struct kvfs_layer_weights *L, char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    char name[128];
+    int rc, qd = hp->n_head * L->head_dim, kvd = L->n_kv_head * L->head_dim, has_kv = L->kv_layer == l;
+#define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
+    if ((rc = load_weight(m, T("attn_q.weight"), qd, hp->n_embd, &L->wq, err, errlen)) ||
+        (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, qd, &L->wo, err, errlen)) ||
+        (rc = load_vec(m, T("attn_q_norm.weight"), L->head_dim, 0, &L->attn_q_norm, err, errlen)) ||
+        (has_kv && (rc = load_weight(m, T("attn_k.weight"), kvd, hp->n_embd, &L->wk, err, errlen))) ||
+        (has_kv && kvfs_gguf_tensor(m->gguf, T("attn_v.weight")) &&
+         (rc = load_weight(m, T("attn_v.weight"), kvd, hp->n_embd, &L->wv, err, errlen))) ||
+        (has_kv && (rc = load_vec(m, T("attn_k_norm.weight"), L->head_dim, 0, &L->attn_k_norm, err, errlen))))
+        return rc;
+    if (hp->n_ple > 0 &&
+        ((rc = load_weight(m, T("inp_gate.weight"), hp->n_ple, hp->n_embd, &L->ple_gate, err, errlen)) ||
+         (rc = load_weight(m, T("proj.weight"), hp->n_embd, hp->n_ple, &L->ple_proj, err, errlen)) ||
+         (rc = load_vec(m, T("post_norm.weight"), hp->n_embd, 0, &L->ple_post_norm, err, errlen))))
+        return rc;
+    L->act_q_ple[0] = act_quant_type(m->gguf, T("inp_gate.weight"));
+    L->act_q_ple[1] = act_quant_type(m->gguf, T("proj.weight"));
+    if (kvfs_gguf_tensor(m->gguf, T("layer_output_scale.weight"))) {
+        float *f;
+        if ((rc = tensor_f32(m->gguf, name, 1, 1, &f, err, errlen)))
+            return rc;
+        L->out_scale = f[0];
+        free(f);
+    }
+#undef T
+    return 0;
+}
+
+/* gemma4's per-layer embedding table (kept encoded where the backend reads
+ * rows of it so, as token_embd), its projection and that's norm; a device
+ * vector of ones (V's weightless norm) */
+static int gemma4_globals(struct kvfs_model *m, char *err, size_t errlen)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = m->be.iface;
+    int rc, w = hp->n_layer * hp->n_ple;
+    float *f = malloc(sizeof(float) * (size_t)hp->head_dim);
+    if (!f)
+        return -ENOMEM;
+    for (int i = 0; i < hp->head_dim; i++)
+        f[i] = 1.0f;
+    rc = be->alloc(m->be.ctx, sizeof(float) * (size_t)hp->head_dim, (void **)&m->ones);
+    if (!rc)
+        rc = be->upload(m->be.ctx, m->ones, f, sizeof(float) * (size_t)hp->head_dim);
+    free(f);
+    if (rc || hp->n_ple == 0)
+        return rc;
+    const struct kvfs_gguf_tensor *t = kvfs_gguf_tensor(m->gguf, "per_layer_token_embd.weight");
+    if (!(keep_encoded(m, t) && be->weight_rows &&
+          load_weight(m, "per_layer_token_embd.weight", hp->n_vocab, w, &m->ple_tok_w, err, errlen) == 0)) {
+        m->ple_tok_w = NULL;
+        if ((rc = load_rows(m, "per_layer_token_embd.weight", w, hp->n_vocab, 0, &m->ple_tok, err, errlen)))
+            return rc;
+    }
+    if ((rc = load_weight(m, "per_layer_model_proj.weight", w, hp->n_embd, &m->ple_model_proj, err, errlen)) ||
+        (rc = load_vec(m, "per_layer_proj_norm.weight", hp->n_ple, 0, &m->ple_proj_norm, err, errlen)))
+        return rc;
+    m->ple_proj_act_q = act_quant_type(m->gguf, "per_layer_model_proj.weight");
+    return 0;
+}
+
 int kvfs_model_load(const char *path, const char *backend, int n_threads, struct kvfs_model **out, char *err,
                     size_t errlen)
 {
@@ -409,13 +569,14 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     int is_smollm3 = !strcmp(hp->arch, "smollm3"), is_olmo2 = !strcmp(hp->arch, "olmo2");
     int is_phi3 = !strcmp(hp->arch, "phi3"), is_gemma2 = !strcmp(hp->arch, "gemma2");
     int is_qwen3moe = !strcmp(hp->arch, "qwen3moe"), is_gptoss = !strcmp(hp->arch, "gpt-oss");
-    int is_ds2 = !strcmp(hp->arch, "deepseek2");
+    int is_ds2 = !strcmp(hp->arch, "deepseek2"), is_gemma4 = !strcmp(hp->arch, "gemma4");
+    int head_full = 0, head_swa = 0, rope_swa = 0, n_kv_layers = 0; /* gemma4's */
     if ((rc = kvfs_model_arch_check(path, hp->arch, err, errlen)))
         goto fail;
     if ((rc = hp_u32(m->gguf, hp->arch, "block_count", &hp->n_layer, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "embedding_length", &hp->n_embd, 1)) ||
         (rc = hp_u32(m->gguf, hp->arch, "attention.head_count", &hp->n_head, 1)) ||
-        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe && !is_gptoss))) {
+        (rc = hp_u32(m->gguf, hp->arch, "feed_forward_length", &hp->n_ff, !is_qwen3moe && !is_gptoss && !is_gemma4))) {
         kvfs_errf(err, errlen, rc, "%s: missing hyperparameters", path);
         goto fail;
     }
@@ -484,7 +645,8 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     kvfs_gguf_get_f32(m->gguf, name, &hp->rms_eps);
     /* llama GGUFs store Q/K permuted for the interleaved ("normal") rotation;
      * qwen2 and gemma3 use the NeoX halves */
-    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gptoss || is_gemma2 || is_gemma3 || is_olmo2 || is_phi3
+    hp->rope_style = is_qwen2 || is_qwen3 || is_qwen3moe || is_gptoss || is_gemma2 || is_gemma3 || is_gemma4 ||
+                             is_olmo2 || is_phi3
                          ? KVFS_ROPE_STYLE_NEOX
                          : KVFS_ROPE_STYLE_NORM;
     hp->scale_q = is_phi3; /* phi3 scales Q by 1/sqrt(head_dim) before attention (llama.cpp's phi3.cpp) */
@@ -532,6 +694,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
+    if (is_gemma4 &&
+        (rc = gemma4_hparams(path, m->gguf, hp, &head_full, &head_swa, &rope_swa, &n_kv_layers, err, errlen)))
+        goto fail;
     if (is_gemma2) { /* llama.cpp's models/gemma2.cpp, its defaults where the file is silent */
         hp->embd_scale = sqrtf((float)hp->n_embd);
         hp->ffn_geglu = 1;
@@ -593,12 +758,14 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f ||
           hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
-        /* deepseek2's strided gathers and offset rotations are checked on the CPU backend only */
-        (is_ds2 && strcmp(be->name, "cpu")) ||
+        /* deepseek2's strided gathers and offset rotations, gemma4's layers of two head widths and per-layer
+         * embeddings, are checked on the CPU backend only */
+        ((is_ds2 || is_gemma4) && strcmp(be->name, "cpu")) ||
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,
                        "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "
-                       "attn_mass_sinks, swiglu_oai; deepseek2: the CPU backend only, not checked on others yet)",
+                       "attn_mass_sinks, swiglu_oai; deepseek2, gemma4: the CPU backend only, not checked on others "
+                       "yet)",
                        path, be->name, hp->arch);
         goto fail;
     }
@@ -639,9 +806,16 @@ output:
         rc = -ENOMEM;
         goto fail;
     }
+    if (is_gemma4 && (rc = gemma4_globals(m, err, errlen)))
+        goto fail;
     int kv_dim = hp->n_kv_head * hp->head_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         struct kvfs_layer_weights *L = &m->layers[l];
+        L->n_ff = hp->n_ff;
+        L->n_kv_head = hp->n_kv_head;
+        /* gemma4: its own width (gemma4_hparams has checked the counts) */
+        if (is_gemma4 && (rc = layer_count(m->gguf, hp->arch, "feed_forward_length", l, &L->n_ff)))
+            goto fail;
         /* deepseek2: its leading layers dense */
         int moe_layer = hp->n_expert && l >= hp->n_dense_lead;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
@@ -665,15 +839,16 @@ output:
                                      &L->wk, err, errlen)) ||
               (rc = load_weight_part(m, T("attn_qkv.weight"), hp->q_dim + kv_dim, kv_dim, hp->q_dim + 2 * kv_dim,
                                      hp->n_embd, &L->wv, err, errlen)))) ||
-            (!is_phi3 && !is_ds2 &&
+            (!is_phi3 && !is_ds2 && !is_gemma4 &&
              (rc = load_weight(m, T("attn_q.weight"), hp->q_dim, hp->n_embd, &L->wq, err, errlen))) ||
-            (!is_phi3 && !is_ds2 &&
+            (!is_phi3 && !is_ds2 && !is_gemma4 &&
              (rc = load_weight(m, T("attn_k.weight"), kv_dim, hp->n_embd, &L->wk, err, errlen))) ||
-            (!is_phi3 && !is_ds2 &&
+            (!is_phi3 && !is_ds2 && !is_gemma4 &&
              (rc = load_weight(m, T("attn_v.weight"), kv_dim, hp->n_embd, &L->wv, err, errlen))) ||
             (is_ds2 && (rc = load_ds2_attn(m, l, L, err, errlen))) ||
-            (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, is_ds2 ? hp->n_head * hp->mla_v : hp->q_dim,
-                              &L->wo, err, errlen)) ||
+            (!is_gemma4 &&
+             (rc = load_weight(m, T("attn_output.weight"), hp->n_embd, is_ds2 ? hp->n_head * hp->mla_v : hp->q_dim,
+                               &L->wo, err, errlen))) ||
             (rc = load_vec(m, T("attn_q.bias"), hp->q_dim, 1, &L->bq, err, errlen)) ||
             (rc = load_vec(m, T("attn_k.bias"), kv_dim, 1, &L->bk, err, errlen)) ||
             (rc = load_vec(m, T("attn_v.bias"), kv_dim, 1, &L->bv, err, errlen)) ||
@@ -683,11 +858,11 @@ output:
               (rc = load_weight_part(m, T("ffn_up.weight"), hp->n_ff, hp->n_ff, 2 * hp->n_ff, hp->n_embd, &L->w_up,
                                      err, errlen)))) ||
             (!is_phi3 && !moe_layer &&
-             (rc = load_weight(m, T("ffn_gate.weight"), hp->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
+             (rc = load_weight(m, T("ffn_gate.weight"), L->n_ff, hp->n_embd, &L->w_gate, err, errlen))) ||
             (!is_phi3 && !moe_layer &&
-             (rc = load_weight(m, T("ffn_up.weight"), hp->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
+             (rc = load_weight(m, T("ffn_up.weight"), L->n_ff, hp->n_embd, &L->w_up, err, errlen))) ||
             (!moe_layer &&
-             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, hp->n_ff, &L->w_down, err, errlen))))
+             (rc = load_weight(m, T("ffn_down.weight"), hp->n_embd, L->n_ff, &L->w_down, err, errlen))))
             goto fail;
         /* qwen3moe: the router, and the experts one weight each so that a
          * routed row meets the same products a dense FFN's row would */
@@ -731,7 +906,7 @@ output:
             ((rc = load_vec(m, T("attn_q_norm.weight"), hp->q_dim, 0, &L->attn_q_norm, err, errlen)) ||
              (rc = load_vec(m, T("attn_k_norm.weight"), kv_dim, 0, &L->attn_k_norm, err, errlen))))
             goto fail;
-        if ((is_gemma2 || is_gemma3 || is_olmo2) &&
+        if ((is_gemma2 || is_gemma3 || is_gemma4 || is_olmo2) &&
             ((rc = load_vec(m, T("post_attention_norm.weight"), hp->n_embd, 0, &L->attn_post_norm, err, errlen)) ||
              (rc = load_vec(m, T("post_ffw_norm.weight"), hp->n_embd, 0, &L->ffn_post_norm, err, errlen))))
             goto fail;
@@ -743,6 +918,33 @@ output:
         }
         L->window = local ? hp->n_swa : 0;
         L->rope_theta = local ? hp->rope_theta_swa : hp->rope_theta;
+        L->head_dim = hp->head_dim;
+        L->rope_dim = hp->rope_dim;
+        L->rope_freqs = m->rope_freqs;
+        L->kv_layer = l;
+        if (is_gemma4) { /* llama.cpp: frequency factors on the global layers; a shared-KV layer reads the cache
+                          * of the last local or global layer with one (llama-model.cpp's reuse callback) */
+            L->head_dim = local ? head_swa : head_full;
+            L->rope_dim = local ? rope_swa : hp->rope_dim;
+            L->rope_freqs = local ? NULL : m->rope_freqs;
+            snprintf(name, sizeof(name), "%s.attention.head_count_kv", hp->arch);
+            if (kvfs_gguf_find(m->gguf, name))
+                layer_count(m->gguf, hp->arch, "attention.head_count_kv", l, &L->n_kv_head);
+            if (l >= n_kv_layers) {
+                int src_local = 0;
+                L->kv_layer = n_kv_layers - (local ? 2 : 1);
+                L->n_kv_head = m->layers[L->kv_layer].n_kv_head; /* the cache it reads has its source's heads */
+                swa_layer(m->gguf, hp->arch, L->kv_layer, 0, &src_local);
+                if (src_local != local) {
+                    rc = kvfs_errf(err, errlen, -EINVAL, "%s: shared-KV layer %d (%s) would read layer %d's cache "
+                                   "(%s)", path, l, local ? "local" : "global", L->kv_layer,
+                                   src_local ? "local" : "global");
+                    goto fail;
+                }
+            }
+            if ((rc = gemma4_layer(m, l, L, err, errlen)))
+                goto fail;
+        }
         L->no_rope = is_smollm3 && (l + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
         static const char *lin[7] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                                      "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
@@ -844,6 +1046,9 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->weight_free(c, L->w_gate);
                 be->weight_free(c, L->w_up);
                 be->weight_free(c, L->w_down);
+                be->weight_free(c, L->ple_gate);
+                be->weight_free(c, L->ple_proj);
+                be->free(c, L->ple_post_norm);
                 be->weight_free(c, L->ffn_gate_inp);
                 for (int e = 0; e < m->hp.n_expert; e++) {
                     if (L->exp_gate)
@@ -860,6 +1065,11 @@ void kvfs_model_free(struct kvfs_model *m)
         }
         be->free(c, m->tok_embd);
         be->free(c, m->output_norm);
+        be->free(c, m->ple_tok);
+        be->free(c, m->ple_proj_norm);
+        be->free(c, m->ones);
+        be->weight_free(c, m->ple_tok_w);
+        be->weight_free(c, m->ple_model_proj);
         if (m->tok_embd_w != m->output)
             be->weight_free(c, m->tok_embd_w);
         be->weight_free(c, m->output);

@@ -8,7 +8,11 @@
  * sinks, every other layer a sliding window, biases, a mixture of experts
  * weighted by a softmax over the chosen ones, clamped SwiGLU), deepseek2
  * (multi-head latent attention, leading dense layers, experts with shared
- * ones, softmax or sigmoid routing) (model.c).
+ * ones, softmax or sigmoid routing), gemma4 (gemma3's layers with heads of
+ * their own width on local and global layers, V normed too, attention
+ * unscaled, the last layers reading an earlier layer's cache (shared KV),
+ * per-layer embeddings (PLE) added after each layer, a scale per layer)
+ * (model.c).
  * Weights stay in the file's encoding where the backend multiplies by them
  * so, else are decoded to f32 at load. */
 #ifndef KVFS_MODEL_H
@@ -56,6 +60,11 @@ struct kvfs_hparams {
     float moe_scale;                    /* the weights times this; 0 or 1: none */
     int n_group, n_group_used;          /* deepseek2 (V3): experts chosen from the best groups only; 0: no groups */
     float mla_rope_mscale;              /* deepseek2's YaRN: the rotated parts of Q and K times this; 0: none */
+    /* gemma4: head_dim (and q_dim), n_kv_head and n_ff are the largest
+     * layer's, each layer has its own (kvfs_layer_weights); V RMS-normed per head without
+     * a weight; n_ple the width of each layer's per-layer embedding (0:
+     * none) */
+    int v_norm, n_ple;
 };
 
 struct kvfs_layer_weights {
@@ -92,6 +101,21 @@ struct kvfs_layer_weights {
     float *q_a_norm, *kv_a_norm, *exp_probs_b;
     int act_q_mla[5]; /* as act_q: wq_a, wq_b, wkv_a, wk_b, wv_b */
     int act_q_sh[3];  /* shared experts: gate, up, down */
+    /* every family: this layer's head width and rotated dims (hp's but for
+     * gemma4, whose local layers' heads are narrower), its RoPE frequency
+     * factors (host; the model's, gemma4: its global layers only), the
+     * layer whose cache it attends over (itself but for gemma4's shared-KV
+     * layers, which compute no K/V) */
+    int head_dim, rope_dim, kv_layer;
+    int n_kv_head, n_ff; /* hp's but for gemma4's per-layer counts (a shared-KV layer: its source's heads) */
+    const float *rope_freqs;
+    /* gemma4's per-layer embedding: gelu(ple_gate . x) times this layer's
+     * input, through ple_proj and RMSNorm ple_post_norm, added to x; then
+     * x times out_scale (0: none) */
+    struct kvfs_weight *ple_gate, *ple_proj;
+    float *ple_post_norm;
+    float out_scale;
+    int act_q_ple[2];
 };
 
 struct kvfs_model {
@@ -106,6 +130,13 @@ struct kvfs_model {
     struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
     int output_act_q;
     int ggml_compat;             /* emulate llama.cpp's activation quantization and f16 KV */
+    /* gemma4's per-layer embeddings (NULL without): the table [n_vocab]
+     * [n_layer * n_ple] (encoded, read a row per token, or device f32),
+     * its projection from the scaled embedding [n_layer * n_ple][n_embd]
+     * and that's norm [n_ple]; ones: device [head_dim] of 1 (V's norm) */
+    struct kvfs_weight *ple_tok_w, *ple_model_proj;
+    float *ple_tok, *ple_proj_norm, *ones;
+    int ple_proj_act_q;
     struct kvfs_layer_weights *layers;
     const struct kvfs_model *view_of; /* a view (kvfs_model_view): that model owns the weights */
 };

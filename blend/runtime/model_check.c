@@ -37,7 +37,7 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
     if (!strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3") ||
         !strcmp(arch, "granite") || !strcmp(arch, "smollm3") || !strcmp(arch, "olmo2") || !strcmp(arch, "phi3") ||
         !strcmp(arch, "gemma2") || !strcmp(arch, "mistral3") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") ||
-        !strcmp(arch, "deepseek2"))
+        !strcmp(arch, "deepseek2") || !strcmp(arch, "gemma4"))
         return 0;
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         if (!strcmp(arch, refused[i].arch))
@@ -45,7 +45,18 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
                              "%s: architecture '%s' is not supported: %s (kvfs blends per-token K/V of dense "
                              "attention; see kvfs(8), MODELS)", path, arch, refused[i].why);
     return kvfs_errf(err, errlen, -ENOTSUP, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, "
-                     "gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path, arch);
+                     "gemma3, gemma4, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)", path,
+                     arch);
+}
+
+const char *kvfs_arch_chunk_refusal(const char *arch)
+{
+    /* kvfs(5): one head width and one cached layer per model layer; a blend
+     * recomputes rows from their embeddings alone */
+    if (!strcmp(arch, "gemma4"))
+        return "gemma4's KV (heads of two widths, shared-KV layers, per-layer embeddings) cannot be stored in kvfs "
+               "chunk files yet, nor blended (kvfs(8), MODELS)";
+    return NULL;
 }
 
 /* a tensor the runtime reads for this architecture */
@@ -53,7 +64,28 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
 {
     int is_gemma3 = !strcmp(arch, "gemma3"), is_gemma2 = !strcmp(arch, "gemma2");
     if (!strcmp(name, "rope_freqs.weight")) /* Llama 3.1's frequency factors: llama.cpp reads them for these */
-        return !strcmp(arch, "llama") || !strcmp(arch, "mistral3");
+        return !strcmp(arch, "llama") || !strcmp(arch, "mistral3") || !strcmp(arch, "gemma4");
+    if (!strcmp(arch, "gemma4")) { /* llama.cpp's models/gemma4.cpp, its dense layers (no experts, no fused QKV) */
+        static const char *const g4_global[] = {"token_embd.weight", "output.weight", "output_norm.weight",
+                                                "per_layer_token_embd.weight", "per_layer_model_proj.weight",
+                                                "per_layer_proj_norm.weight"};
+        static const char *const g4_layer[] = {
+            "attn_norm.weight",          "attn_q.weight",       "attn_k.weight",          "attn_v.weight",
+            "attn_output.weight",        "attn_q_norm.weight",  "attn_k_norm.weight",     "post_attention_norm.weight",
+            "ffn_norm.weight",           "ffn_gate.weight",     "ffn_up.weight",          "ffn_down.weight",
+            "post_ffw_norm.weight",      "inp_gate.weight",     "proj.weight",            "post_norm.weight",
+            "layer_output_scale.weight"};
+        int l, at = 0;
+        for (size_t i = 0; i < sizeof(g4_global) / sizeof(g4_global[0]); i++)
+            if (!strcmp(name, g4_global[i]))
+                return 1;
+        if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at == 0 || l < 0 || l >= n_layer)
+            return 0;
+        for (size_t i = 0; i < sizeof(g4_layer) / sizeof(g4_layer[0]); i++)
+            if (!strcmp(name + at, g4_layer[i]))
+                return 1;
+        return 0;
+    }
     if (is_gemma2 && !strcmp(name, "output.weight")) /* llama.cpp's gemma2 projects by the embedding, always */
         return 0;
     static const char *const global[] = {"token_embd.weight", "output.weight", "output_norm.weight"};
@@ -321,6 +353,15 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
             rc = ds2_check(path, g, arch, n_layer, err, errlen);
         if (rc)
             return rc;
+    }
+    /* per-layer counts (llama.cpp reads arrays for any family): gemma4's
+     * KV heads and FFN widths are computed, query heads per layer nowhere */
+    static const char *const per_layer[] = {"attention.head_count", "attention.head_count_kv", "feed_forward_length"};
+    for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, per_layer[i]);
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, key);
+        if (kv && kv->type == KVFS_GGUF_ARRAY && (i == 0 || strcmp(arch, "gemma4")))
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s per layer (an array) is not supported yet", path, key);
     }
     /* granite: rope.scaling.finetuned false switches RoPE off */
     snprintf(key, sizeof(key), "%s.rope.scaling.finetuned", arch);

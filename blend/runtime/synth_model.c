@@ -1,5 +1,5 @@
-/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/granite/smollm3/olmo2/phi3/mistral3/
- * qwen3moe/gpt-oss/deepseek2 model as GGUF. */
+/* synth_model.c - write a tiny random llama/qwen2/qwen3/gemma2/gemma3/gemma4/granite/smollm3/olmo2/phi3/
+ * mistral3/qwen3moe/gpt-oss/deepseek2 model as GGUF. */
 #include "synth_model.h"
 
 #include <errno.h>
@@ -47,14 +47,26 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
     int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), oss = !strcmp(a, "gpt-oss");
-    int ds2 = !strcmp(a, "deepseek2");
+    int ds2 = !strcmp(a, "deepseek2"), gemma4 = !strcmp(a, "gemma4");
     int moe = !strcmp(a, "qwen3moe") || oss || ds2;
     int n_exp = o->n_expert > 0 ? o->n_expert : 8, n_used = o->n_expert_used > 0 ? o->n_expert_used : 2;
     int ff_exp = o->n_ff_exp > 0 ? o->n_ff_exp : 64;
     qwen3 |= moe && !oss && !ds2; /* qwen3moe: qwen3's attention */
     /* gemma's heads are not n_embd / n_head wide (gemma3 270M: 256 with 640 / 4) */
-    int head_dim = o->n_embd / o->n_head * (gemma || gemma2 ? 2 : 1), qd = head_dim * o->n_head;
+    int head_dim = o->n_embd / o->n_head * (gemma || gemma2 || gemma4 ? 2 : 1), qd = head_dim * o->n_head;
     int kv = head_dim * o->n_kv_head;
+    /* gemma4 (llama.cpp's models/gemma4.cpp): every other layer local with
+     * heads half as wide as the global layers' (E2B: 256 and 512), the last
+     * two layers reading the cache of the last local and global layer before
+     * them (shared KV; on an even count of 4 or more), per-layer embeddings
+     * (PLE) of n_embd / 4 per layer */
+    int g4_shared = gemma4 && o->n_layer >= 4 && o->n_layer % 2 == 0 ? 2 : 0, ple = o->n_embd / 4;
+    /* gemma4: per-layer counts as E2B's and 31B's files give them: the
+     * shared-KV layers' FFN twice as wide (use_double_wide_mlp), the global
+     * layers with half the KV heads where that divides */
+    int g4_kvh_global = o->n_kv_head % 2 == 0 ? o->n_kv_head / 2 : o->n_kv_head;
+#define g4_ff(l) (gemma4 && (l) >= o->n_layer - g4_shared ? 2 * o->n_ff : o->n_ff)
+#define g4_kvh(l) (gemma4 && (l) % 2 ? g4_kvh_global : o->n_kv_head)
     /* deepseek2 (MLA): heads of n_embd / n_head split in a non-rotated half
      * and a rotated quarter for Q.K, half of it for V; a latent of n_embd /
      * 4 (+ the rotated key part) per token; DeepSeek-V2-Lite's layout (no Q
@@ -69,9 +81,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_str(w, "general.name", "kvfs synthetic test model");
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("block_count"), (uint32_t)o->n_layer);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->n_embd);
-    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
+    if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_head);
-    if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
+    if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -131,6 +143,39 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (gemma2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
     if (gemma2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("attn_logit_softcapping"), 5.0f);
     if (gemma2 && !rc) rc = kvfs_gguf_add_f32(w, KEY("final_logit_softcapping"), 15.0f);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length_swa"), (uint32_t)head_dim / 2);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length_swa"), (uint32_t)head_dim / 2);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count_swa"), (uint32_t)head_dim / 2);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base_swa"), 10000.0f);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.shared_kv_layers"), (uint32_t)g4_shared);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length_per_layer_input"), (uint32_t)ple);
+    if (gemma4 && !rc) rc = kvfs_gguf_add_f32(w, KEY("final_logit_softcapping"), 15.0f);
+    if (gemma4 && !rc) {
+        int32_t *ff = calloc((size_t)o->n_layer, sizeof(int32_t)), *kvh = calloc((size_t)o->n_layer, sizeof(int32_t));
+        for (int l = 0; ff && kvh && l < o->n_layer; l++) {
+            ff[l] = g4_ff(l);
+            kvh[l] = g4_kvh(l);
+        }
+        rc = ff && kvh ? kvfs_gguf_add_i32_array(w, KEY("feed_forward_length"), ff, (uint64_t)o->n_layer) : -ENOMEM;
+        if (!rc)
+            rc = kvfs_gguf_add_i32_array(w, KEY("attention.head_count_kv"), kvh, (uint64_t)o->n_layer);
+        free(ff);
+        free(kvh);
+    }
+    if (gemma4 && !rc) {
+        uint8_t *swa = calloc((size_t)o->n_layer, 1);
+        if (!swa)
+            rc = -ENOMEM;
+        for (int l = 0; swa && l < o->n_layer; l++)
+            swa[l] = l % 2 == 0;
+        if (swa)
+            rc = kvfs_gguf_add_bool_array(w, KEY("attention.sliding_window_pattern"), swa, (uint64_t)o->n_layer);
+        free(swa);
+    }
 #undef KEY
     /* byte-level vocabulary: token i < 256 is byte i in GPT-2's encoding */
     char (*texts)[8] = calloc((size_t)vocab, 8);
@@ -171,8 +216,14 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = add_rand(w, "output_norm.weight", o->n_embd, 1, 0.2f, 1.0f, &s);
     if ((olmo2 || oss) && !rc) /* llama.cpp's olmo2 and gpt-oss require their own output projection */
         rc = add_rand(w, "output.weight", o->n_embd, vocab, 0.5f, 0.0f, &s);
-    if (mistral3 && !rc) /* Llama 3.1-style frequency factors, which llama.cpp's mistral3 reads: in [1, 4) */
+    /* Llama 3.1-style frequency factors, which llama.cpp's mistral3 reads (gemma4: on its global layers):
+     * in [1, 4) */
+    if ((mistral3 || gemma4) && !rc)
         rc = add_rand(w, "rope_freqs.weight", head_dim / 2, 1, 3.0f, 2.5f, &s);
+    if (gemma4 && !rc) rc = add_rand(w, "per_layer_token_embd.weight", ple * o->n_layer, vocab, 2.0f, 0.0f, &s);
+    if (gemma4 && !rc)
+        rc = add_rand(w, "per_layer_model_proj.weight", o->n_embd, ple * o->n_layer, 4.0f * sc * 8, 0, &s);
+    if (gemma4 && !rc) rc = add_rand(w, "per_layer_proj_norm.weight", ple, 1, 0.2f, 1.0f, &s);
     for (int l = 0; l < o->n_layer && !rc; l++) {
 #define T(x) (snprintf(k, sizeof(k), "blk.%d.%s", l, x), k)
         if (!olmo2) /* olmo2 normalizes after its sublayers instead */
@@ -195,6 +246,19 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             qd = o->n_head * v_mla; /* attn_output's input */
         } else if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
             if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);
+        } else if (gemma4) { /* local layers' heads half as wide; the shared-KV layers without K and V */
+            int hd = l % 2 == 0 ? head_dim / 2 : head_dim, has_kv = l < o->n_layer - g4_shared;
+            qd = hd * o->n_head;
+            kv = hd * g4_kvh(l);
+            if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8, 0, &s);
+            if (has_kv && !rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+            if (has_kv && !rc) rc = add_rand(w, T("attn_v.weight"), o->n_embd, kv, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("attn_q_norm.weight"), hd, 1, 0.2f, 1.0f, &s);
+            if (has_kv && !rc) rc = add_rand(w, T("attn_k_norm.weight"), hd, 1, 0.2f, 1.0f, &s);
+            if (!rc) rc = add_rand(w, T("inp_gate.weight"), o->n_embd, ple, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("proj.weight"), ple, o->n_embd, 4.0f / (float)ple * 4, 0, &s);
+            if (!rc) rc = add_rand(w, T("post_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+            if (!rc) rc = add_rand(w, T("layer_output_scale.weight"), 1, 1, 0.5f, 1.0f, &s);
         } else {
             if (!rc) rc = add_rand(w, T("attn_q.weight"), o->n_embd, qd, 4.0f * sc * 8 * qk_gain, 0, &s);
             if (!rc) rc = add_rand(w, T("attn_k.weight"), o->n_embd, kv, 4.0f * sc * 8 * qk_gain, 0, &s);
@@ -237,10 +301,10 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         } else if (phi3) {
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, 2 * o->n_ff, 4.0f * sc * 8, 0, &s);
         } else {
-            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
-            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, o->n_ff, 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_gate.weight"), o->n_embd, g4_ff(l), 4.0f * sc * 8, 0, &s);
+            if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, g4_ff(l), 4.0f * sc * 8, 0, &s);
         }
-        if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), o->n_ff, o->n_embd, 4.0f * sc * 4, 0, &s);
+        if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), g4_ff(l), o->n_embd, 4.0f * sc * 4, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
         if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
@@ -250,10 +314,14 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
         if (olmo2 && !rc) rc = add_rand(w, T("attn_k_norm.weight"), kv, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if ((gemma || gemma2) && !rc) rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
-        if ((gemma || gemma2) && !rc) rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if ((gemma || gemma2 || gemma4) && !rc)
+            rc = add_rand(w, T("post_attention_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
+        if ((gemma || gemma2 || gemma4) && !rc)
+            rc = add_rand(w, T("post_ffw_norm.weight"), o->n_embd, 1, 0.2f, 1.0f, &s);
 #undef T
     }
+#undef g4_ff
+#undef g4_kvh
     if (!rc)
         rc = kvfs_gguf_write_file(w, path);
 out:

@@ -9,6 +9,13 @@ struct kvfs_synth_model_opts {
                         * sliding window of 4 on all layers but each 3rd),
                         * "gemma2" (heads as gemma3's, post norms, soft-capping
                         * of 5 and 15, a window of 8 on every other layer),
+                        * "gemma4" (a window of 8 on every other layer, whose
+                        * heads are half the global layers' width, the last
+                        * two layers sharing earlier layers' KV, per-layer
+                        * embeddings of n_embd / 4, frequency factors on the
+                        * global layers, half the KV heads on the global
+                        * layers (when n_kv_head is even), the shared-KV
+                        * layers' FFN twice as wide, a final soft-cap of 15),
                         * "mistral3" (llama with RoPE frequency factors), or
                         * granite, smollm3, olmo2, phi3, "qwen3moe" (qwen3's
                         * attention, a router and n_expert SwiGLU experts of

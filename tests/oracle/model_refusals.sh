@@ -63,7 +63,7 @@ refused "deepseek2 without experts" "deepseek2 needs deepseek2.expert_feed_forwa
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
     --arch mistral3 --f32 mistral3.attention.temperature_scale=0.1
-refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)" --arch novel
+refused "an unknown family" "architecture 'novel' is not supported (llama, qwen2, qwen3, gemma2, gemma3, gemma4, granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2)" --arch novel
 # deepseek2 (MLA): edits of a synthetic model (kvfsctl mkmodel), which loads
 DS=$T/ds2.gguf
 "$KVFSCTL" mkmodel -o "$DS" --arch deepseek2 --layers 2 --embd 64 --heads 4 --seed 3
@@ -91,6 +91,21 @@ MODEL=$DS refused "deepseek2 with a dense FFN in an expert layer" "tensor blk.1.
     --tensor blk.1.ffn_gate.weight=64
 MODEL=$DS refused "deepseek2 without its leading dense layer" "tensor blk.0.ffn_gate.weight in a layer" \
     --u32 deepseek2.leading_dense_block_count=0
+# gemma4: its dense files computed; the 26B-A4B's experts, a fused QKV and
+# per-layer widths refused by name; its KV refused by chunk files and the mount
+G4=$T/g4.gguf
+"$KVFSCTL" mkmodel -o "$G4" --arch gemma4 --layers 4 --embd 64 --heads 4 --seed 3
+check "kvfsctl info on a synthetic gemma4: supported" sh -c \
+    "'$KVFSCTL' info '$G4' > '$T/x' && grep -q '^supported: *yes' '$T/x'"
+MODEL=$G4 refused "gemma4 with experts (26B-A4B)" "mixture of 8 experts (gemma4.expert_count)" \
+    --u32 gemma4.expert_count=8
+MODEL=$G4 refused "gemma4 with a router" "tensor blk.0.ffn_gate_inp.weight is not one kvfs's gemma4 runtime" \
+    --tensor blk.0.ffn_gate_inp.weight=64
+MODEL=$G4 refused "gemma4 with a fused QKV" "tensor blk.1.attn_qkv.weight is not one kvfs's gemma4 runtime" \
+    --tensor blk.1.attn_qkv.weight=64
+mkdir -p "$T/g4m"
+check "kvfs -o model= refuses a gemma4 model at mount, saying its KV has no chunk form" sh -c \
+    "! timeout 60 '$KVFS' -f -o store=$T/s4,model=$G4 $T/g4m 2> $T/g4mount.err && grep -q 'cannot be stored in kvfs chunk files' $T/g4mount.err"
 # the daemon too: a mount with such a model refuses to start, saying why
 python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
 mkdir -p "$T/m"

@@ -456,6 +456,66 @@ static void check_model(const char *arch, const char *path)
     kvfs_model_free(m);
 }
 
+/* gemma4 (synthetic, 6 layers): local layers' heads half the global ones'
+ * width, the global layers with half the KV heads; the last two layers reading layers 2 and 3's cache (the same
+ * buffers, not copies), computing no K/V; frequency factors on the global
+ * layers only; per-layer embeddings.  Decoding token by token gives the
+ * prefill's logits (the per-layer inputs and shared caches of one row at a
+ * time); chunk files refuse the cache (kvfs_model_chunk_refusal). */
+static void check_gemma4(const char *path)
+{
+    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0};
+    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
+    struct kvfs_model *m;
+    char err[256];
+    int rc = kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err));
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "load: %s\n", err);
+        return;
+    }
+    CHECK(m->hp.head_dim == 32 && m->hp.q_dim == 128 && m->hp.n_ple == 16 && m->hp.v_norm);
+    CHECK(m->hp.n_kv_head == 2 && m->hp.n_ff == 256); /* the largest, for buffers */
+    CHECK(m->hp.attn_scale == 1.0f && !m->hp.scale_q && m->hp.logit_softcap == 15.0f);
+    for (int l = 0; l < 6; l++) {
+        const struct kvfs_layer_weights *L = &m->layers[l];
+        int local = l % 2 == 0;
+        CHECK_EQ(L->head_dim, local ? 16 : 32);
+        CHECK_EQ(L->rope_dim, local ? 16 : 32);
+        CHECK_EQ(L->window, local ? 8 : 0);
+        CHECK((L->rope_freqs != NULL) == !local);
+        CHECK_EQ(L->kv_layer, l < 4 ? l : l - 2);
+        CHECK_EQ(L->n_kv_head, local ? 2 : 1); /* the global layers' KV heads halved; the shared ones' sources' */
+        CHECK_EQ(L->n_ff, l < 4 ? 128 : 256);  /* the shared-KV layers' FFN twice as wide */
+        CHECK((L->wk != NULL) == (l < 4));
+        CHECK(L->ple_gate && L->ple_proj && L->ple_post_norm && L->out_scale != 0.0f);
+    }
+    int V = m->hp.n_vocab;
+    int32_t toks[20];
+    for (int i = 0; i < 20; i++)
+        toks[i] = (i * 37 + 11) % 256;
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    struct kvfs_kv_cache full, inc;
+    CHECK_EQ(kvfs_kv_cache_init(m, 32, &full), 0);
+    CHECK(full.k[4] == full.k[2] && full.v[5] == full.v[3] && full.k[3] != full.k[2]);
+    CHECK_EQ(kvfs_forward(m, &full, toks, 20, 0, a), 0);
+    CHECK_EQ(kvfs_kv_cache_init(m, 32, &inc), 0);
+    CHECK_EQ(kvfs_forward(m, &inc, toks, 14, 0, NULL), 0);
+    for (int i = 14; i < 20; i++)
+        CHECK_EQ(kvfs_forward(m, &inc, &toks[i], 1, i, b), 0);
+    float scale, d = max_diff(a, b, V, &scale);
+    fprintf(stderr, "gemma4: decode vs prefill max |dlogit| %.2e (scale %.2f)\n", d, scale);
+    CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
+    struct kvfs_writer w;
+    CHECK(kvfs_model_chunk_refusal(m) != NULL);
+    CHECK_EQ(kvfs_kv_cache_to_chunk(m, &inc, 0, 14, toks, KVFS_DTYPE_F16, &w), -ENOTSUP);
+    kvfs_kv_cache_free(m, &full);
+    kvfs_kv_cache_free(m, &inc);
+    free(a);
+    free(b);
+    kvfs_model_free(m);
+}
+
 int main(void)
 {
     char path[64];
@@ -467,6 +527,7 @@ int main(void)
     check_model("qwen3moe", path);
     check_model("gpt-oss", path);
     check_model("deepseek2", path);
+    check_gemma4(path);
     check_batch_invariance("llama", path);
     check_batch_invariance("gemma3", path);
     /* not qwen3moe: its experts' products have other row counts in each

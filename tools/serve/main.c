@@ -25,6 +25,7 @@
 
 #include <curl/curl.h>
 
+#include "forward.h" /* kvfs_model_chunk_refusal */
 #include "log.h"
 #include "model.h"
 #include "serve.h"
@@ -496,6 +497,10 @@ static int load_model(struct serve *sv, const char *model, const char *name)
     }
     if ((rc = kvfs_tokenizer_load(sv->model->gguf, &sv->tok, err, sizeof(err)))) {
         fprintf(stderr, "kvfs-serve: %s: %s\n", model, err);
+        return 1;
+    }
+    if (kvfs_model_chunk_refusal(sv->model)) {
+        fprintf(stderr, "kvfs-serve: %s: %s\n", model, kvfs_model_chunk_refusal(sv->model));
         return 1;
     }
     sv->fp = sv->model->fp;

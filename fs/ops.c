@@ -328,6 +328,10 @@ struct dir_entry {
 };
 
 #define REMOTE_PAGE 256 /* rows of the remote listing read per query */
+/* Past this many chunk inodes held by the kernel, readdirplus gives chunks'
+ * names without inodes: listing a pool of millions would otherwise make the
+ * kernel hold an inode, and this mount a map entry, for every one. */
+#define PLUS_INODES_MAX 16384
 
 struct dir_snapshot {
     struct dir_entry *named;
@@ -458,15 +462,21 @@ static int reply_add(struct dir_reply *r, const char *nm, const struct stat *st,
     size_t need;
     int is_dot = !strcmp(nm, ".") || !strcmp(nm, "..");
     if (r->plus) {
+        int chunk = !is_dot && hash && node_is_chunk(st->st_ino), inode = !is_dot;
+        if (chunk) {
+            pthread_mutex_lock(&r->m->lock);
+            inode = ino_map_count(r->m->inos) < PLUS_INODES_MAX;
+            pthread_mutex_unlock(&r->m->lock);
+        }
         struct fuse_entry_param e;
         memset(&e, 0, sizeof(e));
-        if (!is_dot) {
+        if (inode) {
             e.ino = st->st_ino;
             e.attr = *st;
             e.attr_timeout = e.entry_timeout = node_timeout(st->st_ino);
-        } else {
+        } else { /* a name only (no node id): the kernel looks it up if it needs it */
             e.attr.st_ino = st->st_ino;
-            e.attr.st_mode = S_IFDIR;
+            e.attr.st_mode = is_dot ? S_IFDIR : st->st_mode & S_IFMT;
         }
         need = fuse_add_direntry_plus(r->req, r->buf + r->used, r->size - r->used, nm, &e, (off_t)(i + 1));
         if (need > r->size - r->used)
@@ -475,7 +485,7 @@ static int reply_add(struct dir_reply *r, const char *nm, const struct stat *st,
          * the reply: its forget may come as soon as it has it; a reply
          * that fails leaves counts no forget takes back, so those
          * entries stay, like those put with no lookup) */
-        if (!is_dot && hash && node_is_chunk(st->st_ino)) {
+        if (chunk && inode) {
             pthread_mutex_lock(&r->m->lock);
             ino_map_put(r->m->inos, st->st_ino, hash, 1);
             pthread_mutex_unlock(&r->m->lock);

@@ -8,6 +8,7 @@
  *     prints "populated N chunks of model ID in S s"; NAMESPACE "-" is the default
  *   remote_populate --chunk I OUT                         chunk I's file image to OUT
  *                                                         (and its name on stdout)
+ *   remote_populate --names FIRST N                       the names of chunks FIRST..FIRST+N-1
  * Chunk I is a 1-layer f16 chunk of 2 tokens (I's low and high 32 bits)
  * with values derived from I: the same bytes on every run. */
 #include <errno.h>
@@ -208,13 +209,31 @@ static int write_chunk_file(uint64_t i, const char *path)
     return rc;
 }
 
+static int print_names(uint64_t first, uint64_t n)
+{
+    for (uint64_t i = first; i < first + n; i++) {
+        struct kvfs_writer w;
+        struct kvfs_header h;
+        char hex[KVFS_HASH_HEX_LEN + 1];
+        int rc = synth_image(i, &w, &h, hex);
+        if (rc)
+            return rc;
+        kvfs_writer_free(&w);
+        printf("%s\n", hex);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--chunk"))
         return write_chunk_file(strtoull(argv[2], NULL, 10), argv[3]) ? 1 : 0;
+    if (argc == 4 && !strcmp(argv[1], "--names"))
+        return print_names(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10)) ? 1 : 0;
     if (argc != 5 && argc != 6) {
         fprintf(stderr, "usage: remote_populate CEPH_CONF POOL NAMESPACE N [FIRST]\n"
-                        "       remote_populate --chunk I OUT\n");
+                        "       remote_populate --chunk I OUT\n"
+                        "       remote_populate --names FIRST N\n");
         return 2;
     }
     uint64_t n = strtoull(argv[4], NULL, 10), first = argc == 6 ? strtoull(argv[5], NULL, 10) : 0;

@@ -1,7 +1,7 @@
 # Shared by the tests that need a real Ceph cluster (remote_tier.sh,
 # crash_soak_remote.sh); sourced after tests/lib.sh.
-#   ceph_test_cluster PORT [STORE]: a 1-mon, 3-OSD cluster (STORE: bluestore,
-#     the default, or memstore) in $T/ceph on PORT (tests/ceph/cluster.sh), stopped at exit; skips (77) when Ceph
+#   ceph_test_cluster PORT: a 1-mon, 3-OSD bluestore cluster in $T/ceph on
+#     PORT (tests/ceph/cluster.sh), stopped at exit; skips (77) when Ceph
 #     cannot be installed; sets CL, CEPH_CONF and R (the mount's rados=
 #     options, 3 s timeout).
 #   remote MOUNT EXPR: EXPR over the mount's .kvfs/stats "remote" object r.
@@ -11,7 +11,7 @@ ceph_test_cluster() {
     CL=$T/ceph
     export MONPORT=$1
     local out rc
-    out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" "${2:-bluestore}" 3 2>&1); rc=$?
+    out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
     [ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"
     [ $rc -eq 0 ] || { echo "$out"; echo "FAIL: cannot start a test cluster"; exit 1; }
     trap '"$KVFS_ROOT/tests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1; cleanup' EXIT

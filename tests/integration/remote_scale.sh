@@ -1,9 +1,9 @@
 #!/bin/bash
 # A fresh host lists a pool of many chunks in bounded memory (issue 44,
 # "Scale, measured"; the figures at a million chunks are
-# bench/remote_scale.sh's).  Two namespaces of pool kvfs (memstore OSDs)
+# bench/remote_scale.sh's).  Two namespaces of pool kvfs
 # filled by bench/remote_populate, which writes kvfs's own object and index
-# formats: "small" with 20,000 chunks, "big" with 60,000.  A fresh host
+# formats: "small" with 20,000 chunks, "big" with 50,000.  A fresh host
 # (empty store) on each: ls of chunks/ lists every populated name exactly
 # once (against the names remote_populate computes), sampled chunks read
 # byte for byte through the mount, and the big pool's host peaks (VmHWM)
@@ -17,8 +17,8 @@ ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librado
 POP=$BUILD/remote_populate
 [ -x "$POP" ] || { echo "FAIL: $POP not built"; exit 1; }
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40900}" memstore
-SMALL=20000 BIG=60000
+ceph_test_cluster "${MONPORT:-40900}"
+SMALL=20000 BIG=50000
 
 kib() { awk '$1 == "VmHWM:" {print $2}' "/proc/$1/status"; }
 ops() { ceph --admin-daemon "$1" perf dump objecter | python3 -c "import json,sys; print(json.load(sys.stdin)['objecter']['op_send'])"; }

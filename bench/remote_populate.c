@@ -244,7 +244,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "remote_populate: rados_create: %s\n", strerror(-rc));
         return 1;
     }
-    if ((rc = rados_conf_read_file(cl, argv[1])) < 0 || (rc = rados_connect(cl)) < 0 ||
+    /* a bulk load on a busy cluster: an op waits as long as it takes (the
+     * config's bounds are for a mount's calls) */
+    if ((rc = rados_conf_read_file(cl, argv[1])) < 0 || (rc = rados_conf_set(cl, "rados_osd_op_timeout", "0")) < 0 ||
+        (rc = rados_conf_set(cl, "rados_mon_op_timeout", "60")) < 0 || (rc = rados_connect(cl)) < 0 ||
         (rc = rados_ioctx_create(cl, argv[2], &io)) < 0) {
         fprintf(stderr, "remote_populate: cannot reach pool %s: %s\n", argv[2], strerror(-rc));
         rados_shutdown(cl);

@@ -33,7 +33,7 @@ trap cleanup EXIT
 # bluestore (memstore keeps about 10 KiB of memory per small object: 1M would
 # not fit); one copy of each object: the listing host reads the same either way
 rc=0
-out=$(tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
+out=$(BLUESTORE_BYTES=$((16 << 30)) tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
 [ $rc = 77 ] && { echo "remote_scale bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
 [ $rc = 0 ] || { echo "$out" >&2; exit 1; }
 CONF=$CL/ceph.conf
@@ -96,6 +96,7 @@ EOF
     rss_end=$(kib $pid VmRSS)
     db_mb=$(du -cm "$H"/store/remote-list.db* | tail -1 | cut -f1)
     rows+=("| $n | $t_pop | $t_listed | $t_ls | $((hwm_listed / 1024)) | $((hwm_ls / 1024)) | $((rss_end / 1024)) | $db_mb | $(awk -v o=$((b - a)) 'BEGIN {printf "%.2f", o / 1000}') | ${lat% *} / ${lat#* } |")
+    echo "remote_scale: ${rows[-1]}" >&2
     fusermount3 -u "$H/mnt"
     wait $pid || true
     rm -rf "$H/store"

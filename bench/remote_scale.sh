@@ -111,6 +111,6 @@ echo "Listed: mount to the whole listing in remote-list.db (omap pages of 1000);
 echo "complete (readdir streams the table, $((256)) rows a query); RSS in MiB; ops per unknown stat: RADOS ops the"
 echo "mount's objecter sent per \`stat\` of a name the pool lacks (1,000 of them); latency p50 / p99."
 echo
-echo "| chunks | populate s | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms |"
+echo "| chunks | populate s (chunks added) | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

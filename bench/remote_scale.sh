@@ -94,8 +94,14 @@ EOF
 )
     b=$(objecter_ops "$H/client.asok")
     rss_end=$(kib $pid VmRSS)
+    # the eviction view (every index read afresh into a temporary SQLite file):
+    # the operator's list of every chunk, and a pass that finds nothing to evict
+    /usr/bin/time -f "%e %M" -o "$H/list.time" "$BUILD/kvfsctl" remote list "$H/mnt" > "$H/list.out"
+    [ "$(grep -c '^[0-9a-f]\{64\}' "$H/list.out")" -eq "$n" ] || { echo "remote_scale: remote list is short" >&2; exit 1; }
+    /usr/bin/time -f "%e %M" -o "$H/evict.time" "$BUILD/kvfsctl" remote evict --to 1T "$H/mnt" > /dev/null
+    view() { awk '{printf "%.1f s, %d MiB", $1, $2 / 1024}' "$1"; }
     db_mb=$(du -cm "$H"/store/remote-list.db* | tail -1 | cut -f1)
-    rows+=("| $n | $t_pop | $t_listed | $t_ls | $((hwm_listed / 1024)) | $((hwm_ls / 1024)) | $((rss_end / 1024)) | $db_mb | $(awk -v o=$((b - a)) 'BEGIN {printf "%.2f", o / 1000}') | ${lat% *} / ${lat#* } |")
+    rows+=("| $n | $t_pop | $t_listed | $t_ls | $((hwm_listed / 1024)) | $((hwm_ls / 1024)) | $((rss_end / 1024)) | $db_mb | $(awk -v o=$((b - a)) 'BEGIN {printf "%.2f", o / 1000}') | ${lat% *} / ${lat#* } | $(view "$H/list.time") | $(view "$H/evict.time") |")
     echo "remote_scale: ${rows[-1]}" >&2
     fusermount3 -u "$H/mnt"
     wait $pid || true
@@ -109,8 +115,10 @@ echo "$(git rev-parse --short HEAD). Test cluster: 1 mon, 3 bluestore OSDs on lo
 echo "synthetic ones by \`bench/remote_populate\` (kvfs's own object and index formats; one model index)."
 echo "Listed: mount to the whole listing in remote-list.db (omap pages of 1000); ls: the first \`ls chunks/\`"
 echo "complete (readdir streams the table, $((256)) rows a query); RSS in MiB; ops per unknown stat: RADOS ops the"
-echo "mount's objecter sent per \`stat\` of a name the pool lacks (1,000 of them); latency p50 / p99."
+echo "mount's objecter sent per \`stat\` of a name the pool lacks (1,000 of them); latency p50 / p99; the eviction"
+echo "view (every index read into a temporary SQLite file): \`kvfsctl remote list\` of every chunk and \`kvfsctl remote"
+echo "evict --to 1T\` (a pass with nothing to evict), time and peak RSS."
 echo
-echo "| chunks | populate s (chunks added) | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| chunks | populate s (chunks added) | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms | remote list | eviction pass |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -182,6 +182,13 @@ $(BUILD)/kvfs-serve: $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL)
 all: $(BUILD)/kvfs-serve
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+# bench/remote_populate.c: a pool of N synthetic chunks in kvfs's own format
+# (bench/remote_scale.sh, tests/integration/remote_scale.sh)
+ifneq ($(filter -DKVFS_HAVE_RADOS,$(CFLAGS)),)
+$(BUILD)/remote_populate: $(BUILD)/bench/remote_populate.o $(LIBS_ALL)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
+all: $(BUILD)/remote_populate
+endif
 # the analyses tokenize their passage files as kvfsctl does (tools/model_util.c)
 BENCH_TOOL_OBJ := $(BUILD)/tools/model_util.o $(BUILD)/tools/tool_util.o
 $(BUILD)/oracle: $(BUILD)/bench/oracle.o $(BENCH_TOOL_OBJ) $(LIBS_ALL)

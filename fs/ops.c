@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,17 +319,29 @@ static void kvfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, co
 
 /* A directory's entries as of opendir, so offsets stay stable across
  * readdir calls: named entries (dots, fixed files, blends, drafts), then
- * chunk hashes (this host's, then the remote listing's). */
+ * this host's chunk hashes; then, for a directory of chunks, the remote
+ * listing's, read a page at a time from its table in hash order (a pool
+ * may list millions: memory stays what one page needs). */
 struct dir_entry {
     char name[256];
     fuse_ino_t ino;
 };
+
+#define REMOTE_PAGE 256 /* rows of the remote listing read per query */
+/* Past this many chunk inodes held by the kernel, readdirplus gives chunks'
+ * names without inodes: listing a pool of millions would otherwise make the
+ * kernel hold an inode, and this mount a map entry, for every one. */
+#define PLUS_INODES_MAX 16384
 
 struct dir_snapshot {
     struct dir_entry *named;
     size_t n_named, cap_named;
     char (*hashes)[KVFS_HASH_HEX_LEN + 1];
     size_t n, cap;
+    int lists_remote;
+    pthread_mutex_t mu;                       /* the cursor below */
+    size_t remote_pos;                        /* the next remote entry's index past the snapshot */
+    char remote_after[KVFS_HASH_HEX_LEN + 1]; /* the last remote row consumed ("": none) */
 };
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -380,6 +393,7 @@ static int named_entries(struct kvfs_mount *m, fuse_ino_t ino, const struct dir_
 
 static void snapshot_free(struct dir_snapshot *d)
 {
+    pthread_mutex_destroy(&d->mu);
     free(d->named);
     free(d->hashes);
     free(d);
@@ -398,9 +412,9 @@ static void kvfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    if (named_entries(m, ino, d, s) != 0 ||
-        (d->lists_chunks &&
-         (kvfs_store_list(m->store, snap_cb, s) != 0 || kvfs_store_list_remote_only(m->store, snap_cb, s) != 0))) {
+    pthread_mutex_init(&s->mu, NULL);
+    s->lists_remote = d->lists_chunks;
+    if (named_entries(m, ino, d, s) != 0 || (d->lists_chunks && kvfs_store_list(m->store, snap_cb, s) != 0)) {
         snapshot_free(s);
         fuse_reply_err(req, ENOMEM);
         return;
@@ -432,57 +446,133 @@ static int snapshot_entry(struct kvfs_mount *m, const struct dir_ops *d, const s
     return plus ? d->chunk_attr(m, hash, st) : 0;
 }
 
+/* One readdir reply being filled. */
+struct dir_reply {
+    fuse_req_t req;
+    struct kvfs_mount *m;
+    char *buf;
+    size_t size, used;
+    int plus;
+};
+
+/* Add entry i (name nm, attributes st; hash for a chunk): 1 when it does
+ * not fit, and the reply is complete. */
+static int reply_add(struct dir_reply *r, const char *nm, const struct stat *st, const char *hash, size_t i)
+{
+    size_t need;
+    int is_dot = !strcmp(nm, ".") || !strcmp(nm, "..");
+    if (r->plus) {
+        int chunk = !is_dot && hash && node_is_chunk(st->st_ino), inode = !is_dot;
+        if (chunk) {
+            pthread_mutex_lock(&r->m->lock);
+            inode = ino_map_count(r->m->inos) < PLUS_INODES_MAX;
+            pthread_mutex_unlock(&r->m->lock);
+        }
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof(e));
+        if (inode) {
+            e.ino = st->st_ino;
+            e.attr = *st;
+            e.attr_timeout = e.entry_timeout = node_timeout(st->st_ino);
+        } else { /* a name only (no node id): the kernel looks it up if it needs it */
+            e.attr.st_ino = st->st_ino;
+            e.attr.st_mode = is_dot ? S_IFDIR : st->st_mode & S_IFMT;
+        }
+        need = fuse_add_direntry_plus(r->req, r->buf + r->used, r->size - r->used, nm, &e, (off_t)(i + 1));
+        if (need > r->size - r->used)
+            return 1;
+        /* the kernel will hold a lookup on this inode (counted before
+         * the reply: its forget may come as soon as it has it; a reply
+         * that fails leaves counts no forget takes back, so those
+         * entries stay, like those put with no lookup) */
+        if (chunk && inode) {
+            pthread_mutex_lock(&r->m->lock);
+            ino_map_put(r->m->inos, st->st_ino, hash, 1);
+            pthread_mutex_unlock(&r->m->lock);
+        }
+    } else {
+        need = fuse_add_direntry(r->req, r->buf + r->used, r->size - r->used, nm, st, (off_t)(i + 1));
+        if (need > r->size - r->used)
+            return 1;
+    }
+    r->used += need;
+    return 0;
+}
+
+/* A page of the remote listing into the reply, from the cursor. */
+struct remote_page {
+    struct dir_reply *r;
+    const struct dir_ops *d;
+    struct dir_snapshot *s;
+    size_t skip; /* entries to pass over first (a seek back) */
+    int full;
+};
+
+static int remote_row(const struct kvfs_chunk_info *c, void *ctx)
+{
+    struct remote_page *p = ctx;
+    size_t base = p->s->n_named + p->s->n;
+    if (p->skip) {
+        p->skip--;
+        p->s->remote_pos++;
+        return 0;
+    }
+    char nm[KVFS_HASH_HEX_LEN + 16 > 256 ? KVFS_HASH_HEX_LEN + 16 : 256];
+    struct stat st;
+    memset(&st, 0, sizeof(st));
+    p->d->chunk_entry(c->hash, nm, sizeof(nm), &st);
+    /* with plus, one evicted since the page was read is passed over */
+    if ((!p->r->plus || p->d->chunk_attr(p->r->m, c->hash, &st) == 0) &&
+        reply_add(p->r, nm, &st, c->hash, base + p->s->remote_pos)) {
+        p->full = 1;
+        return 1;
+    }
+    p->s->remote_pos++;
+    return 0;
+}
+
+/* The remote listing's entries from index i (past the snapshot) on. */
+static void remote_entries(struct dir_reply *r, const struct dir_ops *d, struct dir_snapshot *s, size_t i)
+{
+    size_t base = s->n_named + s->n;
+    struct remote_page p = {r, d, s, 0, 0};
+    pthread_mutex_lock(&s->mu);
+    if (i - base != s->remote_pos) { /* not where the last reply stopped: from the first row again */
+        s->remote_pos = 0;
+        s->remote_after[0] = 0;
+        p.skip = i - base;
+    }
+    long got;
+    do
+        got = kvfs_store_list_remote_only(r->m->store, s->remote_after, REMOTE_PAGE, remote_row, &p);
+    while (!p.full && got == REMOTE_PAGE);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi, int plus)
 {
     struct kvfs_mount *m = kvfs_mount_of(req);
     const struct dir_ops *d = node_ops(ino);
     struct dir_snapshot *s = (struct dir_snapshot *)(uintptr_t)fi->fh;
-    char *buf = malloc(size);
-    if (!buf) {
+    struct dir_reply r = {req, m, malloc(size), size, 0, plus};
+    if (!r.buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    size_t used = 0, total = s->n_named + s->n;
-    for (size_t i = (size_t)off; i < total; i++) {
+    size_t i, total = s->n_named + s->n;
+    for (i = (size_t)off; i < total; i++) {
         struct stat st;
         char nm[KVFS_HASH_HEX_LEN + 16 > 256 ? KVFS_HASH_HEX_LEN + 16 : 256];
         if (snapshot_entry(m, d, s, i, plus, nm, sizeof(nm), &st) != 0)
             continue;
-        size_t need;
-        int is_dot = !strcmp(nm, ".") || !strcmp(nm, "..");
-        if (plus) {
-            struct fuse_entry_param e;
-            memset(&e, 0, sizeof(e));
-            if (!is_dot) {
-                e.ino = st.st_ino;
-                e.attr = st;
-                e.attr_timeout = e.entry_timeout = node_timeout(st.st_ino);
-            } else {
-                e.attr.st_ino = st.st_ino;
-                e.attr.st_mode = S_IFDIR;
-            }
-            need = fuse_add_direntry_plus(req, buf + used, size - used, nm, &e, (off_t)(i + 1));
-            if (need > size - used)
-                break;
-            /* the kernel will hold a lookup on this inode (counted before
-             * the reply: its forget may come as soon as it has it; a reply
-             * that fails leaves counts no forget takes back, so those
-             * entries stay, like those put with no lookup) */
-            if (!is_dot && node_is_chunk(st.st_ino)) {
-                pthread_mutex_lock(&m->lock);
-                ino_map_put(m->inos, st.st_ino, s->hashes[i - s->n_named], 1);
-                pthread_mutex_unlock(&m->lock);
-            }
-        } else {
-            need = fuse_add_direntry(req, buf + used, size - used, nm, &st, (off_t)(i + 1));
-            if (need > size - used)
-                break;
-        }
-        used += need;
+        if (reply_add(&r, nm, &st, i < s->n_named ? NULL : s->hashes[i - s->n_named], i))
+            break;
     }
-    fuse_reply_buf(req, buf, used);
-    free(buf);
+    if (i >= total && s->lists_remote)
+        remote_entries(&r, d, s, i);
+    fuse_reply_buf(req, r.buf, r.used);
+    free(r.buf);
 }
 
 static void kvfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)

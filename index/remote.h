@@ -7,9 +7,11 @@
  * "tokens size layers arch", and the registry object "kvfs.models" has one
  * key per model, so hosts list what the fleet has without scanning the pool:
  * the worker copies every model's index into this host's listing (SQLite,
- * table known in remote-queue.db) every list_refresh_s seconds; the store
- * shows those chunks (kvfs_store_list_remote_only / kvfs_store_stat_known)
- * and fetches one when it is opened or looked up by name.
+ * table known in remote-list.db; remote_listing.h) every list_refresh_s
+ * seconds; the store shows those chunks a page at a time
+ * (kvfs_store_list_remote_only / kvfs_store_stat_known) and fetches one when
+ * it is opened or looked up by name (one rados_stat for a name it lacks).
+ * The formats written: remote_format.h.
  *
  * Reads: a local miss (kvfs_store_lookup/get/open_stream) fetches the whole
  * object, verifies it exactly like a local ingest and stores it locally.

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #ifdef KVFS_HAVE_RADOS
+#include "remote_format.h"
 #include "remote_listing.h"
 
 #define LOCK_OBJ "kvfs.evictor"
@@ -41,23 +42,12 @@ void remote_cookie_init(struct kvfs_remote *r)
 
 struct view_ctx {
     struct remote_view *v;
+    sqlite3_stmt *ins;
     const char *model;
-    size_t first; /* the model's first entry in v->e */
-    int err;      /* a view short of entries would undercount the usage */
+    struct kvfs_remote_entry cur; /* the model's last entry, written when the next begins */
+    int have;
+    int err; /* a view short of entries would undercount the usage */
 };
-
-static int view_grow(struct remote_view *v)
-{
-    if (v->n < v->cap)
-        return 0;
-    size_t cap = v->cap ? 2 * v->cap : 256;
-    void *p = realloc(v->e, cap * sizeof(*v->e));
-    if (!p)
-        return -ENOMEM;
-    v->e = p;
-    v->cap = cap;
-    return 0;
-}
 
 static int hex64(const char *k)
 {
@@ -67,25 +57,46 @@ static int hex64(const char *k)
     return 1;
 }
 
+static int view_insert(sqlite3_stmt *ins, const struct kvfs_remote_entry *e)
+{
+    sqlite3_bind_text(ins, 1, e->hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(ins, 2, e->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(ins, 3, (sqlite3_int64)e->size);
+    sqlite3_bind_int64(ins, 4, e->atime_ms);
+    sqlite3_bind_int(ins, 5, e->pinned);
+    int rc = sqlite3_step(ins);
+    sqlite3_reset(ins);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+static int view_flush(struct view_ctx *c)
+{
+    if (!c->have)
+        return 0;
+    c->have = 0;
+    return view_insert(c->ins, &c->cur);
+}
+
 /* keys sort "<hash>" < "<hash>.a" < "<hash>.p": a use or pin follows its entry */
 static int view_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct view_ctx *c = ctx;
     struct remote_view *v = c->v;
     if (klen == KVFS_HASH_HEX_LEN && hex64(key)) {
-        if ((c->err = view_grow(v)))
+        if ((c->err = view_flush(c)))
             return 1;
-        struct kvfs_remote_entry *e = &v->e[v->n++];
+        struct kvfs_remote_entry *e = &c->cur;
         memset(e, 0, sizeof(*e));
         memcpy(e->hash, key, klen);
         snprintf(e->model, sizeof(e->model), "%s", c->model);
         e->size = remote_entry_osize(val, vlen);
         v->usage += e->size;
+        c->have = 1;
         return 0;
     }
     if (klen != KVFS_HASH_HEX_LEN + 2 || key[KVFS_HASH_HEX_LEN] != '.' || !hex64(key))
         return 0;
-    struct kvfs_remote_entry *e = v->n > c->first ? &v->e[v->n - 1] : NULL;
+    struct kvfs_remote_entry *e = c->have ? &c->cur : NULL;
     if (!e || memcmp(e->hash, key, KVFS_HASH_HEX_LEN)) { /* its entry is gone: cleaned by the next pass */
         if (v->n_orphans == v->cap_orphans) {
             if (v->cap_orphans >= 4096)
@@ -143,23 +154,53 @@ static int model_key(void *ctx, const char *key, size_t klen, const char *val, s
     return 0;
 }
 
+/* "": SQLite's private temporary file, removed when closed */
+static int view_open(struct remote_view *v)
+{
+    if (sqlite3_open_v2("", &v->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
+        sqlite3_exec(v->db,
+                     "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-2048;"
+                     "CREATE TABLE e(hash TEXT PRIMARY KEY, model TEXT, size INTEGER, atime INTEGER,"
+                     " pinned INTEGER) WITHOUT ROWID;",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        return -EIO;
+    return 0;
+}
+
 int remote_view_read(rados_ioctx_t io, struct remote_view *v)
 {
     struct model_list models = {0};
+    struct view_ctx c;
+    memset(&c, 0, sizeof(c));
+    c.v = v;
     memset(v, 0, sizeof(*v));
     v->lock_at = remote_now_s();
-    long rc = remote_omap_each(io, "kvfs.models", model_key, &models);
+    v->cur_atime = INT64_MIN;
+    long rc = view_open(v);
+    if (!rc && (sqlite3_exec(v->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
+                sqlite3_prepare_v2(v->db, "INSERT OR REPLACE INTO e VALUES (?, ?, ?, ?, ?)", -1, &c.ins, NULL) !=
+                    SQLITE_OK))
+        rc = -EIO;
+    if (!rc)
+        rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &models);
     if (rc >= 0 && models.err)
         rc = models.err;
     for (size_t i = 0; rc >= 0 && i < models.n; i++) {
-        char oid[64];
-        snprintf(oid, sizeof(oid), "kvfs.model.%s", models.m[i]);
-        struct view_ctx c = {v, models.m[i], v->n, 0};
+        char oid[KVFS_REMOTE_OID_MAX];
+        kvfs_remote_index_oid(models.m[i], oid);
+        c.model = models.m[i];
+        c.have = 0;
         rc = remote_omap_each(io, oid, view_key, &c);
+        if (rc >= 0 && !c.err)
+            c.err = view_flush(&c);
         if (rc >= 0 && c.err)
             rc = c.err;
     }
     free(models.m);
+    sqlite3_finalize(c.ins);
+    /* the order eviction takes them in, built once they are all in */
+    if (rc >= 0 && sqlite3_exec(v->db, "COMMIT; CREATE INDEX by_use ON e(atime, hash);", NULL, NULL, NULL) != SQLITE_OK)
+        rc = -EIO;
     if (rc < 0) {
         remote_view_free(v);
         return (int)rc;
@@ -169,46 +210,95 @@ int remote_view_read(rados_ioctx_t io, struct remote_view *v)
 
 void remote_view_free(struct remote_view *v)
 {
-    free(v->e);
+    if (v->db)
+        sqlite3_close(v->db);
     free(v->orphans);
     memset(v, 0, sizeof(*v));
 }
 
-static int by_use(const void *a, const void *b)
+static void row_entry(sqlite3_stmt *st, struct kvfs_remote_entry *e)
 {
-    const struct kvfs_remote_entry *x = a, *y = b;
-    if (x->atime_ms != y->atime_ms)
-        return x->atime_ms < y->atime_ms ? -1 : 1;
-    return strcmp(x->hash, y->hash);
+    memset(e, 0, sizeof(*e));
+    const unsigned char *h = sqlite3_column_text(st, 0), *m = sqlite3_column_text(st, 1);
+    snprintf(e->hash, sizeof(e->hash), "%s", h ? (const char *)h : "");
+    snprintf(e->model, sizeof(e->model), "%s", m ? (const char *)m : "");
+    e->size = (uint64_t)sqlite3_column_int64(st, 2);
+    e->atime_ms = sqlite3_column_int64(st, 3);
+    e->pinned = sqlite3_column_int(st, 4);
 }
 
-static void view_sort(struct remote_view *v)
+#define VIEW_COLUMNS "SELECT hash, model, size, atime, pinned FROM e"
+
+/* the chunk's entry: 0, -ENOENT or -EIO */
+static int view_get(const struct remote_view *v, const char *hash, struct kvfs_remote_entry *e)
 {
-    if (!v->sorted && v->n)
-        qsort(v->e, v->n, sizeof(*v->e), by_use);
-    v->sorted = 1;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(v->db, VIEW_COLUMNS " WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(st), rc = step == SQLITE_ROW ? 0 : step == SQLITE_DONE ? -ENOENT : -EIO;
+    if (!rc)
+        row_entry(st, e);
+    sqlite3_finalize(st);
+    return rc;
 }
 
 int remote_view_has(const struct remote_view *v, const char *hash)
 {
-    for (size_t i = 0; i < v->n; i++)
-        if (!strcmp(v->e[i].hash, hash))
-            return 1;
-    return 0;
+    struct kvfs_remote_entry e;
+    return view_get(v, hash, &e) == 0;
 }
 
 int remote_view_add(struct remote_view *v, const char *hash, const char *model, uint64_t size)
 {
-    if (view_grow(v))
-        return -ENOMEM;
-    struct kvfs_remote_entry *e = &v->e[v->n++];
-    memset(e, 0, sizeof(*e));
-    snprintf(e->hash, sizeof(e->hash), "%s", hash);
-    snprintf(e->model, sizeof(e->model), "%s", model);
-    e->size = size;
-    e->atime_ms = now_ms(); /* the newest: appended after the sorted ones */
-    v->usage += size;
-    return 0;
+    sqlite3_stmt *ins;
+    struct kvfs_remote_entry e;
+    memset(&e, 0, sizeof(e));
+    snprintf(e.hash, sizeof(e.hash), "%s", hash);
+    snprintf(e.model, sizeof(e.model), "%s", model);
+    e.size = size;
+    e.atime_ms = now_ms(); /* the newest: after every other candidate */
+    if (sqlite3_prepare_v2(v->db, "INSERT OR REPLACE INTO e VALUES (?, ?, ?, ?, ?)", -1, &ins, NULL) != SQLITE_OK)
+        return -EIO;
+    int rc = view_insert(ins, &e);
+    sqlite3_finalize(ins);
+    if (!rc)
+        v->usage += size;
+    return rc;
+}
+
+/* The least recently used entry past the cursor that is neither pinned
+ * nor keep; the cursor moves past it.  0, -ENOSPC (none) or -EIO. */
+static int view_next_candidate(struct remote_view *v, const char *keep, struct kvfs_remote_entry *e)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(v->db, VIEW_COLUMNS " WHERE (atime, hash) > (?, ?) ORDER BY atime, hash", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_int64(st, 1, v->cur_atime);
+    sqlite3_bind_text(st, 2, v->cur_hash, -1, SQLITE_TRANSIENT);
+    int step, rc = -ENOSPC;
+    while (rc == -ENOSPC && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        row_entry(st, e);
+        v->cur_atime = e->atime_ms;
+        memcpy(v->cur_hash, e->hash, sizeof(v->cur_hash));
+        if (!e->pinned && !(keep && !strcmp(e->hash, keep)))
+            rc = 0;
+    }
+    if (rc && step != SQLITE_DONE)
+        rc = -EIO;
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void view_remove(struct remote_view *v, const char *hash)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(v->db, "DELETE FROM e WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
 }
 
 /* ---- the lock ---- */
@@ -288,28 +378,20 @@ int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view
 {
     if (need > cap)
         return -ENOSPC;
-    view_sort(v);
     while (v->usage + need > cap) {
-        struct kvfs_remote_entry *e = NULL;
-        for (; v->next < v->n && !e; v->next++) {
-            struct kvfs_remote_entry *c = &v->e[v->next];
-            if (c->hash[0] && !c->pinned && !(keep && !strcmp(c->hash, keep)))
-                e = c;
-        }
-        if (!e)
-            return -ENOSPC;
-        int rc = remote_evict_renew(r, io, v);
+        struct kvfs_remote_entry e;
+        int rc = view_next_candidate(v, keep, &e);
+        if (rc)
+            return rc;
+        if ((rc = remote_evict_renew(r, io, v)) < 0)
+            return rc;
+        rc = evict_entry(r, io, &e);
+        if (rc == -EBUSY)
+            continue; /* pinned since the view was read: the cursor is past it */
         if (rc < 0)
             return rc;
-        rc = evict_entry(r, io, e);
-        if (rc == -EBUSY) {
-            e->pinned = 1;
-            continue;
-        }
-        if (rc < 0)
-            return rc;
-        v->usage -= e->size;
-        e->hash[0] = 0;
+        v->usage -= e.size;
+        view_remove(v, e.hash);
     }
     return 0;
 }
@@ -489,11 +571,20 @@ long kvfs_remote_entries(struct kvfs_remote *r, int (*cb)(void *ctx, const struc
     int rc = remote_view_read(io, &v);
     if (rc)
         return rc;
-    view_sort(&v);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(v.db, VIEW_COLUMNS " ORDER BY atime, hash", -1, &st, NULL) != SQLITE_OK) {
+        remote_view_free(&v);
+        return -EIO;
+    }
     long n = 0;
-    for (size_t i = 0; i < v.n; i++, n++)
-        if (cb && (rc = cb(ctx, &v.e[i])))
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        struct kvfs_remote_entry e;
+        row_entry(st, &e);
+        n++;
+        if (cb && cb(ctx, &e))
             break;
+    }
+    sqlite3_finalize(st);
     if (usage)
         *usage = v.usage;
     remote_view_free(&v);
@@ -548,12 +639,13 @@ int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity
         goto unlock;
     }
     if (hash) {
-        size_t i = 0;
-        while (i < v.n && strcmp(v.e[i].hash, hash))
-            i++;
-        if (i == v.n)
+        struct kvfs_remote_entry e;
+        int got = view_get(&v, hash, &e);
+        if (got == -ENOENT)
             rc = kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
-        else if (v.e[i].pinned || (rc = evict_entry(r, io, &v.e[i])) == -EBUSY)
+        else if (got)
+            rc = kvfs_errf(err, errlen, got, "cannot read the view: %s", strerror(-got));
+        else if (e.pinned || (rc = evict_entry(r, io, &e)) == -EBUSY)
             rc = kvfs_errf(err, errlen, -EBUSY, "%s is pinned (unpin it first)", hash);
         else if (rc)
             kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));

@@ -9,12 +9,15 @@
 #include "remote_internal.h"
 
 #ifdef KVFS_HAVE_RADOS
-/* Every model index read afresh: entries (hash[0] = 0 once evicted) and
- * use-time keys whose entry is gone (left by a flush racing an eviction). */
+/* Every model index read afresh, into a private temporary SQLite database
+ * (on disk, its cache bounded: a pool of millions of chunks is never held
+ * in memory): table e(hash, model, size, atime, pinned), ordered for
+ * eviction by (atime, hash); and use-time keys whose entry is gone (left by
+ * a flush racing an eviction). */
 struct remote_view {
-    struct kvfs_remote_entry *e;
-    size_t n, cap, next; /* next: the oldest candidate not yet looked at */
-    int sorted;
+    sqlite3 *db;
+    int64_t cur_atime; /* eviction's cursor: the candidates after (cur_atime, cur_hash) */
+    char cur_hash[KVFS_HASH_HEX_LEN + 1];
     double lock_at; /* the lease last taken or renewed (monotonic) */
     uint64_t usage, pinned;
     struct remote_orphan { char model[17]; char key[KVFS_HASH_HEX_LEN + 3]; } *orphans;

@@ -259,21 +259,28 @@ static int row_to_info(sqlite3_stmt *st, struct kvfs_chunk_info *c)
     return 0;
 }
 
-int remote_list_hook(void *ctx, kvfs_store_list_cb cb, void *cbctx)
+long remote_list_hook(void *ctx, const char *after, size_t limit, kvfs_store_list_cb cb, void *cbctx)
 {
     struct kvfs_remote *r = ctx;
     sqlite3_stmt *st;
-    int rc = 0;
-    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known ORDER BY hash", -1, &st,
-                           NULL) != SQLITE_OK)
+    long taken = 0;
+    /* the primary key's index: each page is a range scan, whatever the size */
+    if (sqlite3_prepare_v2(r->lr, "SELECT hash, model, tokens, size, layers, arch, seen_ns FROM known"
+                                  " WHERE hash > ? ORDER BY hash LIMIT ?", -1, &st, NULL) != SQLITE_OK)
         return -EIO;
-    while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+    sqlite3_bind_text(st, 1, after ? after : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, limit ? (sqlite3_int64)limit : -1);
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         struct kvfs_chunk_info c;
-        if (row_to_info(st, &c) == 0)
-            rc = cb(&c, cbctx);
+        if (row_to_info(st, &c) != 0)
+            continue; /* not counted: a page of such rows reads as the end, never as a loop */
+        if (cb(&c, cbctx))
+            break;
+        taken++;
     }
     sqlite3_finalize(st);
-    return rc;
+    return step == SQLITE_ROW || step == SQLITE_DONE ? taken : -EIO;
 }
 
 int remote_stat_hook(void *ctx, const char *hash, struct kvfs_chunk_info *out)

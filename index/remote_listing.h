@@ -25,8 +25,9 @@ long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *c
 int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io);
 /* A chunk evicted from the pool leaves this host's listing at once. */
 void remote_listing_forget(struct kvfs_remote *r, const char *hash);
-/* The store's list and stat hooks, over the listing. */
-int remote_list_hook(void *ctx, kvfs_store_list_cb cb, void *cbctx);
+/* The store's list and stat hooks, over the listing (list: a page of it,
+ * store.h's struct kvfs_store_remote). */
+long remote_list_hook(void *ctx, const char *after, size_t limit, kvfs_store_list_cb cb, void *cbctx);
 int remote_stat_hook(void *ctx, const char *hash, struct kvfs_chunk_info *out);
 #endif
 

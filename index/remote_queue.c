@@ -6,6 +6,7 @@
 
 #ifdef KVFS_HAVE_RADOS
 #include "remote_evict.h"
+#include "remote_format.h"
 #include "remote_lease.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -281,20 +282,15 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
                      r->capacity, v->usage, v->pinned);
         return rc;
     }
-    char tokens[16], entry[128], atime[24];
-    snprintf(tokens, sizeof(tokens), "%u", ci.n_tokens);
-    /* the listing entry: what ls -l needs without fetching the object, then
-     * the object's bytes (the pool's usage; older readers stop before it) */
-    snprintf(entry, sizeof(entry), "%u %" PRIu64 " %u %s %zu", ci.n_tokens, ci.logical_size, ci.n_layer,
-             ci.arch[0] ? ci.arch : "-", len);
+    char entry[128], atime[24], idx[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3];
+    size_t elen = kvfs_remote_index_entry(&ci, len, entry, sizeof(entry));
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(atime, sizeof(atime), "%lld", (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    size_t alen = kvfs_remote_use_key(hash, (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, akey, atime,
+                                      sizeof(atime));
     /* object and its xattrs in one atomic op; the same bytes from any host */
     rados_write_op_t op = rados_create_write_op();
-    rados_write_op_write_full(op, (const char *)buf, len);
-    rados_write_op_setxattr(op, "kvfs.model", ci.model, strlen(ci.model));
-    rados_write_op_setxattr(op, "kvfs.tokens", tokens, strlen(tokens));
+    kvfs_remote_object_op(op, &ci, buf, len);
     rc = rados_write_op_operate(op, io, hash, NULL, 0);
     rados_release_write_op(op);
     free(buf);
@@ -302,11 +298,9 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
         return rc;
     /* the per-model index, for listing without a pool scan, and the fleet's
      * registry of models (so a host finds indexes of models it never saw) */
-    char idx[64], akey[KVFS_HASH_HEX_LEN + 3];
-    snprintf(idx, sizeof(idx), "kvfs.model.%s", ci.model);
-    snprintf(akey, sizeof(akey), "%s.a", hash);
+    kvfs_remote_index_oid(ci.model, idx);
     const char *keys[2] = {hash, akey}, *vals[2] = {entry, atime};
-    size_t lens[2] = {strlen(entry), strlen(atime)};
+    size_t lens[2] = {elen, alen};
     op = rados_create_write_op();
     rados_write_op_omap_set(op, keys, vals, lens, 2); /* an upload is a use */
     rc = rados_write_op_operate(op, io, idx, NULL, 0);
@@ -317,7 +311,7 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
     size_t mlens[1] = {0};
     op = rados_create_write_op();
     rados_write_op_omap_set(op, mkeys, mvals, mlens, 1);
-    rc = rados_write_op_operate(op, io, "kvfs.models", NULL, 0);
+    rc = rados_write_op_operate(op, io, KVFS_REMOTE_MODELS_OID, NULL, 0);
     rados_release_write_op(op);
     if (rc < 0)
         return rc;

@@ -110,8 +110,10 @@ struct kvfs_store_remote {
     void (*stored)(void *ctx, const char *hash);
     int (*has)(void *ctx, const char *hash); /* 1 if the remote tier holds it */
     /* what the fleet has, as far as this host's listing knows (no fetch):
-     * info with hash, model, arch, n_tokens, n_layer, logical_size */
-    int (*list)(void *ctx, kvfs_store_list_cb cb, void *cbctx);
+     * info with hash, model, arch, n_tokens, n_layer, logical_size, in
+     * hash order after `after` ("": from the first), at most limit rows (0:
+     * all); cb returning non-zero stops there.  The rows cb took, or -errno */
+    long (*list)(void *ctx, const char *after, size_t limit, kvfs_store_list_cb cb, void *cbctx);
     int (*stat)(void *ctx, const char *hash, struct kvfs_chunk_info *out);
     /* ranged reads for streaming a chunk only the remote tier has (the
      * loader, loader.h): the object's size, a synchronous read, an
@@ -128,9 +130,16 @@ void kvfs_store_set_remote(struct kvfs_store *s, const struct kvfs_store_remote 
 /* The remote tier's hooks (a copy), or -ENOENT when there is none. */
 int kvfs_store_get_remote(struct kvfs_store *s, struct kvfs_store_remote *out);
 /* Chunks only the remote tier has, from its listing (refreshed from the
- * fleet's per-model indexes; see remote.h): cb for each one not stored
- * here, with remote_only = 1.  Nothing is fetched. */
-int kvfs_store_list_remote_only(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx);
+ * fleet's per-model indexes; see remote.h), a page at a time, so a listing
+ * of a million chunks is never held in memory: in hash order after the name
+ * in `after` ("": from the first), at most limit rows of the listing (0:
+ * all), cb for each one not stored here (remote_only = 1).  `after` moves
+ * past every row consumed (given to cb, or skipped as stored here); a cb
+ * that returns non-zero stops before its row, which the next page starts
+ * with.  Returns the rows consumed (fewer than limit: the listing's end) or
+ * -errno.  Nothing is fetched. */
+long kvfs_store_list_remote_only(struct kvfs_store *s, char after[KVFS_HASH_HEX_LEN + 1], size_t limit,
+                                 kvfs_store_list_cb cb, void *ctx);
 /* kvfs_store_stat, else what the remote tier's listing knows (remote_only = 1;
  * nothing is fetched).  -ENOENT if neither knows the chunk. */
 int kvfs_store_stat_known(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);

@@ -26,6 +26,7 @@ int kvfs_store_get_remote(struct kvfs_store *s, struct kvfs_store_remote *out)
 
 struct remote_only_ctx {
     struct kvfs_store *s;
+    char *after;
     kvfs_store_list_cb cb;
     void *ctx;
 };
@@ -33,20 +34,25 @@ struct remote_only_ctx {
 static int remote_only_cb(const struct kvfs_chunk_info *c, void *vctx)
 {
     struct remote_only_ctx *r = vctx;
-    if (store_has_chunk(r->s, c->hash))
-        return 0;
-    struct kvfs_chunk_info ci = *c;
-    ci.remote = ci.remote_only = 1;
-    return r->cb(&ci, r->ctx);
+    if (!store_has_chunk(r->s, c->hash)) {
+        struct kvfs_chunk_info ci = *c;
+        ci.remote = ci.remote_only = 1;
+        int rc = r->cb(&ci, r->ctx);
+        if (rc)
+            return rc; /* not consumed: the next page starts with it */
+    }
+    memcpy(r->after, c->hash, KVFS_HASH_HEX_LEN + 1);
+    return 0;
 }
 
-int kvfs_store_list_remote_only(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx)
+long kvfs_store_list_remote_only(struct kvfs_store *s, char after[KVFS_HASH_HEX_LEN + 1], size_t limit,
+                                 kvfs_store_list_cb cb, void *ctx)
 {
     struct kvfs_store_remote r = store_remote_hooks(s);
     if (!r.list)
         return 0;
-    struct remote_only_ctx rc = {s, cb, ctx};
-    return r.list(r.ctx, remote_only_cb, &rc);
+    struct remote_only_ctx rc = {s, after, cb, ctx};
+    return r.list(r.ctx, after, limit, remote_only_cb, &rc);
 }
 
 int kvfs_store_stat_known(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)

@@ -11,6 +11,7 @@
 # bluestore (default) keeps data across OSD restarts, on 4 GiB *sparse* files; memstore loses
 # an OSD's data on restart (a weaker fault test), but starts faster. MONPORT (default 40100)
 # must differ between clusters running at the same time; the port is fixed in ceph.conf.
+# BLUESTORE_BYTES: each OSD's sparse block file (default 4 GiB; a million small objects need more).
 # Exit 77 (with a line saying "skip") when the Ceph packages are missing and cannot be installed.
 set -euo pipefail
 CMD=${1:?usage: cluster.sh start|stop|kill-osd|start-osd DIR ...}; B=${2:?DIR}
@@ -97,7 +98,7 @@ log file = $B/log/\$name.log
 osd objectstore = $STORE
 memstore device bytes = 1073741824
 bluestore block create = true
-bluestore block size = 4294967296
+bluestore block size = ${BLUESTORE_BYTES:-4294967296}
 bluestore fsck on mount = false
 bluestore cache autotune = false
 bluestore cache size = 134217728

@@ -7,9 +7,10 @@
 #include "half.h"
 #include "kvquant.h"
 
-static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+/* the exact rows' bytes: f16 K then f16 V, or f16 K alone (k_only) */
+static size_t exact_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim, int k_only)
 {
-    return 4 * (size_t)kvfs_kvq_exact_rows(codec, n_tokens) * kv_dim;
+    return (k_only ? 2 : 4) * (size_t)kvfs_kvq_exact_rows(codec, n_tokens) * kv_dim;
 }
 
 int kvfs_kvq_parse(const char *name)
@@ -29,15 +30,25 @@ static int shape_ok(int codec, uint32_t n_tokens, uint32_t kv_dim)
            kv_dim % 64 == 0;
 }
 
-size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+static size_t layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim, int k_only)
 {
     if (!shape_ok(codec, n_tokens, kv_dim))
         return 0;
-    size_t head = exact_bytes(codec, n_tokens, kv_dim);
+    size_t head = exact_bytes(codec, n_tokens, kv_dim, k_only);
     n_tokens -= kvfs_kvq_exact_rows(codec, n_tokens);
     size_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), token_groups = (n_tokens + gk - 1) / gk;
     return head + kvfs_kvq_block_bytes(codec, 0) * token_groups * kv_dim +
-           kvfs_kvq_block_bytes(codec, 1) * (size_t)n_tokens * (kv_dim / gv);
+           (k_only ? 0 : kvfs_kvq_block_bytes(codec, 1) * (size_t)n_tokens * (kv_dim / gv));
+}
+
+size_t kvfs_kvq_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+{
+    return layer_bytes(codec, n_tokens, kv_dim, 0);
+}
+
+size_t kvfs_kvq_k_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim)
+{
+    return layer_bytes(codec, n_tokens, kv_dim, 1);
 }
 
 /* lrintf (to nearest, ties to even) for |x| < 2^22, without libm: libkvfs
@@ -109,8 +120,9 @@ static void decode_group(int codec, const uint8_t *b, float *x, size_t stride, u
 }
 
 /* keys: per channel over token groups; values: per token over channel
- * groups.  Part `part` of n_parts: its share of the key token groups and of
- * the value tokens (the blocks of different parts are disjoint). */
+ * groups; v NULL: the keys alone (an MLA chunk's layer).  Part `part` of
+ * n_parts: its share of the key token groups and of the value tokens (the
+ * blocks of different parts are disjoint). */
 static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *blocks,
                        uint32_t part, uint32_t n_parts)
 {
@@ -121,15 +133,18 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
         for (size_t i = 0; i < (size_t)r * kv_dim; i++) {
             if (decode) {
                 k[i] = get16(blocks + 2 * i);
-                v[i] = get16(blocks + 2 * ((size_t)r * kv_dim + i));
+                if (v)
+                    v[i] = get16(blocks + 2 * ((size_t)r * kv_dim + i));
             } else {
                 put16(blocks + 2 * i, k[i]);
-                put16(blocks + 2 * ((size_t)r * kv_dim + i), v[i]);
+                if (v)
+                    put16(blocks + 2 * ((size_t)r * kv_dim + i), v[i]);
             }
         }
-    blocks += exact_bytes(codec, n_tokens, kv_dim);
+    blocks += exact_bytes(codec, n_tokens, kv_dim, !v);
     k += (size_t)r * kv_dim;
-    v += (size_t)r * kv_dim;
+    if (v)
+        v += (size_t)r * kv_dim;
     if (!(n_tokens -= r))
         return 0;
     uint32_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
@@ -146,6 +161,8 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
                 encode_group(codec, gk, x, kv_dim, n, b);
         }
     }
+    if (!v)
+        return 0;
     uint32_t ta = (uint32_t)((uint64_t)n_tokens * part / n_parts), tb = (uint32_t)((uint64_t)n_tokens * (part + 1) / n_parts);
     uint8_t *b = blocks + bk * (size_t)n_tg * kv_dim + bv * (size_t)ta * (kv_dim / gv);
     for (uint32_t t = ta; t < tb; t++)
@@ -161,27 +178,37 @@ static int codec_layer(int codec, int decode, float *k, float *v, uint32_t n_tok
 
 int kvfs_kvq_encode(int codec, const float *k, const float *v, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out)
 {
-    return codec_layer(codec, 0, (float *)k, (float *)v, n_tokens, kv_dim, out, 0, 1);
+    return !k || !v ? -EINVAL : codec_layer(codec, 0, (float *)k, (float *)v, n_tokens, kv_dim, out, 0, 1);
 }
 
 int kvfs_kvq_decode(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v)
 {
-    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, 0, 1);
+    return !k || !v ? -EINVAL : codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, 0, 1);
+}
+
+int kvfs_kvq_encode_k(int codec, const float *k, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out)
+{
+    return !k ? -EINVAL : codec_layer(codec, 0, (float *)k, NULL, n_tokens, kv_dim, out, 0, 1);
+}
+
+int kvfs_kvq_decode_k(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k)
+{
+    return !k ? -EINVAL : codec_layer(codec, 1, k, NULL, n_tokens, kv_dim, (uint8_t *)in, 0, 1);
 }
 
 int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k, float *v,
                          uint32_t part, uint32_t n_parts)
 {
-    return codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, part, n_parts);
+    return !k || !v ? -EINVAL : codec_layer(codec, 1, k, v, n_tokens, kv_dim, (uint8_t *)in, part, n_parts);
 }
 
-float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
-                    uint32_t c)
+static float elem_at(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
+                     uint32_t c, int k_only)
 {
     uint32_t r = kvfs_kvq_exact_rows(codec, n_tokens);
     if (t < r)
         return get16(in + 2 * ((size_t)which * r * kv_dim + (size_t)t * kv_dim + c));
-    in += exact_bytes(codec, n_tokens, kv_dim);
+    in += exact_bytes(codec, n_tokens, kv_dim, k_only);
     t -= r;
     n_tokens -= r;
     uint32_t gk = kvfs_kvq_group(codec, 0), gv = kvfs_kvq_group(codec, 1), n_tg = (n_tokens + gk - 1) / gk;
@@ -192,6 +219,17 @@ float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv
     if (codec == KVFS_KVQ_Q8)
         return get16(b) * (float)(int8_t)b[2 + i];
     return get16(b + 2) + get16(b) * (float)((b[4 + i / 2] >> (4 * (i & 1))) & 15);
+}
+
+float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
+                    uint32_t c)
+{
+    return elem_at(codec, in, n_tokens, kv_dim, which, t, c, 0);
+}
+
+float kvfs_kvq_elem_k(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, uint32_t t, uint32_t c)
+{
+    return elem_at(codec, in, n_tokens, kv_dim, 0, t, c, 1);
 }
 
 float kvfs_kvq_bound(int codec, float lo, float hi)

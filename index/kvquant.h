@@ -73,6 +73,13 @@ int kvfs_kvq_decode_part(int codec, const uint8_t *in, uint32_t n_tokens, uint32
  * V (1), exactly as decode gives it */
 float kvfs_kvq_elem(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, int which, uint32_t t,
                     uint32_t c);
+/* An MLA chunk's layer (kvfs(5): V derived from K, not stored): the same
+ * layout without V, i.e. q4s's exact first row as f16 K alone, then the key
+ * blocks; no value blocks.  k: [n_tokens][kv_dim]. */
+size_t kvfs_kvq_k_layer_bytes(int codec, uint32_t n_tokens, uint32_t kv_dim);
+int kvfs_kvq_encode_k(int codec, const float *k, uint32_t n_tokens, uint32_t kv_dim, uint8_t *out);
+int kvfs_kvq_decode_k(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, float *k);
+float kvfs_kvq_elem_k(int codec, const uint8_t *in, uint32_t n_tokens, uint32_t kv_dim, uint32_t t, uint32_t c);
 /* the largest error decoding may leave on a group whose values span
  * [lo, hi] (the tests' and kvfs(5)'s bound) */
 float kvfs_kvq_bound(int codec, float lo, float hi);

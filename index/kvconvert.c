@@ -46,7 +46,9 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
         uint8_t *dst = kvfs_writer_layer(w, l);
         if ((rc = kvfs_layer_decode(&h, (const uint8_t *)img + le.offset, kv, kv + n)))
             break;
-        if (codec)
+        if (codec && (h.flags & KVFS_FLAG_V_FROM_K)) /* MLA: the key blocks alone (kvfs(5)) */
+            rc = kvfs_kvq_encode_k(codec, kv, h.n_tokens, kv_dim, dst);
+        else if (codec)
             rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, kv_dim, dst);
         else
             kvfs_f32_encode(dtype, kv, h.flags & KVFS_FLAG_V_FROM_K ? n : 2 * n, dst); /* K then V (or K alone) */

@@ -71,7 +71,8 @@ uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
     uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
     int codec = kvfs_dtype_quantized(h->dtype);
     if (codec)
-        return kvfs_kvq_layer_bytes(codec, h->n_tokens, kv_dim);
+        return h->flags & KVFS_FLAG_V_FROM_K ? kvfs_kvq_k_layer_bytes(codec, h->n_tokens, kv_dim)
+                                             : kvfs_kvq_layer_bytes(codec, h->n_tokens, kv_dim);
     return (h->flags & KVFS_FLAG_V_FROM_K ? 1ull : 2ull) * h->n_tokens * kv_dim * kvfs_dtype_size(h->dtype);
 }
 
@@ -279,9 +280,6 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED |
                      KVFS_FLAG_V_FROM_K))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
-    if ((h->flags & KVFS_FLAG_V_FROM_K) && kvfs_dtype_quantized(h->dtype))
-        return kvfs_errf(errmsg, errlen, -EINVAL, "a %s chunk with V derived from K (flag 0x10)",
-                         kvfs_dtype_name(h->dtype));
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
@@ -398,8 +396,6 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
         (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64) ||
         (!salt && (flags & KVFS_FLAG_SALTED)))
         return -EINVAL;
-    if ((flags & KVFS_FLAG_V_FROM_K) && kvfs_dtype_quantized(dtype)) /* kvfs(5): not defined (yet) */
-        return -ENOTSUP;
     struct kvfs_header *h = &w->hdr;
     h->version = KVFS_VERSION;
     h->dtype = dtype;
@@ -507,6 +503,8 @@ int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, 
     uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
     size_t n = (size_t)h->n_tokens * kv_dim, es = kvfs_dtype_size(h->dtype);
     int codec = kvfs_dtype_quantized(h->dtype);
+    if (codec && (h->flags & KVFS_FLAG_V_FROM_K)) /* the key blocks alone; v is NULL here (see above) */
+        return k ? kvfs_kvq_decode_k(codec, layer, h->n_tokens, kv_dim, k) : 0;
     if (codec) {
         if (!k && !v)
             return 0;

@@ -175,6 +175,9 @@ static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, ui
     struct kvfs_layer_entry le;
     kvfs_layer_entry_get(&v->h, l, &le);
     int codec = kvfs_dtype_quantized(v->h.dtype);
+    if (codec && v->mla) /* the key blocks alone (an MLA view has no V) */
+        return kvfs_f32_to_f16(kvfs_kvq_elem_k(codec, obj + le.offset, v->h.n_tokens, v->kv_dim,
+                                               (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));
     if (codec) /* converted to the engine's f16, element by element from its block */
         return kvfs_f32_to_f16(kvfs_kvq_elem(codec, obj + le.offset, v->h.n_tokens, v->kv_dim, which,
                                              (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));

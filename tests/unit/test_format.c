@@ -10,6 +10,7 @@
 #include "check.h"
 #include "kvconvert.h"
 #include "kvformat.h"
+#include "kvquant.h"
 #include "synth_chunk.h"
 
 static int verify(const uint8_t *buf, size_t len)
@@ -123,16 +124,15 @@ static void test_salt(const char plain[65])
 }
 
 /* MLA chunks (KVFS_FLAG_V_FROM_K): K alone stored, V each K row with the
- * first rope_dim values of each head zero; not for block-quantized dtypes */
+ * first rope_dim values of each head zero */
 static void test_v_from_k(void)
 {
     struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = 12, .rope_dim = 4, .rope_theta = 1e4f,
                                   .arch = "deepseek2", .n_head = 4, .n_embd = 64};
     uint32_t tok[5] = {1, 2, 3, 4, 5};
     struct kvfs_writer w;
-    struct kvfs_fingerprint fq = fp;
-    fq.head_dim = 64; /* rows q8 could hold */
-    CHECK_EQ(kvfs_writer_init(&w, &fq, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), -ENOTSUP);
+    /* rows of 12 values: no whole block of 64 */
+    CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), -EINVAL);
     CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), 0);
     CHECK_EQ(kvfs_layer_bytes(&w.hdr), 5ull * 12 * 4); /* K only */
     float k[60], kd[60], vd[60];
@@ -156,9 +156,95 @@ static void test_v_from_k(void)
     kvfs_writer_free(&w);
 }
 
+/* the range of K's group holding token t, channel c, as the codec groups
+ * keys (kvquant.h): one channel over gk tokens after the exact rows, the
+ * zeros padding a short last group included */
+static void key_group_range(int codec, const float *k, uint32_t nt, uint32_t kvd, uint32_t t, uint32_t c, float *lo,
+                            float *hi)
+{
+    uint32_t r = kvfs_kvq_exact_rows(codec, nt), gk = kvfs_kvq_group(codec, 0);
+    uint32_t t0 = r + (t - r) / gk * gk, t1 = t0 + gk < nt ? t0 + gk : nt;
+    *lo = t1 - t0 < gk ? 0.0f : INFINITY, *hi = t1 - t0 < gk ? 0.0f : -INFINITY;
+    for (uint32_t u = t0; u < t1; u++) {
+        float x = k[(size_t)u * kvd + c];
+        *lo = x < *lo ? x : *lo, *hi = x > *hi ? x : *hi;
+    }
+}
+
+/* Quantized MLA chunks: the key blocks alone (q4s: its exact first row as
+ * f16 K alone), K back within the codec's bound, V the decoded K with the
+ * rotated part zero; a conversion from f32 gives the same bytes. */
+static void test_v_from_k_quantized(void)
+{
+    enum { NT = 70, KVD = 128, ROT = 32 }; /* 70 rows: two q4 key groups, the last padded */
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = KVD, .rope_dim = ROT,
+                                  .rope_theta = 1e4f, .arch = "deepseek2", .n_head = 4, .n_embd = 64};
+    uint32_t tok[NT];
+    static float k[NT * KVD], kd[NT * KVD], vd[NT * KVD];
+    uint64_t seed = 7;
+    for (uint32_t i = 0; i < NT; i++)
+        tok[i] = i + 1;
+    for (size_t i = 0; i < NT * KVD; i++) { /* a channel scale apart per channel: per-channel keys matter */
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        k[i] = ((float)(seed >> 40) / (float)(1 << 24) - 0.5f) * (1.0f + (float)(i % KVD) / 16.0f);
+    }
+    /* the f32 chunk, to convert */
+    struct kvfs_writer wf;
+    CHECK_EQ(kvfs_writer_init(&wf, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, NT, tok), 0);
+    for (uint32_t l = 0; l < 2; l++)
+        memcpy(kvfs_writer_layer(&wf, l), k, sizeof(k));
+    CHECK_EQ(kvfs_writer_finish(&wf), 0);
+    /* kvfs(5): q8 3 key groups of 32 x 128 channels x 34 bytes; q4 2 of 64, 36 bytes; q4s the first row (2 bytes
+     * per channel), then 3 groups of 32 over the 69 rows after it, 20 bytes */
+    const uint32_t dtypes[3] = {KVFS_DTYPE_Q8, KVFS_DTYPE_Q4, KVFS_DTYPE_Q4S};
+    const uint64_t want_bytes[3] = {3ull * KVD * 34, 2ull * KVD * 36, 2ull * KVD + 3ull * KVD * 20};
+    for (int i = 0; i < 3; i++) {
+        int codec = kvfs_dtype_quantized(dtypes[i]);
+        struct kvfs_writer w, wc;
+        CHECK_EQ(kvfs_writer_init(&w, &fp, dtypes[i], KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, NT, tok), 0);
+        CHECK_EQ(kvfs_layer_bytes(&w.hdr), want_bytes[i]);
+        CHECK_EQ(kvfs_kvq_k_layer_bytes(codec, NT, KVD), want_bytes[i]);
+        for (uint32_t l = 0; l < 2; l++)
+            CHECK_EQ(kvfs_kvq_encode_k(codec, k, NT, KVD, kvfs_writer_layer(&w, l)), 0);
+        CHECK_EQ(kvfs_writer_finish(&w), 0);
+        struct kvfs_header h;
+        char why[256];
+        CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size + kvfs_layer_stride(&h), kd, vd), 0);
+        int within = 1, v_ok = 1, elem_ok = 1;
+        double worst = 0;
+        for (uint32_t t = 0; t < NT; t++)
+            for (uint32_t c = 0; c < KVD; c++) {
+                size_t e = (size_t)t * KVD + c;
+                float lo, hi, bound;
+                key_group_range(codec, k, NT, KVD, t, c, &lo, &hi);
+                bound = t < kvfs_kvq_exact_rows(codec, NT) ? fabsf(k[e]) * 0x1p-11f + 0x1p-24f
+                                                           : kvfs_kvq_bound(codec, lo, hi);
+                within &= fabsf(kd[e] - k[e]) <= bound;
+                worst = fabs(kd[e] - k[e]) > worst ? fabs(kd[e] - k[e]) : worst;
+                v_ok &= vd[e] == (c < ROT ? 0.0f : kd[e]);
+                elem_ok &= kvfs_kvq_elem_k(codec, w.buf + h.header_size, NT, KVD, t, c) == kd[e];
+            }
+        CHECK(within);
+        CHECK(worst > 0); /* it was quantized */
+        CHECK(v_ok);
+        CHECK(elem_ok);
+        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, NULL, vd), 0); /* V alone */
+        CHECK_EQ(vd[KVD + ROT], kd[KVD + ROT]);
+        CHECK_EQ(vd[KVD + ROT - 1], 0.0f);
+        /* f32 -> quantized by conversion: the same chunk, byte for byte */
+        CHECK_EQ(kvfs_chunk_convert(wf.buf, wf.size, dtypes[i], &wc, why, sizeof(why)), 0);
+        CHECK(wc.size == w.size && !memcmp(wc.buf, w.buf, w.size));
+        kvfs_writer_free(&wc);
+        kvfs_writer_free(&w);
+    }
+    kvfs_writer_free(&wf);
+}
+
 int main(void)
 {
     test_v_from_k();
+    test_v_from_k_quantized();
     struct kvfs_writer w;
     CHECK_EQ(synth_chunk(&w, 3, 37, 1, KVFS_DTYPE_F16), 0);
     struct kvfs_header h;

@@ -395,9 +395,6 @@ static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const i
 {
     struct kvfs_writer w;
     uint32_t flags = KVFS_FLAG_BLENDED | (full ? KVFS_FLAG_FULL_PREFILL : 0);
-    if (kvfs_dtype_quantized(dtype) && m->hp.mla_rank)
-        return kvfs_errf(err, errlen, -ENOTSUP, "dtype %s: %s (latent attention) chunks are f32, f16 or bf16 "
-                         "(kvfs(5))", kvfs_dtype_name(dtype), m->hp.arch);
     if (kvfs_dtype_quantized(dtype) && c->kv_dim % 64)
         return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this model's "
                          "are %d", kvfs_dtype_name(dtype), c->kv_dim);

@@ -121,12 +121,6 @@ static int blend_local(const struct blend_args *a, int n, char **files)
     struct kvfs_kv_cache cache;
     struct kvfs_writer w;
     struct kvfs_blend_opts bo;
-    if (kvfs_dtype_quantized(a->dtype) && m->hp.mla_rank) {
-        fprintf(stderr, "kvfsctl blend: --dtype %s: %s (latent attention) chunks are f32, f16 or bf16 (kvfs(5))\n",
-                kvfs_dtype_name(a->dtype), m->hp.arch);
-        rc = -ENOTSUP;
-        goto out;
-    }
     kvfs_blend_opts_init(&bo, a->ratio ? strtof(a->ratio, NULL) : KVFS_BLEND_DEFAULT_RATIO);
     kvfs_blend_opts_floor(&bo); /* as the mount blends */
     if (a->select)

@@ -119,11 +119,6 @@ int cmd_prefill(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n = 0;
     int ret = 1;
-    if (kvfs_dtype_quantized(dtype) && m->hp.mla_rank) {
-        fprintf(stderr, "kvfsctl prefill: --dtype %s: %s (latent attention) chunks are f32, f16 or bf16 (kvfs(5))\n",
-                kvfs_dtype_name(dtype), m->hp.arch);
-        goto free_model;
-    }
     if (kvfs_dtype_quantized(dtype) && (m->fp.n_kv_head * m->fp.head_dim) % 64) {
         fprintf(stderr, "kvfsctl prefill: --dtype %s needs K/V rows of a multiple of 64 values; this model's are %u "
                 "(%u KV heads x %u)\n", kvfs_dtype_name(dtype), m->fp.n_kv_head * m->fp.head_dim, m->fp.n_kv_head,

@@ -810,12 +810,18 @@ static int load_v_from_k(const struct kvfs_model *m, struct kvfs_kv_cache *c, in
     size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim;
     int d = (int)h->fp.head_dim, r = (int)h->fp.rope_dim, heads = (int)(rows * h->fp.n_kv_head), rc;
     float *k = c->k[layer] + (size_t)row0 * kvd, *v = c->v[layer] + (size_t)row0 * kvd;
-    float *zero = calloc(rows * kvd, sizeof(float));
+    int codec = kvfs_dtype_quantized(h->dtype);
+    /* a quantized one's key blocks decoded here: V follows the decoded K, as every reader derives it */
+    float *zero = calloc(rows * kvd * (codec ? 2 : 1), sizeof(float)), *kf = zero + rows * kvd;
     if (!zero)
         return -ENOMEM;
-    if (!(rc = be->upload_kv(CTX(m), k, data, rows * kvd, (int)h->dtype)) &&
+    if (codec && (rc = kvfs_kvq_decode_k(codec, data, (uint32_t)rows, (uint32_t)kvd, kf)))
+        goto out;
+    if (!(rc = be->upload_kv(CTX(m), k, codec ? (const void *)kf : data, rows * kvd,
+                             codec ? KVFS_HOST_F32 : (int)h->dtype)) &&
         !(rc = be->upload(CTX(m), v, zero, sizeof(float) * rows * kvd)))
-        rc = be->synchronize(CTX(m)); /* zero is freed below */
+        rc = be->synchronize(CTX(m)); /* zero and kf are freed below */
+out:
     free(zero);
     return rc ? rc : r >= d ? 0 : strided_copy(m, v + r, d, k + r, d, heads, d - r);
 }
@@ -884,7 +890,9 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
         if ((rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) ||
             (!k_only && (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n))))
             break;
-        if (codec)
+        if (codec && k_only)
+            rc = kvfs_kvq_encode_k(codec, tmp, (uint32_t)count, (uint32_t)kvd, dst);
+        else if (codec)
             rc = kvfs_kvq_encode(codec, tmp, tmp + n, (uint32_t)count, (uint32_t)kvd, dst);
         else
             kvfs_f32_encode(dtype, tmp, k_only ? n : 2 * n, dst);

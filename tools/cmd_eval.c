@@ -292,8 +292,14 @@ static int quantize_rows(const struct eval *e, struct kvfs_kv_cache *c, int firs
         float *keep = part ? (*part == 'k' ? v : k) : NULL;
         if (keep)
             memcpy(exact, keep, bytes);
-        if (!(rc = kvfs_kvq_encode(codec, k, v, (uint32_t)n, (uint32_t)kvd, buf)))
+        if (e->m->hp.mla_rank) { /* as an MLA chunk stores it: K alone, V its decoded rows, rotated part zero */
+            if (!(rc = kvfs_kvq_encode_k(codec, k, (uint32_t)n, (uint32_t)kvd, buf)) &&
+                !(rc = kvfs_kvq_decode_k(codec, buf, (uint32_t)n, (uint32_t)kvd, k)))
+                for (size_t i = 0; i < (size_t)n * (size_t)kvd; i++)
+                    v[i] = (int)(i % (size_t)kvd) < (int)e->m->fp.rope_dim ? 0.0f : k[i];
+        } else if (!(rc = kvfs_kvq_encode(codec, k, v, (uint32_t)n, (uint32_t)kvd, buf))) {
             rc = kvfs_kvq_decode(codec, buf, (uint32_t)n, (uint32_t)kvd, k, v);
+        }
         if (keep)
             memcpy(keep, exact, bytes);
     }

@@ -106,8 +106,6 @@ class ChunkFile:
             raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=q4s)" % self.dtype)
         if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED | FLAG_V_FROM_K):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
-        if self.flags & FLAG_V_FROM_K and self.dtype in _QUANT:
-            raise self._bad(errno.EINVAL, "a %s chunk with V derived from K (flag 0x10)" % _DTYPE_NAME[self.dtype])
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
             raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
         if not 0 < self.n_tokens <= MAX_TOKENS:
@@ -135,7 +133,10 @@ class ChunkFile:
             self.elem_size = 0
             r = 1 if self.dtype == DTYPE_Q4S else 0  # rows stored exactly (f16) before the blocks
             nq = self.n_tokens - r
-            self.layer_bytes = 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
+            if self.flags & FLAG_V_FROM_K:  # MLA: the key blocks alone (q4s's exact row: K's f16 alone)
+                self.layer_bytes = 2 * r * kv_dim + bk * -(-nq // gk) * kv_dim
+            else:
+                self.layer_bytes = 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
         else:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
             self.layer_bytes = (1 if self.flags & FLAG_V_FROM_K else 2) * self.n_tokens * kv_dim * self.elem_size
@@ -259,7 +260,7 @@ class ChunkFile:
         # q4s: the first row exact, K's then V's f16, before the blocks of the other rows
         r = 1 if self.dtype == DTYPE_Q4S else 0
         exact = np.frombuffer(self._mapped(), "<f2", r * kv_dim, off + 2 * r * kv_dim * second).astype(np.float32)
-        off += 4 * r * kv_dim
+        off += (2 if self.flags & FLAG_V_FROM_K else 4) * r * kv_dim  # MLA: K's exact row alone
         n -= r
         n_tg = -(-n // gk)
         if not second:  # keys: per channel over token groups, blocks [token group][channel]

@@ -34,6 +34,16 @@ check "kvfsctl info: dtype q8, V derived from K" sh -c "'$KVFSCTL' info '$A/chun
     grep -q '^dtype: *q8' '$T/info' && grep -q '^values: *K.s rows' '$T/info' && grep -q '^layer bytes: *$(((n + 31) / 32 * 64 * 34)) ' '$T/info'"
 check "kvfsctl compare: the q8 chunk within 1% of the f16 one" "$KVFSCTL" compare --max-err 0.01 \
     "$B/chunks/${fb[1]}.kv" "$A/chunks/${qa[1]}.kv"
+check "the Python reader: q8 K within 1% of the f16 chunk's, V its latent with the rotated part zero" \
+    env PYTHONPATH="$KVFS_ROOT/python" python3 -c "
+import kvfs, numpy as np, sys
+a, b = kvfs.open(sys.argv[1]), kvfs.open(sys.argv[2])
+ok = b.layer_bytes == $(((n + 31) / 32 * 64 * 34))
+for l in range(b.n_layer):
+    k0, k, v = np.asarray(a.k(l), np.float32), b.k(l), b.v(l)
+    ok &= np.abs(k - k0).max() <= 0.01 * np.abs(k0).max() and (k != k0).any()
+    ok &= (v[:, :, :16] == 0).all() and (v[:, :, 16:] == k[:, :, 16:]).all()
+sys.exit(not ok)" "$B/chunks/${fb[1]}.kv" "$A/chunks/${qa[1]}.kv"
 Q=$'\nQ: which one?'
 "$KVFSCTL" blend -M "$A" --name full --ratio 1.0 --suffix "$Q" ${qa[1]} ${qa[2]} > /dev/null
 check "the blend is stored as q8, V derived from K" sh -c "'$KVFSCTL' info --json '$A/blends/full.kv' | \

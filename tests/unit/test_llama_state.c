@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "half.h"
+#include "kvquant.h"
 #include "llama_state.h"
 #include "synth_chunk.h"
 
@@ -112,6 +114,53 @@ out:
     kvfs_writer_free(&w);
 }
 
+/* A q8/q4/q4s MLA chunk (the key blocks alone): its view holds the decoded
+ * K, as f16, in llama.cpp's row order (latent first), the same size as an
+ * f16 chunk's view. */
+static void check_mla_quantized(void)
+{
+    enum { NT = 40, D = 64, ROT = 16 };
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 1, .head_dim = D, .rope_dim = ROT, .rope_theta = 1e4f,
+                                  .arch = "deepseek2", .n_head = 4, .n_embd = 64};
+    uint32_t tok[NT];
+    static float k[NT * D], kd[NT * D];
+    for (int i = 0; i < NT; i++)
+        tok[i] = (uint32_t)i;
+    for (int i = 0; i < NT * D; i++)
+        k[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    const uint32_t dtypes[3] = {KVFS_DTYPE_Q8, KVFS_DTYPE_Q4, KVFS_DTYPE_Q4S};
+    for (int q = 0; q < 3; q++) {
+        struct kvfs_writer w;
+        struct kvfs_header h;
+        struct kvfs_llama_view v;
+        char why[128];
+        CHECK_EQ(kvfs_writer_init(&w, &fp, dtypes[q], KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, NT, tok), 0);
+        for (uint32_t l = 0; l < 2; l++)
+            CHECK_EQ(kvfs_kvq_encode_k(kvfs_dtype_quantized(dtypes[q]), k, NT, D, kvfs_writer_layer(&w, l)), 0);
+        CHECK_EQ(kvfs_writer_finish(&w), 0);
+        CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, kd, NULL), 0);
+        CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), 0);
+        uint64_t k0 = 12 + 4 * NT + 8 + 12 * NT + 8;
+        CHECK_EQ(v.size, k0 + 2 * (12 + NT * D * 2));
+        uint8_t *st = malloc(v.size);
+        CHECK_EQ(kvfs_llama_view_read(&v, w.buf, 0, st, v.size), v.size);
+        int ok = 1, moved = 0;
+        for (int r = 0; r < NT; r++)
+            for (int j = 0; j < D; j++) { /* llama.cpp's dim j: the latent (kvfs's j + ROT), then the rotated part */
+                const uint8_t *p = st + k0 + 12 + 2 * (D * r + j);
+                int src = D * r + (j < D - ROT ? j + ROT : j - (D - ROT));
+                ok &= (uint16_t)(p[0] | p[1] << 8) == kvfs_f32_to_f16(kd[src]);
+                moved |= kd[src] != k[src];
+            }
+        CHECK(ok);
+        CHECK(moved); /* the decoded values, not the originals */
+        free(st);
+        kvfs_llama_view_free(&v);
+        kvfs_writer_free(&w);
+    }
+}
+
 int main(void)
 {
     for (uint32_t n = 1; n <= 2 * NSWA + 1; n++)
@@ -167,5 +216,6 @@ int main(void)
     free(st);
     kvfs_llama_view_free(&v);
     kvfs_writer_free(&w);
+    check_mla_quantized();
     CHECK_DONE();
 }

@@ -16,6 +16,8 @@
  * group; q4s first stores its first row exactly (f16 K, then f16 V: 4
  * bytes per channel) and codes the rows after it.  A last token group
  * shorter than the group is padded with zeros (decoded, not returned).
+ * An MLA chunk's layer (V derived from K) is the same without V: q4s's
+ * exact row as f16 K alone, then the key blocks (kvfs_kvq_encode_k).
  * kv_dim must be a multiple of 64.  Per value: q8 8.5 bits (0.53x of f16),
  * q4 4.75 (keys 4.5, values 5; 0.30x), q4s 4.75 (keys 5, values 4.5) plus
  * its first row (4.77 on 512 rows; 0.30x).  Error: q8 at most d/2 per

@@ -117,7 +117,9 @@ LIBKVFS_API int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, stru
                               struct libkvfs_view *v);
 /* K and V of LAYER of any dtype, decoded into the caller's
  * k[n_tokens][n_kv_head * head_dim] and v[...] floats (either may be NULL):
- * exact for f32/f16/bf16, the stored approximation for q8/q4/q4s (kvfs(5)). */
+ * exact for f32/f16/bf16, the stored approximation for q8/q4/q4s (kvfs(5));
+ * with LIBKVFS_FLAG_V_FROM_K, v is the decoded K with each head's first
+ * rope_dim values zero, whatever the dtype. */
 LIBKVFS_API int libkvfs_layer_f32(const struct libkvfs_file *f, uint32_t layer, float *k, float *v);
 /* Check one layer's checksum (for files opened with LIBKVFS_OPEN_NO_VERIFY,
  * layer by layer as an engine loads them): 0, -EBADMSG or -ERANGE. */

@@ -87,8 +87,9 @@ int cmd_info(int argc, char **argv)
                                                         : "\nblended:     yes (composed from chunks; approximates a prefill)",
                h->n_tokens, h->pos0, (unsigned long long)h->layer_bytes,
                (unsigned long long)h->layer_stride, h->header_size);
-        if (h->flags & LIBKVFS_FLAG_V_FROM_K)
-            printf("values:      K's rows with the rotated part zero (latent attention: K alone stored)\n");
+        if (h->flags & LIBKVFS_FLAG_V_FROM_K) /* scales included: what the dtype costs per cached row */
+            printf("values:      K's rows with the rotated part zero (latent attention: K alone stored, %.1f bytes "
+                   "per token and layer)\n", (double)h->layer_bytes / h->n_tokens);
         if (salt[0])
             printf("salt:        %s\n", salt);
         if (tier[0])

@@ -31,7 +31,7 @@ size=$(stat -c %s "$A/chunks/${qa[1]}.kv")
 size16=$(stat -c %s "$B/chunks/${fb[1]}.kv")
 check "ls -l: the key blocks alone ($size bytes for $n tokens, f16 $size16)" test "$size" = "$want"
 check "kvfsctl info: dtype q8, V derived from K" sh -c "'$KVFSCTL' info '$A/chunks/${qa[1]}.kv' > '$T/info' && \
-    grep -q '^dtype: *q8' '$T/info' && grep -q '^values: *K.s rows' '$T/info' && grep -q '^layer bytes: *$(((n + 31) / 32 * 64 * 34)) ' '$T/info'"
+    grep -q '^dtype: *q8' '$T/info' && grep -q '^values: *K.s rows.* $(python3 -c "print('%.1f' % (-(-$n // 32) * 64 * 34 / $n))") bytes per token and layer' '$T/info' && grep -q '^layer bytes: *$(((n + 31) / 32 * 64 * 34)) ' '$T/info'"
 check "kvfsctl compare: the q8 chunk within 1% of the f16 one" "$KVFSCTL" compare --max-err 0.01 \
     "$B/chunks/${fb[1]}.kv" "$A/chunks/${qa[1]}.kv"
 check "the Python reader: q8 K within 1% of the f16 chunk's, V its latent with the rotated part zero" \

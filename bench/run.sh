@@ -18,7 +18,7 @@ out=$(mktemp)
     echo "figure below comes from that command on the machine and date stated in its section. Ratios are"
     echo "measured side by side in one run. Machines are noisy: figures are medians."
     echo
-    for part in bench/fs.sh bench/prefill.sh bench/blend.sh bench/pipeline.sh bench/remote.sh bench/remote_scale.sh bench/serve.sh \
+    for part in bench/fs.sh bench/prefill.sh bench/moe.sh bench/blend.sh bench/pipeline.sh bench/remote.sh bench/remote_scale.sh bench/serve.sh \
                 bench/llama_server.sh bench/weights.sh bench/scale.sh \
                 bench/batching.sh; do
         [ -x "$part" ] || continue

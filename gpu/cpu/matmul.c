@@ -178,7 +178,8 @@ static void *qmm_gemv(void *arg) /* y[:, r0..r1) for few x rows */
  * (bench/qmm_paths.sh, BENCHMARKS "Integer or f32 products"): even at 64
  * rows for SmolLM2's Q4_1, at 128 for Gemma 3 270M's K-quants; for the 8B
  * shapes' K-quants (all forced; the rule covers their 16M-59M-weight matrices) took
- * 0.38x / 0.63x / 0.91x of the time at 38 / 152 / 512 rows.
+ * 0.38x / 0.63x / 0.91x of the time at 38 / 152 / 512 rows.  Where the
+ * VNNI panels exist, K-quants always take them.
  * KVFS_QMM_INT_ROWS=N overrides (for such comparisons). */
 static int int_path_max_rows(const struct kvfs_weight *w)
 {
@@ -187,6 +188,13 @@ static int int_path_max_rows(const struct kvfs_weight *w)
     if (forced >= 0)
         return forced;
 #ifdef __AVX2__
+    /* the VNNI panels (this level has them) beat the f32 tiles at every
+     * size measured, small matrices included: one thread, CPU seconds of a
+     * 512-token prefill, 2026-11-28 (docs/lab-notes.md): Gemma 3 270M
+     * 1.62 -> 1.43, a 16-expert Qwen3 MoE shape (2048 x 768 experts) 4.9 ->
+     * 2.8, a DeepSeek-V2-Lite-like shape 3.1 -> 2.6 */
+    if (qk_type(w->type) && kvfs_qmm_vnni_has(w->type) && !(w->in_dim % 256))
+        return INT_MAX;
     if (qk_type(w->type)) /* 8B shapes: 4096 x 4096 and up; Gemma 3 270M's largest is 2048 x 640 */
         return (size_t)w->out_dim * w->in_dim >= ((size_t)8 << 20) ? INT_MAX : 128;
     return 64;

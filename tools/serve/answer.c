@@ -67,7 +67,7 @@ struct req {
     double deadline;    /* a wait for an engine to come back ends here (pool_acquire; 0: not waited yet) */
     int retries;        /* tries again after the engine went down under it */
     int reblended;      /* blended again after a chunk or the result went away before the restore */
-    int ahead;          /* blended before its slot (ahead.c): ahead_name, ahead_ntok */
+    int ahead;          /* blended before its slot (ahead_enter): ahead_name, ahead_ntok */
     char ahead_name[256];
     uint32_t ahead_ntok;
     char down_err[SERVE_ERR]; /* what the engine's last failure was */
@@ -845,7 +845,7 @@ static json_t *chunks_json(const struct plan *p)
 }
 
 /* When every chunk is in the mount, the blend needs no engine: made before
- * the slot, it runs while the request would wait for one (ahead.c).  A
+ * the slot, it runs while the request would wait for one (ahead_enter).  A
  * chunk missing (the engine prefills it in the slot) or a blend that fails
  * here leaves the blend to serve_once, as without it.  -ECANCELED when the
  * client went away. */

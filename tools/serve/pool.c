@@ -1,5 +1,5 @@
-/* pool.c - the engines' slots and the queue for them, single-flight
- * prefills, engine health, metrics. */
+/* pool.c - the engines' slots and the queue for them, the queue to blend
+ * before a slot, single-flight prefills, engine health, metrics. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +22,39 @@ struct inflight {
 
 const double serve_ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 const int serve_ttft_n = (int)(sizeof(serve_ttft_bounds) / sizeof(serve_ttft_bounds[0]));
+
+/* A FIFO of waiters (under sv->lock): the slots' queue and the queue to
+ * blend ahead.  front: at the head (a request that lost its slot). */
+static void queue_join(struct waiter **head, struct waiter **tail, struct waiter *w, int front)
+{
+    if (front) {
+        w->next = *head;
+        if (*head)
+            (*head)->prev = w;
+        else
+            *tail = w;
+        *head = w;
+    } else {
+        w->prev = *tail;
+        if (*tail)
+            (*tail)->next = w;
+        else
+            *head = w;
+        *tail = w;
+    }
+}
+
+static void queue_leave(struct waiter **head, struct waiter **tail, struct waiter *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        *head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        *tail = w->prev;
+}
 
 static pthread_t health_thread;
 static int health_started;
@@ -151,21 +184,7 @@ int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *dead
     pthread_mutex_lock(&sv->lock);
     /* join the queue: at its end, or at its head when the request had a
      * slot already and lost it to an engine that went down */
-    if (front) {
-        w.next = sv->queue_head;
-        if (sv->queue_head)
-            sv->queue_head->prev = &w;
-        else
-            sv->queue_tail = &w;
-        sv->queue_head = &w;
-    } else {
-        w.prev = sv->queue_tail;
-        if (sv->queue_tail)
-            sv->queue_tail->next = &w;
-        else
-            sv->queue_head = &w;
-        sv->queue_tail = &w;
-    }
+    queue_join(&sv->queue_head, &sv->queue_tail, &w, front);
     sv->queue_len++;
     for (;;) {
         int e;
@@ -193,15 +212,7 @@ int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *dead
         abs_in(&ts, 0.1);
         pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
     }
-    /* leave the queue */
-    if (w.prev)
-        w.prev->next = w.next;
-    else
-        sv->queue_head = w.next;
-    if (w.next)
-        w.next->prev = w.prev;
-    else
-        sv->queue_tail = w.prev;
+    queue_leave(&sv->queue_head, &sv->queue_tail, &w);
     sv->queue_len--;
     pthread_cond_broadcast(&sv->cond); /* the next one may be served too */
     pthread_mutex_unlock(&sv->lock);
@@ -216,6 +227,54 @@ void pool_release(struct serve *sv, const struct slot_ref *s)
         e->slot_busy[s->id] = 0;
         e->busy--;
     }
+    pthread_cond_broadcast(&sv->cond);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+/* Blends made before a slot.  A blend of chunks the mount holds needs no
+ * engine, so a request blends while it would otherwise wait for a slot, and
+ * holds a slot only for the restore and the answer.  At most as many
+ * requests blend ahead as the up engines have slots (FIFO): more would only
+ * make blends that wait for slots, hold the mount's blend ioctls (and its
+ * FUSE threads) and slow the blends of the requests that are next. */
+static int ahead_cap(struct serve *sv)
+{
+    int n = 0;
+    for (int i = 0; i < sv->n_engines; i++)
+        if (sv->engines[i].up)
+            n += sv->engines[i].n_slots;
+    return n > 0 ? n : 1;
+}
+
+int ahead_enter(struct serve *sv, serve_cancel_fn cancel, void *arg)
+{
+    struct waiter w = {0};
+    int rc = 0;
+    pthread_mutex_lock(&sv->lock);
+    queue_join(&sv->ahead_head, &sv->ahead_tail, &w, 0);
+    sv->queue_len++; /* waiting, as for a slot: the queue depth */
+    while (!(sv->ahead_head == &w && sv->ahead_running < ahead_cap(sv))) {
+        if (sv->stopping || (cancel && cancel(arg))) {
+            rc = -ECANCELED;
+            break;
+        }
+        struct timespec ts;
+        abs_in(&ts, 0.1); /* a client that went away is seen within 0.1 s */
+        pthread_cond_timedwait(&sv->cond, &sv->lock, &ts);
+    }
+    queue_leave(&sv->ahead_head, &sv->ahead_tail, &w);
+    sv->queue_len--;
+    if (!rc)
+        sv->ahead_running++;
+    pthread_cond_broadcast(&sv->cond); /* the next one may go too */
+    pthread_mutex_unlock(&sv->lock);
+    return rc;
+}
+
+void ahead_leave(struct serve *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->ahead_running--;
     pthread_cond_broadcast(&sv->cond);
     pthread_mutex_unlock(&sv->lock);
 }

@@ -4,12 +4,12 @@
  *   engine.c   the client side: llama-server over libcurl (JSON calls and
  *              the token stream), engine discovery and health
  *   pool.c     slots of every engine, the FIFO queue for them (least busy
- *              engine first), single-flight prefills, metrics
+ *              engine first), blends before a slot, single-flight
+ *              prefills, metrics
  *   plan.c     an OpenAI request turned into chunks and a suffix: the chat
  *              template as the engine applies it, documents, the separator
  *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
  *              completion) and the OpenAI responses, streamed or not
- *   ahead.c    blends made before a slot, while the request waits for one
  *   tenants.c  --api-keys: keys and their tenants (each its own cache salt)
  *   memo.c     bounded caches: documents' tokens, chat template renderings
  *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
@@ -99,8 +99,8 @@ struct serve {
     pthread_cond_t cond;
     struct waiter *queue_head, *queue_tail;
     int queue_len;
-    /* blends before a slot (ahead.c) */
-    struct ahead_waiter *ahead_head, *ahead_tail;
+    /* blends before a slot (pool.c: ahead_enter) */
+    struct waiter *ahead_head, *ahead_tail;
     int ahead_running;
     /* single-flight prefills */
     struct inflight *inflight;
@@ -194,7 +194,6 @@ void metrics_ttft(struct serve *sv, double seconds);
 /* Prometheus text format; malloc'ed */
 char *metrics_render(struct serve *sv);
 
-/* ---- ahead.c ---- */
 /* Wait for a turn to blend before holding a slot (FIFO; at most the up
  * engines' slots at once): 0, then ahead_leave; -ECANCELED when cancel()
  * said so or kvfs-serve is stopping. */

@@ -58,6 +58,15 @@ static int keep_encoded(const struct kvfs_model *m, const struct kvfs_gguf_tenso
     return m->be.iface->weight_create_quant && t && t->type != KVFS_GGML_F32 && !(e && *e && strcmp(e, "0"));
 }
 
+/* Architectures cleared on the CPU backend only are refused on others
+ * unless KVFS_ALLOW_UNCHECKED=1: the device check that would clear them sets
+ * it (tests/gpu/arch_cuda.sh); nobody else should. */
+static int allow_unchecked(void)
+{
+    const char *e = getenv("KVFS_ALLOW_UNCHECKED");
+    return e && *e && strcmp(e, "0");
+}
+
 /* Rows [row0, row0 + rows) of a weight of total_rows (all of them, or a part
  * of a fused one: phi3's attn_qkv and gate-up ffn_up) as a weight of its
  * own: kept encoded where the backend multiplies by it so (rows are
@@ -759,8 +768,9 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
           hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
         /* deepseek2's strided gathers and offset rotations, gemma4's layers of two head widths and per-layer
-         * embeddings, are checked on the CPU backend only */
-        ((is_ds2 || is_gemma4) && strcmp(be->name, "cpu")) ||
+         * embeddings, are checked on the CPU backend only; KVFS_ALLOW_UNCHECKED=1 lets the device check
+         * (tests/gpu/arch_cuda.sh) try them on another backend */
+        ((is_ds2 || is_gemma4) && strcmp(be->name, "cpu") && !allow_unchecked()) ||
         (is_gptoss && (!be->attention_sinks || !be->attn_mass_sinks || !be->swiglu_oai))) {
         rc = kvfs_errf(err, errlen, -ENOTSUP,
                        "%s: the %s backend lacks the ops %s needs (scale, geglu, mul_rows, attention_sinks, "

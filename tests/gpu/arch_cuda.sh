@@ -18,12 +18,18 @@ nvidia-smi -L >/dev/null 2>&1 || skip "no NVIDIA GPU"
 QUANTIZE=${LLAMA_QUANTIZE:-$BUILD/llama-cuda/bin/llama-quantize}
 python3 -c 'import random; random.seed(4); print(" ".join(str(random.randint(0, 256)) for _ in range(300)))' > "$T/ids300"
 cut -d' ' -f1-5 "$T/ids300" > "$T/ids5"
-for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss; do
-    "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$arch" --layers 4 --embd 256 --heads 4 --kv-heads 2 --ff 512 \
+# deepseek2 (MLA: strided gathers, offset rotations) and gemma4 (two head
+# widths, shared-KV layers, per-layer embeddings) load on CUDA only with
+# KVFS_ALLOW_UNCHECKED=1 until this check has passed on a device
+export KVFS_ALLOW_UNCHECKED=1
+for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 gemma4; do
+    layers=4
+    [ "$arch" = gemma4 ] && layers=6 # its two shared-KV layers then read layers 2 and 3, as in synth_arch
+    "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$arch" --layers $layers --embd 256 --heads 4 --kv-heads 2 --ff 512 \
         --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
     types=F32
     quants=Q4_K_M
-    case $arch in qwen3moe | gpt-oss) quants="Q4_K_M MXFP4_MOE" ;; esac
+    case $arch in qwen3moe | gpt-oss | deepseek2) quants="Q4_K_M MXFP4_MOE" ;; esac
     for q in $quants; do
         if [ -x "$QUANTIZE" ] && "$QUANTIZE" "$T/$arch.F32.gguf" "$T/$arch.$q.gguf" "$q" > "$T/q.log" 2>&1; then
             types="$types $q"

@@ -86,18 +86,24 @@ struct window {
     int err;
 };
 
+/* slot k's write waited for, its first error kept */
+static void window_reap(struct window *win, unsigned k)
+{
+    if (!win->used[k])
+        return;
+    rados_aio_wait_for_complete(win->c[k]);
+    int rc = rados_aio_get_return_value(win->c[k]);
+    if (rc < 0 && !win->err)
+        win->err = rc;
+    rados_aio_release(win->c[k]);
+    win->used[k] = 0;
+}
+
 /* a free slot, waiting for the oldest write when all are in flight */
 static rados_completion_t *window_slot(struct window *win)
 {
     unsigned k = win->next++ % WINDOW;
-    if (win->used[k]) {
-        rados_aio_wait_for_complete(win->c[k]);
-        int rc = rados_aio_get_return_value(win->c[k]);
-        if (rc < 0 && !win->err)
-            win->err = rc;
-        rados_aio_release(win->c[k]);
-        win->used[k] = 0;
-    }
+    window_reap(win, k);
     if (rados_aio_create_completion2(NULL, NULL, &win->c[k]) < 0)
         return NULL;
     win->used[k] = 1;
@@ -107,14 +113,7 @@ static rados_completion_t *window_slot(struct window *win)
 static int window_drain(struct window *win)
 {
     for (unsigned k = 0; k < WINDOW; k++)
-        if (win->used[k]) {
-            rados_aio_wait_for_complete(win->c[k]);
-            int rc = rados_aio_get_return_value(win->c[k]);
-            if (rc < 0 && !win->err)
-                win->err = rc;
-            rados_aio_release(win->c[k]);
-            win->used[k] = 0;
-        }
+        window_reap(win, k);
     return win->err;
 }
 
@@ -190,6 +189,7 @@ static int populate(rados_ioctx_t io, uint64_t first, uint64_t n, char model[17]
     return rc ? rc : drc;
 }
 
+/* chunk i's image into path (none: only its name printed), its name printed */
 static int write_chunk_file(uint64_t i, const char *path)
 {
     struct kvfs_writer w;
@@ -198,8 +198,8 @@ static int write_chunk_file(uint64_t i, const char *path)
     int rc = synth_image(i, &w, &h, hex);
     if (rc)
         return rc;
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(w.buf, 1, w.size, f) != w.size)
+    FILE *f = path ? fopen(path, "wb") : NULL;
+    if (path && (!f || fwrite(w.buf, 1, w.size, f) != w.size))
         rc = -EIO;
     if (f && fclose(f))
         rc = -EIO;
@@ -211,17 +211,10 @@ static int write_chunk_file(uint64_t i, const char *path)
 
 static int print_names(uint64_t first, uint64_t n)
 {
-    for (uint64_t i = first; i < first + n; i++) {
-        struct kvfs_writer w;
-        struct kvfs_header h;
-        char hex[KVFS_HASH_HEX_LEN + 1];
-        int rc = synth_image(i, &w, &h, hex);
-        if (rc)
-            return rc;
-        kvfs_writer_free(&w);
-        printf("%s\n", hex);
-    }
-    return 0;
+    int rc = 0;
+    for (uint64_t i = first; i < first + n && !rc; i++)
+        rc = write_chunk_file(i, NULL);
+    return rc;
 }
 
 int main(int argc, char **argv)

@@ -1,6 +1,7 @@
 /* main.c - the kvfs daemon: options, store, FUSE session. */
 #include <errno.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "remote.h"
 #include "version.h"
 #include "service.h"
+#include "systemd.h"
 
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
@@ -43,8 +45,9 @@ static const struct fuse_opt kvfs_opt_spec[] = {
 
 static void usage(const char *prog)
 {
-    printf("usage: %s [options] MOUNTPOINT\n\n"
-           "Mount kvfs, a filesystem of LLM KV-cache chunks (see kvfs(8)).\n\n"
+    printf("usage: %s [options] [STORE] MOUNTPOINT\n\n"
+           "Mount kvfs, a filesystem of LLM KV-cache chunks (see kvfs(8)).  STORE, as an\n"
+           "/etc/fstab line gives it through mount.fuse3, is the store directory (store=).\n\n"
            "kvfs options (-o name=value,...):\n"
            "  store=DIR          backing store (default $XDG_DATA_HOME/kvfs, /var/lib/kvfs for root)\n"
            "  capacity=SIZE      hard limit on stored bytes, e.g. 10G (default: unlimited)\n"
@@ -90,12 +93,16 @@ static void usage(const char *prog)
 
 /* Logs go to stderr with -f; otherwise to syslog, or, on a host without
  * /dev/log (where syslog() would drop every line), appended to STORE/kvfs.log. */
-static int use_syslog;
+static int use_syslog, use_journal;
 static FILE *log_file;
 static void log_line(int level, const char *msg)
 {
     if (use_syslog) {
         syslog(level, "%s", msg);
+        return;
+    }
+    if (use_journal) { /* the journal stamps lines itself; <N> is their priority (sd-daemon(3)) */
+        fprintf(stderr, "<%d>%s\n", level, msg);
         return;
     }
     const char *tag = level <= KVFS_LOG_ERR ? "error" : level == KVFS_LOG_WARN ? "warning"
@@ -162,26 +169,34 @@ static int size_opt(const char *name, const char *val, uint64_t dflt, uint64_t *
     return 0;
 }
 
-/* Let the kernel read ahead in 1 MiB+ steps on our mount (best effort).
- * Runs on its own thread once the session serves requests: stat() of the
- * mountpoint is a FUSE request to ourselves. */
-static void *tune_readahead(void *arg)
+/* The mountpoint's absolute path (the daemon leaves its directory), and
+ * whether the readahead is tuned (not with -s, as before). */
+static char *mount_path;
+static int tune_readahead;
+static const char *store_for_status;
+
+/* Runs on its own thread once the session serves requests (from init):
+ * stat() of the mountpoint is a FUSE request to ourselves, so when it
+ * returns the mount answers.  Then the kernel may read ahead in 1 MiB+
+ * steps on our mount (best effort), and the service manager hears READY=1. */
+static void *settle_mount(void *arg)
 {
-    const char *mountpoint = arg;
+    (void)arg;
     struct stat st;
-    if (stat(mountpoint, &st) != 0)
-        return NULL;
-    char p[128];
-    snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fprintf(f, "4096\n");
-        fclose(f);
+    if (stat(mount_path, &st) != 0) {
+        kvfs_log(KVFS_LOG_WARN, "stat %s: %s", mount_path, strerror(errno));
+    } else if (tune_readahead) {
+        char p[128];
+        snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+        FILE *f = fopen(p, "w");
+        if (f) {
+            fprintf(f, "4096\n");
+            fclose(f);
+        }
     }
+    systemd_notify_ready(mount_path, store_for_status);
     return NULL;
 }
-
-static char *mountpoint_for_tuning;
 
 static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -200,8 +215,10 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 #endif
     pthread_t t;
-    if (mountpoint_for_tuning && pthread_create(&t, NULL, tune_readahead, mountpoint_for_tuning) == 0)
+    if (mount_path && pthread_create(&t, NULL, settle_mount, NULL) == 0)
         pthread_detach(t);
+    else
+        systemd_notify_ready(mount_path ? mount_path : "?", store_for_status);
 }
 
 /* The options turned into values (kvfs(8) has their meaning). */
@@ -345,15 +362,20 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     int ret = 1;
     ops.init = kvfs_init;
     struct fuse_session *se = fuse_session_new(args, &ops, sizeof(ops), m);
-    if (!se)
+    if (!se) { /* libfuse said which option it does not know */
+        fprintf(stderr, "kvfs: cannot start the FUSE session (kvfs(8) lists the options)\n");
         return 1;
+    }
     if (fuse_set_signal_handlers(se) != 0)
         goto destroy_session;
+    /* before the mount: resolving the path afterwards would ask ourselves */
+    mount_path = realpath(cl->mountpoint, NULL);
+    tune_readahead = !cl->singlethread;
+    store_for_status = m->opts.store_dir;
     if (fuse_session_mount(se, cl->mountpoint) != 0) {
         fprintf(stderr, "kvfs: cannot mount on %s\n", cl->mountpoint);
         goto remove_handlers;
     }
-    mountpoint_for_tuning = cl->singlethread ? NULL : realpath(cl->mountpoint, NULL);
     kvfs_log(KVFS_LOG_INFO, "mounted %s on %s (%llu chunks, capacity %s, ram %s, zstd %d)", m->opts.store_dir,
              cl->mountpoint, (unsigned long long)kvfs_store_count(m->store),
              m->opts.capacity ? m->opts.capacity : "unlimited", m->opts.ram ? m->opts.ram : "256M",
@@ -374,7 +396,14 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
             fuse_loop_cfg_destroy(lc);
         }
     }
+    /* libfuse returns the signal that ended the loop: a stop asked for by
+     * SIGTERM, SIGINT or SIGHUP is clean (systemd counts 1 as a failure) */
+    if (ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
+        kvfs_log(KVFS_LOG_INFO, "%s: stopping", strsignal(ret));
+        ret = 0;
+    }
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl->mountpoint);
+    systemd_notify_stopping();
     fuse_session_unmount(se);
     m->remote = NULL;
     kvfs_remote_close(remote);
@@ -392,6 +421,56 @@ static void free_opts(struct kvfs_opts *o)
                     o->remote_capacity};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
+}
+
+/* The words that are not options: MOUNTPOINT, or SOURCE MOUNTPOINT as
+ * mount.fuse3 passes them for an /etc/fstab line. */
+static char *words[2];
+static int n_words;
+static int take_word(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    (void)data;
+    (void)outargs;
+    if (key != FUSE_OPT_KEY_NONOPT)
+        return 1; /* libfuse's, kept for fuse_parse_cmdline and the session */
+    if (n_words == 2) {
+        fprintf(stderr, "kvfs: unexpected argument '%s' (usage: kvfs [-o OPTIONS] [STORE] MOUNTPOINT)\n", arg);
+        return -1;
+    }
+    return (words[n_words++] = strdup(arg)) ? 0 : -1;
+}
+
+/* SOURCE is the store directory, as a block device is a filesystem's
+ * ("kvfs" or "none": store= or the default store).  It becomes the mount's
+ * fsname, so /proc/mounts shows the fstab line's source and mount -a knows
+ * the line is mounted.  0, or 2 after saying what is wrong. */
+static int take_source(struct kvfs_opts *o, struct fuse_args *args)
+{
+    if (n_words == 0)
+        return 0; /* fuse_parse_cmdline finds no mountpoint */
+    if (n_words == 2) {
+        const char *src = words[0];
+        if (strcmp(src, "kvfs") && strcmp(src, "none")) {
+            if (o->store_dir && strcmp(o->store_dir, src)) {
+                fprintf(stderr, "kvfs: the source %s and store=%s name two stores: give one\n", src, o->store_dir);
+                return 2;
+            }
+            if (!o->store_dir && !(o->store_dir = strdup(src)))
+                return 1;
+        }
+        char fsname[4200], *opt = NULL;
+        snprintf(fsname, sizeof(fsname), "fsname=%s", src);
+        /* first, so that an fsname= of the caller's wins; an fsname= drops
+         * libfuse's default subtype (fuse.kvfs, the fstab line's type) */
+        if (fuse_opt_add_opt_escaped(&opt, fsname) || fuse_opt_add_opt(&opt, "subtype=kvfs") ||
+            fuse_opt_insert_arg(args, 1, "-o") ||
+            fuse_opt_insert_arg(args, 2, opt)) {
+            free(opt);
+            return 1;
+        }
+        free(opt);
+    }
+    return fuse_opt_add_arg(args, words[n_words - 1]) ? 1 : 0;
 }
 
 int main(int argc, char *argv[])
@@ -415,13 +494,18 @@ int main(int argc, char *argv[])
         nofile.rlim_cur = nofile.rlim_max;
         setrlimit(RLIMIT_NOFILE, &nofile);
     }
-    if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
-        return 2;
+    if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, take_word) != 0) {
+        ret = 2;
+        goto out;
+    }
+    if ((ret = take_source(&m.opts, &args)))
+        goto out;
+    ret = 1;
     /* the kernel checks every access against the mode bits kvfs reports:
      * with allow_other, other users read chunks (0644) but cannot add,
      * remove, pin or blend (the directories are the owner's, 0755) */
     if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
-        return 1;
+        goto out;
     if (fuse_parse_cmdline(&args, &cl) != 0) {
         fprintf(stderr, "kvfs: bad arguments (try --help)\n");
         ret = 2;
@@ -433,16 +517,20 @@ int main(int argc, char *argv[])
         kvfs_cpu_describe(stdout);
         ret = 0;
     } else if (!cl.mountpoint) {
-        fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] MOUNTPOINT)\n");
+        fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] [STORE] MOUNTPOINT)\n");
         ret = 2;
     } else if (!(ret = check_options(&m, &st))) {
+        use_journal = cl.foreground && systemd_stderr_is_journal();
         kvfs_set_log(log_line);
         kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
         ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
         close_mount(&m);
     }
+out:
     free(cl.mountpoint);
-    free(mountpoint_for_tuning);
+    free(mount_path);
+    free(words[0]);
+    free(words[1]);
     fuse_opt_free_args(&args);
     free_opts(&m.opts);
     return ret; /* 0, 1 (failed) or 2 (usage) */

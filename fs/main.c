@@ -1,11 +1,13 @@
 /* main.c - the kvfs daemon: options, store, FUSE session. */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -285,6 +287,53 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
     return 0;
 }
 
+/* One daemon per store: a second (an fstab line mounted twice stacks a
+ * second FUSE mount; two mounts naming one store) would change the index
+ * under the first.  The lock is STORE/kvfs.lock's, held until we exit (the
+ * forked daemon shares it); a daemon still closing the store after its
+ * unmount is waited for, 10 s at most.  The fd, or -errno after saying so. */
+static int lock_store(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *c = path + 1; *c; c++) /* the store's own mkdir -p comes later */
+        if (*c == '/') {
+            *c = 0;
+            mkdir(path, 0755);
+            *c = '/';
+        }
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/kvfs.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "kvfs: cannot open %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
+    for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+        if (errno != EWOULDBLOCK || tries == 100) {
+            char pid[32] = "";
+            ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+            pid[n > 0 ? n : 0] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+            fprintf(stderr, "kvfs: store %s is in use by another kvfs%s%s%s\n", dir, pid[0] ? " (pid " : "", pid,
+                    pid[0] ? ")" : "");
+            close(fd);
+            return -EBUSY;
+        }
+        usleep(100 * 1000);
+    }
+    return fd;
+}
+
+/* After fuse_daemonize: the pid that holds the lock, for the message above. */
+static void note_lock_pid(int fd)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, n, 0) != n)
+        kvfs_log(KVFS_LOG_DEBUG, "kvfs.lock: cannot write our pid");
+}
+
 /* The store, the blend service (models) and the namespace's tables. */
 static int open_mount(struct kvfs_mount *m, const struct settings *st)
 {
@@ -383,6 +432,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     if (!cl->foreground)
         log_to_daemon_log(m->opts.store_dir);
     fuse_daemonize(cl->foreground);
+    note_lock_pid(m->lock_fd);
     if (open_remote(m, &remote) == 0) {
         m->remote = remote;
         m->se = se;
@@ -523,8 +573,13 @@ int main(int argc, char *argv[])
         use_journal = cl.foreground && systemd_stderr_is_journal();
         kvfs_set_log(log_line);
         kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
-        ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
-        close_mount(&m);
+        if ((m.lock_fd = lock_store(m.opts.store_dir)) >= 0) {
+            ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
+            close_mount(&m);
+            close(m.lock_fd);
+        } else {
+            ret = 1;
+        }
     }
 out:
     free(cl.mountpoint);

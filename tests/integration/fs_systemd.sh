@@ -26,6 +26,19 @@ wait_line() { # wait_line FILE PATTERN: up to 30 s
     for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
     return 1
 }
+# bad DESCRIPTION EXPECTED_RC MESSAGE_PATTERN ARGS...: kvfs ARGS fails with a
+# clear error and exit status 2 (usage) or 1, nothing mounted on $BAD_MNT
+BAD_MNT=$T/s.mnt
+bad() {
+    local d=$1 want=$2 pat=$3; shift 3
+    "$KVFS" "$@" >"$T/bad.out" 2>&1; local rc=$?
+    if [ "$rc" -eq "$want" ] && grep -q -- "$pat" "$T/bad.out" && ! grep -q " $BAD_MNT " /proc/mounts; then
+        ok "$d"
+    else
+        fail "$d (rc $rc, wanted $want): $(cat "$T/bad.out")"
+        fusermount3 -u "$BAD_MNT" 2>/dev/null
+    fi
+}
 
 # readiness and a clean stop
 start_notified a -o "store=$T/a.store" "$T/a.mnt"
@@ -78,20 +91,14 @@ for _ in $(seq 50); do pgrep -f "$KVFS $T/s.store" >/dev/null || break; sleep 0.
 check "kvfs none MOUNTPOINT -o store=DIR mounts" "$KVFS" none "$T/s.mnt" -o "store=$T/s.store"
 check "/proc/mounts: source none" grep -q "^none $T/s.mnt fuse.kvfs " /proc/mounts
 check "... the chunk is there" cmp "$T/one.kv" "$T/s.mnt/chunks/$h.kv"
+mkdir -p "$T/s2.mnt"
+spid=$(pgrep -f -- "$KVFS none $T/s.mnt" | head -1)
+BAD_MNT=$T/s2.mnt bad "a second daemon on the store: refused after 10 s (its lock)" 1 \
+    "store $T/s.store is in use by another kvfs (pid ${spid:-?})" "$T/s.store" "$T/s2.mnt"
+check "... the first still serves" cmp "$T/one.kv" "$T/s.mnt/chunks/$h.kv"
 fusermount3 -u "$T/s.mnt"
 for _ in $(seq 50); do pgrep -f "$KVFS none $T/s.mnt" >/dev/null || break; sleep 0.1; done
 
-# bad arguments: a clear error, exit status 2 (usage) or 1, nothing mounted
-bad() { # bad DESCRIPTION EXPECTED_RC MESSAGE_PATTERN ARGS...
-    local d=$1 want=$2 pat=$3; shift 3
-    "$KVFS" "$@" >"$T/bad.out" 2>&1; local rc=$?
-    if [ "$rc" -eq "$want" ] && grep -q -- "$pat" "$T/bad.out" && ! grep -q " $T/s.mnt " /proc/mounts; then
-        ok "$d"
-    else
-        fail "$d (rc $rc, wanted $want): $(cat "$T/bad.out")"
-        fusermount3 -u "$T/s.mnt" 2>/dev/null
-    fi
-}
 bad "source and store= naming two stores" 2 "name two stores" "$T/s.store" "$T/s.mnt" -o "store=$T/other"
 bad "a third word" 2 "unexpected argument 'extra'" "$T/s.store" "$T/s.mnt" extra
 bad "an unknown -o option" 1 "unknown option(s): .-o bogus=1'" "$T/s.store" "$T/s.mnt" -o ram=64M,bogus=1

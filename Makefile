@@ -424,6 +424,14 @@ install-systemd:
 	done
 	install -m 0644 tools/systemd/kvfs-serve.default $(DESTDIR)$(SYSCONFDIR)/default/kvfs-serve
 
+# `make deb`: the Debian package kvfs_VERSION_amd64.deb into $(BUILD)/
+# (tools/deb/build.sh: dpkg-buildpackage on a copy of this tree, through the
+# rules above, objects kept in $(BUILD)/deb/obj for the next time)
+.PHONY: deb
+deb: need-deps $(FUSE_LIB)
+	@command -v dh >/dev/null && command -v dpkg-buildpackage >/dev/null || tools/install-deps.sh deb
+	@BUILD=$(BUILD) tools/deb/build.sh
+
 # Everything the build makes: the build dirs (yours if BUILD= names another,
 # build-asan/ and build-tsan/ from `make asan` / `make tsan`, build-gpu/ from tools/build-device-kit.sh),
 # with the test logs and the demo's store inside them, tests/tmp/, and the two

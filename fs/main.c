@@ -183,10 +183,10 @@ static const char *store_for_status;
  * steps on our mount (best effort), and the service manager hears READY=1. */
 static void *settle_mount(void *arg)
 {
-    (void)arg;
+    char *path = arg; /* its own copy: the thread may outlive a quick unmount */
     struct stat st;
-    if (stat(mount_path, &st) != 0) {
-        kvfs_log(KVFS_LOG_WARN, "stat %s: %s", mount_path, strerror(errno));
+    if (stat(path, &st) != 0) {
+        kvfs_log(KVFS_LOG_WARN, "stat %s: %s", path, strerror(errno));
     } else if (tune_readahead) {
         char p[128];
         snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
@@ -196,7 +196,8 @@ static void *settle_mount(void *arg)
             fclose(f);
         }
     }
-    systemd_notify_ready(mount_path, store_for_status);
+    systemd_notify_ready(path, path + strlen(path) + 1);
+    free(path);
     return NULL;
 }
 
@@ -217,10 +218,15 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 #endif
     pthread_t t;
-    if (mount_path && pthread_create(&t, NULL, settle_mount, NULL) == 0)
+    char *paths = NULL; /* "MOUNTPOINT\0STORE" */
+    if (mount_path && asprintf(&paths, "%s%c%s", mount_path, 0, store_for_status) < 0)
+        paths = NULL; /* asprintf leaves it undefined */
+    if (paths && pthread_create(&t, NULL, settle_mount, paths) == 0) {
         pthread_detach(t);
-    else
+    } else {
+        free(paths);
         systemd_notify_ready(mount_path ? mount_path : "?", store_for_status);
+    }
 }
 
 /* The options turned into values (kvfs(8) has their meaning). */

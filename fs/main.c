@@ -290,6 +290,15 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
         return 2;
     }
+    if (m->opts.store_dir[0] != '/') { /* the daemon leaves its directory (fuse_daemonize) */
+        char cwd[4096], *abs;
+        if (!getcwd(cwd, sizeof(cwd)) || asprintf(&abs, "%s/%s", cwd, m->opts.store_dir) < 0) {
+            fprintf(stderr, "kvfs: cannot make the store path %s absolute\n", m->opts.store_dir);
+            return 2;
+        }
+        free(m->opts.store_dir);
+        m->opts.store_dir = abs;
+    }
     return 0;
 }
 

@@ -88,6 +88,13 @@ check "cmp it back" cmp "$T/one.kv" "$T/s.mnt/chunks/$h.kv"
 fusermount3 -u "$T/s.mnt"
 check "the store directory holds it after the unmount" sh -c "ls -R '$T/s.store' | grep -q '$h'"
 for _ in $(seq 50); do pgrep -f "$KVFS $T/s.store" >/dev/null || break; sleep 0.1; done
+# a relative source: the daemon leaves its directory, the store path must not
+mkdir -p "$T/r.mnt"
+check "kvfs r.store r.mnt from \$T (relative paths) mounts" sh -c "cd '$T' && '$KVFS' r.store r.mnt -o ram=0 2>/dev/null"
+MOUNTS+=("$T/r.mnt")
+check "... a chunk is stored in \$T/r.store, read back" \
+    sh -c "cp '$T/one.kv' '$T/r.mnt/chunks/$h.kv' && cmp '$T/one.kv' '$T/r.mnt/chunks/$h.kv' && test -d '$T/r.store/objects'"
+fusermount3 -u "$T/r.mnt"
 check "kvfs none MOUNTPOINT -o store=DIR mounts" "$KVFS" none "$T/s.mnt" -o "store=$T/s.store"
 check "/proc/mounts: source none" grep -q "^none $T/s.mnt fuse.kvfs " /proc/mounts
 check "... the chunk is there" cmp "$T/one.kv" "$T/s.mnt/chunks/$h.kv"

@@ -7,6 +7,8 @@
 . "$(dirname "$0")/../lib.sh"
 [ "$(id -u)" = 0 ] || skip "not root (installs a package, edits /etc/fstab)"
 command -v dpkg-buildpackage >/dev/null || skip "dpkg-buildpackage missing (apt-get install dpkg-dev)"
+command -v dh >/dev/null || "$KVFS_ROOT/tools/install-deps.sh" deb >/dev/null 2>&1
+command -v dh >/dev/null || skip "debhelper missing and not installable (apt-get install debhelper)"
 command -v mount.fuse3 >/dev/null || [ -x /sbin/mount.fuse3 ] || skip "mount.fuse3 missing (fuse3)"
 if dpkg-query -W -f '${Status}' kvfs 2>/dev/null | grep -q "ok installed"; then
     skip "a kvfs package is installed on this host: not replacing it"

@@ -3,14 +3,15 @@
 socket (sd_notify(3)).  Each datagram becomes a line of OUT: the sender's
 pid and the message; on READY=1 also whether MOUNTPOINT is a fuse.kvfs mount
 in /proc/mounts and answers stat() of .kvfs/stats (within 10 s) at that
-moment.  Returns after STOPPING=1, or after 120 s."""
+moment.  Returns after STOPPING=1, or after NOTIFY_LISTEN_SECONDS without a
+message (default 120)."""
 import os, socket, struct, sys, threading
 
 sock_path, mnt, out_path = sys.argv[1:4]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
 s.bind(sock_path)
-s.settimeout(120)
+s.settimeout(float(os.environ.get("NOTIFY_LISTEN_SECONDS", "120")))
 open(out_path + ".bound", "w").close()
 
 

@@ -88,6 +88,16 @@ check "cmp it back" cmp "$T/one.kv" "$T/s.mnt/chunks/$h.kv"
 fusermount3 -u "$T/s.mnt"
 check "the store directory holds it after the unmount" sh -c "ls -R '$T/s.store' | grep -q '$h'"
 for _ in $(seq 50); do pgrep -f "$KVFS $T/s.store" >/dev/null || break; sleep 0.1; done
+# kvfs(8)'s options in one fstab-style -o list (all but those of a model or a
+# Ceph cluster: model=, rados=, ceph_conf=, rados_id=, rados_keyring=,
+# rados_namespace=, remote_capacity=)
+mkdir -p "$T/o.mnt"
+check "kvfs(8)'s options in -o form mount" "$KVFS" "$T/o.store" "$T/o.mnt" -o \
+    rw,nodev,nosuid,store=$T/o.store,capacity=1G,ram=64M,zstd=3,max_ingest=1G,backend=cpu,min_ratio=0.2,blend_jobs=3,blend_cache=100M,sim_read_bw=1G,rados_timeout=4,remote_list=-1,remote_lease=20,passthrough=off,llama_streams=2,kv_quant=q8,verbose
+MOUNTS+=("$T/o.mnt")
+check "... and serve" sh -c "cp '$T/one.kv' '$T/o.mnt/incoming/' && ls '$T/o.mnt/chunks' | grep -q ."
+fusermount3 -u "$T/o.mnt"
+
 # a relative source: the daemon leaves its directory, the store path must not
 mkdir -p "$T/r.mnt"
 check "kvfs r.store r.mnt from \$T (relative paths) mounts" sh -c "cd '$T' && '$KVFS' r.store r.mnt -o ram=0 2>/dev/null"

@@ -9,6 +9,9 @@ BUILD     ?= build
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
 MANDIR    ?= $(PREFIX)/share/man
+# /etc and /lib/systemd/system for PREFIX=/usr (the Debian package), else under PREFIX
+SYSCONFDIR     ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
 CC        ?= cc
 OPT       ?= -O2
 # A portable build by default: everything for x86-64-v2 (SSE4.2, POPCNT;
@@ -160,8 +163,13 @@ $(LIBMODEL): $(MODEL_OBJ)
 $(CUDA_PLUGIN): $(CUDA_OBJ) $(BUILD)/libkvfs-pic/index/log.o $(BUILD)/libkvfs-pic/gpu/gelu.o
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -ldl -lpthread -lm
 
+# libsystemd: the daemons tell systemd when they are ready (sd_notify(3):
+# kvfs@.service and kvfs-serve.service are Type=notify; tools/deb/)
+SYSTEMD_CFLAGS := $(shell pkg-config --cflags libsystemd 2>/dev/null)
+SYSTEMD_LIBS   := $(shell pkg-config --libs libsystemd 2>/dev/null)
+$(FS_OBJ): CFLAGS += $(SYSTEMD_CFLAGS)
 $(BUILD)/kvfs: $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIB)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(FS_OBJ) $(LIBS_ALL) $(FUSE_LIBS) $(LINK_LIBS) $(SYSTEMD_LIBS)
 ifneq ($(FUSE_LIB),)
 $(FS_OBJ): $(FUSE_LIB) # its headers: built with it, rebuilt with it
 $(FUSE_LIB):
@@ -176,9 +184,9 @@ SERVE_PKGS := libmicrohttpd libcurl jansson
 SERVE_SRC  := $(wildcard tools/serve/*.c)
 SERVE_OBJ  := $(SERVE_SRC:%.c=$(BUILD)/%.o)
 SERVE_LIBS := $(shell pkg-config --libs $(SERVE_PKGS) 2>/dev/null)
-$(SERVE_OBJ): CFLAGS += -Ilib $(shell pkg-config --cflags $(SERVE_PKGS) 2>/dev/null)
+$(SERVE_OBJ): CFLAGS += -Ilib $(shell pkg-config --cflags $(SERVE_PKGS) 2>/dev/null) $(SYSTEMD_CFLAGS)
 $(BUILD)/kvfs-serve: $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL) $(LINK_LIBS) $(SERVE_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(SERVE_OBJ) $(BUILD)/libkvfs.a $(LIBS_ALL) $(LINK_LIBS) $(SERVE_LIBS) $(SYSTEMD_LIBS)
 all: $(BUILD)/kvfs-serve
 $(BUILD)/batch_quality: $(BUILD)/bench/batch_quality.o $(LIBS_ALL)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBS_ALL) $(LINK_LIBS)
@@ -337,7 +345,7 @@ DEP_CMDS  := cc pkg-config fusermount3 setfattr getfattr python3 unzip bc zstd s
 deps:
 	@tools/install-deps.sh
 need-deps:
-	@( pkg-config --exists $(PKGS) $(SERVE_PKGS) fuse3 openblas && \
+	@( pkg-config --exists $(PKGS) $(SERVE_PKGS) libsystemd fuse3 openblas && \
 	   test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && \
 	   for c in $(DEP_CMDS); do command -v $$c >/dev/null || exit 1; done && \
 	   python3 -m pip --version >/dev/null ) 2>/dev/null || tools/install-deps.sh
@@ -404,6 +412,25 @@ ifneq ($(CUDA_PLUGIN),)
 	install -d $(DESTDIR)$(LIBDIR)/kvfs
 	install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/kvfs/
 endif
+
+# The systemd units (tools/systemd/, kvfs(8) SYSTEMD): kvfs@.service, one
+# mount per instance, and kvfs-serve.service with its options' file.
+.PHONY: install-systemd
+install-systemd:
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(SYSCONFDIR)/kvfs
+	for u in kvfs@.service kvfs-serve.service; do \
+	    sed -e 's|@BINDIR@|$(BINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' tools/systemd/$$u.in \
+	        > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+	install -m 0644 tools/systemd/kvfs-serve.default $(DESTDIR)$(SYSCONFDIR)/default/kvfs-serve
+
+# `make deb`: the Debian package kvfs_VERSION_amd64.deb into $(BUILD)/
+# (tools/deb/build.sh: dpkg-buildpackage on a copy of this tree, through the
+# rules above, objects kept in $(BUILD)/deb/obj for the next time)
+.PHONY: deb
+deb: need-deps $(FUSE_LIB)
+	@command -v dh >/dev/null && command -v dpkg-buildpackage >/dev/null || tools/install-deps.sh deb
+	@BUILD=$(BUILD) tools/deb/build.sh
 
 # Everything the build makes: the build dirs (yours if BUILD= names another,
 # build-asan/ and build-tsan/ from `make asan` / `make tsan`, build-gpu/ from tools/build-device-kit.sh),

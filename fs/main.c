@@ -1,10 +1,13 @@
 /* main.c - the kvfs daemon: options, store, FUSE session. */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -25,6 +28,7 @@
 #include "remote.h"
 #include "version.h"
 #include "service.h"
+#include "systemd.h"
 
 
 struct kvfs_mount *kvfs_mount_of(fuse_req_t req) { return fuse_req_userdata(req); }
@@ -43,8 +47,9 @@ static const struct fuse_opt kvfs_opt_spec[] = {
 
 static void usage(const char *prog)
 {
-    printf("usage: %s [options] MOUNTPOINT\n\n"
-           "Mount kvfs, a filesystem of LLM KV-cache chunks (see kvfs(8)).\n\n"
+    printf("usage: %s [options] [STORE] MOUNTPOINT\n\n"
+           "Mount kvfs, a filesystem of LLM KV-cache chunks (see kvfs(8)).  STORE, as an\n"
+           "/etc/fstab line gives it through mount.fuse3, is the store directory (store=).\n\n"
            "kvfs options (-o name=value,...):\n"
            "  store=DIR          backing store (default $XDG_DATA_HOME/kvfs, /var/lib/kvfs for root)\n"
            "  capacity=SIZE      hard limit on stored bytes, e.g. 10G (default: unlimited)\n"
@@ -90,12 +95,16 @@ static void usage(const char *prog)
 
 /* Logs go to stderr with -f; otherwise to syslog, or, on a host without
  * /dev/log (where syslog() would drop every line), appended to STORE/kvfs.log. */
-static int use_syslog;
+static int use_syslog, use_journal;
 static FILE *log_file;
 static void log_line(int level, const char *msg)
 {
     if (use_syslog) {
         syslog(level, "%s", msg);
+        return;
+    }
+    if (use_journal) { /* the journal stamps lines itself; <N> is their priority (sd-daemon(3)) */
+        fprintf(stderr, "<%d>%s\n", level, msg);
         return;
     }
     const char *tag = level <= KVFS_LOG_ERR ? "error" : level == KVFS_LOG_WARN ? "warning"
@@ -162,26 +171,35 @@ static int size_opt(const char *name, const char *val, uint64_t dflt, uint64_t *
     return 0;
 }
 
-/* Let the kernel read ahead in 1 MiB+ steps on our mount (best effort).
- * Runs on its own thread once the session serves requests: stat() of the
- * mountpoint is a FUSE request to ourselves. */
-static void *tune_readahead(void *arg)
+/* The mountpoint's absolute path (the daemon leaves its directory), and
+ * whether the readahead is tuned (not with -s, as before). */
+static char *mount_path;
+static int tune_readahead;
+static const char *store_for_status;
+
+/* Runs on its own thread once the session serves requests (from init):
+ * stat() of the mountpoint is a FUSE request to ourselves, so when it
+ * returns the mount answers.  Then the kernel may read ahead in 1 MiB+
+ * steps on our mount (best effort), and the service manager hears READY=1. */
+static void *settle_mount(void *arg)
 {
-    const char *mountpoint = arg;
+    char *path = arg; /* its own copy: the thread may outlive a quick unmount */
     struct stat st;
-    if (stat(mountpoint, &st) != 0)
-        return NULL;
-    char p[128];
-    snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fprintf(f, "4096\n");
-        fclose(f);
+    if (stat(path, &st) != 0) {
+        kvfs_log(KVFS_LOG_WARN, "stat %s: %s", path, strerror(errno));
+    } else if (tune_readahead) {
+        char p[128];
+        snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+        FILE *f = fopen(p, "w");
+        if (f) {
+            fprintf(f, "4096\n");
+            fclose(f);
+        }
     }
+    systemd_notify_ready(path, path + strlen(path) + 1);
+    free(path);
     return NULL;
 }
-
-static char *mountpoint_for_tuning;
 
 static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -200,8 +218,15 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 #endif
     pthread_t t;
-    if (mountpoint_for_tuning && pthread_create(&t, NULL, tune_readahead, mountpoint_for_tuning) == 0)
+    char *paths = NULL; /* "MOUNTPOINT\0STORE" */
+    if (mount_path && asprintf(&paths, "%s%c%s", mount_path, 0, store_for_status) < 0)
+        paths = NULL; /* asprintf leaves it undefined */
+    if (paths && pthread_create(&t, NULL, settle_mount, paths) == 0) {
         pthread_detach(t);
+    } else {
+        free(paths);
+        systemd_notify_ready(mount_path ? mount_path : "?", store_for_status);
+    }
 }
 
 /* The options turned into values (kvfs(8) has their meaning). */
@@ -265,7 +290,63 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         fprintf(stderr, "kvfs: no store directory: pass -o store=DIR\n");
         return 2;
     }
+    if (m->opts.store_dir[0] != '/') { /* the daemon leaves its directory (fuse_daemonize) */
+        char cwd[4096], *abs;
+        if (!getcwd(cwd, sizeof(cwd)) || asprintf(&abs, "%s/%s", cwd, m->opts.store_dir) < 0) {
+            fprintf(stderr, "kvfs: cannot make the store path %s absolute\n", m->opts.store_dir);
+            return 2;
+        }
+        free(m->opts.store_dir);
+        m->opts.store_dir = abs;
+    }
     return 0;
+}
+
+/* One daemon per store: a second (an fstab line mounted twice stacks a
+ * second FUSE mount; two mounts naming one store) would change the index
+ * under the first.  The lock is STORE/kvfs.lock's, held until we exit (the
+ * forked daemon shares it); a daemon still closing the store after its
+ * unmount is waited for, 10 s at most.  The fd, or -errno after saying so. */
+static int lock_store(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *c = path + 1; *c; c++) /* the store's own mkdir -p comes later */
+        if (*c == '/') {
+            *c = 0;
+            mkdir(path, 0755);
+            *c = '/';
+        }
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/kvfs.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "kvfs: cannot open %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
+    for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+        if (errno != EWOULDBLOCK || tries == 100) {
+            char pid[32] = "";
+            ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+            pid[n > 0 ? n : 0] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+            fprintf(stderr, "kvfs: store %s is in use by another kvfs%s%s%s\n", dir, pid[0] ? " (pid " : "", pid,
+                    pid[0] ? ")" : "");
+            close(fd);
+            return -EBUSY;
+        }
+        usleep(100 * 1000);
+    }
+    return fd;
+}
+
+/* After fuse_daemonize: the pid that holds the lock, for the message above. */
+static void note_lock_pid(int fd)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, n, 0) != n)
+        kvfs_log(KVFS_LOG_DEBUG, "kvfs.lock: cannot write our pid");
 }
 
 /* The store, the blend service (models) and the namespace's tables. */
@@ -345,15 +426,20 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     int ret = 1;
     ops.init = kvfs_init;
     struct fuse_session *se = fuse_session_new(args, &ops, sizeof(ops), m);
-    if (!se)
+    if (!se) { /* libfuse said which option it does not know */
+        fprintf(stderr, "kvfs: cannot start the FUSE session (kvfs(8) lists the options)\n");
         return 1;
+    }
     if (fuse_set_signal_handlers(se) != 0)
         goto destroy_session;
+    /* before the mount: resolving the path afterwards would ask ourselves */
+    mount_path = realpath(cl->mountpoint, NULL);
+    tune_readahead = !cl->singlethread;
+    store_for_status = m->opts.store_dir;
     if (fuse_session_mount(se, cl->mountpoint) != 0) {
         fprintf(stderr, "kvfs: cannot mount on %s\n", cl->mountpoint);
         goto remove_handlers;
     }
-    mountpoint_for_tuning = cl->singlethread ? NULL : realpath(cl->mountpoint, NULL);
     kvfs_log(KVFS_LOG_INFO, "mounted %s on %s (%llu chunks, capacity %s, ram %s, zstd %d)", m->opts.store_dir,
              cl->mountpoint, (unsigned long long)kvfs_store_count(m->store),
              m->opts.capacity ? m->opts.capacity : "unlimited", m->opts.ram ? m->opts.ram : "256M",
@@ -361,6 +447,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     if (!cl->foreground)
         log_to_daemon_log(m->opts.store_dir);
     fuse_daemonize(cl->foreground);
+    note_lock_pid(m->lock_fd);
     if (open_remote(m, &remote) == 0) {
         m->remote = remote;
         m->se = se;
@@ -374,7 +461,14 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
             fuse_loop_cfg_destroy(lc);
         }
     }
+    /* libfuse returns the signal that ended the loop: a stop asked for by
+     * SIGTERM, SIGINT or SIGHUP is clean (systemd counts 1 as a failure) */
+    if (ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
+        kvfs_log(KVFS_LOG_INFO, "%s: stopping", strsignal(ret));
+        ret = 0;
+    }
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl->mountpoint);
+    systemd_notify_stopping();
     fuse_session_unmount(se);
     m->remote = NULL;
     kvfs_remote_close(remote);
@@ -392,6 +486,56 @@ static void free_opts(struct kvfs_opts *o)
                     o->remote_capacity};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
+}
+
+/* The words that are not options: MOUNTPOINT, or SOURCE MOUNTPOINT as
+ * mount.fuse3 passes them for an /etc/fstab line. */
+static char *words[2];
+static int n_words;
+static int take_word(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    (void)data;
+    (void)outargs;
+    if (key != FUSE_OPT_KEY_NONOPT)
+        return 1; /* libfuse's, kept for fuse_parse_cmdline and the session */
+    if (n_words == 2) {
+        fprintf(stderr, "kvfs: unexpected argument '%s' (usage: kvfs [-o OPTIONS] [STORE] MOUNTPOINT)\n", arg);
+        return -1;
+    }
+    return (words[n_words++] = strdup(arg)) ? 0 : -1;
+}
+
+/* SOURCE is the store directory, as a block device is a filesystem's
+ * ("kvfs" or "none": store= or the default store).  It becomes the mount's
+ * fsname, so /proc/mounts shows the fstab line's source and mount -a knows
+ * the line is mounted.  0, or 2 after saying what is wrong. */
+static int take_source(struct kvfs_opts *o, struct fuse_args *args)
+{
+    if (n_words == 0)
+        return 0; /* fuse_parse_cmdline finds no mountpoint */
+    if (n_words == 2) {
+        const char *src = words[0];
+        if (strcmp(src, "kvfs") && strcmp(src, "none")) {
+            if (o->store_dir && strcmp(o->store_dir, src)) {
+                fprintf(stderr, "kvfs: the source %s and store=%s name two stores: give one\n", src, o->store_dir);
+                return 2;
+            }
+            if (!o->store_dir && !(o->store_dir = strdup(src)))
+                return 1;
+        }
+        char fsname[4200], *opt = NULL;
+        snprintf(fsname, sizeof(fsname), "fsname=%s", src);
+        /* first, so that an fsname= of the caller's wins; an fsname= drops
+         * libfuse's default subtype (fuse.kvfs, the fstab line's type) */
+        if (fuse_opt_add_opt_escaped(&opt, fsname) || fuse_opt_add_opt(&opt, "subtype=kvfs") ||
+            fuse_opt_insert_arg(args, 1, "-o") ||
+            fuse_opt_insert_arg(args, 2, opt)) {
+            free(opt);
+            return 1;
+        }
+        free(opt);
+    }
+    return fuse_opt_add_arg(args, words[n_words - 1]) ? 1 : 0;
 }
 
 int main(int argc, char *argv[])
@@ -415,13 +559,18 @@ int main(int argc, char *argv[])
         nofile.rlim_cur = nofile.rlim_max;
         setrlimit(RLIMIT_NOFILE, &nofile);
     }
-    if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, NULL) != 0)
-        return 2;
+    if (fuse_opt_parse(&args, &m.opts, kvfs_opt_spec, take_word) != 0) {
+        ret = 2;
+        goto out;
+    }
+    if ((ret = take_source(&m.opts, &args)))
+        goto out;
+    ret = 1;
     /* the kernel checks every access against the mode bits kvfs reports:
      * with allow_other, other users read chunks (0644) but cannot add,
      * remove, pin or blend (the directories are the owner's, 0755) */
     if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
-        return 1;
+        goto out;
     if (fuse_parse_cmdline(&args, &cl) != 0) {
         fprintf(stderr, "kvfs: bad arguments (try --help)\n");
         ret = 2;
@@ -433,16 +582,25 @@ int main(int argc, char *argv[])
         kvfs_cpu_describe(stdout);
         ret = 0;
     } else if (!cl.mountpoint) {
-        fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] MOUNTPOINT)\n");
+        fprintf(stderr, "kvfs: no mountpoint given (usage: kvfs [-f] [-o store=DIR,...] [STORE] MOUNTPOINT)\n");
         ret = 2;
     } else if (!(ret = check_options(&m, &st))) {
+        use_journal = cl.foreground && systemd_stderr_is_journal();
         kvfs_set_log(log_line);
         kvfs_set_log_level(m.opts.verbose ? KVFS_LOG_DEBUG : KVFS_LOG_INFO);
-        ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
-        close_mount(&m);
+        if ((m.lock_fd = lock_store(m.opts.store_dir)) >= 0) {
+            ret = open_mount(&m, &st) || serve(&m, &args, &cl) ? 1 : 0;
+            close_mount(&m);
+            close(m.lock_fd);
+        } else {
+            ret = 1;
+        }
     }
+out:
     free(cl.mountpoint);
-    free(mountpoint_for_tuning);
+    free(mount_path);
+    free(words[0]);
+    free(words[1]);
     fuse_opt_free_args(&args);
     free_opts(&m.opts);
     return ret; /* 0, 1 (failed) or 2 (usage) */

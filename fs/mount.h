@@ -82,6 +82,7 @@ struct kvfs_mount {
     struct kvfs_store *store;
     struct kvfs_passthrough pt;
     struct kvfs_opts opts;
+    int lock_fd;              /* STORE/kvfs.lock, flock()ed: one daemon per store (fs/main.c) */
     uint64_t max_ingest;
     uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4/Q4S (-o kv_quant), 0: none */
     pthread_mutex_t lock;     /* protects the inode map and pending list */

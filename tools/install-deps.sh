@@ -8,8 +8,10 @@ set -e
 PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libzstd-dev zstd
 libsqlite3-dev sqlite3 libxxhash-dev libpcre2-dev libssl-dev libopenblas-dev
 libopenblas0-pthread attr python3 python3-pip unzip bc meson ninja-build dpkg-dev clang
-libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev curl"
+libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev curl libsystemd-dev"
 CEPH_PKGS="librados-dev ceph-mon ceph-osd ceph-common"
+# `install-deps.sh deb`: also what `make deb` needs (dpkg-buildpackage, dh)
+[ "${1:-}" = deb ] && PKGS="$PKGS debhelper"
 missing=""
 for p in $PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

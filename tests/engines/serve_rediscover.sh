@@ -3,7 +3,9 @@
 #  - restarted with more slots: found again with its new slot count (/health,
 #    /metrics) and they are all used;
 #  - restarted with another model: not used, requests get 503 naming both
-#    models after --engine-wait; back with the right model: answered again.
+#    models after --engine-wait; back with the right model: answered again;
+#  - under systemd (kvfs-serve.service, Type=notify): READY=1 once it answers,
+#    STOPPING=1 on SIGTERM (a notify socket of ours, notify_listen.py).
 # Run by `make test-engines`; skipped without llama-server.
 . "$(dirname "$0")/lib/serve_common.sh"
 OTHER=$KVFS_ROOT/models/gemma-3-270m-q4_k_m.gguf
@@ -18,10 +20,17 @@ start_engine() { # start_engine MODEL SLOTS LOG
 }
 stop_engine() { kill "$ENGINE_PID"; wait "$ENGINE_PID" 2> /dev/null; }
 start_engine "$MODEL" 2 "$T/e1.log" || exit 1
-"$SERVE" --mount "$A" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" --engine-wait 4 \
-    > "$T/serve.log" 2>&1 &
+NOTIFY_LISTEN_SECONDS=900 python3 "$KVFS_ROOT/tests/integration/notify_listen.py" "$T/serve.sock" "$A" "$T/serve.notify" &
+LPID=$!
+PIDS+=($LPID)
+for _ in $(seq 100); do [ -e "$T/serve.notify.bound" ] && break; sleep 0.05; done
+NOTIFY_SOCKET=$T/serve.sock "$SERVE" --mount "$A" --engine "http://127.0.0.1:$EPORT" --listen "127.0.0.1:$SPORT" \
+    --engine-wait 4 > "$T/serve.log" 2>&1 &
 PIDS+=($!)
 SERVE_PID=$!
+for _ in $(seq 300); do grep -q "READY=1" "$T/serve.notify" && break; sleep 0.1; done
+check "READY=1 from kvfs-serve itself" grep -q "^pid=$SERVE_PID READY=1" "$T/serve.notify"
+check "... once it answers: /health at once" curl -sf "localhost:$SPORT/health" -o /dev/null
 for _ in $(seq 300); do curl -sf "localhost:$SPORT/health" > /dev/null && break; sleep 0.1; done
 slots() { curl -s "$U/health" | json 'd["engines"][0]["slots"]'; }
 ask() { curl -s -o "$T/body" -w '%{http_code}' "$U/v1/completions" -d '{"prompt": "The capital of France is", "max_tokens": 2}'; }
@@ -56,6 +65,9 @@ stop_engine
 start_engine "$MODEL" 2 "$T/e4.log" || exit 1
 check "back with the mount's model: used again" wait_back 2
 check "... answered ($(ask))" test "$(ask)" = 200
-kill "$SERVE_PID"; wait "$SERVE_PID" 2> /dev/null
+kill "$SERVE_PID"; wait "$SERVE_PID" 2> /dev/null; rc=$?
+check "SIGTERM: kvfs-serve exits 0 ($rc)" test "$rc" = 0
+for _ in $(seq 100); do kill -0 "$LPID" 2> /dev/null || break; sleep 0.1; done # it returns on STOPPING=1
+check "... after STOPPING=1" grep -q "^pid=$SERVE_PID STOPPING=1" "$T/serve.notify"
 stop_engine
 finish

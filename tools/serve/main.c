@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <systemd/sd-daemon.h>
 
 #include "forward.h" /* kvfs_model_chunk_refusal */
 #include "log.h"
@@ -616,9 +617,12 @@ int main(int argc, char **argv)
     if (sv->test_hold)
         fprintf(stderr, "kvfs-serve: warning: KVFS_SERVE_TEST_HOLD=%s: a test hook (restores wait while it exists)\n",
                 sv->test_hold);
+    /* listening, engines probed: kvfs-serve.service (Type=notify) is up */
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s on http://%s", sv->model_name, listen);
     int sig;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvfs-serve: %s: stopping\n", strsignal(sig));
+    sd_notify(0, "STOPPING=1");
     rc = 0;
 out:
     if (pool_ok)

@@ -2,6 +2,7 @@
 #include "blend.h"
 
 #include "blend_internal.h"
+#include "model_check.h" /* kvfs_arch_blend_refusal */
 #include "controller.h"
 #include "experiment.h"
 #include "loader.h"
@@ -354,6 +355,9 @@ out:
 int blend_check_chunks(const struct kvfs_model *m, struct kvfs_loader *ld, char *err, size_t errlen)
 {
     uint8_t fa[80], fb[80]; /* compare the canonical encodings, not structs */
+    const char *why = kvfs_arch_blend_refusal(m->hp.arch);
+    if (why)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s", why);
     kvfs_fingerprint_encode(&m->fp, fb);
     for (int i = 0; i < kvfs_loader_count(ld); i++) {
         const struct kvfs_header *h = kvfs_loader_header(ld, i);

@@ -26,6 +26,7 @@
 #include <curl/curl.h>
 
 #include "forward.h" /* kvfs_model_chunk_refusal */
+#include "model_check.h" /* kvfs_arch_blend_refusal */
 #include "log.h"
 #include "model.h"
 #include "serve.h"
@@ -499,8 +500,10 @@ static int load_model(struct serve *sv, const char *model, const char *name)
         fprintf(stderr, "kvfs-serve: %s: %s\n", model, err);
         return 1;
     }
-    if (kvfs_model_chunk_refusal(sv->model)) {
-        fprintf(stderr, "kvfs-serve: %s: %s\n", model, kvfs_model_chunk_refusal(sv->model));
+    if (kvfs_model_chunk_refusal(sv->model) || kvfs_arch_blend_refusal(sv->model->hp.arch)) { /* it blends */
+        fprintf(stderr, "kvfs-serve: %s: %s\n", model,
+                kvfs_model_chunk_refusal(sv->model) ? kvfs_model_chunk_refusal(sv->model)
+                                                    : kvfs_arch_blend_refusal(sv->model->hp.arch));
         return 1;
     }
     sv->fp = sv->model->fp;

@@ -399,6 +399,11 @@ static void *io_main(void *arg)
         int queued = 0;
         while (next < total && in_flight < (int)depth) {
             struct ld_read *r = &reads[next++];
+            if (!r->len) { /* a layer that stores nothing (kvfs(5), Layer shapes): nothing to read */
+                push_job(ld, r);
+                completed++;
+                continue;
+            }
             throttle(ld, submitted_bytes += r->len);
             prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
             in_flight++;
@@ -409,6 +414,8 @@ static void *io_main(void *arg)
         if (queued && (rc = io_uring_submit(&ring)) < 0)
             break;
         rc = 0;
+        if (!in_flight) /* only empty layers were taken: none to wait for */
+            continue;
         struct io_uring_cqe *cqe;
         if ((rc = io_uring_wait_cqe(&ring, &cqe)) < 0) {
             if (rc == -EINTR) {

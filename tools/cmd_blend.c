@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "blend.h"
-#include "model_check.h" /* kvfs_arch_blend_refusal */
 #include "commands.h"
 #include "kvfs.h"
 #include "model_util.h"
@@ -96,9 +95,8 @@ static int blend_local(const struct blend_args *a, int n, char **files)
     struct kvfs_tokenizer *tok;
     if (tool_load_model(a->model, "cpu", 0, &m, &tok))
         return 1;
-    if (kvfs_model_chunk_refusal(m) || kvfs_arch_blend_refusal(m->hp.arch)) {
-        fprintf(stderr, "kvfsctl blend: %s: %s\n", a->model,
-                kvfs_model_chunk_refusal(m) ? kvfs_model_chunk_refusal(m) : kvfs_arch_blend_refusal(m->hp.arch));
+    if (kvfs_model_chunk_refusal(m)) {
+        fprintf(stderr, "kvfsctl blend: %s: %s\n", a->model, kvfs_model_chunk_refusal(m));
         kvfs_tokenizer_free(tok);
         kvfs_model_free(m);
         return 1;

@@ -64,8 +64,7 @@ int tool_model_info(const char *path, int json)
         is_mla = !kvfs_gguf_get_u32(g, key, &mla[i]);
     }
     uint64_t row = (uint64_t)mla[0] + mla[1], full = (uint64_t)mla[2] * (mla[3] + mla[4]);
-    const char *why = ok ? "" : err, *no_chunks = ok ? kvfs_arch_chunk_refusal(arch) : NULL,
-               *no_blends = ok && !no_chunks ? kvfs_arch_blend_refusal(arch) : NULL;
+    const char *why = ok ? "" : err, *no_chunks = ok ? kvfs_arch_chunk_refusal(arch) : NULL;
     if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
         why += strlen(path) + 2;
     if (json) {
@@ -80,11 +79,6 @@ int tool_model_info(const char *path, int json)
         if (no_chunks) {
             printf(", \"chunks\": false, \"chunks_reason\": \"");
             json_text(no_chunks);
-            printf("\"");
-        }
-        if (no_blends) {
-            printf(", \"blends\": false, \"blends_reason\": \"");
-            json_text(no_blends);
             printf("\"");
         }
         if (is_mla)
@@ -102,8 +96,6 @@ int tool_model_info(const char *path, int json)
         printf(")\nsupported:   %s%s\n", ok ? "yes" : "no: ", why);
         if (no_chunks)
             printf("chunks:      no: %s\n", no_chunks);
-        if (no_blends)
-            printf("blends:      no: %s\n", no_blends);
         if (is_mla)
             printf("kv cache:    latent attention: %llu values per token and layer (%u rotated + %u latent, f16 %llu "
                    "bytes); the full K/V of %u heads would be %llu (%u x (%u + %u), f16 %llu bytes): %.1f%%\n",

@@ -55,15 +55,6 @@ const char *kvfs_arch_chunk_refusal(const char *arch)
     return NULL;
 }
 
-const char *kvfs_arch_blend_refusal(const char *arch)
-{
-    /* a blend recomputes rows from their embeddings alone, at one head width */
-    if (!strcmp(arch, "gemma4"))
-        return "gemma4 chunks cannot be blended yet (heads of two widths, shared-KV layers, per-layer embeddings; "
-               "kvfs(8), MODELS): prefill and load them whole";
-    return NULL;
-}
-
 /* a tensor the runtime reads for this architecture */
 static int tensor_known(const char *name, const char *arch, int n_layer)
 {

@@ -19,7 +19,5 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
 /* Why an architecture kvfs computes cannot have its KV in chunk files, or
  * NULL when it can (every one today) */
 const char *kvfs_arch_chunk_refusal(const char *arch);
-/* Why chunks of this architecture cannot be blended (NULL: they can). */
-const char *kvfs_arch_blend_refusal(const char *arch);
 
 #endif

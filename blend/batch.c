@@ -321,6 +321,9 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     int rc = batch_check(mb, n_mb, n_shared, o, err, errlen);
     if (rc || (rc = blend_check_chunks(m, ld, err, errlen)))
         return rc;
+    if (kvfs_model_shaped(m) || m->hp.n_ple) /* its recompute has one row width and no per-layer inputs */
+        return kvfs_errf(err, errlen, -ENOTSUP, "a batch of blends of a model whose layers have shapes of their own "
+                         "or per-layer embeddings (gemma4) is not written yet: blend them one by one");
     if ((rc = kvfs_loader_start(ld, 0)))
         return rc;
     struct layout Lp, *L = calloc((size_t)n_mb, sizeof(*L));

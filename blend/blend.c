@@ -255,6 +255,22 @@ int kvfs_blend_eval(const struct kvfs_model *m, const struct kvfs_blend_chunk *c
     return rc;
 }
 
+size_t blend_kv_dim(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int l)
+{
+    const struct kvfs_layer_weights *L = &m->layers[m->layers[l].kv_layer];
+    return m->hp.mla_rank ? (size_t)c->kv_dim : (size_t)L->n_kv_head * L->head_dim;
+}
+
+int blend_gather_ple(const struct kvfs_model *m, const struct kvfs_work *src, int n_src, const int32_t *d_rows,
+                     float *dst, int n_dst)
+{
+    int P = m->hp.n_ple, rc = 0;
+    for (int l = 0; P && l < m->hp.n_layer && !rc; l++)
+        rc = BE(m)->gather_rows(CTX(m), src->ple + (size_t)l * n_src * P, d_rows, dst + (size_t)l * n_dst * P, n_dst,
+                                P);
+    return rc;
+}
+
 int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const int *map, int n_map, int row0,
                      struct kvfs_kv_cache *c, int layer, const int32_t *d_delta, int n_rows, char *err, size_t errlen)
 {
@@ -268,12 +284,14 @@ int blend_take_layer(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         rc = kvfs_kv_cache_load_layer(m, c, row, h, layer, data[i]);
         row += (int)h->n_tokens;
     }
-    /* each layer's own base: gemma3's local layers rotate with another;
-     * smollm3's layers without RoPE have keys of no position to move */
-    if (!rc && n_rows > row0 && !m->layers[layer].no_rope)
-        rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * c->kv_dim, d_delta + row0, n_rows - row0,
-                         hp->n_kv_head, hp->head_dim, hp->rope_dim, m->layers[layer].rope_theta, hp->rope_style,
-                         m->rope_freqs);
+    /* each layer's own base, width and frequency factors: gemma3's local
+     * layers rotate with another base, gemma4's with other dims too;
+     * smollm3's layers without RoPE have keys of no position to move; a
+     * layer reading an earlier layer's cache (gemma4) moved it there */
+    const struct kvfs_layer_weights *L = &m->layers[layer];
+    if (!rc && n_rows > row0 && !L->no_rope && L->kv_layer == layer)
+        rc = BE(m)->rope(CTX(m), c->k[layer] + (size_t)row0 * blend_kv_dim(m, c, layer), d_delta + row0, n_rows - row0,
+                         L->n_kv_head, L->head_dim, L->rope_dim, L->rope_theta, hp->rope_style, L->rope_freqs);
     return rc;
 }
 
@@ -290,7 +308,7 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
     const struct kvfs_hparams *hp = &m->hp;
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int n_ctx = n_rows + n_suffix, kv_dim = c->kv_dim;
+    int n_ctx = n_rows + n_suffix;
     struct kvfs_work wq = {0};
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)n_suffix), *d_rows = NULL;
     float *zero = calloc((size_t)n_ctx, sizeof(float));
@@ -304,7 +322,8 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
         (rc = be->upload(ctx, d_rows, rows, sizeof(int32_t) * (size_t)n_suffix)) ||
         (rc = be->upload(ctx, wq.pos, c->host_pos + n_rows, sizeof(int32_t) * (size_t)n_suffix)) ||
         (rc = be->upload(ctx, d_mass, zero, sizeof(float) * (size_t)n_ctx)) ||
-        (rc = be->gather_rows(ctx, w->x, d_rows, wq.x, n_suffix, hp->n_embd)))
+        (rc = be->gather_rows(ctx, w->x, d_rows, wq.x, n_suffix, hp->n_embd)) ||
+        (rc = blend_gather_ple(m, w, n_ctx, d_rows, wq.ple, n_suffix)))
         goto out;
     float scale = hp->scale_q ? 1.0f : hp->attn_scale; /* as kvfs_layer_finish's attention */
     /* only the upper two thirds of the layers vote: the first third attends
@@ -320,22 +339,25 @@ int blend_query_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const i
          * long set against 0.26x, top-1 28/30 against 24/30 on the short
          * set: BENCHMARKS.md); with vote_local 0 they vote only where no
          * voting layer is global */
-        int win = m->layers[l].window;
+        const struct kvfs_layer_weights *L = &m->layers[l];
+        int win = L->window, kl = L->kv_layer, own = kl == l, kv_dim = (int)blend_kv_dim(m, c, l);
         int votes = l >= from && (win == 0 || n_global == 0 || x->vote_local);
+        /* a layer reading an earlier layer's cache (gemma4) computes no K/V:
+         * it attends over (and votes through) its source's */
         if ((rc = blend_take_layer(m, ld, map, n_map, row0, c, l, d_delta, n_rows, err, errlen)) ||
             (rc = kvfs_layer_qkv(m, l, &wq, n_suffix)) ||
-            (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim)) ||
-            (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim)) ||
+            (own && (rc = be->scatter_rows(ctx, wq.k, d_rows, c->k[l], n_suffix, kv_dim))) ||
+            (own && (rc = be->scatter_rows(ctx, wq.v, d_rows, c->v[l], n_suffix, kv_dim))) ||
             (votes && !m->layers[l].attn_sinks &&
-             (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head, hp->n_kv_head,
-                                 hp->head_dim, scale, win, hp->attn_softcap, d_mass))) ||
+             (rc = be->attn_mass(ctx, wq.q, wq.pos, n_suffix, c->k[kl], c->pos, n_ctx, hp->n_head, L->n_kv_head,
+                                 L->head_dim, scale, win, hp->attn_softcap, d_mass))) ||
             /* gpt-oss: the probabilities the attention pays the keys,
              * after its sinks took their share (a head that looks at its
              * sink votes little): the mass still says how much each row
              * weighs in the query's answer */
             (votes && m->layers[l].attn_sinks &&
-             (rc = be->attn_mass_sinks(ctx, wq.q, wq.pos, n_suffix, c->k[l], c->pos, n_ctx, hp->n_head,
-                                       hp->n_kv_head, hp->head_dim, scale, win, hp->attn_softcap,
+             (rc = be->attn_mass_sinks(ctx, wq.q, wq.pos, n_suffix, c->k[kl], c->pos, n_ctx, hp->n_head,
+                                       L->n_kv_head, L->head_dim, scale, win, hp->attn_softcap,
                                        m->layers[l].attn_sinks, d_mass))))
             goto out;
         /* the last layer's output is not needed: only its attention */
@@ -485,7 +507,7 @@ static int prepare(struct blend_run *b, const int32_t *suffix, char *err, size_t
         (rc = kvfs_work_alloc(m, b->n_ctx, &b->w)) ||
         (rc = be->upload(ctx, b->w.ids, b->tokens, sizeof(int32_t) * n)) ||
         (rc = be->upload(ctx, b->w.pos, b->c->host_pos, sizeof(int32_t) * n)) ||
-        (rc = kvfs_embed(m, b->w.ids, b->w.x, b->n_ctx)) ||
+        (rc = kvfs_embed(m, b->w.ids, b->w.x, b->n_ctx)) || (rc = kvfs_ple_inputs(m, &b->w, b->n_ctx)) ||
         (rc = be->alloc(ctx, sizeof(float) * n + 4, (void **)&b->d_dev)) ||
         (rc = be->alloc(ctx, n + 4, (void **)&b->d_forced)) ||
         (rc = be->alloc(ctx, sizeof(int32_t) * n + 4, (void **)&b->d_top)) ||
@@ -532,13 +554,18 @@ static int select_at_check_layer(struct blend_run *b, char *err, size_t errlen)
     const struct kvfs_model *m = b->m;
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    size_t bytes = sizeof(float) * (size_t)b->n_ctx * b->c->kv_dim;
     int rc = 0, cl = b->check_layer;
+    if (m->layers[cl].kv_layer != cl) /* its deviation needs fresh V of its own */
+        return kvfs_errf(err, errlen, -ENOTSUP, "check layer %d reads layer %d's cache", cl, m->layers[cl].kv_layer);
     double t_full0 = blend_now_s();
-    for (int l = 0; l < cl && !rc; l++)
-        if (!(rc = kvfs_layer_qkv(m, l, &b->w, b->n_ctx)) && !(rc = be->copy(ctx, b->c->k[l], b->w.k, bytes)) &&
-            !(rc = be->copy(ctx, b->c->v[l], b->w.v, bytes)))
+    for (int l = 0; l < cl && !rc; l++) {
+        size_t bytes = sizeof(float) * (size_t)b->n_ctx * blend_kv_dim(m, b->c, l);
+        int own = m->layers[l].kv_layer == l; /* gemma4's shared-KV layers compute no K/V */
+        if (!(rc = kvfs_layer_qkv(m, l, &b->w, b->n_ctx)) && !(own && (rc = be->copy(ctx, b->c->k[l], b->w.k, bytes))) &&
+            !(own && (rc = be->copy(ctx, b->c->v[l], b->w.v, bytes))))
             rc = kvfs_layer_finish(m, l, &b->w, b->n_ctx, b->c, b->n_ctx);
+    }
+    size_t bytes = sizeof(float) * (size_t)b->n_ctx * blend_kv_dim(m, b->c, cl);
     /* the controller needs the real compute time: wait for an asynchronous
      * backend (GPU) to finish the layers just queued */
     if (rc || (b->o.auto_ratio && (rc = be->synchronize(ctx))))
@@ -557,7 +584,7 @@ static int select_at_check_layer(struct blend_run *b, char *err, size_t errlen)
         b->o.ratio = kvfs_auto_ratio(&ri, NULL);
     }
     if ((rc = kvfs_layer_qkv(m, cl, &b->w, b->n_ctx)) ||
-        (b->n_rows && (rc = be->row_sqdiff(ctx, b->w.v, b->c->v[cl], b->d_dev, b->n_rows, b->c->kv_dim))))
+        (b->n_rows && (rc = be->row_sqdiff(ctx, b->w.v, b->c->v[cl], b->d_dev, b->n_rows, (int)blend_kv_dim(m, b->c, cl)))))
         return rc;
     b->n_sel = b->n_sparse > 0 ? blend_rows_at(&b->o, 0, b->n_sparse, b->n_rows) : 0;
     if (b->o.ratio >= 1.0f)
@@ -588,7 +615,8 @@ static int gather_selected(struct blend_run *b)
         (rc = be->alloc(ctx, sizeof(float) * (size_t)b->n_run * b->c->kv_dim + 4, (void **)&b->d_old)) ||
         (rc = be->upload(ctx, b->d_idx, b->idx, sizeof(int32_t) * (size_t)b->n_run)) ||
         (rc = be->upload(ctx, b->ws.pos, b->sel_pos, sizeof(int32_t) * (size_t)b->n_run)) ||
-        (rc = be->gather_rows(ctx, b->w.x, b->d_idx, b->ws.x, b->n_run, m->hp.n_embd)))
+        (rc = be->gather_rows(ctx, b->w.x, b->d_idx, b->ws.x, b->n_run, m->hp.n_embd)) ||
+        (rc = blend_gather_ple(m, &b->w, b->n_ctx, b->d_idx, b->ws.ple, b->n_run)))
         return rc;
     if (b->first_layer > 0 && b->first_layer == b->check_layer) {
         if ((rc = be->gather_rows(ctx, b->w.q, b->d_idx, b->ws.q, b->n_run, m->hp.q_dim)) ||
@@ -634,11 +662,31 @@ static int narrow(struct blend_run *b, int l)
     const struct kvfs_model *m = b->m;
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int rc, kv_dim = b->c->kv_dim;
+    int rc, kv_dim = (int)blend_kv_dim(m, b->c, l);
     if ((rc = be->gather_rows(ctx, b->c->v[l], b->d_idx, b->d_old, b->n_sel, kv_dim)) ||
         (rc = be->row_sqdiff(ctx, b->ws.v, b->d_old, b->d_dev, b->n_sel, kv_dim)))
         return rc;
     return 0;
+}
+
+/* gemma4: the kept rows' per-layer inputs, laid out for n_new rows
+ * ([n_layer][n_new][n_ple]; b->d_local holds their places in ws) */
+static int compact_ple(struct blend_run *b, int n_new)
+{
+    const struct kvfs_model *m = b->m;
+    size_t bytes = sizeof(float) * (size_t)m->hp.n_layer * n_new * m->hp.n_ple;
+    float *tmp = NULL;
+    if (!m->hp.n_ple)
+        return 0;
+    int rc = BE(m)->alloc(CTX(m), bytes, (void **)&tmp);
+    if (!rc && !(rc = blend_gather_ple(m, &b->ws, b->n_run, b->d_local, tmp, n_new)))
+        rc = BE(m)->copy(CTX(m), b->ws.ple, tmp, bytes);
+    if (tmp) {
+        int rs = BE(m)->synchronize(CTX(m)); /* tmp is freed at once */
+        rc = rc ? rc : rs;
+        BE(m)->free(CTX(m), tmp);
+    }
+    return rc;
 }
 
 /* ...after the layer: the kept rows' state moves to the front of ws. */
@@ -660,6 +708,7 @@ static int compact(struct blend_run *b, int n_next)
     if ((rc = be->upload(ctx, b->d_local, b->keep, sizeof(int32_t) * (size_t)n_new)) ||
         (rc = be->gather_rows(ctx, b->ws.x, b->d_local, b->w.x, n_new, m->hp.n_embd)) ||
         (rc = be->copy(ctx, b->ws.x, b->w.x, sizeof(float) * (size_t)n_new * m->hp.n_embd)) ||
+        (rc = compact_ple(b, n_new)) ||
         (rc = be->upload(ctx, b->d_idx, b->idx, sizeof(int32_t) * (size_t)n_new)) ||
         (rc = be->upload(ctx, b->ws.pos, b->sel_pos, sizeof(int32_t) * (size_t)n_new)))
         return rc;
@@ -704,12 +753,13 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
     const struct kvfs_model *m = b->m;
     const struct kvfs_backend_iface *be = BE(m);
     void *ctx = CTX(m);
-    int rc = 0, n_layer = m->hp.n_layer, kv_dim = b->c->kv_dim;
+    int rc = 0, n_layer = m->hp.n_layer;
     double t_layer0 = 0, wait0 = 0; /* ratio=auto: timing of the first sparse layer */
     for (int l = b->first_layer; l < n_layer && !rc; l++) {
         int sparse = b->first_layer > 0 && l + 1 < n_layer;
         int n_next = sparse ? blend_rows_at(&b->o, l - b->check_layer, b->n_sparse, b->n_rows) : b->n_sel;
-        if (n_next > b->n_sel)
+        int own = m->layers[l].kv_layer == l, kv_dim = (int)blend_kv_dim(m, b->c, l);
+        if (n_next > b->n_sel || !own) /* a shared-KV layer (gemma4) has no fresh V to narrow by */
             n_next = b->n_sel;
         if (b->o.auto_ratio && sparse && l <= b->first_layer + 1 && (rc = auto_cap(b, l, &t_layer0, &wait0, &n_next)))
             break;
@@ -719,8 +769,8 @@ static int recompute_layers(struct blend_run *b, char *err, size_t errlen)
             (rc = kvfs_layer_qkv(m, l, &b->ws, b->n_run)) ||
             (n_next < b->n_sel && (rc = narrow(b, l))) ||
             (b->by_query && (rc = shift_layer(b, l))) ||
-            (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim)) ||
-            (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim)) ||
+            (own && (rc = be->scatter_rows(ctx, b->ws.k, b->d_idx, b->c->k[l], b->n_run, kv_dim))) ||
+            (own && (rc = be->scatter_rows(ctx, b->ws.v, b->d_idx, b->c->v[l], b->n_run, kv_dim))) ||
             (rc = kvfs_layer_finish(m, l, &b->ws, b->n_run, b->c, b->n_ctx)))
             break;
         if (n_next < b->n_sel)

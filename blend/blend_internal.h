@@ -38,6 +38,13 @@ void blend_position_prior(const struct kvfs_blend_experiment *x, const int32_t *
  * ascending, into host out (k is cut to n - from). */
 int blend_device_top_from(const struct kvfs_model *m, const float *d_dev, const uint8_t *d_forced, int from, int n,
                           int *k, int32_t *d_out, int32_t *out);
+/* the width of layer l's cache rows (gemma4: its own, a shared-KV layer
+ * its source's; MLA: the cached row) */
+size_t blend_kv_dim(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int l);
+/* gemma4: the per-layer inputs of rows d_rows of src (laid out for n_src
+ * rows) into dst laid out for n_dst rows; nothing without PLE */
+int blend_gather_ple(const struct kvfs_model *m, const struct kvfs_work *src, int n_src, const int32_t *d_rows,
+                     float *dst, int n_dst);
 /* Wait for `layer`, put the loader's chunks map[0..n_map) (map NULL: all,
  * in order) into cache rows row0.. and re-position the keys of rows
  * [row0, n_rows) by d_delta (rows before row0 are left as they are). */

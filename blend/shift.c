@@ -98,16 +98,31 @@ static struct shift_angles *angles_for(struct blend_shift_cache *sc, float theta
     return a;
 }
 
+/* a layer's cache geometry: its own (gemma4's local layers are narrower) */
+struct layer_geom {
+    int n_kv_head, head_dim, rope_dim, rope_style;
+    size_t kv_dim;
+    const float *rope_freqs;
+};
+
+static struct layer_geom geom_of(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int l)
+{
+    const struct kvfs_layer_weights *L = &m->layers[l];
+    struct layer_geom g = {L->n_kv_head, L->head_dim, L->rope_dim, m->hp.rope_style,
+                           m->hp.mla_rank ? (size_t)c->kv_dim : (size_t)L->n_kv_head * L->head_dim, L->rope_freqs};
+    return g;
+}
+
 /* rotate one row (every head) by pos * inv[j], with cos/sin given per pair;
  * a loop per RoPE style, each of which the compiler vectorizes (the same
  * operations on each pair, so the same values as pair by pair) */
-__attribute__((optimize("O3"))) static void rotate_row(const struct kvfs_hparams *hp, float *x, const double *c,
+__attribute__((optimize("O3"))) static void rotate_row(const struct layer_geom *g, float *x, const double *c,
                                                         const double *s)
 {
-    int half = hp->rope_dim / 2;
-    for (int h = 0; h < hp->n_kv_head; h++) {
-        float *v = x + (size_t)h * hp->head_dim;
-        if (hp->rope_style == KVFS_ROPE_STYLE_NEOX) {
+    int half = g->rope_dim / 2;
+    for (int h = 0; h < g->n_kv_head; h++) {
+        float *v = x + (size_t)h * g->head_dim;
+        if (g->rope_style == KVFS_ROPE_STYLE_NEOX) {
             float *a = v, *b = v + half;
             for (int j = 0; j < half; j++) {
                 double x0 = a[j], x1 = b[j];
@@ -128,13 +143,12 @@ __attribute__((optimize("O3"))) static void rotate_row(const struct kvfs_hparams
  * recomputed rows, added to the chunk's other rows in [row_lo, n_rows) */
 static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is_k, float *cache, const int32_t *chunk_of,
                      int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
-                     const float *fresh, float shift, struct shift_bufs *s)
+                     const float *fresh, float shift, const struct layer_geom *g, struct shift_bufs *s)
 {
     const struct kvfs_backend_iface *be = BE(m);
-    const struct kvfs_hparams *hp = &m->hp;
     void *ctx = CTX(m);
-    size_t kvd = (size_t)c->kv_dim, n_add = (size_t)(n_rows - row_lo);
-    int rc, half = hp->rope_dim / 2;
+    size_t kvd = g->kv_dim, n_add = (size_t)(n_rows - row_lo);
+    int rc, half = g->rope_dim / 2;
     double cs[2048], sn[2048], cstep[2048], sstep[2048];
     if (half > 2048)
         return -EINVAL;
@@ -162,7 +176,7 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
                     memcpy(s->ang->sel_sn + (size_t)k * half, sn, sizeof(double) * half);
                 }
             }
-            rotate_row(hp, d, kc, ks);
+            rotate_row(g, d, kc, ks);
         }
         int ch = chunk_of[idx[k]];
         s->cnt[ch]++;
@@ -188,7 +202,7 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
         }
         memcpy(dst, s->h_mean + (size_t)ch * kvd, sizeof(float) * kvd);
         if (is_k && s->ang && !s->ang_fill) {
-            rotate_row(hp, dst, s->ang->add_cs + r * half, s->ang->add_sn + r * half);
+            rotate_row(g, dst, s->ang->add_cs + r * half, s->ang->add_sn + r * half);
         } else if (is_k) {
             int32_t p = c->host_pos[row];
             if (p == prev_pos + 1) /* the next position: one step of each pair's angle */
@@ -201,7 +215,7 @@ static int shift_one(const struct kvfs_model *m, struct kvfs_kv_cache *c, int is
                 for (int j = 0; j < half; j++)
                     cs[j] = cos((double)p * s->inv[j]), sn[j] = sin((double)p * s->inv[j]);
             prev_pos = p;
-            rotate_row(hp, dst, cs, sn);
+            rotate_row(g, dst, cs, sn);
             if (s->ang) {
                 memcpy(s->ang->add_cs + r * half, cs, sizeof(double) * half);
                 memcpy(s->ang->add_sn + r * half, sn, sizeof(double) * half);
@@ -226,7 +240,7 @@ static int shift_on_backend(const struct kvfs_model *m, struct kvfs_kv_cache *c,
                             const float *fresh_v, float shift, struct blend_shift_cache *sc)
 {
     const struct kvfs_backend_iface *be = BE(m);
-    const struct kvfs_hparams *hp = &m->hp;
+    const struct layer_geom g = geom_of(m, c, l);
     void *ctx = CTX(m);
     if (!be->chunk_shift || be->host_memory)
         return -ENOTSUP;
@@ -246,12 +260,12 @@ static int shift_on_backend(const struct kvfs_model *m, struct kvfs_kv_cache *c,
             sc->m = m, sc->d_chunk_of = d_chunk_of, sc->d_rows = n_rows, sc->d_hash = h;
         }
     }
-    struct kvfs_rope_args rope = {hp->rope_dim, hp->rope_style, m->layers[l].rope_theta, m->rope_freqs};
-    int kvd = c->kv_dim;
+    struct kvfs_rope_args rope = {g.rope_dim, g.rope_style, m->layers[l].rope_theta, g.rope_freqs};
+    int kvd = (int)g.kv_dim;
     if (!(rc = be->chunk_shift(ctx, c->k[l], fresh_k, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
-                               hp->head_dim, shift, m->layers[l].no_rope ? NULL : &rope)))
+                               g.head_dim, shift, m->layers[l].no_rope ? NULL : &rope)))
         rc = be->chunk_shift(ctx, c->v[l], fresh_v, d_idx, n_sel, d_chunk_of, c->pos, n_chunks, row_lo, n_rows, kvd,
-                             hp->head_dim, shift, NULL);
+                             g.head_dim, shift, NULL);
     if (!sc || sc->d_chunk_of != d_chunk_of)
         be->free(ctx, d_chunk_of);
     return rc;
@@ -261,7 +275,8 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
                       int n_chunks, int row_lo, int n_rows, const int32_t *idx, const int32_t *d_idx, int n_sel,
                       const float *fresh_k, const float *fresh_v, float shift, struct blend_shift_cache *cache)
 {
-    if (shift == 0.0f || n_sel <= 0 || n_chunks < 2)
+    /* a layer reading an earlier layer's cache (gemma4) was shifted there */
+    if (shift == 0.0f || n_sel <= 0 || n_chunks < 2 || m->layers[l].kv_layer != l)
         return 0;
     while (row_lo < n_rows && chunk_of[row_lo] < 1) /* the first chunk never moves */
         row_lo++;
@@ -271,10 +286,10 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     if (rc != -ENOTSUP)
         return rc;
     const struct kvfs_backend_iface *be = BE(m);
-    const struct kvfs_hparams *hp = &m->hp;
+    const struct layer_geom g = geom_of(m, c, l);
     void *ctx = CTX(m);
-    size_t kvd = (size_t)c->kv_dim, n_add = (size_t)(n_rows - row_lo);
-    int half = hp->rope_dim / 2;
+    size_t kvd = g.kv_dim, n_add = (size_t)(n_rows - row_lo);
+    int half = g.rope_dim / 2;
     struct shift_bufs s = {0};
     s.h_sel = malloc(sizeof(float) * (size_t)n_sel * kvd);
     s.h_old = malloc(sizeof(float) * (size_t)n_sel * kvd);
@@ -288,16 +303,19 @@ int blend_shift_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int l
     for (int k = 0; !rc && k < n_sel; k++)
         s.recomputed[idx[k]] = 1;
     for (int j = 0; !rc && j < half; j++) /* as the backends' RoPE: theta^(-2j / rope_dim) */
-        s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)hp->rope_dim) /
-                   (m->rope_freqs ? (double)m->rope_freqs[j] : 1.0);
-    if (!rc && !m->layers[l].no_rope) /* a layer without RoPE rotates nothing: no angles to keep */
+        s.inv[j] = (double)powf(m->layers[l].rope_theta, -2.0f * (float)j / (float)g.rope_dim) /
+                   (g.rope_freqs ? (double)g.rope_freqs[j] : 1.0);
+    /* a layer without RoPE rotates nothing: no angles to keep; angles are
+     * kept by base and width, so not where layers' frequency factors differ
+     * (gemma4's global layers have them, its local ones not) */
+    if (!rc && !m->layers[l].no_rope && g.rope_freqs == m->rope_freqs)
         s.ang = angles_for(cache, m->layers[l].rope_theta, n_sel, row_lo, n_rows, half, idx, &s.ang_fill);
     if (rc || (rc = be->alloc(ctx, sizeof(float) * (size_t)n_sel * kvd, (void **)&s.d_sel)) ||
         (!s.direct && (rc = be->alloc(ctx, sizeof(float) * n_add * kvd, (void **)&s.d_add))) ||
         (rc = shift_one(m, c, !m->layers[l].no_rope, c->k[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel,
-                        fresh_k, shift, &s)))
+                        fresh_k, shift, &g, &s)))
         goto out;
-    rc = shift_one(m, c, 0, c->v[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &s);
+    rc = shift_one(m, c, 0, c->v[l], chunk_of, n_chunks, row_lo, n_rows, idx, d_idx, n_sel, fresh_v, shift, &g, &s);
 out:
     free(s.h_sel), free(s.h_old), free(s.h_mean), free(s.h_add), free(s.inv), free(s.cnt), free(s.recomputed);
     if (s.d_sel)

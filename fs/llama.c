@@ -62,7 +62,9 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     for (int i = 0; kvfs_blend_service_model(m->svc, i, &fp, &n_vocab) == 0; i++) {
         kvfs_fingerprint_id(&fp, id);
         if (!strcmp(id, c->model) && fp.n_layer == c->n_layer) {
-            if (!strncmp(fp.arch, "deepseek2", sizeof(fp.arch))) /* MLA: K alone, from the chunk's header below */
+            /* MLA: K alone, from the chunk's header below; gemma4 (layer
+             * shapes): no view yet, the header path refuses it */
+            if (!strncmp(fp.arch, "deepseek2", sizeof(fp.arch)) || !strncmp(fp.arch, "gemma4", sizeof(fp.arch)))
                 break;
             struct kvfs_llama_swa swa;
             kvfs_blend_service_swa(m->svc, &fp, &swa);

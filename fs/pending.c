@@ -201,7 +201,8 @@ int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS
 {
     struct kvfs_header h;
     if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
-        kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || (h.fp.n_kv_head * h.fp.head_dim) % 64)
+        kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || (h.fp.n_kv_head * h.fp.head_dim) % 64 ||
+        (h.flags & KVFS_FLAG_LAYER_SHAPES)) /* no quantized dtype for those (kvfs(5), Layer shapes) */
         return kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen); /* as it is (it verifies) */
     struct kvfs_writer w;
     int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);

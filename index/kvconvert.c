@@ -24,9 +24,18 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
     uint32_t kv_dim = h.fp.n_kv_head * h.fp.head_dim;
     if (!kvfs_dtype_known(dtype))
         return kvfs_errf(err, errlen, -EINVAL, "unknown dtype %u", dtype);
+    int shaped = (h.flags & KVFS_FLAG_LAYER_SHAPES) != 0;
+    if (shaped && kvfs_dtype_quantized(dtype))
+        return kvfs_errf(err, errlen, -ENOTSUP, "dtype %s is not defined for chunks with layers of their own shapes "
+                         "(gemma4; kvfs(5), Layer shapes): f32, f16 and bf16 only", kvfs_dtype_name(dtype));
     if (kvfs_dtype_quantized(dtype) && kv_dim % 64)
         return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this chunk's are %u",
                          kvfs_dtype_name(dtype), kv_dim);
+    struct kvfs_layer_shape *shapes = shaped ? malloc(sizeof(*shapes) * h.fp.n_layer) : NULL;
+    if (shaped && !shapes)
+        return -ENOMEM;
+    for (uint32_t l = 0; shaped && l < h.fp.n_layer; l++)
+        kvfs_layer_shape_get(&h, l, &shapes[l]);
     uint32_t *tokens = malloc(sizeof(uint32_t) * h.n_tokens);
     size_t n = (size_t)h.n_tokens * kv_dim;
     float *kv = malloc(sizeof(float) * 2 * n);
@@ -37,14 +46,17 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
     for (uint32_t t = 0; t < h.n_tokens; t++)
         tokens[t] = kvfs_header_token(&h, t);
     /* the same identity but the dtype: a tenant's chunk stays its tenant's */
-    if ((rc = kvfs_writer_init_salted(w, &h.fp, dtype, h.flags, h.pos0, h.n_tokens, tokens, h.salt)))
+    if ((rc = kvfs_writer_init_shaped(w, &h.fp, dtype, h.flags, h.pos0, h.n_tokens, tokens, h.salt, shapes)))
         goto out;
     int codec = kvfs_dtype_quantized(dtype);
     for (uint32_t l = 0; l < h.fp.n_layer && !rc; l++) {
         struct kvfs_layer_entry le;
         kvfs_layer_entry_get(&h, l, &le);
         uint8_t *dst = kvfs_writer_layer(w, l);
-        if ((rc = kvfs_layer_decode(&h, (const uint8_t *)img + le.offset, kv, kv + n)))
+        if (!kvfs_layer_bytes(&h, l)) /* reads another layer's cache: nothing stored */
+            continue;
+        n = (size_t)h.n_tokens * kvfs_layer_kv_dim(&h, l); /* a layer's own (at most the fingerprint's) */
+        if ((rc = kvfs_layer_decode(&h, l, (const uint8_t *)img + le.offset, kv, kv + n)))
             break;
         if (codec && (h.flags & KVFS_FLAG_V_FROM_K)) /* MLA: the key blocks alone (kvfs(5)) */
             rc = kvfs_kvq_encode_k(codec, kv, h.n_tokens, kv_dim, dst);
@@ -60,6 +72,7 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
         kvfs_errf(err, errlen, rc, "cannot re-encode the chunk as %s: %s", kvfs_dtype_name(dtype), strerror(-rc));
     }
 out:
+    free(shapes);
     free(tokens);
     free(kv);
     return rc;

@@ -66,9 +66,30 @@ uint32_t kvfs_dtype_parse(const char *name)
     return 0;
 }
 
-uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
+void kvfs_layer_shape_get(const struct kvfs_header *h, uint32_t layer, struct kvfs_layer_shape *out)
 {
-    uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    if (!(h->flags & KVFS_FLAG_LAYER_SHAPES) || !h->layer_shapes) {
+        *out = (struct kvfs_layer_shape){h->fp.n_kv_head, h->fp.head_dim, h->fp.rope_dim, layer};
+        return;
+    }
+    const uint8_t *e = h->layer_shapes + (uint64_t)layer * KVFS_LAYER_SHAPE_BYTES;
+    *out = (struct kvfs_layer_shape){rd32(e), rd32(e + 4), rd32(e + 8), rd32(e + 12)};
+}
+
+uint32_t kvfs_layer_kv_dim(const struct kvfs_header *h, uint32_t layer)
+{
+    struct kvfs_layer_shape s;
+    kvfs_layer_shape_get(h, layer, &s);
+    return s.n_kv_head * s.head_dim;
+}
+
+uint64_t kvfs_layer_bytes(const struct kvfs_header *h, uint32_t layer)
+{
+    struct kvfs_layer_shape s;
+    kvfs_layer_shape_get(h, layer, &s);
+    if (s.kv_source != layer)
+        return 0;
+    uint32_t kv_dim = s.n_kv_head * s.head_dim;
     int codec = kvfs_dtype_quantized(h->dtype);
     if (codec)
         return h->flags & KVFS_FLAG_V_FROM_K ? kvfs_kvq_k_layer_bytes(codec, h->n_tokens, kv_dim)
@@ -76,13 +97,22 @@ uint64_t kvfs_layer_bytes(const struct kvfs_header *h)
     return (h->flags & KVFS_FLAG_V_FROM_K ? 1ull : 2ull) * h->n_tokens * kv_dim * kvfs_dtype_size(h->dtype);
 }
 
-uint64_t kvfs_layer_stride(const struct kvfs_header *h) { return align_up(kvfs_layer_bytes(h)); }
+uint64_t kvfs_layer_offset(const struct kvfs_header *h, uint32_t layer)
+{
+    if (!(h->flags & KVFS_FLAG_LAYER_SHAPES)) /* every layer alike */
+        return h->header_size + (uint64_t)layer * align_up(kvfs_layer_bytes(h, 0));
+    uint64_t off = h->header_size;
+    for (uint32_t l = 0; l < layer; l++)
+        off += align_up(kvfs_layer_bytes(h, l));
+    return off;
+}
 
 /* bytes of the header before its padding */
 static uint64_t header_used(uint32_t n_tokens, uint32_t n_layer, uint32_t flags)
 {
     return KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * n_layer +
-           (flags & KVFS_FLAG_SALTED ? KVFS_SALT_BYTES : 0);
+           (flags & KVFS_FLAG_SALTED ? KVFS_SALT_BYTES : 0) +
+           (flags & KVFS_FLAG_LAYER_SHAPES ? (uint64_t)KVFS_LAYER_SHAPE_BYTES * n_layer : 0);
 }
 
 uint32_t kvfs_header_size_for_flags(uint32_t n_tokens, uint32_t n_layer, uint32_t flags)
@@ -97,7 +127,29 @@ uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer)
 
 uint64_t kvfs_file_size_for(const struct kvfs_header *h)
 {
-    return kvfs_header_size_for_flags(h->n_tokens, h->fp.n_layer, h->flags) + kvfs_layer_stride(h) * h->fp.n_layer;
+    struct kvfs_header t = *h; /* kvfs_layer_offset counts from header_size */
+    t.header_size = kvfs_header_size_for_flags(h->n_tokens, h->fp.n_layer, h->flags);
+    uint32_t last = h->fp.n_layer - 1;
+    return kvfs_layer_offset(&t, last) + align_up(kvfs_layer_bytes(&t, last));
+}
+
+/* A layer shape table's rules (kvfs(5), Layer shapes): 0 or a reason */
+static const char *shapes_check(const struct kvfs_header *h, uint32_t *bad)
+{
+    for (uint32_t l = 0; l < h->fp.n_layer; l++) {
+        struct kvfs_layer_shape s, src;
+        kvfs_layer_shape_get(h, l, &s);
+        *bad = l;
+        if (s.kv_source > l)
+            return "reads a later layer's cache";
+        kvfs_layer_shape_get(h, s.kv_source, &src);
+        if (s.kv_source != l && (src.kv_source != s.kv_source || memcmp(&s, &src, 12)))
+            return "reads a layer that stores no cache, or has another shape than its source";
+        if (s.n_kv_head == 0 || s.n_kv_head > h->fp.n_kv_head || s.head_dim == 0 || s.head_dim > h->fp.head_dim ||
+            h->fp.n_head % s.n_kv_head || s.rope_dim > s.head_dim || s.rope_dim % 2)
+            return "bad shape (KV heads, head width or rotated dims)";
+    }
+    return NULL;
 }
 
 void kvfs_fingerprint_encode(const struct kvfs_fingerprint *fp, uint8_t out[80])
@@ -278,8 +330,11 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     if (!kvfs_dtype_known(h->dtype))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)", h->dtype);
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED |
-                     KVFS_FLAG_V_FROM_K))
+                     KVFS_FLAG_V_FROM_K | KVFS_FLAG_LAYER_SHAPES))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
+    if ((h->flags & KVFS_FLAG_LAYER_SHAPES) && (kvfs_dtype_quantized(h->dtype) || (h->flags & KVFS_FLAG_V_FROM_K)))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "layer shapes (flag 0x20) with dtype %s%s: not defined",
+                         kvfs_dtype_name(h->dtype), h->flags & KVFS_FLAG_V_FROM_K ? " and V_FROM_K" : "");
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
@@ -306,7 +361,8 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
         return kvfs_errf(errmsg, errlen, -EINVAL, "header size %u, expected %u for %u tokens, %u layers%s",
                     h->header_size, want_size, h->n_tokens, h->fp.n_layer,
                     h->flags & KVFS_FLAG_SALTED ? " and a salt" : "");
-    if (h->file_size != kvfs_file_size_for(h))
+    /* with LAYER_SHAPES the file size depends on the shape table, read below */
+    if (!(h->flags & KVFS_FLAG_LAYER_SHAPES) && h->file_size != kvfs_file_size_for(h))
         return kvfs_errf(errmsg, errlen, -EINVAL, "file size field %llu, expected %llu from the shape",
                     (unsigned long long)h->file_size, (unsigned long long)kvfs_file_size_for(h));
     if (len < h->header_size)
@@ -317,14 +373,24 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
 
     h->token_bytes = buf + KVFS_FIXED_HEADER_SIZE;
     h->layer_table = buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens;
-    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    const uint8_t *after_table = h->layer_table + (uint64_t)h->fp.n_layer * LAYER_ENTRY_BYTES;
+    if (h->flags & KVFS_FLAG_SALTED) /* covered by the header checksum above */
+        h->salt = after_table;
+    if (h->flags & KVFS_FLAG_LAYER_SHAPES) {
+        uint32_t bad = 0;
+        h->layer_shapes = after_table + (h->flags & KVFS_FLAG_SALTED ? KVFS_SALT_BYTES : 0);
+        const char *why = shapes_check(h, &bad);
+        if (why)
+            return kvfs_errf(errmsg, errlen, -EINVAL, "layer shape %u: %s", bad, why);
+    }
+    if (h->file_size != kvfs_file_size_for(h))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "file size field %llu, expected %llu from the shape",
+                    (unsigned long long)h->file_size, (unsigned long long)kvfs_file_size_for(h));
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
         const uint8_t *e = h->layer_table + (uint64_t)l * LAYER_ENTRY_BYTES;
-        if (rd64(e) != h->header_size + l * stride || rd64(e + 8) != lbytes)
+        if (rd64(e) != kvfs_layer_offset(h, l) || rd64(e + 8) != kvfs_layer_bytes(h, l))
             return kvfs_errf(errmsg, errlen, -EINVAL, "layer table entry %u inconsistent", l);
     }
-    if (h->flags & KVFS_FLAG_SALTED) /* covered by the header checksum above */
-        h->salt = h->layer_table + (uint64_t)h->fp.n_layer * LAYER_ENTRY_BYTES;
     size_t used = (size_t)header_used(h->n_tokens, h->fp.n_layer, h->flags);
     if (!all_zero(buf + used, h->header_size - used))
         return kvfs_errf(errmsg, errlen, -EINVAL, "non-zero header padding");
@@ -351,9 +417,9 @@ static uint64_t layer_checksum_entry(const struct kvfs_header *h, uint32_t layer
 
 int kvfs_layer_verify(const struct kvfs_header *h, uint32_t layer, const void *bytes, size_t len)
 {
-    if (layer >= h->fp.n_layer || len < kvfs_layer_bytes(h))
+    if (layer >= h->fp.n_layer || len < kvfs_layer_bytes(h, layer))
         return -EINVAL;
-    return XXH3_64bits(bytes, kvfs_layer_bytes(h)) == layer_checksum_entry(h, layer) ? 0 : -EBADMSG;
+    return XXH3_64bits(bytes, kvfs_layer_bytes(h, layer)) == layer_checksum_entry(h, layer) ? 0 : -EBADMSG;
 }
 
 int kvfs_file_verify(const void *vbuf, size_t len, struct kvfs_header *h, char *errmsg,
@@ -367,9 +433,9 @@ int kvfs_file_verify(const void *vbuf, size_t len, struct kvfs_header *h, char *
         return kvfs_errf(errmsg, errlen, -EINVAL, "%s: %zu bytes, header says %llu",
                     len < h->file_size ? "truncated" : "trailing data", len,
                     (unsigned long long)h->file_size);
-    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
-        const uint8_t *p = buf + h->header_size + l * stride;
+        uint64_t lbytes = kvfs_layer_bytes(h, l), stride = align_up(lbytes);
+        const uint8_t *p = buf + kvfs_layer_offset(h, l);
         if (kvfs_layer_verify(h, l, p, lbytes) != 0)
             return kvfs_errf(errmsg, errlen, -EBADMSG, "layer %u checksum mismatch", l);
         if (!all_zero(p + lbytes, stride - lbytes))
@@ -388,13 +454,24 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
                             uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens,
                             const uint8_t salt[32])
 {
+    return kvfs_writer_init_shaped(w, fp, dtype, flags, pos0, n_tokens, tokens, salt, NULL);
+}
+
+int kvfs_writer_init_shaped(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
+                            uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens,
+                            const uint8_t salt[32], const struct kvfs_layer_shape *shapes)
+{
     memset(w, 0, sizeof(*w));
     if (salt)
         flags |= KVFS_FLAG_SALTED;
+    if (shapes)
+        flags |= KVFS_FLAG_LAYER_SHAPES;
     if (!kvfs_dtype_known(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
         fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS ||
         (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64) ||
-        (!salt && (flags & KVFS_FLAG_SALTED)))
+        (!salt && (flags & KVFS_FLAG_SALTED)) || ((flags & KVFS_FLAG_LAYER_SHAPES) && !shapes) ||
+        (shapes && (kvfs_dtype_quantized(dtype) || (flags & KVFS_FLAG_V_FROM_K))) || fp->n_kv_head == 0 ||
+        fp->n_head % fp->n_kv_head)
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;
     h->version = KVFS_VERSION;
@@ -404,10 +481,30 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
     h->pos0 = pos0;
     h->fp = *fp;
     h->header_size = kvfs_header_size_for_flags(n_tokens, fp->n_layer, flags);
+    uint8_t *shape_bytes = NULL; /* encoded first: the file's size depends on them */
+    if (shapes) {
+        uint32_t bad;
+        if (!(shape_bytes = malloc((size_t)KVFS_LAYER_SHAPE_BYTES * fp->n_layer)))
+            return -ENOMEM;
+        for (uint32_t l = 0; l < fp->n_layer; l++) {
+            uint8_t *e = shape_bytes + (size_t)l * KVFS_LAYER_SHAPE_BYTES;
+            wr32(e, shapes[l].n_kv_head);
+            wr32(e + 4, shapes[l].head_dim);
+            wr32(e + 8, shapes[l].rope_dim);
+            wr32(e + 12, shapes[l].kv_source);
+        }
+        h->layer_shapes = shape_bytes;
+        if (shapes_check(h, &bad)) {
+            free(shape_bytes);
+            return -EINVAL;
+        }
+    }
     h->file_size = kvfs_file_size_for(h);
     void *buf = NULL;
-    if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0)
+    if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0) {
+        free(shape_bytes);
         return -ENOMEM;
+    }
     memset(buf, 0, h->file_size);
     w->buf = buf;
     w->size = h->file_size;
@@ -425,10 +522,16 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
         wr32(b + KVFS_FIXED_HEADER_SIZE + 4ull * i, tokens[i]);
     h->token_bytes = b + KVFS_FIXED_HEADER_SIZE;
     h->layer_table = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens;
+    uint8_t *at = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * fp->n_layer;
     if (salt) {
-        uint8_t *at = b + KVFS_FIXED_HEADER_SIZE + 4ull * n_tokens + (uint64_t)LAYER_ENTRY_BYTES * fp->n_layer;
         memcpy(at, salt, KVFS_SALT_BYTES);
         h->salt = at;
+        at += KVFS_SALT_BYTES;
+    }
+    if (shapes) {
+        memcpy(at, shape_bytes, (size_t)KVFS_LAYER_SHAPE_BYTES * fp->n_layer);
+        h->layer_shapes = at;
+        free(shape_bytes);
     }
     return 0;
 }
@@ -437,7 +540,7 @@ void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer)
 {
     if (!w->buf || layer >= w->hdr.fp.n_layer)
         return NULL;
-    return w->buf + w->hdr.header_size + layer * kvfs_layer_stride(&w->hdr);
+    return w->buf + kvfs_layer_offset(&w->hdr, layer);
 }
 
 int kvfs_writer_finish(struct kvfs_writer *w)
@@ -445,12 +548,12 @@ int kvfs_writer_finish(struct kvfs_writer *w)
     if (!w->buf)
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;
-    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
     uint8_t *table = w->buf + KVFS_FIXED_HEADER_SIZE + 4ull * h->n_tokens;
     for (uint32_t l = 0; l < h->fp.n_layer; l++) {
+        uint64_t lbytes = kvfs_layer_bytes(h, l), stride = align_up(lbytes), off = kvfs_layer_offset(h, l);
         uint8_t *e = table + (uint64_t)l * LAYER_ENTRY_BYTES;
-        const uint8_t *p = w->buf + h->header_size + l * stride;
-        wr64(e, h->header_size + l * stride);
+        const uint8_t *p = w->buf + off;
+        wr64(e, off);
         wr64(e + 8, lbytes);
         wr64(e + 16, XXH3_64bits(p, lbytes));
         memset((uint8_t *)p + lbytes, 0, stride - lbytes);
@@ -490,28 +593,32 @@ static void v_from_k(const struct kvfs_header *h, const float *k, float *v)
             v[i * d + j] = j < r ? 0.0f : k[i * d + j];
 }
 
-int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v)
+int kvfs_layer_decode(const struct kvfs_header *h, uint32_t layer, const void *data, float *k, float *v)
 {
+    if (layer >= h->fp.n_layer)
+        return -EINVAL;
     if ((h->flags & KVFS_FLAG_V_FROM_K) && v) {
-        int rc = kvfs_layer_decode(h, layer, v, NULL);
+        int rc = kvfs_layer_decode(h, layer, data, v, NULL);
         if (!rc && k)
             memcpy(k, v, sizeof(float) * h->n_tokens * h->fp.n_kv_head * h->fp.head_dim);
         if (!rc)
             v_from_k(h, v, v);
         return rc;
     }
-    uint32_t kv_dim = h->fp.n_kv_head * h->fp.head_dim;
+    if (!kvfs_layer_bytes(h, layer)) /* reads another layer's cache: nothing stored */
+        return 0;
+    uint32_t kv_dim = kvfs_layer_kv_dim(h, layer);
     size_t n = (size_t)h->n_tokens * kv_dim, es = kvfs_dtype_size(h->dtype);
     int codec = kvfs_dtype_quantized(h->dtype);
     if (codec && (h->flags & KVFS_FLAG_V_FROM_K)) /* the key blocks alone; v is NULL here (see above) */
-        return k ? kvfs_kvq_decode_k(codec, layer, h->n_tokens, kv_dim, k) : 0;
+        return k ? kvfs_kvq_decode_k(codec, data, h->n_tokens, kv_dim, k) : 0;
     if (codec) {
         if (!k && !v)
             return 0;
         float *tmp = (!k || !v) ? malloc(sizeof(float) * n) : NULL;
         if ((!k || !v) && !tmp)
             return -ENOMEM;
-        int rc = kvfs_kvq_decode(codec, layer, h->n_tokens, kv_dim, k ? k : tmp, v ? v : tmp);
+        int rc = kvfs_kvq_decode(codec, data, h->n_tokens, kv_dim, k ? k : tmp, v ? v : tmp);
         free(tmp);
         return rc;
     }
@@ -519,7 +626,7 @@ int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, 
         return -EINVAL;
     for (int which = 0; which < 2; which++) {
         float *out = which ? v : k;
-        const uint8_t *src = (const uint8_t *)layer + (size_t)which * n * es;
+        const uint8_t *src = (const uint8_t *)data + (size_t)which * n * es;
         for (size_t i = 0; out && i < n; i++) {
             if (h->dtype == KVFS_DTYPE_F32) {
                 memcpy(&out[i], src + 4 * i, 4);

@@ -6,13 +6,15 @@
  *   [token ids: u32 x n_tokens]
  *   [layer table: n_layer x struct kvfs_layer_entry (24 bytes)]
  *   [salt digest, 32 bytes: only with KVFS_FLAG_SALTED]
+ *   [layer shapes: n_layer x 16 bytes, only with KVFS_FLAG_LAYER_SHAPES]
  *   [zero padding up to header_size, a multiple of KVFS_ALIGN]
  *   [layer 0: K then V, each [token][kv_head][head_dim] of dtype,
  *             zero padded up to a multiple of KVFS_ALIGN]
  *   [layer 1 ...] ...
  *
- * All integers little-endian.  Layer L starts at header_size + L*layer_stride,
- * so one layer is readable with one pread at a known, 4 KiB aligned offset.
+ * All integers little-endian.  Layer L starts at header_size + L*layer_stride
+ * (LAYER_SHAPES: after the layers before it, each padded), so one layer is
+ * readable with one pread at a known, 4 KiB aligned offset.
  *
  * All functions return 0 or a negative errno.  No function here allocates
  * unless documented, none aborts, none touches FUSE.
@@ -65,6 +67,14 @@ enum kvfs_rope_type {
  * part, then the latent) serves as both (kvfs(5), MLA chunks).  f32, f16
  * and bf16 only. */
 #define KVFS_FLAG_V_FROM_K 0x10u
+/* Layers of their own shapes (gemma4): a table of n_layer struct
+ * kvfs_layer_shape (16 bytes each) follows the layer table (and the salt),
+ * each layer holds K and V at its own n_kv_head x head_dim, and a layer that
+ * reads another layer's cache (kv_source < its index) stores nothing (its
+ * table entry: size 0).  Layers are packed in order, each padded to
+ * KVFS_ALIGN.  f32, f16 and bf16 only (kvfs(5), Layer shapes). */
+#define KVFS_FLAG_LAYER_SHAPES 0x20u
+#define KVFS_LAYER_SHAPE_BYTES 16u
 
 /* What determines the KV bytes besides the tokens.  Canonical encoding is the
  * header bytes 40..120 (see kvfs_fingerprint_encode). */
@@ -96,7 +106,21 @@ struct kvfs_header {
                                    use kvfs_header_token() */
     const uint8_t *layer_table; /* n_layer entries of 24 bytes: use kvfs_layer_entry_get() */
     const uint8_t *salt;        /* KVFS_SALT_BYTES after the layer table; NULL when not SALTED */
+    const uint8_t *layer_shapes;/* n_layer x KVFS_LAYER_SHAPE_BYTES after the salt (or the layer table);
+                                   NULL without LAYER_SHAPES: use kvfs_layer_shape_get() */
 };
+
+/* One layer's cache shape (KVFS_FLAG_LAYER_SHAPES; else the fingerprint's
+ * for every layer, kv_source its own index).  On disk u32 each, in this
+ * order.  A layer with kv_source < its index attends over that layer's
+ * cache and stores none; its shape is the source's. */
+struct kvfs_layer_shape {
+    uint32_t n_kv_head;
+    uint32_t head_dim;
+    uint32_t rope_dim;
+    uint32_t kv_source;
+};
+void kvfs_layer_shape_get(const struct kvfs_header *h, uint32_t layer, struct kvfs_layer_shape *out);
 
 /* On-disk layer table entry, 24 bytes. */
 struct kvfs_layer_entry {
@@ -115,12 +139,18 @@ int kvfs_dtype_known(uint32_t dtype);                 /* 1 for every dtype above
 int kvfs_dtype_quantized(uint32_t dtype);             /* KVFS_DTYPE_Q8 / Q4 / Q4S: the kvquant.h codec, else 0 */
 const char *kvfs_dtype_name(uint32_t dtype);          /* "f32", "f16", "bf16", "q8", "q4"; "?" if unknown */
 uint32_t kvfs_dtype_parse(const char *name);          /* the reverse; 0 for anything else */
-uint64_t kvfs_layer_bytes(const struct kvfs_header *h); /* K+V of one layer (K alone: V_FROM_K), unpadded */
-uint64_t kvfs_layer_stride(const struct kvfs_header *h);/* padded to KVFS_ALIGN */
+/* K+V of a layer (K alone: V_FROM_K; 0 for a layer that stores none),
+ * unpadded; its n_kv_head * head_dim; where it starts in the file (each
+ * layer padded to KVFS_ALIGN after it).  h->layer_shapes must be set for a
+ * LAYER_SHAPES header (kvfs_header_parse and the writer do it). */
+uint64_t kvfs_layer_bytes(const struct kvfs_header *h, uint32_t layer);
+uint32_t kvfs_layer_kv_dim(const struct kvfs_header *h, uint32_t layer);
+uint64_t kvfs_layer_offset(const struct kvfs_header *h, uint32_t layer);
 uint32_t kvfs_header_size_for(uint32_t n_tokens, uint32_t n_layer); /* unsalted */
-/* the same for a header with these flags (KVFS_FLAG_SALTED adds the salt) */
+/* the same for a header with these flags (KVFS_FLAG_SALTED adds the salt,
+ * KVFS_FLAG_LAYER_SHAPES the shape table) */
 uint32_t kvfs_header_size_for_flags(uint32_t n_tokens, uint32_t n_layer, uint32_t flags);
-uint64_t kvfs_file_size_for(const struct kvfs_header *h); /* from its shape and flags */
+uint64_t kvfs_file_size_for(const struct kvfs_header *h); /* from its shape and flags (and layer_shapes) */
 
 /* Parse and validate the header at buf[0..len).  len may be just the header
  * (>= header_size) or the whole file.  Checks magic, version, dtype, shapes,
@@ -182,16 +212,23 @@ int kvfs_writer_init_salted(struct kvfs_writer *w, const struct kvfs_fingerprint
                             uint32_t dtype, uint32_t flags, uint32_t pos0,
                             uint32_t n_tokens, const uint32_t *tokens,
                             const uint8_t salt[32]);
-void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer); /* K then V */
+/* The same with a shape per layer (n_layer of them; sets
+ * KVFS_FLAG_LAYER_SHAPES; -EINVAL for shapes that kvfs_header_parse would
+ * refuse); shapes NULL: kvfs_writer_init_salted. */
+int kvfs_writer_init_shaped(struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
+                            uint32_t flags, uint32_t pos0, uint32_t n_tokens, const uint32_t *tokens,
+                            const uint8_t salt[32], const struct kvfs_layer_shape *shapes);
+void *kvfs_writer_layer(struct kvfs_writer *w, uint32_t layer); /* K then V (kvfs_layer_bytes of them) */
 int kvfs_writer_finish(struct kvfs_writer *w);
 void kvfs_writer_free(struct kvfs_writer *w);
 
 /* n floats into dst as dtype f32, f16 or bf16 (dst may be unaligned) */
 void kvfs_f32_encode(uint32_t dtype, const float *src, size_t n, void *dst);
-/* One layer of a chunk of any dtype (its bytes at `layer`, as the layer
- * table places them) into k[n_tokens][kv_dim] and v[..] floats (either may
- * be NULL): exact for f32/f16/bf16, the stored approximation for q8/q4/q4s
+/* Layer `layer` of a chunk of any dtype (its bytes at `data`, as the layer
+ * table places them) into k[n_tokens][kv_dim] and v[..] floats, kv_dim its
+ * kvfs_layer_kv_dim (either may be NULL; nothing for a layer that stores
+ * none): exact for f32/f16/bf16, the stored approximation for q8/q4/q4s
  * (kvquant.h's codecs). */
-int kvfs_layer_decode(const struct kvfs_header *h, const void *layer, float *k, float *v);
+int kvfs_layer_decode(const struct kvfs_header *h, uint32_t layer, const void *data, float *k, float *v);
 
 #endif

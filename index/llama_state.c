@@ -124,6 +124,10 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
      * part] with no V of its own, kvfs's [rotated | latent] and V derived
      * (kvfs(5)); a chunk of that model in another form is refused */
     int mla = (h->flags & KVFS_FLAG_V_FROM_K) != 0;
+    /* layers of their own shapes and shared-KV layers (gemma4): llama.cpp's
+     * layout of that cache is not written yet (kvfs(5)) */
+    if (h->flags & KVFS_FLAG_LAYER_SHAPES)
+        return -ENOTSUP;
     if ((mla || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
         (!mla || h->fp.n_kv_head != 1 || h->fp.rope_dim >= h->fp.head_dim))
         return -ENOTSUP;

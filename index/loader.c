@@ -29,7 +29,7 @@ struct ld_chunk {
     uint8_t *stage;              /* disk: compressed frames land here */
     size_t layers_len, stage_len;
     uint64_t *stage_off;         /* per layer offset into stage (zstd frames) */
-    uint64_t lbytes;
+    uint64_t *loff;              /* n_layer + 1: layer l's bytes are [loff[l], loff[l + 1]) of layers */
     /* remote tier (RADOS): the whole object is assembled here by ranged
      * async reads in layer order, then stored locally at close */
     int remote;
@@ -201,17 +201,18 @@ static void *worker_main(void *arg)
         struct ld_read r = ld->jobs[ld->next_job++];
         pthread_mutex_unlock(&ld->lock);
         struct ld_chunk *c = &ld->ch[r.c];
-        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + (size_t)r.l * c->lbytes : r.dst;
+        uint64_t lbytes = c->loff[r.l + 1] - c->loff[r.l];
+        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + c->loff[r.l] : r.dst;
         int rc = 0;
         if (c->info.frames[r.l].codec == KVFS_CODEC_ZSTD) {
-            size_t got = z ? ZSTD_decompressDCtx(z, layer, c->lbytes, r.dst, r.len) : 0;
+            size_t got = z ? ZSTD_decompressDCtx(z, layer, lbytes, r.dst, r.len) : 0;
             if (!z)
                 rc = -ENOMEM;
-            else if (ZSTD_isError(got) || got != c->lbytes)
+            else if (ZSTD_isError(got) || got != lbytes)
                 rc = -EBADMSG;
         }
         if (!rc)
-            rc = kvfs_layer_verify(&c->h, (uint32_t)r.l, layer, c->lbytes);
+            rc = kvfs_layer_verify(&c->h, (uint32_t)r.l, layer, lbytes);
         if (rc)
             fail(ld, r.l, rc, "chunk %d layer %d: %s", r.c + 1, r.l,
                  rc == -EBADMSG ? "checksum mismatch or corrupt frame" : strerror(-rc));
@@ -276,7 +277,7 @@ static int disk_buffers(struct kvfs_loader *ld, struct iovec *iov, int *buf_of)
         if (ch->fd < 0)
             continue;
         buf_of[2 * c] = n_iov;
-        iov[n_iov++] = (struct iovec){ch->layers, (size_t)ch->lbytes * ld->n_layer};
+        iov[n_iov++] = (struct iovec){ch->layers, (size_t)ch->loff[ld->n_layer]};
         if (ch->stage) {
             buf_of[2 * c + 1] = n_iov;
             iov[n_iov++] = (struct iovec){ch->stage, ch->stage_off[ld->n_layer]};
@@ -296,7 +297,7 @@ static void plan_reads(struct kvfs_loader *ld, struct ld_read *reads, const int 
                 continue;
             const struct kvfs_obj_frame *f = &ch->info.frames[l];
             int z = f->codec == KVFS_CODEC_ZSTD;
-            reads[k++] = (struct ld_read){c, l, z ? ch->stage + ch->stage_off[l] : ch->layers + (size_t)l * ch->lbytes,
+            reads[k++] = (struct ld_read){c, l, z ? ch->stage + ch->stage_off[l] : ch->layers + ch->loff[l],
                                           f->offset, f->stored_size, 0, buf_of[2 * c + z]};
         }
 }
@@ -398,6 +399,11 @@ static void *io_main(void *arg)
         int queued = 0;
         while (next < total && in_flight < (int)depth) {
             struct ld_read *r = &reads[next++];
+            if (!r->len) { /* a layer that stores nothing (kvfs(5), Layer shapes): nothing to read */
+                push_job(ld, r);
+                completed++;
+                continue;
+            }
             throttle(ld, submitted_bytes += r->len);
             prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
             in_flight++;
@@ -408,6 +414,8 @@ static void *io_main(void *arg)
         if (queued && (rc = io_uring_submit(&ring)) < 0)
             break;
         rc = 0;
+        if (!in_flight) /* only empty layers were taken: none to wait for */
+            continue;
         struct io_uring_cqe *cqe;
         if ((rc = io_uring_wait_cqe(&ring, &cqe)) < 0) {
             if (rc == -EINTR) {
@@ -464,7 +472,10 @@ static int loader_finish_open(struct kvfs_loader *ld, char *err, size_t errlen)
         if ((int)ld->ch[i].h.fp.n_layer != ld->n_layer)
             return kvfs_errf(err, errlen, -EINVAL, "chunk %d has %u layers, chunk 1 has %d", i + 1,
                              ld->ch[i].h.fp.n_layer, ld->n_layer);
-        ld->ch[i].lbytes = kvfs_layer_bytes(&ld->ch[i].h);
+        if (!(ld->ch[i].loff = calloc((size_t)ld->n_layer + 1, sizeof(uint64_t))))
+            return -ENOMEM;
+        for (int l = 0; l < ld->n_layer; l++) /* packed: a layer that stores nothing takes no room */
+            ld->ch[i].loff[l + 1] = ld->ch[i].loff[l] + kvfs_layer_bytes(&ld->ch[i].h, (uint32_t)l);
     }
     if (!(ld->ready = calloc((size_t)ld->n_layer + 1, sizeof(int))) ||
         !(ld->layer_rc = calloc((size_t)ld->n_layer + 1, sizeof(int))) ||
@@ -651,7 +662,7 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         struct ld_chunk *c = &ld->ch[i];
         if (!streamed(c))
             continue;
-        c->layers_len = (size_t)c->lbytes * ld->n_layer + 1;
+        c->layers_len = (size_t)c->loff[ld->n_layer] + 1;
         if (!(c->layers = buf_get(&c->layers_len))) {
             rc = -ENOMEM;
             break;
@@ -755,8 +766,8 @@ int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char 
         const struct ld_chunk *ch = &ld->ch[c];
         data[c] = ch->remote && ch->info.frames[layer].codec == KVFS_CODEC_RAW
                       ? (const void *)(ch->obj + ch->info.frames[layer].offset)
-                  : streamed(ch) ? (const void *)(ch->layers + (size_t)layer * ch->lbytes)
-                              : (const void *)(ch->image + ch->h.header_size + (size_t)layer * kvfs_layer_stride(&ch->h));
+                  : streamed(ch) ? (const void *)(ch->layers + ch->loff[layer])
+                              : (const void *)(ch->image + kvfs_layer_offset(&ch->h, (uint32_t)layer));
     }
     return 0;
 }
@@ -781,7 +792,7 @@ void kvfs_loader_get_stats(const struct kvfs_loader *ld, struct kvfs_loader_stat
     *st = ld->st;
     st->bytes_layers = 0;
     for (int c = 0; c < ld->n; c++)
-        st->bytes_layers += ld->ch[c].lbytes * (uint64_t)(ld->n_layer - ld->first);
+        st->bytes_layers += ld->ch[c].loff[ld->n_layer] - ld->ch[c].loff[ld->first];
     st->load_s = ld->t_done > 0 ? ld->t_done - ld->t_start : 0;
     pthread_mutex_unlock((pthread_mutex_t *)&ld->lock);
 }
@@ -832,6 +843,7 @@ void kvfs_loader_close(struct kvfs_loader *ld)
         buf_put(c->layers, c->layers_len);
         buf_put(c->stage, c->stage_len);
         free(c->stage_off);
+        free(c->loff);
         free(c->obj);
     }
     free(ld->ch);

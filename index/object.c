@@ -65,9 +65,11 @@ int kvfs_obj_encode_parts(const void *image, const struct kvfs_header *h, int zs
 {
     const uint8_t *img = image;
     uint32_t nl = h->fp.n_layer;
-    uint64_t lbytes = kvfs_layer_bytes(h), stride = kvfs_layer_stride(h);
+    uint64_t largest = 0; /* layer, for the frames' room */
+    for (uint32_t l = 0; l < nl; l++)
+        largest = kvfs_layer_bytes(h, l) > largest ? kvfs_layer_bytes(h, l) : largest;
     uint64_t prefix = KVFS_OBJ_FIXED + (uint64_t)KVFS_OBJ_ENTRY * nl + h->header_size;
-    size_t bound = zstd_level > 0 ? ZSTD_compressBound(lbytes) : 0;
+    size_t bound = zstd_level > 0 ? ZSTD_compressBound(largest) : 0;
     /* the prefix, then room for every layer's frame should all compress:
      * pages never written are never touched */
     uint8_t *buf = malloc(prefix + (uint64_t)nl * bound), *scratch = NULL, *cur;
@@ -96,7 +98,8 @@ int kvfs_obj_encode_parts(const void *image, const struct kvfs_header *h, int zs
     cur = buf + prefix;
     uint64_t pos = prefix;
     for (uint32_t l = 0; l < nl; l++) {
-        const uint8_t *src = img + h->header_size + l * stride;
+        const uint8_t *src = img + kvfs_layer_offset(h, l);
+        uint64_t lbytes = kvfs_layer_bytes(h, l);
         uint32_t codec = KVFS_CODEC_RAW;
         uint64_t sz = lbytes;
         if (cctx && worth_compressing(cctx, src, lbytes, zstd_level, scratch, scratch_cap)) {
@@ -213,8 +216,8 @@ int kvfs_obj_read_prefix(int fd, uint64_t obj_size, struct kvfs_obj_info *info, 
         rc = kvfs_errf(err, errlen, -EINVAL, "object prefix disagrees with its chunk header");
         goto fail;
     }
-    uint64_t lbytes = kvfs_layer_bytes(hdr);
     for (uint32_t l = 0; l < info->n_layer; l++) {
+        uint64_t lbytes = kvfs_layer_bytes(hdr, l);
         const uint8_t *e = table + (uint64_t)KVFS_OBJ_ENTRY * l;
         struct kvfs_obj_frame *f = &info->frames[l];
         f->offset = rd64(e);
@@ -244,7 +247,7 @@ int kvfs_obj_read_layer(int fd, const struct kvfs_obj_info *info, const struct k
     if (layer >= info->n_layer)
         return -EINVAL;
     const struct kvfs_obj_frame *f = &info->frames[layer];
-    uint64_t lbytes = kvfs_layer_bytes(hdr);
+    uint64_t lbytes = kvfs_layer_bytes(hdr, layer);
     int rc;
     if (f->codec == KVFS_CODEC_RAW) {
         if ((rc = pread_full(fd, dst, lbytes, f->offset)))
@@ -281,13 +284,13 @@ struct decode_job {
 static void *decode_layers(void *arg)
 {
     struct decode_job *j = arg;
-    uint64_t stride = kvfs_layer_stride(j->hdr), lbytes = kvfs_layer_bytes(j->hdr);
     ZSTD_DCtx *z = NULL;
     void *tmp = NULL;
     size_t tmp_len = 0;
     for (uint32_t l = j->first; l < j->info->n_layer && !j->rc; l += j->step) {
         const struct kvfs_obj_frame *f = &j->info->frames[l];
-        uint8_t *dst = j->img + j->hdr->header_size + l * stride;
+        uint64_t lbytes = kvfs_layer_bytes(j->hdr, l), stride = (lbytes + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN;
+        uint8_t *dst = j->img + kvfs_layer_offset(j->hdr, l);
         int rc = 0;
         if (f->codec == KVFS_CODEC_RAW) {
             rc = pread_full(j->fd, dst, lbytes, f->offset);

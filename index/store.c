@@ -253,7 +253,7 @@ int kvfs_store_read_layer(struct kvfs_store *s, const char *hash, uint32_t layer
     int rc = open_object_prefix(s, hash, &fd, &info, &hb, &h);
     if (rc)
         return rc;
-    if (len < kvfs_layer_bytes(&h))
+    if (layer >= h.fp.n_layer || len < kvfs_layer_bytes(&h, layer))
         rc = -ERANGE;
     else
         rc = kvfs_obj_read_layer(fd, &info, &h, layer, dst);

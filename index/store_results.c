@@ -86,6 +86,8 @@ int kvfs_store_put_result(struct kvfs_store *s, const char *key, uint8_t *img, s
         kvfs_errf(err, errlen, rc, "invalid result: %s", why);
     if (!rc) {
         kvfs_img_adopt(&img, len); /* readers' opens can then be backed by it (passthrough) */
+        /* h points into the image (its layer shapes are read below): the adopted copy now */
+        kvfs_header_parse(img, len, &h, NULL, 0);
         if (!(e = ram_entry_new(key, img, len, ref ? 1 : 0)))
             rc = -ENOMEM;
     }

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define LIBKVFS_VERSION_MAJOR 1
-#define LIBKVFS_VERSION_MINOR 2 /* 2: libkvfs_claim */
+#define LIBKVFS_VERSION_MINOR 3 /* 2: libkvfs_claim; 3: LIBKVFS_FLAG_LAYER_SHAPES */
 
 /* dtype of K and V (kvfs(5)) */
 #define LIBKVFS_DTYPE_F32 1u
@@ -44,6 +44,9 @@ extern "C" {
 #define LIBKVFS_FLAG_SALTED 0x8u     /* a tenant's salt digest is part of the name: see libkvfs_info.salt */
 #define LIBKVFS_FLAG_V_FROM_K 0x10u  /* V not stored: each V row is its K row with the first rope_dim
                                         values of each head zero (latent attention, kvfs(5)) */
+#define LIBKVFS_FLAG_LAYER_SHAPES 0x20u /* layers of their own n_kv_head x head_dim (gemma4), and layers
+                                           that read an earlier layer's cache (kvfs(5), Layer shapes):
+                                           libkvfs_layer's views carry each layer's shape */
 
 /* rope_type */
 #define LIBKVFS_ROPE_NORM 0u /* rotates pairs (x[2i], x[2i+1]) */
@@ -79,8 +82,9 @@ struct libkvfs_info {
     const uint32_t *tokens;/* n_tokens token ids, inside the mapping */
     uint32_t header_size;  /* offset of layer 0 */
     uint64_t file_size;
-    uint64_t layer_bytes;  /* K + V of one layer (K alone with LIBKVFS_FLAG_V_FROM_K) */
-    uint64_t layer_stride; /* layer L starts at header_size + L * layer_stride */
+    uint64_t layer_bytes;  /* K + V of one layer (K alone with LIBKVFS_FLAG_V_FROM_K); 0 with
+                              LIBKVFS_FLAG_LAYER_SHAPES (layers differ: see libkvfs_layer) */
+    uint64_t layer_stride; /* layer L starts at header_size + L * layer_stride; 0 with LAYER_SHAPES */
     const uint8_t *salt;   /* LIBKVFS_FLAG_SALTED: the 32-byte salt digest, inside the mapping; else NULL */
 };
 
@@ -112,15 +116,28 @@ LIBKVFS_API const struct libkvfs_info *libkvfs_info(const struct libkvfs_file *f
 /* K and V of LAYER (either may be NULL); -ERANGE if layer >= n_layer,
  * -EOPNOTSUPP for q8/q4/q4s chunks, and for V of LIBKVFS_FLAG_V_FROM_K
  * ones (no [token][kv_head][head_dim] array to point at: use
- * libkvfs_layer_f32). */
+ * libkvfs_layer_f32).  With LIBKVFS_FLAG_LAYER_SHAPES the views have the
+ * layer's own n_kv_head and head_dim, and a layer that reads an earlier
+ * layer's cache (stores none) gets that layer's K and V. */
 LIBKVFS_API int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_view *k,
                               struct libkvfs_view *v);
 /* K and V of LAYER of any dtype, decoded into the caller's
- * k[n_tokens][n_kv_head * head_dim] and v[...] floats (either may be NULL):
+ * k[n_tokens][n_kv_head * head_dim] and v[...] floats (either may be NULL;
+ * LIBKVFS_FLAG_LAYER_SHAPES: the layer's own shape, a layer without a cache
+ * its source's, as libkvfs_layer):
  * exact for f32/f16/bf16, the stored approximation for q8/q4/q4s (kvfs(5));
  * with LIBKVFS_FLAG_V_FROM_K, v is the decoded K with each head's first
  * rope_dim values zero, whatever the dtype. */
 LIBKVFS_API int libkvfs_layer_f32(const struct libkvfs_file *f, uint32_t layer, float *k, float *v);
+/* LAYER's cache shape (kvfs(5), Layer shapes): its KV heads, head width,
+ * rotated dims, and the layer whose cache it attends over (itself, or with
+ * LIBKVFS_FLAG_LAYER_SHAPES an earlier layer whose K and V it reads, storing
+ * none).  Without the flag every layer has the header's.  -ERANGE if layer
+ * >= n_layer.  (Since 1.3.) */
+struct libkvfs_layer_shape {
+    uint32_t n_kv_head, head_dim, rope_dim, kv_source;
+};
+LIBKVFS_API int libkvfs_layer_shape(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_layer_shape *out);
 /* Check one layer's checksum (for files opened with LIBKVFS_OPEN_NO_VERIFY,
  * layer by layer as an engine loads them): 0, -EBADMSG or -ERANGE. */
 LIBKVFS_API int libkvfs_verify_layer(const struct libkvfs_file *f, uint32_t layer);

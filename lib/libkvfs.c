@@ -29,7 +29,7 @@ _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_
                "public dtypes are the format's");
 _Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
                    LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL && LIBKVFS_FLAG_SALTED == KVFS_FLAG_SALTED &&
-                   LIBKVFS_FLAG_V_FROM_K == KVFS_FLAG_V_FROM_K,
+                   LIBKVFS_FLAG_V_FROM_K == KVFS_FLAG_V_FROM_K && LIBKVFS_FLAG_LAYER_SHAPES == KVFS_FLAG_LAYER_SHAPES,
                "public flags are the format's");
 _Static_assert(LIBKVFS_ROPE_NORM == KVFS_ROPE_NORM && LIBKVFS_ROPE_NEOX == KVFS_ROPE_NEOX,
                "public rope types are the format's");
@@ -140,8 +140,9 @@ static void fill_info(struct libkvfs_file *f)
     in->tokens = (const uint32_t *)(const void *)h->token_bytes;
     in->header_size = h->header_size;
     in->file_size = h->file_size;
-    in->layer_bytes = kvfs_layer_bytes(h);
-    in->layer_stride = kvfs_layer_stride(h);
+    int shaped = (h->flags & KVFS_FLAG_LAYER_SHAPES) != 0; /* layers differ: no one size */
+    in->layer_bytes = shaped ? 0 : kvfs_layer_bytes(h, 0);
+    in->layer_stride = shaped ? 0 : (in->layer_bytes + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN;
     in->salt = h->salt;
 }
 
@@ -221,7 +222,15 @@ const void *libkvfs_data(const struct libkvfs_file *f, size_t *len)
 
 static const uint8_t *layer_at(const struct libkvfs_file *f, uint32_t layer)
 {
-    return f->base + f->info.header_size + (uint64_t)layer * f->info.layer_stride;
+    return f->base + kvfs_layer_offset(&f->hdr, layer);
+}
+
+/* the layer whose cache LAYER attends over (itself but with LAYER_SHAPES) */
+static uint32_t cache_layer(const struct libkvfs_file *f, uint32_t layer)
+{
+    struct kvfs_layer_shape s;
+    kvfs_layer_shape_get(&f->hdr, layer, &s);
+    return s.kv_source;
 }
 
 int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_view *k, struct libkvfs_view *v)
@@ -231,9 +240,13 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
     if (kvfs_dtype_quantized(f->info.dtype) || (v && (f->info.flags & LIBKVFS_FLAG_V_FROM_K)))
         return -EOPNOTSUPP;
     const struct libkvfs_info *in = &f->info;
-    uint64_t k_bytes = in->flags & LIBKVFS_FLAG_V_FROM_K ? in->layer_bytes : in->layer_bytes / 2;
-    struct libkvfs_view view = {layer_at(f, layer), in->dtype, in->elem_size, in->n_tokens, in->n_kv_head,
-                                in->head_dim, k_bytes};
+    struct kvfs_layer_shape sh;
+    layer = cache_layer(f, layer);
+    kvfs_layer_shape_get(&f->hdr, layer, &sh);
+    uint64_t lbytes = kvfs_layer_bytes(&f->hdr, layer);
+    uint64_t k_bytes = in->flags & LIBKVFS_FLAG_V_FROM_K ? lbytes : lbytes / 2;
+    struct libkvfs_view view = {layer_at(f, layer), in->dtype, in->elem_size, in->n_tokens, sh.n_kv_head,
+                                sh.head_dim, k_bytes};
     if (k)
         *k = view;
     if (v) {
@@ -243,18 +256,29 @@ int libkvfs_layer(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_v
     return 0;
 }
 
+int libkvfs_layer_shape(const struct libkvfs_file *f, uint32_t layer, struct libkvfs_layer_shape *out)
+{
+    if (layer >= f->info.n_layer)
+        return -ERANGE;
+    struct kvfs_layer_shape s;
+    kvfs_layer_shape_get(&f->hdr, layer, &s);
+    *out = (struct libkvfs_layer_shape){s.n_kv_head, s.head_dim, s.rope_dim, s.kv_source};
+    return 0;
+}
+
 int libkvfs_layer_f32(const struct libkvfs_file *f, uint32_t layer, float *k, float *v)
 {
     if (layer >= f->info.n_layer)
         return -ERANGE;
-    return kvfs_layer_decode(&f->hdr, layer_at(f, layer), k, v);
+    layer = cache_layer(f, layer);
+    return kvfs_layer_decode(&f->hdr, layer, layer_at(f, layer), k, v);
 }
 
 int libkvfs_verify_layer(const struct libkvfs_file *f, uint32_t layer)
 {
     if (layer >= f->info.n_layer)
         return -ERANGE;
-    return kvfs_layer_verify(&f->hdr, layer, layer_at(f, layer), f->info.layer_bytes);
+    return kvfs_layer_verify(&f->hdr, layer, layer_at(f, layer), kvfs_layer_bytes(&f->hdr, layer));
 }
 
 const char *libkvfs_dtype_name(uint32_t dtype)

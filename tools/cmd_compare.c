@@ -41,8 +41,15 @@ int cmd_compare(int argc, char **argv)
         fprintf(stderr, "kvfsctl compare: not a valid kvfs file: %s\n", why);
         goto out;
     }
+    int same_shapes = 1; /* layer by layer (kvfs(5), Layer shapes) */
+    for (uint32_t l = 0; ha.fp.n_layer == hb.fp.n_layer && l < ha.fp.n_layer; l++) {
+        struct kvfs_layer_shape sa, sb;
+        kvfs_layer_shape_get(&ha, l, &sa);
+        kvfs_layer_shape_get(&hb, l, &sb);
+        same_shapes &= !memcmp(&sa, &sb, sizeof(sa));
+    }
     if (ha.n_tokens != hb.n_tokens || ha.pos0 != hb.pos0 || ha.fp.n_layer != hb.fp.n_layer ||
-        ha.fp.n_kv_head != hb.fp.n_kv_head || ha.fp.head_dim != hb.fp.head_dim) {
+        ha.fp.n_kv_head != hb.fp.n_kv_head || ha.fp.head_dim != hb.fp.head_dim || !same_shapes) {
         fprintf(stderr, "kvfsctl compare: different shapes: %u tokens at %u, %u layers x %u x %u against %u at %u, "
                 "%u x %u x %u\n", ha.n_tokens, ha.pos0, ha.fp.n_layer, ha.fp.n_kv_head, ha.fp.head_dim, hb.n_tokens,
                 hb.pos0, hb.fp.n_layer, hb.fp.n_kv_head, hb.fp.head_dim);
@@ -68,9 +75,12 @@ int cmd_compare(int argc, char **argv)
         struct kvfs_layer_entry ea, eb;
         kvfs_layer_entry_get(&ha, l, &ea);
         kvfs_layer_entry_get(&hb, l, &eb);
+        if (!kvfs_layer_bytes(&ha, l)) /* reads another layer's cache: compared there */
+            continue;
+        n = (size_t)ha.n_tokens * kvfs_layer_kv_dim(&ha, l);
         /* any two dtypes: both decoded to f32 (q8/q4 as stored) */
-        kvfs_layer_decode(&ha, a + ea.offset, fa, fa + n);
-        kvfs_layer_decode(&hb, b + eb.offset, fb, fb + n);
+        kvfs_layer_decode(&ha, l, a + ea.offset, fa, fa + n);
+        kvfs_layer_decode(&hb, l, b + eb.offset, fb, fb + n);
         for (int kind = 0; kind < 2; kind++) { /* K then V */
             const float *xa = fa + kind * n, *xb = fb + kind * n;
             double scale = 0, diff = 0, ss_a = 0, ss_d = 0;

@@ -69,6 +69,15 @@ int cmd_info(int argc, char **argv)
                 printf("%s%u", i ? ", " : "", h->tokens[i]);
             printf("]");
         }
+        if (h->flags & LIBKVFS_FLAG_LAYER_SHAPES) { /* per layer: [kv heads, head_dim, rope_dim, cache of layer] */
+            printf(", \"layer_shapes\": [");
+            for (uint32_t l = 0; l < h->n_layer; l++) {
+                struct libkvfs_layer_shape ls;
+                libkvfs_layer_shape(f, l, &ls);
+                printf("%s[%u, %u, %u, %u]", l ? ", " : "", ls.n_kv_head, ls.head_dim, ls.rope_dim, ls.kv_source);
+            }
+            printf("]");
+        }
         if (salt[0])
             printf(", \"salt\": \"%s\"", salt);
         if (tier[0])
@@ -78,7 +87,7 @@ int cmd_info(int argc, char **argv)
         printf("hash:        %s\nversion:     %u\nsize:        %llu bytes\narch:        %s\n"
                "model:       %s (model_id %s)\nlayers:      %u\nheads:       %u (kv %u, head_dim %u, embd %u)\n"
                "rope:        %s, theta %g, dim %u\ndtype:       %s\nkeys roped:  %s%s\ntokens:      %u\n"
-               "pos0:        %u\nlayer bytes: %llu (stride %llu, first at %u)\nchecksums:   ok\n",
+               "pos0:        %u\nlayer bytes: %llu (stride %llu, first at %u%s)\nchecksums:   ok\n",
                h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
                h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
                h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "yes" : "no",
@@ -86,7 +95,20 @@ int cmd_info(int argc, char **argv)
                : (h->flags & LIBKVFS_FLAG_FULL_PREFILL) ? "\nblended:     yes (a short recipe, prefilled in full: exact)"
                                                         : "\nblended:     yes (composed from chunks; approximates a prefill)",
                h->n_tokens, h->pos0, (unsigned long long)h->layer_bytes,
-               (unsigned long long)h->layer_stride, h->header_size);
+               (unsigned long long)h->layer_stride, h->header_size,
+               h->flags & LIBKVFS_FLAG_LAYER_SHAPES ? "; each layer its own, below" : "");
+        if (h->flags & LIBKVFS_FLAG_LAYER_SHAPES) { /* the layer bytes line says 0: they differ */
+            printf("layer shapes:");
+            for (uint32_t l = 0; l < h->n_layer; l++) {
+                struct libkvfs_layer_shape ls;
+                libkvfs_layer_shape(f, l, &ls);
+                if (ls.kv_source == l)
+                    printf(" %u: %ux%u (rope %u)%s", l, ls.n_kv_head, ls.head_dim, ls.rope_dim,
+                           l + 1 < h->n_layer ? "," : "\n");
+                else
+                    printf(" %u: layer %u's cache%s", l, ls.kv_source, l + 1 < h->n_layer ? "," : "\n");
+            }
+        }
         if (h->flags & LIBKVFS_FLAG_V_FROM_K) /* scales included: what the dtype costs per cached row */
             printf("values:      K's rows with the rotated part zero (latent attention: K alone stored, %.1f bytes "
                    "per token and layer)\n", (double)h->layer_bytes / h->n_tokens);

@@ -48,11 +48,12 @@ static void usage(FILE *f)
 }
 
 /* The chunk's name before it is computed: the header
- * kvfs_kv_cache_to_chunk_salted writes (keys after RoPE, from pos0). */
+ * kvfs_kv_cache_to_chunk_salted writes (keys after RoPE, from pos0, and
+ * the model's other flags: V_FROM_K, LAYER_SHAPES). */
 static int chunk_name(const struct kvfs_model *m, const int32_t *ids, size_t n, int pos0, uint32_t dtype,
                       const struct tool_salt *salt, char hex[KVFS_HASH_HEX_LEN + 1])
 {
-    return kvfs_ids_chunk_hash(&m->fp, dtype, KVFS_FLAG_KEYS_ROPED, (uint32_t)pos0, ids, n,
+    return kvfs_ids_chunk_hash(&m->fp, dtype, kvfs_model_chunk_flags(m), (uint32_t)pos0, ids, n,
                                salt->set ? salt->digest : NULL, hex);
 }
 
@@ -119,6 +120,10 @@ int cmd_prefill(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n = 0;
     int ret = 1;
+    if (kvfs_model_dtype_refusal(m, dtype)) {
+        fprintf(stderr, "kvfsctl prefill: --dtype %s: %s\n", kvfs_dtype_name(dtype), kvfs_model_dtype_refusal(m, dtype));
+        goto free_model;
+    }
     if (kvfs_dtype_quantized(dtype) && (m->fp.n_kv_head * m->fp.head_dim) % 64) {
         fprintf(stderr, "kvfsctl prefill: --dtype %s needs K/V rows of a multiple of 64 values; this model's are %u "
                 "(%u KV heads x %u)\n", kvfs_dtype_name(dtype), m->fp.n_kv_head * m->fp.head_dim, m->fp.n_kv_head,

@@ -94,7 +94,7 @@ int cmd_synth(int argc, char **argv)
         fprintf(stderr, "kvfsctl synth: invalid shape (%s)\n", strerror(-rc));
         return 1;
     }
-    uint64_t lbytes = kvfs_layer_bytes(&w.hdr);
+    uint64_t lbytes = kvfs_layer_bytes(&w.hdr, 0); /* every layer alike */
     int codec = kvfs_dtype_quantized(dtype);
     size_t esz = codec ? sizeof(float) : kvfs_dtype_size(dtype), n_vals = (size_t)tokens * kvh * hd * 2;
     float *vals = codec ? malloc(sizeof(float) * n_vals) : NULL;

@@ -731,16 +731,67 @@ out:
 
 const char *kvfs_model_chunk_refusal(const struct kvfs_model *m)
 {
-    const char *why = kvfs_arch_chunk_refusal(m->hp.arch);
-    if (why)
-        return why;
-    /* kvfs(5): one head width and one cached layer per model layer, and a
-     * blend recomputes rows from their embeddings alone */
+    return kvfs_arch_chunk_refusal(m->hp.arch);
+}
+
+int kvfs_model_shaped(const struct kvfs_model *m)
+{
     for (int l = 0; l < m->hp.n_layer; l++)
         if (m->layers[l].head_dim != m->hp.head_dim || m->layers[l].n_kv_head != m->hp.n_kv_head ||
-            m->layers[l].kv_layer != l || m->hp.n_ple)
-            return "layers of different KV shapes or per-layer embeddings cannot be stored in kvfs chunk files yet";
+            m->layers[l].rope_dim != m->hp.rope_dim || m->layers[l].kv_layer != l)
+            return 1;
+    return 0;
+}
+
+void kvfs_model_layer_shapes(const struct kvfs_model *m, struct kvfs_layer_shape *out)
+{
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct kvfs_layer_weights *L = &m->layers[l], *S = &m->layers[L->kv_layer];
+        out[l] = (struct kvfs_layer_shape){(uint32_t)S->n_kv_head, (uint32_t)S->head_dim, (uint32_t)S->rope_dim,
+                                           (uint32_t)L->kv_layer};
+    }
+}
+
+uint32_t kvfs_model_chunk_flags(const struct kvfs_model *m)
+{
+    return KVFS_FLAG_KEYS_ROPED | (m->hp.mla_rank > 0 ? KVFS_FLAG_V_FROM_K : 0) |
+           (kvfs_model_shaped(m) ? KVFS_FLAG_LAYER_SHAPES : 0);
+}
+
+const char *kvfs_model_dtype_refusal(const struct kvfs_model *m, uint32_t dtype)
+{
+    if (kvfs_dtype_quantized(dtype) && kvfs_model_shaped(m))
+        return "q8, q4 and q4s are not defined for chunks whose layers have shapes of their own (gemma4; kvfs(5), "
+               "Layer shapes): f32, f16 or bf16";
     return NULL;
+}
+
+/* the width of layer l's cache rows (gemma4: its own; MLA: the cached row) */
+static size_t cache_kv_dim(const struct kvfs_model *m, const struct kvfs_kv_cache *c, int l)
+{
+    const struct kvfs_layer_weights *L = &m->layers[m->layers[l].kv_layer];
+    return m->hp.mla_rank ? (size_t)c->kv_dim : (size_t)L->n_kv_head * L->head_dim;
+}
+
+/* a chunk's layer shapes are the model's (a fingerprint names the weights,
+ * but a file of another writer could still disagree) */
+static int shapes_match(const struct kvfs_model *m, const struct kvfs_header *h)
+{
+    if (!(h->flags & KVFS_FLAG_LAYER_SHAPES) != !kvfs_model_shaped(m))
+        return 0;
+    if (!(h->flags & KVFS_FLAG_LAYER_SHAPES))
+        return 1; /* the fingerprint's shape in every layer */
+    struct kvfs_layer_shape *want = malloc(sizeof(*want) * (size_t)m->hp.n_layer);
+    int ok = want != NULL;
+    if (ok)
+        kvfs_model_layer_shapes(m, want);
+    for (int l = 0; ok && l < m->hp.n_layer; l++) {
+        struct kvfs_layer_shape got;
+        kvfs_layer_shape_get(h, (uint32_t)l, &got);
+        ok = !memcmp(&got, &want[l], sizeof(got));
+    }
+    free(want);
+    return ok;
 }
 
 int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c, const void *image, size_t len,
@@ -760,6 +811,10 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
         snprintf(err, errlen, "chunk was computed by another model (fingerprint differs)");
         return -EINVAL;
     }
+    if (!shapes_match(m, &h)) {
+        snprintf(err, errlen, "chunk's layer shapes are not the model's");
+        return -EINVAL;
+    }
     if (!(h.flags & KVFS_FLAG_KEYS_ROPED)) {
         snprintf(err, errlen, "chunk stores keys before RoPE; only post-RoPE keys are supported");
         return -ENOTSUP;
@@ -769,9 +824,8 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
         return -ENOSPC;
     }
     size_t rows = h.n_tokens;
-    const uint8_t *base = (const uint8_t *)image + h.header_size;
     for (int l = 0; l < c->n_layer && !rc; l++)
-        rc = kvfs_kv_cache_load_layer(m, c, c->n, &h, l, base + (size_t)l * kvfs_layer_stride(&h));
+        rc = kvfs_kv_cache_load_layer(m, c, c->n, &h, l, (const uint8_t *)image + kvfs_layer_offset(&h, (uint32_t)l));
     if (rc)
         return rc;
     for (size_t i = 0; i < rows; i++)
@@ -829,11 +883,17 @@ out:
 int kvfs_kv_cache_load_layer(const struct kvfs_model *m, struct kvfs_kv_cache *c, int row0, const struct kvfs_header *h,
                              int layer, const void *data)
 {
-    size_t rows = h->n_tokens, kvd = (size_t)c->kv_dim, esz = kvfs_dtype_size(h->dtype);
+    size_t rows = h->n_tokens, esz = kvfs_dtype_size(h->dtype);
     if (kvfs_model_chunk_refusal(m))
         return -ENOTSUP;
-    if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer)
+    if (row0 < 0 || row0 + (int)rows > c->cap || layer < 0 || layer >= c->n_layer ||
+        (uint32_t)c->n_layer != h->fp.n_layer)
         return -ERANGE;
+    if (m->layers[layer].kv_layer != layer) /* reads an earlier layer's cache, loaded there; the chunk has none */
+        return 0;
+    size_t kvd = cache_kv_dim(m, c, layer);
+    if (kvfs_layer_kv_dim(h, (uint32_t)layer) != kvd && !(h->flags & KVFS_FLAG_V_FROM_K))
+        return -EINVAL;
     int codec = kvfs_dtype_quantized(h->dtype);
     if (h->flags & KVFS_FLAG_V_FROM_K) /* K alone: V is K with each head's rotated part zero (kvfs(5)) */
         return load_v_from_k(m, c, row0, h, layer, data);
@@ -872,10 +932,22 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
         kvfs_log(KVFS_LOG_ERR, "%s", why);
         return -ENOTSUP;
     }
-    /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA chunks) */
-    int k_only = m->hp.mla_rank > 0;
-    int rc = kvfs_writer_init_salted(w, &m->fp, dtype, KVFS_FLAG_KEYS_ROPED | flags | (k_only ? KVFS_FLAG_V_FROM_K : 0),
-                                     (uint32_t)c->host_pos[first], (uint32_t)count, (const uint32_t *)tokens, salt);
+    if ((why = kvfs_model_dtype_refusal(m, dtype))) {
+        kvfs_log(KVFS_LOG_ERR, "%s", why);
+        return -ENOTSUP;
+    }
+    /* deepseek2: the cached row alone, V derived from it (kvfs(5), MLA
+     * chunks); gemma4: each layer at its own width, shared-KV layers none */
+    int k_only = m->hp.mla_rank > 0, shaped = kvfs_model_shaped(m);
+    struct kvfs_layer_shape *shapes = shaped ? malloc(sizeof(*shapes) * (size_t)m->hp.n_layer) : NULL;
+    if (shaped && !shapes)
+        return -ENOMEM;
+    if (shaped)
+        kvfs_model_layer_shapes(m, shapes);
+    int rc = kvfs_writer_init_shaped(w, &m->fp, dtype, kvfs_model_chunk_flags(m) | flags,
+                                     (uint32_t)c->host_pos[first], (uint32_t)count, (const uint32_t *)tokens, salt,
+                                     shapes);
+    free(shapes);
     if (rc)
         return rc;
     size_t kvd = (size_t)c->kv_dim, n = (size_t)count * kvd;
@@ -887,6 +959,10 @@ int kvfs_kv_cache_to_chunk_salted(const struct kvfs_model *m, const struct kvfs_
     }
     for (int l = 0; l < c->n_layer && !rc; l++) {
         uint8_t *dst = kvfs_writer_layer(w, (uint32_t)l);
+        if (m->layers[l].kv_layer != l) /* reads an earlier layer's cache: stores none */
+            continue;
+        kvd = cache_kv_dim(m, c, l);
+        n = (size_t)count * kvd;
         if ((rc = BE(m)->download(CTX(m), tmp, c->k[l] + (size_t)first * kvd, sizeof(float) * n)) ||
             (!k_only && (rc = BE(m)->download(CTX(m), tmp + n, c->v[l] + (size_t)first * kvd, sizeof(float) * n))))
             break;

@@ -80,6 +80,16 @@ int kvfs_embed(const struct kvfs_model *m, const int32_t *ids, float *x, int n);
 int kvfs_ple_inputs(const struct kvfs_model *m, struct kvfs_work *w, int n);
 /* Why chunk files cannot hold this model's cache (NULL: they can). */
 const char *kvfs_model_chunk_refusal(const struct kvfs_model *m);
+/* Why its chunks cannot be of this dtype (NULL: they can). */
+const char *kvfs_model_dtype_refusal(const struct kvfs_model *m, uint32_t dtype);
+/* 1 when its layers' caches differ in shape or some layer reads another's
+ * (gemma4): its chunks carry KVFS_FLAG_LAYER_SHAPES and these shapes
+ * (out: n_layer of them) */
+int kvfs_model_shaped(const struct kvfs_model *m);
+void kvfs_model_layer_shapes(const struct kvfs_model *m, struct kvfs_layer_shape *out);
+/* the header flags of its prefilled chunks (KEYS_ROPED, and V_FROM_K or
+ * LAYER_SHAPES where it has them): what names a chunk before it is computed */
+uint32_t kvfs_model_chunk_flags(const struct kvfs_model *m);
 /* Logits (host) of row `row` of w->x. */
 int kvfs_output_logits(const struct kvfs_model *m, struct kvfs_work *w, int row, float *logits);
 

@@ -16,8 +16,8 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
  * attention soft-capping); else -ENOTSUP naming the first such thing */
 int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                           size_t errlen);
-/* Why an architecture kvfs computes cannot have its KV in chunk files (nor
- * be blended), or NULL when it can */
+/* Why an architecture kvfs computes cannot have its KV in chunk files, or
+ * NULL when it can (every one today) */
 const char *kvfs_arch_chunk_refusal(const char *arch);
 
 #endif

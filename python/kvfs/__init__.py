@@ -10,7 +10,7 @@ and ask a kvfs mount for blends (kvfs(8)).
 from . import _xxh3
 from .blend import blend, blend_recipe, recipe
 from .errors import BlendError, FormatError, KvfsError
-from .reader import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_Q4S, DTYPE_Q4, DTYPE_Q8, FLAG_BLENDED, FLAG_FULL_PREFILL, FLAG_KEYS_ROPED, FLAG_SALTED, FLAG_V_FROM_K,
+from .reader import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_Q4S, DTYPE_Q4, DTYPE_Q8, FLAG_BLENDED, FLAG_FULL_PREFILL, FLAG_KEYS_ROPED, FLAG_SALTED, FLAG_V_FROM_K, FLAG_LAYER_SHAPES,
                      ROPE_NEOX, ROPE_NORM, ChunkFile, bf16_to_f32, open, salt_digest)
 
 __version__ = "0.1.0"
@@ -20,4 +20,4 @@ XXH3_BACKEND = _xxh3.BACKEND
 
 __all__ = ["open", "blend", "blend_recipe", "recipe", "ChunkFile", "KvfsError", "FormatError", "BlendError",
            "bf16_to_f32", "XXH3_BACKEND", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "DTYPE_Q8", "DTYPE_Q4", "DTYPE_Q4S", "FLAG_KEYS_ROPED",
-           "FLAG_BLENDED", "FLAG_FULL_PREFILL", "FLAG_SALTED", "FLAG_V_FROM_K", "ROPE_NORM", "ROPE_NEOX", "salt_digest"]
+           "FLAG_BLENDED", "FLAG_FULL_PREFILL", "FLAG_SALTED", "FLAG_V_FROM_K", "FLAG_LAYER_SHAPES", "ROPE_NORM", "ROPE_NEOX", "salt_digest"]

@@ -26,6 +26,10 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4, DTYPE_Q4S = 1, 2, 3, 4, 5,
 FLAG_KEYS_ROPED, FLAG_BLENDED, FLAG_FULL_PREFILL, FLAG_SALTED = 0x1, 0x2, 0x4, 0x8
 # V not stored: each V row is its K row with each head's first rope_dim values zero (latent attention, kvfs(5))
 FLAG_V_FROM_K = 0x10
+# layers of their own n_kv_head x head_dim, and layers that read an earlier layer's cache and store
+# none (gemma4): a table of (n_kv_head, head_dim, rope_dim, kv_source) per layer after the salt (kvfs(5))
+FLAG_LAYER_SHAPES = 0x20
+LAYER_SHAPE = struct.Struct("<IIII")
 SALT_BYTES = 32  # with FLAG_SALTED, right after the layer table; hashed into the name
 ROPE_NORM, ROPE_NEOX = 0, 2
 
@@ -62,7 +66,8 @@ def _align(v):
 
 def header_size_for(n_tokens, n_layer, flags=0):
     salt = SALT_BYTES if flags & FLAG_SALTED else 0
-    return _align(FIXED_HEADER_SIZE + 4 * n_tokens + LAYER_ENTRY.size * n_layer + salt)
+    shapes = LAYER_SHAPE.size * n_layer if flags & FLAG_LAYER_SHAPES else 0
+    return _align(FIXED_HEADER_SIZE + 4 * n_tokens + LAYER_ENTRY.size * n_layer + salt + shapes)
 
 
 def salt_digest(salt):
@@ -104,8 +109,12 @@ class ChunkFile:
                             % (self.version, VERSION))
         if self.dtype not in _DTYPE_NAME:
             raise self._bad(errno.EINVAL, "unknown dtype %d (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4, 6=q4s)" % self.dtype)
-        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED | FLAG_V_FROM_K):
+        if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED | FLAG_V_FROM_K
+                          | FLAG_LAYER_SHAPES):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
+        if self.flags & FLAG_LAYER_SHAPES and (self.dtype in _QUANT or self.flags & FLAG_V_FROM_K):
+            raise self._bad(errno.EINVAL, "layer shapes (flag 0x20) with dtype %s%s: not defined"
+                            % (_DTYPE_NAME[self.dtype], " and V_FROM_K" if self.flags & FLAG_V_FROM_K else ""))
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
             raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
         if not 0 < self.n_tokens <= MAX_TOKENS:
@@ -145,21 +154,20 @@ class ChunkFile:
         if self.header_size != expect:
             raise self._bad(errno.EINVAL, "header size %d, expected %d for %d tokens, %d layers"
                             % (self.header_size, expect, self.n_tokens, self.n_layer))
-        if self.file_size != expect + self.n_layer * self.layer_stride:
-            raise self._bad(errno.EINVAL, "file size field %d, expected %d from the shape"
-                            % (self.file_size, expect + self.n_layer * self.layer_stride))
         if n < self.header_size:
             raise self._bad(errno.EINVAL, "truncated: %d bytes, header alone is %d" % (n, self.header_size))
+        table_at = FIXED_HEADER_SIZE + 4 * self.n_tokens
+        shapes_at = table_at + LAYER_ENTRY.size * self.n_layer + (SALT_BYTES if self.flags & FLAG_SALTED else 0)
+        self._layout(buf, shapes_at)
         if verify:
             head = bytes(buf[:self.header_size])
             zeroed = head[:_CHECKSUM_AT] + bytes(8) + head[_CHECKSUM_AT + 8:]
             if _xxh3.xxh3_64(zeroed) != self.header_checksum:
                 raise self._bad(errno.EBADMSG, "header checksum mismatch")
-        table_at = FIXED_HEADER_SIZE + 4 * self.n_tokens
         self._checksums = []
         for layer in range(self.n_layer):
             off, size, checksum = LAYER_ENTRY.unpack_from(buf, table_at + layer * LAYER_ENTRY.size)
-            if off != self.header_size + layer * self.layer_stride or size != self.layer_bytes:
+            if off != self._offsets[layer] or size != self._sizes[layer]:
                 raise self._bad(errno.EINVAL, "layer table entry %d inconsistent" % layer)
             self._checksums.append(checksum)
         used = table_at + LAYER_ENTRY.size * self.n_layer
@@ -167,6 +175,8 @@ class ChunkFile:
         if self.flags & FLAG_SALTED:
             self.salt = bytes(buf[used:used + SALT_BYTES])
             used += SALT_BYTES
+        if self.flags & FLAG_LAYER_SHAPES:
+            used += LAYER_SHAPE.size * self.n_layer
         if np.frombuffer(buf, np.uint8, self.header_size - used, used).any():
             raise self._bad(errno.EINVAL, "non-zero header padding")
         if n != self.file_size:  # checked verified or not: views must not reach past the end
@@ -176,9 +186,39 @@ class ChunkFile:
         if verify:
             for layer in range(self.n_layer):
                 self.verify_layer(layer)
-                pad = self._layer_at(layer) + self.layer_bytes
-                if np.frombuffer(buf, np.uint8, self.layer_stride - self.layer_bytes, pad).any():
+                pad = self._offsets[layer] + self._sizes[layer]
+                if np.frombuffer(buf, np.uint8, _align(self._sizes[layer]) - self._sizes[layer], pad).any():
                     raise self._bad(errno.EINVAL, "layer %d: non-zero padding" % layer)
+
+    def _layout(self, buf, shapes_at):
+        """Each layer's shape, offset and size (kvfs(5), Layer shapes);
+        without FLAG_LAYER_SHAPES every layer has the fingerprint's."""
+        if not self.flags & FLAG_LAYER_SHAPES:
+            self.layer_shapes = [(self.n_kv_head, self.head_dim, self.rope_dim, l) for l in range(self.n_layer)]
+            self._sizes = [self.layer_bytes] * self.n_layer
+        else:
+            self.layer_shapes = [LAYER_SHAPE.unpack_from(buf, shapes_at + l * LAYER_SHAPE.size)
+                                 for l in range(self.n_layer)]
+            self._sizes = []
+            for l, (kvh, hd, rd, src) in enumerate(self.layer_shapes):
+                why = None
+                if src > l:
+                    why = "reads a later layer's cache"
+                elif src != l and (self.layer_shapes[src][3] != src or self.layer_shapes[src][:3] != (kvh, hd, rd)):
+                    why = "reads a layer that stores no cache, or has another shape than its source"
+                elif (not 0 < kvh <= self.n_kv_head or not 0 < hd <= self.head_dim or self.n_head % kvh
+                      or rd > hd or rd % 2):
+                    why = "bad shape (KV heads, head width or rotated dims)"
+                if why:
+                    raise self._bad(errno.EINVAL, "layer shape %d: %s" % (l, why))
+                self._sizes.append(2 * self.n_tokens * kvh * hd * self.elem_size if src == l else 0)
+            self.layer_bytes = self.layer_stride = 0  # layers differ: see layer_shapes
+        self._offsets, off = [], self.header_size
+        for size in self._sizes:
+            self._offsets.append(off)
+            off += _align(size)
+        if self.file_size != off:
+            raise self._bad(errno.EINVAL, "file size field %d, expected %d from the shape" % (self.file_size, off))
 
     # -- header ----------------------------------------------------------
     @property
@@ -251,7 +291,7 @@ class ChunkFile:
     def _layer_at(self, layer):
         if not 0 <= layer < self.n_layer:
             raise IndexError("layer %d of %d" % (layer, self.n_layer))
-        return self.header_size + layer * self.layer_stride
+        return self._offsets[layer]
 
     def _decoded(self, layer, second):
         gk, bk, gv, bv = _QUANT[self.dtype]
@@ -275,13 +315,17 @@ class ChunkFile:
     def _view(self, layer, second):
         if self.dtype in _QUANT:
             return self._decoded(layer, second)
-        count = self.n_tokens * self.n_kv_head * self.head_dim
+        self._layer_at(layer)  # bounds
+        kvh, hd, _, layer = self.layer_shapes[layer]  # a layer that reads another's cache: that one's
+        count = self.n_tokens * kvh * hd
         off = self._layer_at(layer) + (count * self.elem_size if second else 0)
         a = np.frombuffer(self._mapped(), self.np_dtype, count, off)
-        return a.reshape(self.n_tokens, self.n_kv_head, self.head_dim)
+        return a.reshape(self.n_tokens, kvh, hd)
 
     def k(self, layer):
-        """Keys of LAYER: a read-only view of shape (n_tokens, n_kv_head, head_dim)."""
+        """Keys of LAYER: a read-only view of shape (n_tokens, n_kv_head, head_dim) (with
+        FLAG_LAYER_SHAPES the layer's own, layer_shapes[layer]; a layer that stores no cache
+        gives its source's)."""
         return self._view(layer, False)
 
     def v(self, layer):
@@ -298,7 +342,7 @@ class ChunkFile:
         off = self._layer_at(layer)
         if _xxh3.xxh3_64 is None:
             raise KvfsError(errno.ENOSYS, _xxh3.MISSING, self.name)
-        view = memoryview(self._mapped())[off:off + self.layer_bytes]
+        view = memoryview(self._mapped())[off:off + self._sizes[layer]]
         try:
             ok = _xxh3.xxh3_64(view) == self._checksums[layer]
         finally:

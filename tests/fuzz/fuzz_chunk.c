@@ -60,7 +60,7 @@ static void check(const uint8_t *buf, size_t size)
     float *kv = n <= (1u << 18) ? malloc(sizeof(float) * 2 * n) : NULL;
     struct kvfs_layer_entry e;
     kvfs_layer_entry_get(&h, 0, &e);
-    if (kv && kvfs_layer_decode(&h, buf + e.offset, kv, kv + n) != 0)
+    if (kv && kvfs_layer_decode(&h, 0, buf + e.offset, kv, kv + n) != 0)
         abort(); /* a verified layer always decodes */
     free(kv);
 }

@@ -22,7 +22,7 @@ static inline int synth_chunk_salted(struct kvfs_writer *w, uint32_t layers, uin
         return rc;
     for (uint32_t l = 0; l < layers; l++) {
         uint8_t *p = kvfs_writer_layer(w, l);
-        for (uint64_t i = 0; i < kvfs_layer_bytes(&w->hdr); i++) {
+        for (uint64_t i = 0; i < kvfs_layer_bytes(&w->hdr, 0); i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             p[i] = (uint8_t)(s >> 56) & 0x3f; /* finite f16/bf16/f32 bit patterns */
         }

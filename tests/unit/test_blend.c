@@ -3,7 +3,8 @@
  * improves between them, and the shapes issue 4 lists (one chunk, the same
  * chunk twice, reordered chunks, many chunks) work; bad input is refused;
  * sliding-window layers (gemma3) blend exactly at ratio 1 too, and vote in
- * the query selection through their window. */
+ * the query selection through their window; so do gemma4's layers of their
+ * own shapes, shared-KV layers and per-layer embeddings. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -223,6 +224,84 @@ static void check_sliding_window(void)
     m = saved;
 }
 
+/* gemma4 (synthetic, 6 layers: local layers of 2 KV heads x 16 rotated on
+ * 16 dims with base 10000, global ones of 1 x 32 with frequency factors and
+ * base 1e6, window 8; layers 4 and 5 reading layers 2 and 3's caches;
+ * per-layer embeddings).  Every selection at ratio 1 is the full prefill:
+ * logits and each owning layer's K/V at its own width (so the shift
+ * re-positions each layer with its own dims, base and factors, the
+ * recomputed rows get their per-layer inputs, and the shared-KV layers
+ * attend over their source's cache); at 0.3 the last owning layer's K/V are
+ * nearer the full prefill than plain reuse's. */
+static void check_gemma4(void)
+{
+    char path[64], err[256];
+    struct kvfs_model *saved = m;
+    snprintf(path, sizeof(path), "/tmp/kvfs-blend-gemma4.%d.gguf", (int)getpid());
+    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0};
+    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
+    CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);
+    unlink(path);
+    CHECK(m->hp.n_ple > 0 && m->layers[4].kv_layer == 2 && m->layers[0].head_dim != m->layers[1].head_dim);
+    CHECK_EQ(kvfs_blend_selftest(m), 0);
+    int V = m->hp.n_vocab;
+    int32_t toks[NC][LEN], suffix[NS] = {65, 66, 67, 68, 69}, all[NC * LEN + NS];
+    struct kvfs_writer w[NC];
+    struct kvfs_blend_chunk ch[NC];
+    make_prompt(53, 29, 3, toks, all, suffix, w, ch);
+    float *full = malloc(sizeof(float) * V), *out = malloc(sizeof(float) * V);
+    struct kvfs_kv_cache fc, bc;
+    int32_t *bt;
+    struct kvfs_blend_stats st;
+    CHECK_EQ(kvfs_kv_cache_init(m, NC * LEN + NS, &fc), 0);
+    CHECK_EQ(kvfs_forward(m, &fc, all, NC * LEN + NS, 0, full), 0);
+    for (int variant = 0; variant < 3; variant++) {
+        struct kvfs_blend_opts bo;
+        kvfs_blend_opts_init(&bo, variant == 2 ? 0.999f : 1.0f);
+        bo.select = variant == 0 ? KVFS_BLEND_SELECT_FIXED
+                    : variant == 1 ? KVFS_BLEND_SELECT_GRADUAL : KVFS_BLEND_SELECT_QUERY;
+        CHECK_EQ(kvfs_blend_ex(m, ch, NC, suffix, NS, &bo, &bc, &bt, out, &st, err, sizeof(err)), 0);
+        float dl = 0, dkv = 0;
+        for (int i = 0; i < V; i++)
+            dl = fmaxf(dl, fabsf(full[i] - out[i]));
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            if (m->layers[l].kv_layer != l)
+                continue;
+            size_t n = (size_t)fc.n * m->layers[l].n_kv_head * m->layers[l].head_dim;
+            for (size_t i = 0; i < n; i++)
+                dkv = fmaxf(dkv, fmaxf(fabsf(fc.k[l][i] - bc.k[l][i]), fabsf(fc.v[l][i] - bc.v[l][i])));
+        }
+        fprintf(stderr, "gemma4 %s, every row: max |dlogit| %.3g, max |dK|,|dV| %.3g\n",
+                kvfs_blend_select_name(bo.select), dl, dkv);
+        CHECK(dl < 1e-2f);
+        CHECK(dkv < 1e-2f);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+    }
+    double dev[2];
+    float ratios[2] = {0.0f, 0.3f};
+    int L = 3; /* the last layer with a cache of its own */
+    size_t n = (size_t)NC * LEN * m->layers[L].n_kv_head * m->layers[L].head_dim;
+    for (int r = 0; r < 2; r++) {
+        CHECK_EQ(kvfs_blend(m, ch, NC, suffix, NS, ratios[r], &bc, &bt, out, &st, err, sizeof(err)), 0);
+        dev[r] = 0;
+        for (size_t i = 0; i < n; i++)
+            dev[r] += (double)(fc.k[L][i] - bc.k[L][i]) * (fc.k[L][i] - bc.k[L][i]) +
+                      (double)(fc.v[L][i] - bc.v[L][i]) * (fc.v[L][i] - bc.v[L][i]);
+        fprintf(stderr, "gemma4 ratio %.2f: %d selected, layer 3 sum |dK|^2+|dV|^2 %.4g\n", (double)ratios[r],
+                st.n_selected, dev[r]);
+        kvfs_kv_cache_free(m, &bc), free(bt);
+    }
+    CHECK(dev[0] > 1e-2);
+    CHECK(dev[1] < 0.7 * dev[0]);
+    kvfs_kv_cache_free(m, &fc);
+    for (int i = 0; i < NC; i++)
+        kvfs_writer_free(&w[i]);
+    free(full);
+    free(out);
+    kvfs_model_free(m);
+    m = saved;
+}
+
 /* The chunk shift keeps each row's RoPE angles from layer to layer (one
  * set per base): a run of layers through the cache moves every row bit for
  * bit as a run that computes them at each layer, keys and values, with
@@ -293,6 +372,7 @@ int main(void)
     unlink(path);
     CHECK_EQ(kvfs_blend_selftest(m), 0);
     check_sliding_window();
+    check_gemma4();
     check_shift_angle_cache();
     int V = m->hp.n_vocab;
     int32_t toks[NC][LEN], suffix[NS] = {65, 66, 67, 68, 69}, all[NC * LEN + NS];

@@ -13,6 +13,8 @@
 #include "kvquant.h"
 #include "synth_chunk.h"
 
+#include <xxhash.h>
+
 static int verify(const uint8_t *buf, size_t len)
 {
     struct kvfs_header h;
@@ -134,7 +136,7 @@ static void test_v_from_k(void)
     /* rows of 12 values: no whole block of 64 */
     CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), -EINVAL);
     CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, 5, tok), 0);
-    CHECK_EQ(kvfs_layer_bytes(&w.hdr), 5ull * 12 * 4); /* K only */
+    CHECK_EQ(kvfs_layer_bytes(&w.hdr, 0), 5ull * 12 * 4); /* K only */
     float k[60], kd[60], vd[60];
     for (int i = 0; i < 60; i++)
         k[i] = (float)i + 0.5f;
@@ -145,14 +147,130 @@ static void test_v_from_k(void)
     char why[256];
     CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
     CHECK(h.flags & KVFS_FLAG_V_FROM_K);
-    CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, kd, vd), 0);
+    CHECK_EQ(kvfs_layer_decode(&h, 0, w.buf + h.header_size, kd, vd), 0);
     int ok = 1;
     for (int i = 0; i < 60; i++)
         ok &= kd[i] == k[i] && vd[i] == (i % 12 < 4 ? 0.0f : k[i]);
     CHECK(ok);
-    CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, NULL, vd), 0); /* V alone */
+    CHECK_EQ(kvfs_layer_decode(&h, 0, w.buf + h.header_size, NULL, vd), 0); /* V alone */
     CHECK_EQ(vd[13], k[13] * 0.0f);
     CHECK_EQ(vd[16], k[16]);
+    kvfs_writer_free(&w);
+}
+
+/* a header edited in place gets its checksum again (XXH3-64 with its own field zero) */
+static void reseal(uint8_t *buf, uint32_t header_size)
+{
+    memset(buf + 120, 0, 8);
+    uint64_t sum = XXH3_64bits(buf, header_size);
+    memcpy(buf + 120, &sum, 8);
+}
+
+/* KVFS_FLAG_LAYER_SHAPES (gemma4): each layer at its own n_kv_head x
+ * head_dim, layers that read another's cache stored as nothing; the shape
+ * table after the salt, under the header checksum; every shape rule
+ * enforced; conversion keeps the shapes, quantized dtypes are refused. */
+static void test_layer_shapes(void)
+{
+    /* global layers 2 x 16 (rope 8), local 1 x 8 (rope 8); layers 3 and 4
+     * read layers 1 and 2's caches (llama.cpp's shared KV) */
+    struct kvfs_fingerprint fp = {.n_layer = 5, .n_kv_head = 2, .head_dim = 16, .rope_dim = 8, .rope_theta = 1e6f,
+                                  .arch = "gemma4", .n_head = 4, .n_embd = 64};
+    struct kvfs_layer_shape sh[5] = {{1, 8, 8, 0}, {1, 8, 8, 1}, {2, 16, 8, 2}, {1, 8, 8, 1}, {2, 16, 8, 2}};
+    uint32_t tok[7] = {1, 2, 3, 4, 5, 6, 7}, salt_owner[8] = {0};
+    uint8_t salt[32];
+    CHECK_EQ(kvfs_salt_digest(salt_owner, sizeof(salt_owner), salt), 0);
+    struct kvfs_writer w;
+    struct kvfs_header h;
+    char why[256];
+    CHECK_EQ(kvfs_writer_init_shaped(&w, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED, 3, 7, tok, salt, sh), 0);
+    CHECK_EQ(w.hdr.flags, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_SALTED | KVFS_FLAG_LAYER_SHAPES);
+    uint64_t want[5] = {2 * 7 * 8 * 2, 2 * 7 * 8 * 2, 2 * 7 * 32 * 2, 0, 0};
+    for (uint32_t l = 0; l < 5; l++) {
+        CHECK_EQ(kvfs_layer_bytes(&w.hdr, l), want[l]);
+        uint8_t *p = kvfs_writer_layer(&w, l);
+        for (uint64_t i = 0; i < want[l]; i++)
+            p[i] = (uint8_t)(i * 7 + l);
+    }
+    CHECK_EQ(kvfs_layer_offset(&w.hdr, 1), kvfs_layer_offset(&w.hdr, 0) + KVFS_ALIGN);
+    CHECK_EQ(kvfs_layer_offset(&w.hdr, 3), kvfs_layer_offset(&w.hdr, 2) + KVFS_ALIGN);
+    CHECK_EQ(w.size, w.hdr.header_size + 3ull * KVFS_ALIGN); /* three layers stored, two shared */
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    uint32_t used = 128 + 4 * 7 + 24 * 5;
+    CHECK(h.salt == w.buf + used && h.layer_shapes == w.buf + used + 32); /* after the salt */
+    for (uint32_t l = 0; l < 5; l++) {
+        struct kvfs_layer_shape got;
+        struct kvfs_layer_entry e;
+        kvfs_layer_shape_get(&h, l, &got);
+        kvfs_layer_entry_get(&h, l, &e);
+        CHECK(!memcmp(&got, &sh[l], sizeof(got)));
+        CHECK_EQ(e.size, want[l]);
+        CHECK_EQ(e.offset, kvfs_layer_offset(&h, l));
+    }
+    CHECK_EQ(kvfs_layer_kv_dim(&h, 2), 32u);
+    /* the name: flags are hashed, so a shaped chunk never shares one with a plain chunk */
+    char hs[65], hp[65];
+    struct kvfs_writer plain;
+    CHECK_EQ(kvfs_writer_init_salted(&plain, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED, 3, 7, tok, salt), 0);
+    hex_of(&h, hs);
+    hex_of(&plain.hdr, hp);
+    CHECK(strcmp(hs, hp) != 0);
+    kvfs_writer_free(&plain);
+    CHECK_EQ(kvfs_ids_chunk_hash(&fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_LAYER_SHAPES, 3,
+                                 (const int32_t *)tok, 7, salt, hp), 0);
+    CHECK(strcmp(hs, hp) == 0);
+    /* decode: each layer at its width, nothing for a shared one */
+    float k[7 * 32], v[7 * 32];
+    CHECK_EQ(kvfs_layer_decode(&h, 2, w.buf + kvfs_layer_offset(&h, 2), k, v), 0);
+#define BYTE(i) ((uint16_t)(uint8_t)((i) * 7 + 2)) /* layer 2's byte i, as written above */
+    CHECK_EQ(k[1], kvfs_f16_to_f32((uint16_t)(BYTE(2) | BYTE(3) << 8)));
+    CHECK_EQ(v[0], kvfs_f16_to_f32((uint16_t)(BYTE(448) | BYTE(449) << 8))); /* V after K's 7 x 32 values */
+#undef BYTE
+    /* conversion keeps the shapes; quantized dtypes are not defined for them */
+    struct kvfs_writer cv;
+    CHECK_EQ(kvfs_chunk_convert(w.buf, w.size, KVFS_DTYPE_F32, &cv, why, sizeof(why)), 0);
+    struct kvfs_header hc;
+    CHECK_EQ(kvfs_file_verify(cv.buf, cv.size, &hc, why, sizeof(why)), 0);
+    CHECK(hc.flags & KVFS_FLAG_LAYER_SHAPES);
+    CHECK_EQ(kvfs_layer_bytes(&hc, 2), 2ull * 7 * 32 * 4); /* K and V, f32 */
+    float kc[7 * 32];
+    CHECK_EQ(kvfs_layer_decode(&hc, 2, cv.buf + kvfs_layer_offset(&hc, 2), kc, NULL), 0);
+    CHECK(!memcmp(kc, k, sizeof(kc)));
+    kvfs_writer_free(&cv);
+    CHECK_EQ(kvfs_chunk_convert(w.buf, w.size, KVFS_DTYPE_Q8, &cv, why, sizeof(why)), -ENOTSUP);
+    CHECK(strstr(why, "f32, f16 and bf16 only") != NULL);
+    CHECK_EQ(kvfs_writer_init_shaped(&cv, &fp, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED, 0, 7, tok, NULL, sh), -EINVAL);
+    /* every rule of the table, in the writer and in the reader */
+    struct kvfs_layer_shape bad[5];
+    const struct { int layer; struct kvfs_layer_shape s; } rules[] = {
+        {3, {1, 8, 8, 4}},  /* a later layer's cache */
+        {4, {1, 8, 8, 3}},  /* a layer that stores none */
+        {4, {2, 16, 4, 2}}, /* not its source's shape */
+        {0, {3, 8, 8, 0}},  /* more KV heads than the fingerprint's, and not dividing n_head */
+        {2, {2, 32, 8, 2}}, /* wider than the fingerprint's head_dim */
+        {1, {1, 8, 9, 1}},  /* odd rotated dims */
+    };
+    for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+        memcpy(bad, sh, sizeof(bad));
+        bad[rules[i].layer] = rules[i].s;
+        CHECK_EQ(kvfs_writer_init_shaped(&cv, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED, 0, 7, tok, NULL, bad), -EINVAL);
+        uint8_t *img = malloc(w.size);
+        memcpy(img, w.buf, w.size);
+        memcpy(img + used + 32 + 16 * rules[i].layer, &rules[i].s, 16);
+        reseal(img, h.header_size);
+        CHECK_EQ(kvfs_file_verify(img, w.size, &h, why, sizeof(why)), -EINVAL);
+        CHECK(strstr(why, "layer shape") != NULL);
+        free(img);
+    }
+    /* a reader of the version before knows bits 0..4 only: bit 5 is an unknown flag there, as 0x40 is here */
+    uint8_t *img = malloc(w.size);
+    memcpy(img, w.buf, w.size);
+    img[28] |= 0x40;
+    reseal(img, h.header_size);
+    CHECK_EQ(kvfs_file_verify(img, w.size, &h, why, sizeof(why)), -EINVAL);
+    CHECK(strstr(why, "unknown flags") != NULL);
+    free(img);
     kvfs_writer_free(&w);
 }
 
@@ -202,7 +320,7 @@ static void test_v_from_k_quantized(void)
         int codec = kvfs_dtype_quantized(dtypes[i]);
         struct kvfs_writer w, wc;
         CHECK_EQ(kvfs_writer_init(&w, &fp, dtypes[i], KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_FROM_K, 0, NT, tok), 0);
-        CHECK_EQ(kvfs_layer_bytes(&w.hdr), want_bytes[i]);
+        CHECK_EQ(kvfs_layer_bytes(&w.hdr, 0), want_bytes[i]);
         CHECK_EQ(kvfs_kvq_k_layer_bytes(codec, NT, KVD), want_bytes[i]);
         for (uint32_t l = 0; l < 2; l++)
             CHECK_EQ(kvfs_kvq_encode_k(codec, k, NT, KVD, kvfs_writer_layer(&w, l)), 0);
@@ -210,7 +328,7 @@ static void test_v_from_k_quantized(void)
         struct kvfs_header h;
         char why[256];
         CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
-        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size + kvfs_layer_stride(&h), kd, vd), 0);
+        CHECK_EQ(kvfs_layer_decode(&h, 1, w.buf + kvfs_layer_offset(&h, 1), kd, vd), 0);
         int within = 1, v_ok = 1, elem_ok = 1;
         double worst = 0;
         for (uint32_t t = 0; t < NT; t++)
@@ -229,7 +347,7 @@ static void test_v_from_k_quantized(void)
         CHECK(worst > 0); /* it was quantized */
         CHECK(v_ok);
         CHECK(elem_ok);
-        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, NULL, vd), 0); /* V alone */
+        CHECK_EQ(kvfs_layer_decode(&h, 0, w.buf + h.header_size, NULL, vd), 0); /* V alone */
         CHECK_EQ(vd[KVD + ROT], kd[KVD + ROT]);
         CHECK_EQ(vd[KVD + ROT - 1], 0.0f);
         /* f32 -> quantized by conversion: the same chunk, byte for byte */
@@ -245,6 +363,7 @@ int main(void)
 {
     test_v_from_k();
     test_v_from_k_quantized();
+    test_layer_shapes();
     struct kvfs_writer w;
     CHECK_EQ(synth_chunk(&w, 3, 37, 1, KVFS_DTYPE_F16), 0);
     struct kvfs_header h;
@@ -253,17 +372,17 @@ int main(void)
     CHECK_EQ(h.n_tokens, 37);
     CHECK_EQ(h.fp.n_layer, 3);
     CHECK_EQ(h.header_size % KVFS_ALIGN, 0);
-    CHECK_EQ(kvfs_layer_bytes(&h), 2ull * 37 * 2 * 8 * 2);
-    CHECK_EQ(w.size, h.header_size + 3 * kvfs_layer_stride(&h));
+    CHECK_EQ(kvfs_layer_bytes(&h, 0), 2ull * 37 * 2 * 8 * 2);
+    CHECK_EQ(w.size, kvfs_layer_offset(&h, 3));
     /* each layer at a known aligned offset, readable alone */
     for (uint32_t l = 0; l < 3; l++) {
-        uint64_t off = h.header_size + l * kvfs_layer_stride(&h);
+        uint64_t off = kvfs_layer_offset(&h, l);
         CHECK_EQ(off % KVFS_ALIGN, 0);
         struct kvfs_layer_entry e;
         kvfs_layer_entry_get(&h, l, &e);
         CHECK_EQ(e.offset, off);
-        CHECK_EQ(e.size, kvfs_layer_bytes(&h));
-        CHECK_EQ(kvfs_layer_verify(&h, l, w.buf + off, kvfs_layer_bytes(&h)), 0);
+        CHECK_EQ(e.size, kvfs_layer_bytes(&h, 0));
+        CHECK_EQ(kvfs_layer_verify(&h, l, w.buf + off, kvfs_layer_bytes(&h, 0)), 0);
     }
 
     uint8_t *bad = malloc(w.size);
@@ -283,7 +402,7 @@ int main(void)
     memcpy(bad, w.buf, w.size); bad[130] ^= 0x10;
     CHECK_EQ(verify(bad, w.size), -EBADMSG);
     /* data bit flip in the last layer -> layer checksum */
-    memcpy(bad, w.buf, w.size); bad[h.header_size + 2 * kvfs_layer_stride(&h) + 5] ^= 0x01;
+    memcpy(bad, w.buf, w.size); bad[kvfs_layer_offset(&h, 2) + 5] ^= 0x01;
     CHECK_EQ(verify(bad, w.size), -EBADMSG);
     /* trailing bytes */
     uint8_t *big = calloc(1, w.size + 7);

@@ -461,7 +461,10 @@ static void check_model(const char *arch, const char *path)
  * buffers, not copies), computing no K/V; frequency factors on the global
  * layers only; per-layer embeddings.  Decoding token by token gives the
  * prefill's logits (the per-layer inputs and shared caches of one row at a
- * time); chunk files refuse the cache (kvfs_model_chunk_refusal). */
+ * time).  Its chunk (KVFS_FLAG_LAYER_SHAPES) holds each layer at its own
+ * width and nothing for the shared-KV layers; loaded into a fresh cache it
+ * gives the same rows and, decoding on, the same logits, bit for bit (f32);
+ * quantized dtypes are refused for it. */
 static void check_gemma4(const char *path)
 {
     struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0};
@@ -507,8 +510,42 @@ static void check_gemma4(const char *path)
     fprintf(stderr, "gemma4: decode vs prefill max |dlogit| %.2e (scale %.2f)\n", d, scale);
     CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
     struct kvfs_writer w;
-    CHECK(kvfs_model_chunk_refusal(m) != NULL);
-    CHECK_EQ(kvfs_kv_cache_to_chunk(m, &inc, 0, 14, toks, KVFS_DTYPE_F16, &w), -ENOTSUP);
+    struct kvfs_header h;
+    CHECK(kvfs_model_chunk_refusal(m) == NULL && kvfs_model_shaped(m));
+    CHECK_EQ(kvfs_kv_cache_to_chunk(m, &inc, 0, 14, toks, KVFS_DTYPE_Q8, &w), -ENOTSUP);
+    CHECK_EQ(kvfs_kv_cache_to_chunk(m, &inc, 0, 14, toks, KVFS_DTYPE_F32, &w), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, err, sizeof(err)), 0);
+    CHECK(h.flags & KVFS_FLAG_LAYER_SHAPES);
+    uint64_t want_size = h.header_size;
+    for (uint32_t l = 0; l < 6; l++) { /* local 2 x 16, global 1 x 32: 32 values per row either way */
+        CHECK_EQ(kvfs_layer_bytes(&h, l), l < 4 ? 2ull * 14 * 32 * 4 : 0);
+        want_size += (kvfs_layer_bytes(&h, l) + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN;
+        struct kvfs_layer_shape sh;
+        kvfs_layer_shape_get(&h, l, &sh);
+        CHECK(sh.kv_source == (l < 4 ? l : l - 2) && sh.head_dim == (l % 2 ? 32u : 16u));
+    }
+    CHECK_EQ(w.size, want_size);
+    struct kvfs_kv_cache ld;
+    CHECK_EQ(kvfs_kv_cache_init(m, 32, &ld), 0);
+    CHECK_EQ(kvfs_kv_cache_load_chunk(m, &ld, w.buf, w.size, err, sizeof(err)), 0);
+    CHECK_EQ(ld.n, 14);
+    size_t rows = 14 * 32;
+    float *x = malloc(sizeof(float) * rows), *y = malloc(sizeof(float) * rows);
+    int same = 1;
+    for (int l = 0; l < 4; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            m->be.iface->download(m->be.ctx, x, (kv ? inc.v : inc.k)[l], sizeof(float) * rows);
+            m->be.iface->download(m->be.ctx, y, (kv ? ld.v : ld.k)[l], sizeof(float) * rows);
+            same &= !memcmp(x, y, sizeof(float) * rows);
+        }
+    CHECK(same);
+    for (int i = 14; i < 20; i++)
+        CHECK_EQ(kvfs_forward(m, &ld, &toks[i], 1, i, a), 0);
+    CHECK(!memcmp(a, b, sizeof(float) * V)); /* the same logits as the cache that wrote it */
+    free(x);
+    free(y);
+    kvfs_kv_cache_free(m, &ld);
+    kvfs_writer_free(&w);
     kvfs_kv_cache_free(m, &full);
     kvfs_kv_cache_free(m, &inc);
     free(a);

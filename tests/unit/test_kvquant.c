@@ -111,7 +111,7 @@ static void check_chunk_dtype(uint32_t dtype)
     unsigned s = 99;
     struct kvfs_writer w, f16, back;
     CHECK_EQ(kvfs_writer_init(&w, &fp, dtype, KVFS_FLAG_KEYS_ROPED, 5, nt, ids), 0);
-    CHECK_EQ(kvfs_layer_bytes(&w.hdr), kvfs_kvq_layer_bytes(codec, nt, kvd));
+    CHECK_EQ(kvfs_layer_bytes(&w.hdr, 0), kvfs_kvq_layer_bytes(codec, nt, kvd));
     for (uint32_t l = 0; l < fp.n_layer; l++) {
         for (size_t i = 0; i < 2 * n; i++)
             kv[i] = frand(&s) * (float)(l + 1);
@@ -134,8 +134,8 @@ static void check_chunk_dtype(uint32_t dtype)
         struct kvfs_layer_entry a, b;
         kvfs_layer_entry_get(&w.hdr, l, &a);
         kvfs_layer_entry_get(&f16.hdr, l, &b);
-        CHECK_EQ(kvfs_layer_decode(&w.hdr, w.buf + a.offset, dec, dec + n), 0);
-        CHECK_EQ(kvfs_layer_decode(&f16.hdr, f16.buf + b.offset, dec2, dec2 + n), 0);
+        CHECK_EQ(kvfs_layer_decode(&w.hdr, l, w.buf + a.offset, dec, dec + n), 0);
+        CHECK_EQ(kvfs_layer_decode(&f16.hdr, l, f16.buf + b.offset, dec2, dec2 + n), 0);
         for (size_t i = 0; i < 2 * n; i++) /* f16 rounding only */
             worst = fmax(worst, fabs((double)dec[i] - dec2[i]) / fmax(fabs((double)dec[i]), 1e-3));
     }

@@ -120,8 +120,8 @@ static void test_fields_and_views(void)
     CHECK(strcmp(libkvfs_dtype_name(in->dtype), "f16") == 0);
     CHECK_EQ(in->file_size, w.size);
     CHECK_EQ(in->header_size, w.hdr.header_size);
-    CHECK_EQ(in->layer_bytes, kvfs_layer_bytes(&w.hdr));
-    CHECK_EQ(in->layer_stride, kvfs_layer_stride(&w.hdr));
+    CHECK_EQ(in->layer_bytes, kvfs_layer_bytes(&w.hdr, 0));
+    CHECK_EQ(in->layer_stride, kvfs_layer_offset(&w.hdr, 1) - w.hdr.header_size);
     for (uint32_t i = 0; i < 37; i++)
         CHECK_EQ(in->tokens[i], kvfs_header_token(&w.hdr, i));
     uint8_t digest[32];
@@ -143,7 +143,7 @@ static void test_fields_and_views(void)
     for (uint32_t l = 0; l < 4; l++) {
         struct libkvfs_view k, v;
         CHECK_EQ(libkvfs_layer(f, l, &k, &v), 0);
-        uint64_t off = w.hdr.header_size + l * kvfs_layer_stride(&w.hdr), half = kvfs_layer_bytes(&w.hdr) / 2;
+        uint64_t off = kvfs_layer_offset(&w.hdr, l), half = kvfs_layer_bytes(&w.hdr, 0) / 2;
         CHECK(k.data == base + off);
         CHECK(v.data == base + off + half);
         CHECK_EQ(k.bytes, half);
@@ -248,11 +248,55 @@ static void test_layout(void)
     expect_open(path_of("lone.kv"), 0, -EINVAL, "FULL_PREFILL (0x4) without BLENDED");
 }
 
+/* LIBKVFS_FLAG_LAYER_SHAPES (gemma4): views at each layer's own shape, a
+ * layer that stores no cache viewing its source's, layer_bytes 0 */
+static void test_layer_shapes(void)
+{
+    struct kvfs_fingerprint fp = {.n_layer = 3, .n_kv_head = 2, .head_dim = 8, .rope_dim = 8, .rope_theta = 1e4f,
+                                  .arch = "gemma4", .n_head = 4, .n_embd = 32};
+    struct kvfs_layer_shape sh[3] = {{2, 4, 4, 0}, {1, 8, 8, 1}, {2, 4, 4, 0}};
+    uint32_t tok[3] = {7, 8, 9};
+    struct kvfs_writer w;
+    CHECK_EQ(kvfs_writer_init_shaped(&w, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED, 0, 3, tok, NULL, sh), 0);
+    for (uint32_t l = 0; l < 2; l++) {
+        float *x = kvfs_writer_layer(&w, l);
+        for (int i = 0; i < 2 * 3 * 8; i++)
+            x[i] = (float)(l * 100 + i);
+    }
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(write_file(path_of("shaped.kv"), w.buf, w.size), 0);
+    kvfs_writer_free(&w);
+    struct libkvfs_file *f;
+    CHECK_EQ(libkvfs_open(path_of("shaped.kv"), 0, &f, NULL, 0), 0);
+    if (!f)
+        return;
+    const struct libkvfs_info *in = libkvfs_info(f);
+    CHECK(in->flags & LIBKVFS_FLAG_LAYER_SHAPES);
+    CHECK(in->layer_bytes == 0 && in->layer_stride == 0);
+    struct libkvfs_layer_shape ls;
+    CHECK_EQ(libkvfs_layer_shape(f, 2, &ls), 0);
+    CHECK(ls.n_kv_head == 2 && ls.head_dim == 4 && ls.kv_source == 0);
+    CHECK_EQ(libkvfs_layer_shape(f, 3, &ls), -ERANGE);
+    struct libkvfs_view k0, v1, k2;
+    CHECK_EQ(libkvfs_layer(f, 0, &k0, NULL), 0);
+    CHECK_EQ(libkvfs_layer(f, 1, NULL, &v1), 0);
+    CHECK_EQ(libkvfs_layer(f, 2, &k2, NULL), 0);
+    CHECK(k0.n_kv_head == 2 && k0.head_dim == 4 && k0.bytes == 3 * 8 * 4);
+    CHECK(v1.n_kv_head == 1 && v1.head_dim == 8 && ((const float *)v1.data)[0] == 100 + 24);
+    CHECK(k2.data == k0.data); /* the source's cache */
+    float k[24];
+    CHECK_EQ(libkvfs_layer_f32(f, 2, k, NULL), 0);
+    CHECK(k[5] == 5.0f);
+    CHECK_EQ(libkvfs_verify_layer(f, 2), 0);
+    libkvfs_close(f);
+    unlink(path_of("shaped.kv"));
+}
+
 static void test_bad_files(void)
 {
     struct kvfs_writer w;
     CHECK_EQ(synth_chunk(&w, 3, 20, 3, KVFS_DTYPE_BF16), 0);
-    uint64_t layer1 = w.hdr.header_size + kvfs_layer_stride(&w.hdr);
+    uint64_t layer1 = kvfs_layer_offset(&w.hdr, 1);
     uint8_t *bad = malloc(w.size);
     if (!bad)
         return;
@@ -336,7 +380,7 @@ static void test_pipe(void)
     if (f) {
         struct libkvfs_view v;
         CHECK_EQ(libkvfs_layer(f, 1, NULL, &v), 0);
-        uint64_t off = w.hdr.header_size + kvfs_layer_stride(&w.hdr) + kvfs_layer_bytes(&w.hdr) / 2;
+        uint64_t off = kvfs_layer_offset(&w.hdr, 1) + kvfs_layer_bytes(&w.hdr, 0) / 2;
         CHECK(memcmp(v.data, w.buf + off, v.bytes) == 0);
         libkvfs_close(f);
     }
@@ -448,6 +492,7 @@ int main(void)
     test_fields_and_views();
     test_salted();
     test_layout();
+    test_layer_shapes();
     test_bad_files();
     test_pipe();
     test_blend_errors();

@@ -139,7 +139,7 @@ static void check_mla_quantized(void)
             CHECK_EQ(kvfs_kvq_encode_k(kvfs_dtype_quantized(dtypes[q]), k, NT, D, kvfs_writer_layer(&w, l)), 0);
         CHECK_EQ(kvfs_writer_finish(&w), 0);
         CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
-        CHECK_EQ(kvfs_layer_decode(&h, w.buf + h.header_size, kd, NULL), 0);
+        CHECK_EQ(kvfs_layer_decode(&h, 0, w.buf + h.header_size, kd, NULL), 0);
         CHECK_EQ(kvfs_llama_view_init(&v, &h, 0, 1), 0);
         uint64_t k0 = 12 + 4 * NT + 8 + 12 * NT + 8;
         CHECK_EQ(v.size, k0 + 2 * (12 + NT * D * 2));

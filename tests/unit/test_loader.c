@@ -48,8 +48,8 @@ static void check_stream(struct kvfs_store *s, char hashes[][KVFS_HASH_HEX_LEN +
         const void *data[8];
         CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
         for (int i = 0; i < n; i++)
-            CHECK(!memcmp(data[i], w[i].buf + w[i].hdr.header_size + (size_t)l * kvfs_layer_stride(&w[i].hdr),
-                          kvfs_layer_bytes(&w[i].hdr)));
+            CHECK(!memcmp(data[i], w[i].buf + kvfs_layer_offset(&w[i].hdr, (uint32_t)l),
+                          kvfs_layer_bytes(&w[i].hdr, 0)));
     }
     const void *d0[8];
     CHECK_EQ(kvfs_loader_wait(ld, 0, d0, err, sizeof(err)), -EINVAL); /* not requested */
@@ -113,8 +113,8 @@ static void test_streams(void)
         CHECK_EQ(kvfs_store_remove(s, hashes[1]), 0);
         for (int l = 2; l < NL; l++)
             CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
-        CHECK(!memcmp(data[1], w[1].buf + w[1].hdr.header_size + (size_t)(NL - 1) * kvfs_layer_stride(&w[1].hdr),
-                      kvfs_layer_bytes(&w[1].hdr)));
+        CHECK(!memcmp(data[1], w[1].buf + kvfs_layer_offset(&w[1].hdr, NL - 1),
+                      kvfs_layer_bytes(&w[1].hdr, 0)));
         struct kvfs_loader_stats st;
         kvfs_loader_get_stats(ld, &st);
         CHECK(st.load_s > 0.05); /* the throttle really slowed it */

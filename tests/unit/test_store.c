@@ -445,7 +445,7 @@ static void test_object_parts(void)
     struct kvfs_writer w;
     struct kvfs_header h;
     CHECK_EQ(synth_chunk(&w, 4, 4000, 9, KVFS_DTYPE_F16), 0); /* 6 random bits a byte: zstd saves ~25% */
-    uint64_t lb = kvfs_layer_bytes(&w.hdr);
+    uint64_t lb = kvfs_layer_bytes(&w.hdr, 0);
     CHECK(lb > (64u << 10));
     uint64_t s = 77;
     uint8_t *l2 = kvfs_writer_layer(&w, 2), *l3 = kvfs_writer_layer(&w, 3);
@@ -563,9 +563,9 @@ int main(void)
         /* one layer straight from the object */
         struct kvfs_writer w;
         synth_chunk(&w, 4, 64, 1, KVFS_DTYPE_F16);
-        uint8_t *layer = malloc(kvfs_layer_bytes(&w.hdr));
-        CHECK_EQ(kvfs_store_read_layer(s, h1, 2, layer, kvfs_layer_bytes(&w.hdr)), 0);
-        CHECK(!memcmp(layer, kvfs_writer_layer(&w, 2), kvfs_layer_bytes(&w.hdr)));
+        uint8_t *layer = malloc(kvfs_layer_bytes(&w.hdr, 0));
+        CHECK_EQ(kvfs_store_read_layer(s, h1, 2, layer, kvfs_layer_bytes(&w.hdr, 0)), 0);
+        CHECK(!memcmp(layer, kvfs_writer_layer(&w, 2), kvfs_layer_bytes(&w.hdr, 0)));
         free(layer);
         /* wrong expected name */
         char err[256];

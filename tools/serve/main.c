@@ -504,6 +504,12 @@ static int load_model(struct serve *sv, const char *model, const char *name)
         fprintf(stderr, "kvfs-serve: %s: %s\n", model, kvfs_model_chunk_refusal(sv->model));
         return 1;
     }
+    /* its chunk names and batched blends assume one cache shape per layer */
+    if (kvfs_model_shaped(sv->model) || sv->model->hp.n_ple) {
+        fprintf(stderr, "kvfs-serve: %s: a model whose layers have cache shapes of their own or per-layer "
+                "embeddings (gemma4) is not served yet (kvfsctl blend and the mount blend it)\n", model);
+        return 1;
+    }
     sv->fp = sv->model->fp;
     {
         int32_t *a = NULL, *b = NULL;

@@ -29,6 +29,8 @@ r = subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'start', cl, 'b
                    capture_output=True, text=True)
 if r.returncode:
     print(f'### Remote tier\n\nskipped: no test cluster ({r.stdout.strip()} {r.stderr.strip()[-200:]})')
+    subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'stop', cl], env=env, capture_output=True)
+    subprocess.run(['rm', '-rf', td])
     sys.exit(0)
 conf = os.path.join(cl, 'ceph.conf')
 mounts = []

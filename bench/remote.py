@@ -4,7 +4,7 @@ verify, fill the local tiers, read) vs plain librados reads of the same
 object, side by side; and blend TTFT with the chunks only in RADOS vs on the
 local disk vs in the RAM tier vs a full prefill.  Run with the system
 python (it has the rados module).  Prints a markdown section."""
-import json, os, re, statistics, subprocess, sys, tempfile, time
+import json, os, re, statistics, subprocess, sys, tempfile, threading, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get('BUILD', 'build')
@@ -13,6 +13,10 @@ KVFS, KVFSCTL = os.path.join(BUILD, 'kvfs'), os.path.join(BUILD, 'kvfsctl')
 MODEL = os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
 RUNS = int(os.environ.get('REMOTE_RUNS', '5'))
 TOKENS = int(os.environ.get('REMOTE_TOKENS', '4096'))  # synthetic chunk: 64 MiB at 32 layers (objects <= 128 MiB)
+MANY = int(os.environ.get('REMOTE_MANY', '8'))            # chunks read at once
+MANY_TOKENS = int(os.environ.get('REMOTE_MANY_TOKENS', '512'))  # 8 MiB each
+BLEND = os.environ.get('REMOTE_BLEND', '1') != '0'       # the blend TTFT part (needs the model)
+BASE = os.environ.get('REMOTE_BASE')                     # another build's kvfs, read side by side (before/after)
 import rados
 
 def sh(*a, **k):
@@ -25,16 +29,24 @@ r = subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'start', cl, 'b
                    capture_output=True, text=True)
 if r.returncode:
     print(f'### Remote tier\n\nskipped: no test cluster ({r.stdout.strip()} {r.stderr.strip()[-200:]})')
+    subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'stop', cl], env=env, capture_output=True)
+    subprocess.run(['rm', '-rf', td])
     sys.exit(0)
 conf = os.path.join(cl, 'ceph.conf')
 mounts = []
 
-def mount(name, opts):
+def cpu_model():
+    for line in open('/proc/cpuinfo'):
+        if line.startswith('model name'):
+            return line.split(':', 1)[1].strip()
+    return 'unknown CPU'
+
+def mount(name, opts, binary=KVFS):
     mnt, store = os.path.join(td, name + '.mnt'), os.path.join(td, name + '.store')
     os.makedirs(mnt, exist_ok=True)
     os.makedirs(store, exist_ok=True)
     log = open(os.path.join(td, name + '.log'), 'a')
-    p = subprocess.Popen([KVFS, '-f', '-o', f'store={store},rados=kvfs,ceph_conf={conf},{opts}', mnt],
+    p = subprocess.Popen([binary, '-f', '-o', f'store={store},rados=kvfs,ceph_conf={conf},{opts}', mnt],
                          stdout=log, stderr=log)
     for _ in range(600):
         if os.path.exists(os.path.join(mnt, '.kvfs', 'stats')):
@@ -59,51 +71,132 @@ def read_all(path):
         while f.read(1 << 20):
             pass
 
+def remove_local(mnt, hashes):
+    for x in hashes:
+        try:
+            os.remove(os.path.join(mnt, 'chunks', x + '.kv'))  # only RADOS has it now
+        except FileNotFoundError:
+            pass
+    time.sleep(1.1)                                        # past the negative-lookup cache
+
+def read_mount(mnt, hashes):
+    """Read every chunk through the mount at once (one thread each); seconds."""
+    remove_local(mnt, hashes)
+    errs = []
+    def one(x):
+        try:
+            read_all(os.path.join(mnt, 'chunks', x + '.kv'))
+        except OSError as e:
+            errs.append(e)
+    th = [threading.Thread(target=one, args=(x,)) for x in hashes]
+    t0 = time.monotonic()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    dt = time.monotonic() - t0
+    if errs:
+        raise SystemExit(f'read through {mnt} failed: {errs[0]}')
+    return dt
+
+def read_librados(io, objs):
+    """One Ioctx.read per object (the objects at once, one thread each, as
+    a user reading several would); seconds."""
+    def one(h, size):
+        off = 0
+        while off < size:
+            off += len(io.read(h, min(64 << 20, size - off), off))
+    th = [threading.Thread(target=one, args=o) for o in objs]
+    t0 = time.monotonic()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    return time.monotonic() - t0
+
+def read_librados_aio(io, objs, piece=4 << 20):
+    """Every object in ranged aio_reads of `piece` bytes, all in flight at once; seconds."""
+    done = threading.Semaphore(0)
+    got = []
+    n = 0
+    t0 = time.monotonic()
+    for h, size in objs:
+        for off in range(0, size, piece):
+            io.aio_read(h, min(piece, size - off), off, lambda c, d: (got.append(len(d)), done.release()))
+            n += 1
+    for _ in range(n):
+        done.acquire()
+    dt = time.monotonic() - t0
+    if sum(got) != sum(size for _, size in objs):
+        raise SystemExit('short aio read')
+    return dt
+
 try:
-    a = mount('a', 'zstd=0' + (f',model={MODEL}' if os.path.exists(MODEL) else ''))
-    b = mount('b', 'ram=0,zstd=0' + (f',model={MODEL}' if os.path.exists(MODEL) else ''))
-    chunk = os.path.join(td, 'big.kv')
-    h = sh(KVFSCTL, 'synth', '-o', chunk, '--tokens', str(TOKENS), '--layers', '32').strip().split()[-1]
-    size = os.path.getsize(chunk)
-    sh('cp', chunk, os.path.join(a, 'chunks', h + '.kv'))
+    model_opt = f',model={MODEL}' if os.path.exists(MODEL) else ''
+    a = mount('a', 'zstd=0' + model_opt)
+    b = mount('b', 'ram=0,zstd=0' + model_opt + os.environ.get('REMOTE_OPTS', ''))
+    sides = {'kvfs': b}
+    if BASE:  # the same reads through an older build, side by side
+        sides['kvfs (base)'] = mount('c', 'ram=0,zstd=0' + model_opt, binary=BASE)
+    def synth(tokens, n):
+        hs = []
+        for k in range(n):
+            f = os.path.join(td, f'synth{tokens}.{k}.kv')
+            hs.append(sh(KVFSCTL, 'synth', '-o', f, '--tokens', str(tokens), '--layers', '32',
+                         '--seed', str(1000 + k)).strip().split()[-1])
+            sh('cp', f, os.path.join(a, 'chunks', hs[-1] + '.kv'))
+            size = os.path.getsize(f)
+            os.remove(f)
+        return hs, size
+    big, big_size = synth(TOKENS, 1)
+    many, many_size = synth(MANY_TOKENS, MANY)
     drained(a)
     cluster = rados.Rados(conffile=conf)
     cluster.connect()
     io = cluster.open_ioctx('kvfs')
-    obj_size = io.stat(h)[0]
-    t_kvfs, t_lib = [], []
-    def read_kvfs():
-        os.remove(os.path.join(b, 'chunks', h + '.kv'))   # only RADOS has it now
-        time.sleep(1.1)                                    # past the negative-lookup cache
-        t0 = time.monotonic()
-        read_all(os.path.join(b, 'chunks', h + '.kv'))
-        t_kvfs.append(time.monotonic() - t0)
-
-    def read_librados():
-        t0 = time.monotonic()
-        off = 0
-        while off < obj_size:
-            n = len(io.read(h, min(64 << 20, obj_size - off), off))
-            off += n
-        t_lib.append(time.monotonic() - t0)
-
-    # alternate which goes first: the second read of a run finds the OSDs' caches warm
+    cases = {'one': (big, big_size), 'many': (many, many_size)}
+    objs = {k: [(h, io.stat(h)[0]) for h in hs] for k, (hs, _) in cases.items()}
+    times = {(k, side): [] for k in cases for side in list(sides) + ['librados', 'librados aio']}
+    load0 = os.getloadavg()
+    # alternate the order: the second read of a run finds the OSDs' caches warm
     for i in range(RUNS):
-        for read in ((read_kvfs, read_librados) if i % 2 == 0 else (read_librados, read_kvfs)):
-            read()
-    mk, ml = statistics.median(t_kvfs), statistics.median(t_lib)
+        for k, (hs, _) in cases.items():
+            order = list(sides) + ['librados', 'librados aio']
+            order = order[i % len(order):] + order[:i % len(order)]
+            for side in order:
+                if side == 'librados':
+                    dt = read_librados(io, objs[k])
+                elif side == 'librados aio':
+                    dt = read_librados_aio(io, objs[k])
+                else:
+                    dt = read_mount(sides[side], hs)
+                times[(k, side)].append(dt)
+    load1 = os.getloadavg()
+    med = {key: statistics.median(v) for key, v in times.items()}
     print('### Remote tier on Ceph RADOS (`bench/remote.sh`, run by `make bench`)\n')
-    print(f'{time.strftime("%Y-%m-%d")}, throwaway cluster on this host (`tests/ceph/cluster.sh`: 1 mon, 3 OSDs on '
-          f'bluestore sparse files, loopback, pool size 2), {os.cpu_count()} cores. A {size / 2**20:.0f} MiB chunk '
-          f'({TOKENS} tokens x 32 layers, synthetic, object {obj_size / 2**20:.0f} MiB, zstd=0) stored through '
-          'mount A; mount B (its own local store, `ram=0`) reads it while only RADOS holds it (the local copy is '
-          f'removed before each run): `cat` of chunks/HASH.kv = lookup, fetch, verify, local store, read. '
-          f'Plain librados: `Ioctx.read` of the same object in 64 MiB pieces. The two alternate which reads first. Medians of {RUNS}.\n')
-    print('| read of a remote-only chunk | median s | MB/s | vs librados |')
-    print('|---|---|---|---|')
-    print(f'| plain librados read | {ml:.3f} | {obj_size / ml / 1e6:.0f} | 1.00 |')
-    print(f'| through kvfs (mount B) | {mk:.3f} | {size / mk / 1e6:.0f} | {ml / mk:.2f} |')
-    if os.path.exists(MODEL):
+    print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {cpu_model()}, {os.cpu_count()} cores, load average '
+          f'{load0[0]:.1f} before / {load1[0]:.1f} after; throwaway cluster on this host (`tests/ceph/cluster.sh`: '
+          '1 mon, 3 OSDs on bluestore sparse files, loopback, pool size 2). Chunks (synthetic, 32 layers, zstd=0) '
+          'stored through mount A; mount B (its own local store, `ram=0`) reads them while only RADOS holds them '
+          '(the local copies are removed before each run): `cat` of chunks/HASH.kv = lookup, fetch, verify, local '
+          f'store, read. *one*: a {big_size / 2**20:.0f} MiB chunk ({TOKENS} tokens); *many*: {MANY} chunks of '
+          f'{many_size / 2**20:.0f} MiB ({MANY_TOKENS} tokens) read at once, one thread each. Plain librados: '
+          '`Ioctx.read` of each object in one call (one thread per object), and `aio_read`s of 4 MiB ranges all in '
+          f'flight at once. Every side reads in each run, the order rotating; medians of {RUNS}.\n')
+    print('| read of remote-only chunks | median s | MB/s | vs one Ioctx.read | vs aio ranged reads |')
+    print('|---|---|---|---|---|')
+    for k, (hs, size) in cases.items():
+        total = size * len(hs)
+        ml, ma = med[(k, 'librados')], med[(k, 'librados aio')]
+        label = 'one' if k == 'one' else f'many ({len(hs)} at once)'
+        for side in ['librados', 'librados aio'] + list(sides):
+            name = {'librados': 'plain librados, Ioctx.read', 'librados aio': 'plain librados, aio ranged reads'}.get(
+                side, f'through {side}')
+            t = med[(k, side)]
+            print(f'| {label}: {name} | {t:.3f} | {total / t / 1e6:.0f} | {ml / t:.2f} | {ma / t:.2f} |')
+    if os.environ.get('REMOTE_RAW'):
+        print('\nraw seconds: ' + json.dumps({f'{k}/{s}': [round(x, 3) for x in v] for (k, s), v in times.items()}))
+    if os.path.exists(MODEL) and BLEND:
         docs = ['/usr/share/common-licenses/' + f for f in ('Apache-2.0', 'GPL-3', 'MPL-2.0', 'Artistic')]
         hs = []
         for k, d in enumerate(docs):
@@ -165,4 +258,7 @@ finally:
         subprocess.run(['fusermount3', '-u', mnt])
         p.wait(timeout=60)
     subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'stop', cl], env=env, capture_output=True)
-    subprocess.run(['rm', '-rf', td])
+    if os.environ.get('REMOTE_KEEP'):  # the mounts' logs, for a profile
+        print(f'\nkept {td}', file=sys.stderr)
+    else:
+        subprocess.run(['rm', '-rf', td])

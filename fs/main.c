@@ -211,6 +211,10 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO; /* always plus: ls -l needs no lookups */
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
+    /* lookups in one directory at once: a lookup may fetch a chunk from
+     * the remote tier, and others must not queue behind it */
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+        conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 #ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
     /* blend results are direct_io when read through the daemon: without
      * this an mmap of one fails with ENODEV */

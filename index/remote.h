@@ -10,11 +10,13 @@
  * table known in remote-list.db; remote_listing.h) every list_refresh_s
  * seconds; the store shows those chunks a page at a time
  * (kvfs_store_list_remote_only / kvfs_store_stat_known) and fetches one when
- * it is opened or looked up by name (one rados_stat for a name it lacks).
+ * it is opened or looked up by name (one operation for a name it lacks).
  * The formats written: remote_format.h.
  *
  * Reads: a local miss (kvfs_store_lookup/get/open_stream) fetches the whole
- * object, verifies it exactly like a local ingest and stores it locally.
+ * object (remote_fetch.c: the size and first MiB in one operation, then
+ * ranged aio reads), verifies it exactly like a local ingest, stores it
+ * locally and hands the verified image to the reader.
  * Writes: write-back through a durable queue (SQLite, remote-queue.db in the
  * store directory): ingest is acknowledged once the local store has fsynced
  * the chunk; its hash is queued in the same call; a worker pushes queued

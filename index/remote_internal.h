@@ -77,6 +77,13 @@ int remote_is_outage(int rc);
 int remote_connect(struct kvfs_remote *r, char *err, size_t errlen);
 /* the pool's I/O context (NULL until connected once) and the state */
 rados_ioctx_t remote_io(struct kvfs_remote *r, int *state);
+/* Read a chunk's object out of the pool into the local store (verified,
+ * durable, in place; remote_fetch.c); ref as the store's fetch hook's.
+ * *size: the object's bytes once known.  -errno: with err set, the store
+ * refused or failed to keep it; with err "" the pool's answer (-ENOENT:
+ * no such object) or an outage. */
+int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s, struct kvfs_chunk_ref **ref,
+                        uint64_t *size, char *err, size_t errlen);
 
 #endif
 #endif

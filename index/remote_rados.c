@@ -130,6 +130,8 @@ static void *worker_main(void *arg)
             else
                 remote_mark_up(r);
         }
+        if (r->s)
+            kvfs_store_expire_parked(r->s); /* fetched images no open took */
         if (ok) {
             int st3;
             remote_lease_renew(r, remote_io(r, &st3));
@@ -216,7 +218,7 @@ static void note_use(struct kvfs_remote *r, struct kvfs_store *s, const char *ha
         remote_atime_note(r, hash, ci.model);
 }
 
-static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
+static int fetch(void *ctx, struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ref)
 {
     struct kvfs_remote *r = ctx;
     int state;
@@ -226,10 +228,13 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
     rados_ioctx_t io = remote_io(r, &state);
     if (neg || !io || state != ST_CONNECTED)
         return -ENOENT; /* fail fast: down, or asked a moment ago */
-    uint64_t size;
-    time_t mtime;
-    int rc = rados_stat(io, hash, &size, &mtime);
-    if (rc == -ENOENT) {
+    uint64_t size = 0;
+    char err[256];
+    double t0 = remote_now_s();
+    remote_fetching = 1;
+    int rc = remote_fetch_object(io, hash, s, ref, &size, err, sizeof(err));
+    remote_fetching = 0;
+    if (rc == -ENOENT && !err[0]) {
         pthread_mutex_lock(&r->lock);
         snprintf(r->neg[r->neg_next].hash, sizeof(r->neg[0].hash), "%s", hash);
         r->neg[r->neg_next].t = remote_now_s();
@@ -237,33 +242,11 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
         pthread_mutex_unlock(&r->lock);
         return -ENOENT;
     }
-    if (rc < 0) {
-        remote_mark_down(r, rc, "lookup", hash);
-        return rc;
-    }
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf)
-        return -ENOMEM;
-    for (uint64_t got = 0; got < size;) {
-        size_t want = size - got > (64u << 20) ? (64u << 20) : (size_t)(size - got);
-        int n = rados_read(io, hash, (char *)buf + got, want, got);
-        if (n <= 0) {
-            rc = n < 0 ? n : -EIO;
-            break;
-        }
-        got += (uint64_t)n;
-    }
-    if (rc < 0) {
-        free(buf);
+    if (rc < 0 && !err[0]) { /* the pool's side */
         if (remote_is_outage(rc))
-            remote_mark_down(r, rc, "read", hash);
+            remote_mark_down(r, rc, size ? "read" : "lookup", hash);
         return rc;
     }
-    char err[256] = "";
-    remote_fetching = 1;
-    rc = kvfs_store_put_object(s, buf, size, hash, err, sizeof(err));
-    remote_fetching = 0;
-    free(buf);
     pthread_mutex_lock(&r->lock);
     if (rc)
         r->rejected++;
@@ -278,7 +261,8 @@ static int fetch(void *ctx, struct kvfs_store *s, const char *hash)
         kvfs_log(KVFS_LOG_ERR, "remote tier: object %s in pool %s rejected: %s", hash, r->pool,
                  err[0] ? err : strerror(-rc));
     else
-        kvfs_log(KVFS_LOG_DEBUG, "remote tier: fetched %s (%" PRIu64 " bytes)", hash, size);
+        kvfs_log(KVFS_LOG_DEBUG, "remote tier: fetched %s (%" PRIu64 " bytes) in %.3f s", hash, size,
+                 remote_now_s() - t0);
     return rc;
 }
 

@@ -73,10 +73,12 @@ struct kvfs_store_remote store_remote_hooks(struct kvfs_store *s)
     return r;
 }
 
-int store_fetch_remote(struct kvfs_store *s, const char *hash)
+int store_fetch_remote(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ref)
 {
     struct kvfs_store_remote r = store_remote_hooks(s);
-    return r.fetch ? r.fetch(r.ctx, s, hash) : -ENOENT;
+    if (ref)
+        *ref = NULL;
+    return r.fetch ? r.fetch(r.ctx, s, hash, ref) : -ENOENT;
 }
 
 /* ---- removal and eviction (lock held) ---- */
@@ -92,6 +94,7 @@ int store_remove_locked(struct kvfs_store *s, const char *hash)
         kvfs_log(KVFS_LOG_WARN, "index delete of %s failed (%s); fixed at next open", hash, strerror(-rc));
     chunk_rows_remove(&s->rows, hash);
     ram_drop(&s->ram, hash);
+    store_drop_parked(s, hash, 0);
     return 0;
 }
 

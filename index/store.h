@@ -103,10 +103,13 @@ int kvfs_store_fsck(const char *dir, int rebuild, kvfs_fsck_report report, void 
 
 /* A tier below the local disk (index/remote.h implements one on RADOS).
  * fetch runs on a local miss, outside the store lock: it stores the chunk
- * locally (kvfs_store_put_object) and returns 0, or -ENOENT / -errno.
- * stored runs after a chunk was newly stored (not for no-op re-puts). */
+ * locally (a kvfs_store_incoming, or kvfs_store_put_object) and returns 0,
+ * or -ENOENT / -errno; with ref non-NULL it also hands back a reference on
+ * the chunk's verified image, or leaves *ref NULL (the caller reads the
+ * stored copy then).  stored runs after a chunk was newly stored (not for
+ * no-op re-puts). */
 struct kvfs_store_remote {
-    int (*fetch)(void *ctx, struct kvfs_store *s, const char *hash);
+    int (*fetch)(void *ctx, struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ref);
     void (*stored)(void *ctx, const char *hash);
     int (*has)(void *ctx, const char *hash); /* 1 if the remote tier holds it */
     /* what the fleet has, as far as this host's listing knows (no fetch):
@@ -145,12 +148,42 @@ long kvfs_store_list_remote_only(struct kvfs_store *s, char after[KVFS_HASH_HEX_
 int kvfs_store_stat_known(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
 /* stat, and on a local miss ask the remote tier (which fills the local tiers). */
 int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
+/* Release the images lookups fetched that no open took in time (the
+ * remote tier's worker calls it every second or so). */
+void kvfs_store_expire_parked(struct kvfs_store *s);
 /* Keep a chunk from being evicted (held = 1) until released (held = 0). */
 int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held);
 /* Ingest a store object (object.h bytes, e.g. from a remote tier): decoded
  * and verified exactly like kvfs_store_put (bad objects: -EBADMSG/-EINVAL). */
 int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash,
                           char *err, size_t errlen);
+/* The same, the object arriving in pieces (a remote tier's ranged reads):
+ * each piece goes into a temporary file under tmp/ as it comes, in any
+ * order, so the local copy is written while the rest is still on its way;
+ * finish decodes and verifies it, makes it durable and moves it into place
+ * (nothing is visible before), and with ref non-NULL hands back a reference
+ * on the verified image, so the read that caused the fetch need not decode
+ * the file again.  abort removes the temporary file.  Every call -errno
+ * with err set on failure; after a failed finish nothing is left behind. */
+struct kvfs_store_incoming {
+    struct kvfs_store *s;
+    int fd;
+    char tmp[4096];
+};
+int kvfs_store_incoming_open(struct kvfs_store *s, const char *hash, struct kvfs_store_incoming *in, char *err,
+                             size_t errlen);
+int kvfs_store_incoming_write(struct kvfs_store_incoming *in, const void *buf, size_t len, uint64_t off, char *err,
+                              size_t errlen);
+int kvfs_store_incoming_finish(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash,
+                               struct kvfs_chunk_ref **ref, char *err, size_t errlen);
+/* finish, the caller having decoded the object itself into img (taken,
+ * kvfs_img_alloc'ed; its layers checked against the header's checksums and
+ * their padding zeroed, as the pieces came): only the header and the name
+ * are checked here, then the copy goes into place as above. */
+int kvfs_store_incoming_finish_image(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash,
+                                     uint8_t *img, size_t img_len, struct kvfs_chunk_ref **ref, char *err,
+                                     size_t errlen);
+void kvfs_store_incoming_abort(struct kvfs_store_incoming *in);
 
 /* Blend results: composed caches (KVFS_FLAG_BLENDED images) named by the
  * caller's key (a recipe's, recipe.h), kept in the same tiers as chunks:

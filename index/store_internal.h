@@ -34,6 +34,9 @@ struct kvfs_store {
     size_t n_extra;
     struct kvfs_store_remote remote; /* a tier below the disk (RADOS), or zeros */
     struct result_table results;   /* blend results on disk: within capacity too */
+    /* images a lookup fetched that the RAM tier does not keep, parked for
+     * the open that follows it (store_remote.c) */
+    struct { struct kvfs_chunk_ref *ref; int64_t at_ns; } parked[8];
 };
 
 int64_t store_now_ns(void);
@@ -44,10 +47,15 @@ struct kvfs_chunk_ref *store_new_ref(struct kvfs_store *s, struct ram_entry *e);
 int store_has_chunk(struct kvfs_store *s, const char *hash);
 /* The remote tier's hooks, a copy taken under the lock (zeros if none). */
 struct kvfs_store_remote store_remote_hooks(struct kvfs_store *s);
-/* A local miss: ask the remote tier, if any (without the lock held). */
-int store_fetch_remote(struct kvfs_store *s, const char *hash);
+/* A local miss: ask the remote tier, if any (without the lock held); ref as
+ * the fetch hook's (store.h). */
+int store_fetch_remote(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ref);
 
 /* with s->lock held: */
+/* A fetched image parked for this chunk's open (the lock stays held), or NULL. */
+struct kvfs_chunk_ref *store_take_parked(struct kvfs_store *s, const char *hash);
+/* Release parked images: hash's (NULL: those past their wait, or all with all set). */
+void store_drop_parked(struct kvfs_store *s, const char *hash, int all);
 /* remove a chunk: object, index row, table row, RAM copy */
 int store_remove_locked(struct kvfs_store *s, const char *hash);
 /* evict least recently used chunks and results until need more bytes fit */

@@ -258,6 +258,7 @@ void kvfs_store_close(struct kvfs_store *s)
     kvfs_idx_close(s->db);
     result_table_free(&s->results);
     chunk_rows_free(&s->rows);
+    store_drop_parked(s, NULL, 1);
     ram_tier_close(&s->ram);
     pthread_mutex_destroy(&s->lock);
     free(s->dir);

@@ -101,14 +101,18 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
 }
 
 /* Verify an image (header, checksums) and derive its name; -EINVAL when it
- * does not match expect_hash. */
-static int check_image(const void *img, size_t len, const char *expect_hash, struct kvfs_header *h,
-                       char hex[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+ * does not match expect_hash.  layers_checked: the caller checked every
+ * layer against the header's checksums and zeroed the padding (a fetch, as
+ * each layer arrived), so only the header is checked here. */
+static int check_image_as(const void *img, size_t len, const char *expect_hash, int layers_checked,
+                          struct kvfs_header *h, char hex[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     uint8_t digest[32];
     char why[256];
-    int rc;
-    if ((rc = kvfs_file_verify(img, len, h, why, sizeof(why))))
+    int rc = layers_checked ? kvfs_header_parse(img, len, h, why, sizeof(why)) : kvfs_file_verify(img, len, h, why, sizeof(why));
+    if (!rc && layers_checked && len != h->file_size)
+        rc = kvfs_errf(why, sizeof(why), -EINVAL, "%zu bytes, header says %llu", len, (unsigned long long)h->file_size);
+    if (rc)
         return kvfs_errf(err, errlen, rc, "invalid chunk: %s", why);
     if ((rc = kvfs_content_hash(h, digest)))
         return rc;
@@ -116,6 +120,12 @@ static int check_image(const void *img, size_t len, const char *expect_hash, str
     if (expect_hash && strcmp(expect_hash, hex) != 0)
         return kvfs_errf(err, errlen, -EINVAL, "name %s does not match the chunk's content hash %s", expect_hash, hex);
     return 0;
+}
+
+static int check_image(const void *img, size_t len, const char *expect_hash, struct kvfs_header *h,
+                       char hex[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
+{
+    return check_image_as(img, len, expect_hash, 0, h, hex, err, errlen);
 }
 
 int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char *expect_hash,
@@ -170,47 +180,141 @@ static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size
     kvfs_img_free(img);
 }
 
-/* An object as another store wrote it (the remote tier's copy): it goes to
- * disk as it came, with no decode and re-encode in memory: written to a
- * temporary file, decoded and verified from there, then moved into place. */
-int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash, char *err,
-                          size_t errlen)
+/* An image handed to the reader that caused its fetch: kept in the RAM tier
+ * where it fits (as kvfs_store_get would), else the reader's alone.  Takes
+ * img; NULL on ENOMEM (the reader then decodes the stored file). */
+static struct kvfs_chunk_ref *ref_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len)
 {
-    struct kvfs_header h;
-    uint8_t *img = NULL;
-    size_t img_len = 0;
-    char hex[KVFS_HASH_HEX_LEN + 1], tmp[4096], why[256] = "";
-    int rc, fd, counted = 1;
+    struct kvfs_chunk_ref *ref = store_new_ref(s, NULL);
+    struct ram_entry *e = ref ? ram_entry_new(hash, img, len, 1) : NULL;
+    if (!e) {
+        free(ref);
+        kvfs_img_free(img);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    ref->e = ram_adopt_decoded(&s->ram, e, chunk_rows_get(&s->rows, hash) != NULL);
+    pthread_mutex_unlock(&s->lock);
+    return ref;
+}
+
+int kvfs_store_incoming_open(struct kvfs_store *s, const char *hash, struct kvfs_store_incoming *in, char *err,
+                             size_t errlen)
+{
+    in->s = s;
+    in->fd = -1;
     if (s->opts.read_only)
-        return -EROFS;
-    if ((fd = rc = store_write_tmp(s, expect_hash ? expect_hash : "object", obj, len, tmp, err, errlen)) < 0)
-        goto count_error;
-    if ((rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)))) {
+        return kvfs_errf(err, errlen, -EROFS, "the store is read-only");
+    int fd = store_write_tmp(s, hash ? hash : "object", NULL, 0, in->tmp, err, errlen);
+    if (fd < 0) {
+        count_ingest_error(s);
+        return fd;
+    }
+    in->fd = fd;
+    return 0;
+}
+
+int kvfs_store_incoming_write(struct kvfs_store_incoming *in, const void *buf, size_t len, uint64_t off, char *err,
+                              size_t errlen)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pwrite(in->fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int rc = n < 0 ? -errno : -EIO;
+            return kvfs_errf(err, errlen, rc, "writing object failed: %s%s", strerror(-rc),
+                             rc == -ENOSPC ? " (backing disk full)" : "");
+        }
+        done += (size_t)n;
+    }
+#ifdef SYNC_FILE_RANGE_WRITE
+    /* start the write-back now: finish's fsync then waits for less */
+    if (!in->s->opts.no_sync)
+        sync_file_range(in->fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#endif
+    return 0;
+}
+
+void kvfs_store_incoming_abort(struct kvfs_store_incoming *in)
+{
+    if (in->fd < 0)
+        return;
+    close(in->fd);
+    unlink(in->tmp);
+    in->fd = -1;
+}
+
+/* The object as it came goes to disk with no decode and re-encode in
+ * memory: decoded and verified from the temporary file, then moved into
+ * place. */
+static int finish(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash, uint8_t *img,
+                  size_t img_len, struct kvfs_chunk_ref **ref, char *err, size_t errlen)
+{
+    struct kvfs_store *s = in->s;
+    struct kvfs_header h;
+    char hex[KVFS_HASH_HEX_LEN + 1], why[256] = "";
+    int rc, fd = in->fd, counted = 1, layers_checked = img != NULL;
+    if (ref)
+        *ref = NULL;
+    in->fd = -1;
+    if (!img && (rc = kvfs_obj_decode_file(fd, len, &img, &img_len, why, sizeof(why)))) {
         kvfs_errf(err, errlen, rc, "bad object: %s", why);
         counted = 0; /* not a chunk at all: as before, the caller counts it */
         goto drop;
     }
-    if ((rc = check_image(img, img_len, expect_hash, &h, hex, err, errlen)))
+    if ((rc = check_image_as(img, img_len, expect_hash, layers_checked, &h, hex, err, errlen)))
         goto drop;
     if (store_has_chunk(s, hex)) {
-        kvfs_img_free(img);
         close(fd);
-        unlink(tmp);
-        return 0;
+        unlink(in->tmp);
+        goto adopt;
     }
-    if ((rc = finish_tmp(s, fd, tmp, err, errlen)) || (rc = commit_object(s, tmp, hex, &h, len, err, errlen))) {
+    if ((rc = finish_tmp(s, fd, in->tmp, err, errlen)) || (rc = commit_object(s, in->tmp, hex, &h, len, err, errlen))) {
         kvfs_img_free(img);
         goto count_error;
     }
-    ram_adopt(s, hex, img, img_len);
+adopt:
+    if (ref)
+        *ref = ref_adopt(s, hex, img, img_len);
+    else
+        ram_adopt(s, hex, img, img_len);
     return 0;
 drop:
     kvfs_img_free(img);
     close(fd);
-    unlink(tmp);
+    unlink(in->tmp);
     if (!counted)
         return rc;
 count_error:
     count_ingest_error(s);
     return rc;
+}
+
+int kvfs_store_incoming_finish(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash,
+                               struct kvfs_chunk_ref **ref, char *err, size_t errlen)
+{
+    return finish(in, len, expect_hash, NULL, 0, ref, err, errlen);
+}
+
+int kvfs_store_incoming_finish_image(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash,
+                                     uint8_t *img, size_t img_len, struct kvfs_chunk_ref **ref, char *err,
+                                     size_t errlen)
+{
+    return finish(in, len, expect_hash, img, img_len, ref, err, errlen);
+}
+
+int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, const char *expect_hash, char *err,
+                          size_t errlen)
+{
+    struct kvfs_store_incoming in;
+    int rc = kvfs_store_incoming_open(s, expect_hash, &in, err, errlen);
+    if (rc)
+        return rc;
+    if ((rc = kvfs_store_incoming_write(&in, obj, len, 0, err, errlen))) {
+        kvfs_store_incoming_abort(&in);
+        count_ingest_error(s);
+        return rc;
+    }
+    return kvfs_store_incoming_finish(&in, len, expect_hash, NULL, err, errlen);
 }

@@ -18,22 +18,35 @@
  * held, the hit is counted (the store's, the row's hits and access time,
  * the index's copy) and *e is the RAM tier's entry for it, or NULL.  A miss
  * is counted and, with may_fetch, the remote tier asked for the chunk
- * (without the lock); NULL with the lock released when neither has it. */
+ * (without the lock); NULL with the lock released when neither has it.
+ * *fetched: a reference on the image the fetch verified (else NULL), which
+ * the caller serves instead of decoding the stored copy again. */
 static struct kvfs_chunk_info *open_row(struct kvfs_store *s, const char *hash, int may_fetch,
-                                        struct ram_entry **e)
+                                        struct ram_entry **e, struct kvfs_chunk_ref **fetched)
 {
+    *fetched = NULL;
     pthread_mutex_lock(&s->lock);
     struct kvfs_chunk_info *c = chunk_rows_get(&s->rows, hash);
     if (!c) {
         s->misses++;
         pthread_mutex_unlock(&s->lock);
         /* only on the remote tier: fetched into the local tiers first */
-        if (!may_fetch || store_fetch_remote(s, hash) != 0)
+        if (!may_fetch || store_fetch_remote(s, hash, fetched) != 0)
             return NULL;
         pthread_mutex_lock(&s->lock);
         if (!(c = chunk_rows_get(&s->rows, hash))) {
             pthread_mutex_unlock(&s->lock);
+            kvfs_chunk_release(*fetched); /* removed or evicted meanwhile */
+            *fetched = NULL;
             return NULL;
+        }
+        if (*fetched) {
+            s->hits++;
+            c->hits++;
+            c->accessed_ns = store_now_ns();
+            kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
+            *e = NULL;
+            return c;
         }
     }
     s->hits++;
@@ -41,18 +54,26 @@ static struct kvfs_chunk_info *open_row(struct kvfs_store *s, const char *hash, 
     c->accessed_ns = store_now_ns();
     kvfs_idx_touch(s->db, hash, c->accessed_ns, c->hits);
     *e = ram_lookup(&s->ram, hash);
+    if (!*e)
+        *fetched = store_take_parked(s, hash); /* the lookup just fetched it */
     return c;
 }
 
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
 {
-    struct kvfs_chunk_ref *ref = store_new_ref(s, NULL);
+    struct kvfs_chunk_ref *ref = store_new_ref(s, NULL), *fetched;
     struct ram_entry *e;
     if (!ref)
         return -ENOMEM;
-    if (!open_row(s, hash, 1, &e)) {
+    if (!open_row(s, hash, 1, &e, &fetched)) {
         free(ref);
         return -ENOENT;
+    }
+    if (fetched) {
+        pthread_mutex_unlock(&s->lock);
+        free(ref);
+        *out = fetched;
+        return 0;
     }
     if (e) {
         ram_hit(&s->ram, e);
@@ -84,12 +105,15 @@ static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk
                        int may_fetch)
 {
     struct ram_entry *e;
+    struct kvfs_chunk_ref *fetched;
     *ram_ref = NULL;
     *fd = -1;
-    if (!open_row(s, hash, may_fetch, &e))
+    if (!open_row(s, hash, may_fetch, &e, &fetched))
         return -ENOENT;
     int rc = 0;
-    if (e) {
+    if (fetched) {
+        *ram_ref = fetched;
+    } else if (e) {
         struct kvfs_chunk_ref *ref = store_new_ref(s, e);
         if (!ref) {
             rc = -ENOMEM;

@@ -167,6 +167,28 @@ hwrong=$(synth "$T/c5.kv" --tokens 64 --layers 8 --seed 55)
 rados -p kvfs put "$hwrong" "$(find "$T/a.store" -name "$h1*" -type f | head -1)"
 check "a valid object under the wrong hash is rejected" sh -c "! cat '$B/chunks/$hwrong.kv' > /dev/null 2>&1 && grep -q 'object $hwrong in pool kvfs rejected' '$T/b.log'"
 check "B counts the rejections" test "$(remote "$B" 'r["rejected"]')" -ge 2
+# a valid object with one byte changed in its last layer (past the first
+# read, so it arrives in a ranged read of its own): the read is refused and
+# nothing of it is stored, in place or as a temporary file; the good object
+# put back is then read whole
+hflip=$(synth "$T/c9.kv" --tokens 1200 --layers 8 --seed 99)
+cp "$T/c9.kv" "$A/chunks/$hflip.kv"
+drained "$A" 40 >/dev/null
+rados -p kvfs get "$hflip" "$T/flip.good"
+cp "$T/flip.good" "$T/flip.bad"
+size=$(stat -c %s "$T/flip.bad")
+printf '\x5a' | dd of="$T/flip.bad" bs=1 seek=$((size - 100)) conv=notrunc status=none
+cmp -s "$T/flip.good" "$T/flip.bad" || rados -p kvfs put "$hflip" "$T/flip.bad"
+rejected0=$(remote "$B" 'r["rejected"]')
+check "an object ($size bytes) with a byte changed in its last layer is refused through B" \
+    sh -c "! cat '$B/chunks/$hflip.kv' > /dev/null 2>&1"
+check "... B counts it rejected, with a log line naming the layer: $(grep -o "object $hflip in pool kvfs rejected.*" "$T/b.log" | head -1 | cut -c80-)" \
+    sh -c "[ $(remote "$B" 'r["rejected"]') -gt $rejected0 ] && grep -q 'object $hflip in pool kvfs rejected: .*layer 7' '$T/b.log'"
+check "... and nothing of it is in B's store (objects or tmp)" sh -c "! find '$T/b.store' -name '$hflip*' | grep -q ."
+rados -p kvfs put "$hflip" "$T/flip.good"
+check "... the good object put back is read whole" \
+    sh -c "sleep 1.2; for i in \$(seq 10); do cmp -s '$T/c9.kv' '$B/chunks/$hflip.kv' && exit 0; sleep 0.5; done; exit 1"
+rm -f "$T/flip.good" "$T/flip.bad"
 check "daemons alive" sh -c "kill -0 $PID_A && kill -0 $PID_B"
 # a host joining the pool shares what it already had
 mount_kvfs c "" || exit 1

@@ -1,0 +1,306 @@
+/* remote_fetch.c - reading a chunk's object out of the pool on a local miss
+ * (remote_internal.h): one operation asks for the object's size and its
+ * first piece together, then the rest comes in ranged aio reads, several in
+ * flight at once (a single large read leaves the OSD, the wire and this
+ * host idle in turn); each piece goes into the local store's temporary file
+ * as it arrives, in a few reused buffers, so memory stays bounded whatever
+ * the object's size and the local copy is written while the rest is still
+ * on its way.  The store then decodes, verifies and moves the copy into
+ * place, and hands the verified image to the reader that asked. */
+#include "remote.h"
+
+#ifdef KVFS_HAVE_RADOS
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sys/mman.h>
+
+#include "image.h"
+#include "object.h"
+#include "remote_internal.h"
+
+#define FIRST_BYTES (1u << 20) /* read with the size: holds the prefix of any usual chunk */
+#define PIECE_BYTES (4u << 20) /* one ranged read after it */
+#define IN_FLIGHT 8            /* reads outstanding at once: 32 MiB of buffers at most */
+
+struct piece {
+    uint8_t *buf; /* where the read lands: a slot buffer, or the image itself */
+    uint64_t off; /* in the object */
+    size_t len;
+    uint32_t layer; /* the image's layer it belongs to (image mode) */
+    long rc;  /* bytes read or -errno, once done */
+    int busy; /* submitted, not yet written out */
+    int done;
+    struct fetch_pipe *p;
+};
+
+struct fetch_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct piece slot[IN_FLIGHT];
+};
+
+/* Where the rest of the object goes.  Image mode (every frame raw, the
+ * frames tiling the object after its prefix): each read lands in the
+ * image at its layer's place and is written to the local copy from there,
+ * and a layer is checked against its checksum as soon as all of it came.
+ * Otherwise each read lands in a slot buffer, written to the local copy,
+ * which the store decodes at the end. */
+struct plan {
+    uint64_t next, size;     /* next object byte to ask for; the object's bytes */
+    uint8_t *slot_buf[IN_FLIGHT];
+    /* image mode */
+    uint8_t *img;
+    const struct kvfs_obj_info *info;
+    const struct kvfs_header *hdr;
+    uint64_t lbytes, stride;
+    uint32_t layer;          /* the layer next belongs to */
+    uint64_t *left;          /* bytes of each layer still to come */
+};
+
+static void piece_done(rados_completion_t c, void *arg)
+{
+    struct piece *pc = arg;
+    long rc = rados_aio_get_return_value(c);
+    rados_aio_release(c); /* allowed once the callback runs */
+    pthread_mutex_lock(&pc->p->mu);
+    pc->rc = rc;
+    pc->done = 1;
+    pthread_cond_signal(&pc->p->cv);
+    pthread_mutex_unlock(&pc->p->mu);
+}
+
+/* The next range to read into slot i: 0, or 1 when everything is asked for. */
+static int plan_next(struct plan *pl, int i, struct piece *pc)
+{
+    if (pl->next >= pl->size)
+        return 1;
+    size_t len = pl->size - pl->next > PIECE_BYTES ? PIECE_BYTES : (size_t)(pl->size - pl->next);
+    pc->off = pl->next;
+    if (!pl->img) {
+        pc->buf = pl->slot_buf[i];
+    } else {
+        /* within one frame: frames are raw layers, back to back */
+        while (pl->next >= pl->info->frames[pl->layer].offset + pl->lbytes)
+            pl->layer++;
+        uint64_t in_layer = pl->next - pl->info->frames[pl->layer].offset;
+        if (len > pl->lbytes - in_layer)
+            len = (size_t)(pl->lbytes - in_layer);
+        pc->layer = pl->layer;
+        pc->buf = pl->img + pl->hdr->header_size + pl->layer * pl->stride + in_layer;
+    }
+    pc->len = len;
+    pl->next += len;
+    return 0;
+}
+
+static int submit(rados_ioctx_t io, const char *hash, struct piece *pc)
+{
+    rados_completion_t c;
+    int rc = rados_aio_create_completion2(pc, piece_done, &c);
+    if (rc < 0)
+        return rc;
+    pc->rc = 0;
+    pc->done = 0;
+    pc->busy = 1;
+    if ((rc = rados_aio_read(io, hash, c, (char *)pc->buf, pc->len, pc->off)) < 0) {
+        pc->busy = 0;
+        rados_aio_release(c);
+    }
+    return rc;
+}
+
+/* A layer all of whose bytes are in the image: its checksum, its padding. */
+static int layer_complete(struct plan *pl, uint32_t l, char *err, size_t errlen)
+{
+    uint8_t *p = pl->img + pl->hdr->header_size + l * pl->stride;
+    if (kvfs_layer_verify(pl->hdr, l, p, pl->lbytes))
+        return kvfs_errf(err, errlen, -EBADMSG, "bad object: layer %u: checksum mismatch or corrupt frame", l);
+    memset(p + pl->lbytes, 0, pl->stride - pl->lbytes);
+    return 0;
+}
+
+/* A piece arrived (outside the pipe's lock): into the local copy, and in
+ * image mode its layer checked once complete. */
+static int piece_arrived(struct plan *pl, struct kvfs_store_incoming *in, struct piece *pc, char *err, size_t errlen)
+{
+    if (pc->rc != (long)pc->len)
+        return pc->rc < 0 ? (int)pc->rc : -EIO; /* short: the object changed, or a broken reply */
+    int rc = kvfs_store_incoming_write(in, pc->buf, pc->len, pc->off, err, errlen);
+    if (!rc && pl->img && (pl->left[pc->layer] -= pc->len) == 0)
+        rc = layer_complete(pl, pc->layer, err, errlen);
+    return rc;
+}
+
+/* Stream the rest of the object as planned, IN_FLIGHT reads at once.  On an
+ * error it stops asking and waits for the reads still out (their buffers
+ * are freed after).  0 or -errno. */
+static int stream_rest(rados_ioctx_t io, const char *hash, struct plan *pl, struct kvfs_store_incoming *in,
+                       char *err, size_t errlen)
+{
+    struct fetch_pipe p;
+    int rc = 0, n_busy = 0, n_slots = 0;
+    memset(&p, 0, sizeof(p));
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    for (; n_slots < IN_FLIGHT && (uint64_t)n_slots * PIECE_BYTES < pl->size - pl->next; n_slots++) {
+        p.slot[n_slots].p = &p;
+        if (!pl->img && !(pl->slot_buf[n_slots] = malloc(PIECE_BYTES))) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    pthread_mutex_lock(&p.mu);
+    for (;;) {
+        /* keep every free slot reading while there is more to read */
+        for (int i = 0; i < n_slots && !rc; i++) {
+            if (p.slot[i].busy)
+                continue;
+            if (plan_next(pl, i, &p.slot[i]))
+                break;
+            if ((rc = submit(io, hash, &p.slot[i])) == 0)
+                n_busy++;
+        }
+        if (!n_busy)
+            break;
+        struct piece *pc = NULL;
+        while (!pc) {
+            for (int i = 0; i < n_slots && !pc; i++)
+                if (p.slot[i].busy && p.slot[i].done)
+                    pc = &p.slot[i];
+            if (!pc)
+                pthread_cond_wait(&p.cv, &p.mu);
+        }
+        pthread_mutex_unlock(&p.mu);
+        /* written and checked outside the lock: the other reads keep arriving */
+        if (!rc)
+            rc = piece_arrived(pl, in, pc, err, errlen);
+        pthread_mutex_lock(&p.mu);
+        pc->busy = 0;
+        n_busy--;
+    }
+    pthread_mutex_unlock(&p.mu);
+out:
+    for (int i = 0; i < n_slots; i++)
+        free(pl->slot_buf[i]);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
+    return rc;
+}
+
+/* Image mode, if the object allows it (every frame raw, back to back after
+ * the prefix, the prefix within the first piece): the image, its header
+ * copied in, and the frame bytes the first piece holds copied to their
+ * layers; 0 = image mode ready, 1 = not this object, -errno. */
+static int plan_image(struct plan *pl, const uint8_t *first, size_t got, uint64_t size,
+                      const struct kvfs_obj_info *info, const uint8_t *hb, const struct kvfs_header *hdr,
+                      char *err, size_t errlen)
+{
+    uint64_t pos = info->header_offset + info->header_size;
+    pl->lbytes = kvfs_layer_bytes(hdr);
+    pl->stride = kvfs_layer_stride(hdr);
+    for (uint32_t l = 0; l < info->n_layer; l++) {
+        if (info->frames[l].codec != KVFS_CODEC_RAW || info->frames[l].offset != pos)
+            return 1;
+        pos += pl->lbytes;
+    }
+    if (pos != size || info->header_offset + info->header_size > got)
+        return 1;
+    size_t huge = (size_t)2 << 20, align = info->logical_size >= 2 * huge ? huge : KVFS_ALIGN;
+    if (!(pl->left = malloc(sizeof(*pl->left) * info->n_layer)) ||
+        kvfs_img_alloc(info->logical_size, align, &pl->img)) {
+        free(pl->left);
+        pl->left = NULL;
+        return kvfs_errf(err, errlen, -ENOMEM, "no memory for a %llu-byte image",
+                         (unsigned long long)info->logical_size);
+    }
+#ifdef MADV_HUGEPAGE
+    if (align == huge)
+        madvise(pl->img, info->logical_size & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    memcpy(pl->img, hb, info->header_size);
+    pl->info = info;
+    pl->hdr = hdr;
+    int rc = 0;
+    for (uint32_t l = 0; l < info->n_layer; l++) {
+        uint64_t off = info->frames[l].offset, have = got > off ? got - off : 0;
+        if (have > pl->lbytes)
+            have = pl->lbytes;
+        memcpy(pl->img + hdr->header_size + l * pl->stride, first + off, (size_t)have);
+        pl->left[l] = pl->lbytes - have;
+        if (!pl->left[l] && !rc)
+            rc = layer_complete(pl, l, err, errlen);
+    }
+    return rc;
+}
+
+int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s, struct kvfs_chunk_ref **ref,
+                        uint64_t *size_out, char *err, size_t errlen)
+{
+    uint64_t size = 0;
+    time_t mtime;
+    size_t got = 0;
+    int stat_rc = 0, read_rc = 0, rc;
+    struct kvfs_store_incoming in = {.fd = -1};
+    struct plan pl = {0};
+    struct kvfs_obj_info info = {0};
+    struct kvfs_header hdr;
+    uint8_t *hb = NULL;
+    char why[256];
+    err[0] = '\0';
+    uint8_t *first = malloc(FIRST_BYTES);
+    if (!first)
+        return -ENOMEM;
+    /* the size and the first piece in one round trip (a name the pool lacks
+     * costs this one operation, as a stat did) */
+    rados_read_op_t op = rados_create_read_op();
+    if (!op) {
+        free(first);
+        return -ENOMEM;
+    }
+    rados_read_op_stat(op, &size, &mtime, &stat_rc);
+    rados_read_op_read(op, 0, FIRST_BYTES, (char *)first, &got, &read_rc);
+    rc = rados_read_op_operate(op, io, hash, 0);
+    rados_release_read_op(op);
+    if (!rc)
+        rc = stat_rc < 0 ? stat_rc : read_rc < 0 ? read_rc : 0;
+    if (!rc && got != (size < FIRST_BYTES ? size : FIRST_BYTES))
+        rc = -EIO; /* short: the object changed under us, or a broken reply */
+    *size_out = size;
+    if (rc)
+        goto out;
+    if ((rc = kvfs_store_incoming_open(s, hash, &in, err, errlen)) ||
+        (rc = kvfs_store_incoming_write(&in, first, got, 0, err, errlen)))
+        goto out;
+    pl.next = got;
+    pl.size = size;
+    /* the prefix, from the local copy's first bytes; an object this cannot
+     * read goes the general way, where the store says what is wrong */
+    int image = kvfs_obj_read_prefix(in.fd, size, &info, &hb, &hdr, why, sizeof(why)) == 0 ? 0 : 1;
+    if (!image && (image = plan_image(&pl, first, got, size, &info, hb, &hdr, err, errlen)) < 0) {
+        rc = image;
+        goto out;
+    }
+    free(first);
+    first = NULL;
+    if ((rc = stream_rest(io, hash, &pl, &in, err, errlen)))
+        goto out;
+    /* every byte here (and in image mode checked): make durable, move into place */
+    if (image == 0) {
+        rc = kvfs_store_incoming_finish_image(&in, size, hash, pl.img, info.logical_size, ref, err, errlen);
+        pl.img = NULL; /* taken */
+    } else {
+        rc = kvfs_store_incoming_finish(&in, size, hash, ref, err, errlen);
+    }
+out:
+    if (pl.img)
+        kvfs_img_free(pl.img);
+    free(pl.left);
+    free(hb);
+    kvfs_obj_info_free(&info);
+    free(first);
+    kvfs_store_incoming_abort(&in);
+    return rc;
+}
+#endif

@@ -54,7 +54,6 @@ struct plan {
     uint8_t *img;
     const struct kvfs_obj_info *info;
     const struct kvfs_header *hdr;
-    uint64_t lbytes, stride;
     uint32_t layer;          /* the layer next belongs to */
     uint64_t *left;          /* bytes of each layer still to come */
 };
@@ -71,6 +70,11 @@ static void piece_done(rados_completion_t c, void *arg)
     pthread_mutex_unlock(&pc->p->mu);
 }
 
+/* layer l's bytes, and where it starts in the image (layers differ in size
+ * in a LAYER_SHAPES chunk: gemma4's; a shared-KV layer has none) */
+static uint64_t layer_bytes(const struct plan *pl, uint32_t l) { return kvfs_layer_bytes(pl->hdr, l); }
+static uint8_t *layer_at(const struct plan *pl, uint32_t l) { return pl->img + kvfs_layer_offset(pl->hdr, l); }
+
 /* The next range to read into slot i: 0, or 1 when everything is asked for. */
 static int plan_next(struct plan *pl, int i, struct piece *pc)
 {
@@ -82,13 +86,13 @@ static int plan_next(struct plan *pl, int i, struct piece *pc)
         pc->buf = pl->slot_buf[i];
     } else {
         /* within one frame: frames are raw layers, back to back */
-        while (pl->next >= pl->info->frames[pl->layer].offset + pl->lbytes)
+        while (pl->next >= pl->info->frames[pl->layer].offset + layer_bytes(pl, pl->layer))
             pl->layer++;
-        uint64_t in_layer = pl->next - pl->info->frames[pl->layer].offset;
-        if (len > pl->lbytes - in_layer)
-            len = (size_t)(pl->lbytes - in_layer);
+        uint64_t in_layer = pl->next - pl->info->frames[pl->layer].offset, lb = layer_bytes(pl, pl->layer);
+        if (len > lb - in_layer)
+            len = (size_t)(lb - in_layer);
         pc->layer = pl->layer;
-        pc->buf = pl->img + pl->hdr->header_size + pl->layer * pl->stride + in_layer;
+        pc->buf = layer_at(pl, pl->layer) + in_layer;
     }
     pc->len = len;
     pl->next += len;
@@ -114,10 +118,11 @@ static int submit(rados_ioctx_t io, const char *hash, struct piece *pc)
 /* A layer all of whose bytes are in the image: its checksum, its padding. */
 static int layer_complete(struct plan *pl, uint32_t l, char *err, size_t errlen)
 {
-    uint8_t *p = pl->img + pl->hdr->header_size + l * pl->stride;
-    if (kvfs_layer_verify(pl->hdr, l, p, pl->lbytes))
+    uint8_t *p = layer_at(pl, l), *end = layer_at(pl, l + 1);
+    uint64_t lb = layer_bytes(pl, l);
+    if (kvfs_layer_verify(pl->hdr, l, p, lb))
         return kvfs_errf(err, errlen, -EBADMSG, "bad object: layer %u: checksum mismatch or corrupt frame", l);
-    memset(p + pl->lbytes, 0, pl->stride - pl->lbytes);
+    memset(p + lb, 0, (size_t)(end - p - lb));
     return 0;
 }
 
@@ -198,12 +203,11 @@ static int plan_image(struct plan *pl, const uint8_t *first, size_t got, uint64_
                       char *err, size_t errlen)
 {
     uint64_t pos = info->header_offset + info->header_size;
-    pl->lbytes = kvfs_layer_bytes(hdr);
-    pl->stride = kvfs_layer_stride(hdr);
+    pl->hdr = hdr;
     for (uint32_t l = 0; l < info->n_layer; l++) {
         if (info->frames[l].codec != KVFS_CODEC_RAW || info->frames[l].offset != pos)
             return 1;
-        pos += pl->lbytes;
+        pos += layer_bytes(pl, l);
     }
     if (pos != size || info->header_offset + info->header_size > got)
         return 1;
@@ -221,14 +225,14 @@ static int plan_image(struct plan *pl, const uint8_t *first, size_t got, uint64_
 #endif
     memcpy(pl->img, hb, info->header_size);
     pl->info = info;
-    pl->hdr = hdr;
     int rc = 0;
     for (uint32_t l = 0; l < info->n_layer; l++) {
         uint64_t off = info->frames[l].offset, have = got > off ? got - off : 0;
-        if (have > pl->lbytes)
-            have = pl->lbytes;
-        memcpy(pl->img + hdr->header_size + l * pl->stride, first + off, (size_t)have);
-        pl->left[l] = pl->lbytes - have;
+        uint64_t lb = layer_bytes(pl, l);
+        if (have > lb)
+            have = lb;
+        memcpy(layer_at(pl, l), first + off, (size_t)have);
+        pl->left[l] = lb - have;
         if (!pl->left[l] && !rc)
             rc = layer_complete(pl, l, err, errlen);
     }

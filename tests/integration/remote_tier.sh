@@ -43,6 +43,15 @@ check "... and B's stats count the fetch" test "$(remote "$B" 'r["fetched"]')" -
 check "... and now lists it locally" sh -c "ls '$B/chunks' | grep -qx $h1.kv"
 check "... and holds it in its RAM tier too: $(tier "$B/chunks/$h1.kv")" test "$(tier "$B/chunks/$h1.kv")" = "ram,disk,remote"
 
+# a chunk whose layers differ in size (gemma4's: two head widths, shared-KV
+# layers storing nothing) fetched through B in its pieces
+"$KVFSCTL" mkmodel -o "$T/g4.gguf" --arch gemma4 --layers 6 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5 >/dev/null
+"$KVFSCTL" prefill -m "$T/g4.gguf" -o "$T/g4.kv" --ids "$(seq -s, 1 250),$(seq -s, 1 50)" >/dev/null 2>&1
+hg=$("$KVFSCTL" info --json "$T/g4.kv" | python3 -c 'import json,sys; print(json.load(sys.stdin)["hash"])')
+check "cp of a gemma4 chunk (layer shapes) into A" cp "$T/g4.kv" "$A/chunks/$hg.kv"
+check "A's upload queue drains" drained "$A" 20
+check "mount B reads the gemma4 chunk byte-identical (fetched from RADOS)" cmp "$T/g4.kv" "$B/chunks/$hg.kv"
+
 # concurrent writers of the same chunk from both mounts
 h2=$(synth "$T/c2.kv" --tokens 400 --layers 8 --seed 2)
 cp "$T/c2.kv" "$A/incoming/x.kv" & p1=$!; cp "$T/c2.kv" "$B/incoming/y.kv" & p2=$!

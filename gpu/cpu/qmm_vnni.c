@@ -126,6 +126,72 @@ static void repack(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, in
     }
 }
 
+/* Q4_K / Q5_K rows [r0, r0 + rows) into the panel straight from their
+ * blocks, the transpose done by the gathers themselves: a dword of 4 bytes
+ * of a chunk's qs holds 4 consecutive values of sub-block 2c (low nibbles)
+ * and 4 of 2c + 1 (high), so one gather across the 16 rows gives two
+ * panel vectors; the scales, mins and d / dmin of 16 rows likewise, by
+ * lanes.  The same panel as repack's, at about a third of its cost (no
+ * per-row unpacking into a stage): what a blend's ~50 rows per expert
+ * paid most for. */
+static void repack_q45k(int five, const uint8_t *w, size_t row_bytes, int r0, int rows, int nb, uint8_t *panel)
+{
+    const __mmask16 live = (__mmask16)((1u << rows) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)row_bytes));
+    const __m512i zero = _mm512_setzero_si512(), low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m2 = _mm512_set1_epi32(0x03030303);
+    const __m512i byte0 = _mm512_set1_epi32(0xff);
+    size_t bb = row_bytes / (size_t)nb;
+#define GATHER(off) _mm512_mask_i32gather_epi32(zero, live, idx, (const void *)(base + (off)), 1)
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *base = w + (size_t)r0 * row_bytes + (size_t)b * bb;
+        uint8_t *p = panel + (size_t)b * PB_BYTES;
+        const uint8_t *qs = base + (five ? 48 : 16);
+        for (int u = 0; u < 8; u++) {
+            __m512i hb = five ? GATHER(16 + 4 * u) : zero;
+            for (int c = 0; c < 4; c++) {
+                __m512i g = _mm512_mask_i32gather_epi32(zero, live, idx, (const void *)(qs + 32 * c + 4 * u), 1);
+                __m512i lo = _mm512_and_si512(g, low4), hi = _mm512_and_si512(_mm512_srli_epi16(g, 4), low4);
+                if (five) { /* the fifth bits: bit 2c of qh for sub-block 2c, bit 2c + 1 for 2c + 1 */
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * c), one), 4));
+                    hi = _mm512_or_si512(hi,
+                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * c + 1), one), 4));
+                }
+                _mm512_store_si512((void *)(p + PB_Q + 64 * ((2 * c) * 8 + u)), lo);
+                _mm512_store_si512((void *)(p + PB_Q + 64 * ((2 * c + 1) * 8 + u)), hi);
+            }
+        }
+        /* kq_scales_mins across the lanes: bytes sc 0..3, m 0..3, sc 4..7, m 4..7 */
+        __m512i w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
+        __m512i s03 = _mm512_and_si512(w0, m6), m03 = _mm512_and_si512(w1, m6);
+        __m512i s47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4));
+        __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4));
+        for (int j = 0; j < 4; j++) {
+            _mm512_store_si512((void *)(p + PB_SC + 64 * j), _mm512_and_si512(_mm512_srli_epi32(s03, 8 * j), byte0));
+            _mm512_store_si512((void *)(p + PB_SC + 64 * (4 + j)),
+                               _mm512_and_si512(_mm512_srli_epi32(s47, 8 * j), byte0));
+        }
+        memset(p + PB_SC + 64 * 8, 0, 64 * 8); /* Q6_K's sub-blocks 8..15: unused, as repack leaves them */
+        for (int k = 0; k < 2; k++) { /* off pairs (m 2k, m 2k + 1) as two int16 */
+            __m512i a = _mm512_srli_epi32(m03, 16 * k), c = _mm512_srli_epi32(m47, 16 * k);
+            __m512i pa = _mm512_or_si512(_mm512_and_si512(a, byte0),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 8), byte0), 16));
+            __m512i pc = _mm512_or_si512(_mm512_and_si512(c, byte0),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 8), byte0), 16));
+            _mm512_store_si512((void *)(p + PB_OFF + 64 * k), pa);
+            _mm512_store_si512((void *)(p + PB_OFF + 64 * (2 + k)), pc);
+        }
+        memset(p + PB_OFF + 64 * 4, 0, 64 * 4);
+        __m512i dd = GATHER(0); /* d (low half) and dmin (high) of each row */
+        _mm512_store_ps((void *)(p + PB_D), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_store_ps((void *)(p + PB_COEF), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    }
+#undef GATHER
+}
+
 static inline int32_t load32(const void *p)
 {
     int32_t v;
@@ -234,9 +300,23 @@ int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int
     for (int p0 = r0; p0 < r1; p0 += PANEL_ROWS) {
         int rows = r1 - p0 < PANEL_ROWS ? r1 - p0 : PANEL_ROWS;
         __mmask16 valid = (__mmask16)((1u << rows) - 1);
-        repack(type, w, row_bytes, p0, rows, nb, panel);
+        if (type == KVFS_GGML_Q6_K)
+            repack(type, w, row_bytes, p0, rows, nb, panel);
+        else
+            repack_q45k(type == KVFS_GGML_Q5_K, w, row_bytes, p0, rows, nb, panel);
+        /* the next panel's rows (contiguous) fetched while this one's
+         * products run: repack reads 16 rows a super-block at a time, a
+         * pattern the hardware prefetcher misses, and its first read of the
+         * weights was a third of its time (a blend's ~50 rows per expert) */
+        const char *next = (const char *)(w + (size_t)(p0 + PANEL_ROWS) * row_bytes);
+        size_t next_bytes = p0 + PANEL_ROWS < r1 ? (size_t)(r1 - p0 - PANEL_ROWS < PANEL_ROWS ? r1 - p0 - PANEL_ROWS
+                                                                                            : PANEL_ROWS) * row_bytes
+                                                 : 0;
+        size_t ahead = 0, per_pass = (next_bytes / 64 + (n + COLS - 1) / COLS - 1) / ((n + COLS - 1) / COLS) * 64;
         for (int c0 = 0; c0 < n; c0 += COLS) {
             int nc = n - c0 < COLS ? n - c0 : COLS;
+            for (size_t e = ahead + per_pass; ahead < next_bytes && ahead < e; ahead += 64)
+                _mm_prefetch(next + ahead, _MM_HINT_T1);
             if (type == KVFS_GGML_Q6_K)
                 panel_q6k(panel, nb, x + (size_t)c0 * nb, nc, y + (size_t)c0 * ldy + p0, ldy, valid);
             else

@@ -25,7 +25,7 @@ import llama_cpp
 
 THREADS = int(os.environ.get('THREADS') or os.cpu_count())
 RUNS = int(os.environ.get('RUNS', '3'))
-TOKENS = [int(n) for n in os.environ.get('MOE_TOKENS', '512').split(',')]
+TOKENS = [int(n) for n in os.environ.get('MOE_TOKENS', '512').split(',') if n]  # empty: the blend rows alone
 RATIO = os.environ.get('MOE_RATIO', '0.15')
 BLEND_PROMPTS = int(os.environ.get('MOE_BLEND_PROMPTS', '3'))
 CHUNKS, CHUNK_BYTES = 4, int(os.environ.get('MOE_CHUNK_BYTES', '300'))
@@ -78,7 +78,7 @@ prefill_rows, blend_rows = [], []
 for name in WHICH:
     path = model_file(name)
     size_gb = os.path.getsize(path) / 1e9
-    llm = llama_cpp.Llama(model_path=path, n_ctx=max(TOKENS) + 64, n_batch=2048, n_ubatch=512, n_threads=THREADS,
+    llm = TOKENS and llama_cpp.Llama(model_path=path, n_ctx=max(TOKENS) + 64, n_batch=2048, n_ubatch=512, n_threads=THREADS,
                           n_threads_batch=THREADS, verbose=False)
     for n in TOKENS:
         ids = list(text[:n])  # byte vocabulary: a token is a byte
@@ -100,7 +100,7 @@ for name in WHICH:
         print(f'{name} {n}: kvfs {ours} llama.cpp {ref}', file=sys.stderr)
     del llm
     # blend TTFT vs full prefill: CHUNKS passages of CHUNK_BYTES bytes and a question, kvfsctl eval
-    full, blend, reuse, ntok = [], [], [], []
+    full, blend, reuse, ntok, full_cpu, blend_cpu = [], [], [], [], [], []
     with tempfile.TemporaryDirectory() as td:
         for p in range(BLEND_PROMPTS):
             files = []
@@ -114,14 +114,19 @@ for name in WHICH:
                                capture_output=True, text=True, check=True)
             d = json.loads(r.stdout)
             res = {x['method']: x['ttft_s'] for x in d['results']}
+            cpus = {x['method']: x['cpu_s'] for x in d['results']}
             full.append(res['full prefill'])
+            full_cpu.append(cpus['full prefill'])
             reuse.append(res['full reuse'])
-            blend.append(next(v for k, v in res.items() if k.startswith('blend') or k.startswith('query')))
+            which = next(k for k in res if k.startswith('blend') or k.startswith('query'))
+            blend.append(res[which])
+            blend_cpu.append(cpus[which])
             ntok.append(d['tokens'])
             print(f'{name} blend prompt {p + 1}: {res}', file=sys.stderr)
     if full:
         f, b = statistics.median(full), statistics.median(blend)
-        blend_rows.append((name, int(statistics.median(ntok)), f, statistics.median(reuse), b, b / f))
+        fc, bc = statistics.median(full_cpu), statistics.median(blend_cpu)
+        blend_rows.append((name, int(statistics.median(ntok)), f, statistics.median(reuse), b, b / f, fc, bc, bc / fc))
 
 print('### Mixture of experts and latent attention (`bench/moe.sh`, run by `make bench`)\n')
 print(f'{time.strftime("%Y-%m-%d")}, {cpu}, {THREADS} threads, medians of {RUNS} runs alternating kvfs and '
@@ -137,8 +142,11 @@ for name, gb, n, a, b, r, oc, lc in prefill_rows:
 if blend_rows:
     print(f'\nBlend TTFT at ratio {RATIO} (query selection, kvfs\'s floor) against kvfs\'s full prefill of the same '
           f'prompt, `kvfsctl eval` medians over {BLEND_PROMPTS} prompts of {CHUNKS} passages x {CHUNK_BYTES} bytes '
-          '(byte vocabulary: one token a byte) and a question:\n')
-    print('| CPU | model | prompt tokens | full prefill s | full reuse (ratio 0) s | blend s | blend / full |')
-    print('|---|---|---|---|---|---|---|')
-for name, n, f, z, b, r in blend_rows:
-    print(f'| {cpu} | {name} | {n} | {f:.2f} | {z:.2f} | {b:.2f} | {r:.2f} |')
+          '(byte vocabulary: one token a byte) and a question; CPU s = the process\'s CPU seconds (every thread) '
+          'during each, medians:\n')
+    print('| CPU | model | prompt tokens | full prefill s | full reuse (ratio 0) s | blend s | blend / full | '
+          'full prefill CPU s | blend CPU s | blend / full (CPU) |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
+for name, n, f, z, b, r, fc, bc, rc in blend_rows:
+    print(f'| {cpu} | {name} | {n} | {f:.2f} | {z:.2f} | {b:.2f} | {r:.2f} | {fc:.2f} | {bc:.2f} | {rc:.3f} |')
+print(f'\nload: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) at the end')

@@ -18,12 +18,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl blend -M MOUNT [--ratio R] (--suffix TEXT | --suffix-tokens IDS) [--name NAME] HASH...\n"
                "       kvfsctl blend -M MOUNT --batch FILE\n"
-               "       kvfsctl blend --local -m MODEL -o FILE [--ratio R] --suffix TEXT CHUNK_FILE...\n"
+               "       kvfsctl blend --local -m MODEL -o FILE [-t N] [--ratio R] --suffix TEXT CHUNK_FILE...\n"
                "Compose chunks CacheBlend-style: the prompt is the chunks in order followed by the\n"
                "suffix (the query).  With -M the mount does it (blends/NAME.recipe -> blends/NAME.kv)\n"
                "and the path of the blended file is printed; errors come from blends/NAME.err.\n"
                "--local blends chunk files in this process, as the mount would (the fidelity floor\n"
-               "included: kvfs(8)), and writes the result to FILE.\n"
+               "included: kvfs(8)), and writes the result to FILE; -t N: N threads (default: one per core).\n"
                "  --ratio R   share of chunk tokens recomputed (default %g); with -M also\n"
                "              auto: the daemon picks it from load and compute speed (kvfs(8))\n"
                "  --select S  which rows: query (default), fixed or gradual (kvfs(8))\n"
@@ -84,7 +84,7 @@ static int blend_batch(const char *mount, const char *file)
 
 struct blend_args {
     const char *mount, *suffix, *suffix_tokens, *name, *model, *out, *select, *batch, *ratio;
-    int local;
+    int local, threads;
     uint32_t dtype;
 };
 
@@ -93,7 +93,7 @@ static int blend_local(const struct blend_args *a, int n, char **files)
 {
     struct kvfs_model *m;
     struct kvfs_tokenizer *tok;
-    if (tool_load_model(a->model, "cpu", 0, &m, &tok))
+    if (tool_load_model(a->model, "cpu", a->threads, &m, &tok))
         return 1;
     if (kvfs_model_chunk_refusal(m)) {
         fprintf(stderr, "kvfsctl blend: %s: %s\n", a->model, kvfs_model_chunk_refusal(m));
@@ -222,7 +222,7 @@ int cmd_blend(int argc, char **argv)
         TOOL_OPT("name", 0, STR, &a.name), TOOL_OPT("local", 0, FLAG, &a.local),
         TOOL_OPT("model", 'm', STR, &a.model), TOOL_OPT("output", 'o', STR, &a.out),
         TOOL_OPT("select", 0, STR, &a.select), TOOL_OPT("batch", 0, STR, &a.batch),
-        TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &a.dtype), {0}};
+        TOOL_OPT("threads", 't', INT, &a.threads), TOOL_OPT_CALL("dtype", 0, tool_opt_dtype, &a.dtype), {0}};
     const struct tool_cmd cmd = {usage, opts, 0, -1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)

@@ -47,6 +47,7 @@ struct result {
     char name[32];
     double ttft, kl;
     int top1, agree;
+    double cpu_s; /* CPU seconds of the method, every thread (a shared machine's steadier figure) */
 };
 
 /* One run: the chunks prefilled on their own, the whole prompt, full
@@ -251,9 +252,10 @@ static int continue_greedy(const struct kvfs_model *m, struct kvfs_kv_cache *c, 
 }
 
 /* A method's result against full prefill's, from e->lg and e->gm. */
-static void add_result(struct eval *e, const char *name, double ttft)
+static void add_result(struct eval *e, const char *name, double ttft, double cpu_s)
 {
-    struct result r = {"", ttft, kvfs_logits_kl(e->ref, e->lg, e->V), tool_argmax(e->lg, e->V) == tool_argmax(e->ref, e->V), 0};
+    struct result r = {"", ttft, kvfs_logits_kl(e->ref, e->lg, e->V), tool_argmax(e->lg, e->V) == tool_argmax(e->ref, e->V), 0,
+                       cpu_s};
     snprintf(r.name, sizeof(r.name), "%s", name);
     for (int i = 0; i < e->a->greedy; i++)
         r.agree += e->gm[i] == e->gref[i];
@@ -531,21 +533,22 @@ static int run_full(struct eval *e)
 {
     double t_full = 0;
     if (e->a->ref_cache && !ref_load(e, &t_full)) {
-        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy};
+        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy, 0.0};
         return 0;
     }
     struct kvfs_kv_cache fc;
     int rc = kvfs_kv_cache_init(e->m, e->n_ctx + e->a->greedy, &fc);
     if (rc)
         return rc;
-    double t0 = tool_now();
+    double t0 = tool_now(), c0 = tool_cpu_now();
     rc = kvfs_forward(e->m, &fc, e->all, e->n_ctx, 0, e->ref);
     t_full = tool_now() - t0;
+    double c_full = tool_cpu_now() - c0;
     if (!rc)
         rc = continue_greedy(e->m, &fc, e->ref, e->a->greedy, e->gref);
     kvfs_kv_cache_free(e->m, &fc);
     if (!rc)
-        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy};
+        e->res[e->nres++] = (struct result){"full prefill", t_full, 0.0, 1, e->a->greedy, c_full};
     if (!rc && e->a->ref_cache)
         ref_store(e, t_full);
     return rc;
@@ -559,16 +562,16 @@ static int run_prefix(struct eval *e)
     if (rc)
         return rc;
     int n0 = (int)e->nids[0];
-    double t0 = tool_now();
+    double t0 = tool_now(), c0 = tool_cpu_now();
     rc = kvfs_kv_cache_load_chunk(e->m, &pc, e->ch[0].image, e->ch[0].len, e->err, sizeof(e->err));
     if (!rc)
         rc = kvfs_forward(e->m, &pc, e->all + n0, e->n_ctx - n0, n0, e->lg);
-    double t_pre = tool_now() - t0;
+    double t_pre = tool_now() - t0, c_pre = tool_cpu_now() - c0;
     if (!rc)
         rc = continue_greedy(e->m, &pc, e->lg, e->a->greedy, e->gm);
     kvfs_kv_cache_free(e->m, &pc);
     if (!rc)
-        add_result(e, "prefix caching", t_pre);
+        add_result(e, "prefix caching", t_pre, c_pre);
     return rc;
 }
 
@@ -606,10 +609,10 @@ static int run_blend(struct eval *e, float ratio, int sel)
     struct kvfs_blend_stats st;
     bo.ratio = ratio;
     bo.select = sel;
-    double t0 = tool_now();
+    double t0 = tool_now(), c0 = tool_cpu_now();
     int rc = kvfs_blend_eval(e->m, e->ch, e->a->n_files, e->qids, (int)e->nq, &bo, &e->a->x, &bc, &bt, e->lg, &st,
                              e->err, sizeof(e->err));
-    double t_b = tool_now() - t0;
+    double t_b = tool_now() - t0, c_b = tool_cpu_now() - c0;
     if (rc) {
         fprintf(stderr, "kvfsctl eval: blend failed: %s\n", e->err);
         return rc;
@@ -626,7 +629,7 @@ static int run_blend(struct eval *e, float ratio, int sel)
         snprintf(name, sizeof(name), "blend %.2f %s", (double)ratio, kvfs_blend_select_name(sel));
     else
         snprintf(name, sizeof(name), "blend %.2f", (double)ratio);
-    add_result(e, name, t_b);
+    add_result(e, name, t_b, c_b);
     return 0;
 }
 
@@ -660,8 +663,10 @@ static void print_results(const struct eval *e)
         printf("{\"chunks\": %d, \"tokens\": %d, \"query_tokens\": %zu, \"results\": [", e->a->n_files, e->n_ctx,
                e->nq);
         for (int i = 0; i < e->nres; i++)
-            printf("%s{\"method\": \"%s\", \"ttft_s\": %.6f, \"kl\": %.6g, \"top1\": %d, \"greedy_agree\": %.4f}",
-                   i ? ", " : "", res[i].name, res[i].ttft, res[i].kl, res[i].top1, (double)res[i].agree / greedy);
+            printf("%s{\"method\": \"%s\", \"ttft_s\": %.6f, \"cpu_s\": %.6f, \"kl\": %.6g, \"top1\": %d, "
+                   "\"greedy_agree\": %.4f}",
+                   i ? ", " : "", res[i].name, res[i].ttft, res[i].cpu_s, res[i].kl, res[i].top1,
+                   (double)res[i].agree / greedy);
         printf("], \"prompt_ids\": [");
         for (int i = 0; i < e->n_ctx; i++)
             printf("%s%d", i ? "," : "", e->all[i]);

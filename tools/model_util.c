@@ -18,6 +18,13 @@ double tool_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double tool_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int tool_load_model(const char *path, const char *backend, int threads, struct kvfs_model **m,
                     struct kvfs_tokenizer **tok)
 {

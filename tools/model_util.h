@@ -8,6 +8,8 @@
 #include "tokenizer.h"
 struct kvfs_gguf;
 double tool_now(void);
+/* the CPU seconds this process has used, all its threads (user + system) */
+double tool_cpu_now(void);
 /* Load model + tokenizer; prints the reason on failure. */
 int tool_load_model(const char *path, const char *backend, int threads, struct kvfs_model **m,
                     struct kvfs_tokenizer **tok);

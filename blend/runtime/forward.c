@@ -492,9 +492,9 @@ static int moe_ffn(const struct kvfs_model *m, const struct kvfs_layer_weights *
                               d_xg, w->aq, d_u, c, E)) ||
             (rc = hp->moe_oai ? be->swiglu_oai(ctx, d_g, d_u, d_g, (size_t)c * F, 1.702f, 7.0f) /* llama.cpp's */
                               : be->swiglu(ctx, d_g, d_u, d_g, (size_t)c * F)) ||
-            (m->ggml_compat && L->act_q_moe[3] && (rc = be->act_quant(ctx, d_g, d_g, c, F, L->act_q_moe[3]))) ||
-            (rc = be->matmul(ctx, L->exp_down[e], L->exp_down_b ? L->exp_down_b + (size_t)e * E : NULL, d_g, d_y,
-                             c)) ||
+            /* d_u is spent: the scratch of the down product's quantized input */
+            (rc = kvfs_linear(m, L->exp_down[e], L->exp_down_b ? L->exp_down_b + (size_t)e * E : NULL,
+                              L->act_q_moe[3], d_g, d_u, d_y, c, F)) ||
             (rc = be->scatter_rows(ctx, d_y, d_dst + cnt[e], d_slots, c, E)))
             goto out;
     }

@@ -295,10 +295,13 @@ int cpu_matmul(void *vctx, const struct kvfs_weight *w, const float *bias, const
     return matmul_impl(vctx, w, bias, x, y, n, 0);
 }
 
-/* Few rows by a Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weight
- * with the activations ggml pairs with it (Q8_0, Q8_1, Q8_0, Q8_1, Q8_0,
- * Q8_K): integer block products; anything else quantizes x into tmp and
- * multiplies in float. */
+/* A Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weight with the
+ * activations ggml pairs with it (Q8_0, Q8_1, Q8_0, Q8_1, Q8_0, Q8_K), on
+ * the integer path (every row count where the VNNI panels take K-quants):
+ * x straight to its 8-bit blocks; anything else quantizes x into tmp and
+ * multiplies in float.  Until 2026-11-28 only below 8 rows: from there x
+ * was rounded to floats first and the blocks recovered from them, the same
+ * blocks (test_qmm) at twice the work, 8% of a MoE blend (docs/lab-notes.md). */
 int cpu_matmul_act(void *vctx, const struct kvfs_weight *w, const float *bias, int act_type, const float *x,
                    float *tmp, float *y, int n)
 {
@@ -308,7 +311,7 @@ int cpu_matmul_act(void *vctx, const struct kvfs_weight *w, const float *bias, i
                ((t == KVFS_GGML_Q4_1 || t == KVFS_GGML_Q5_1) && act_type == 9 /* Q8_1 */);
     if (qk_type(w->type) && act_type == KVFS_GGML_Q8_K)
         pair = !(w->in_dim % 256);
-    if (!w->w && pair && n < QMM_GEMM_MIN_ROWS && !(w->in_dim % 32))
+    if (!w->w && pair && n < int_path_max_rows(w) && !(w->in_dim % 32))
         return matmul_impl(vctx, w, bias, x, y, n, 1);
 #endif
     int rc = cpu_act_quant(vctx, x, tmp, n, w->in_dim, act_type);

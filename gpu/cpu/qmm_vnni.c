@@ -54,76 +54,118 @@ static float f16_at(const uint8_t *p)
     return _cvtsh_ss(h); /* F16C: part of every AVX-512 CPU */
 }
 
-/* One super-block of one row: its 256 values as unsigned bytes in order,
- * the sub-blocks' scales, the offset terms (paired with x's sums) and
- * the two float factors. */
-static void unpack_block(uint32_t type, const uint8_t *blk, uint8_t q[256], int32_t sc[16], int16_t off[16],
-                         float *d, float *coef)
+/* Rows [r0, r0 + rows) of W, rows <= 16, into the panel (missing rows
+ * zero), straight from their blocks, the transpose done by the gathers:
+ * Q4_K / Q5_K: a dword of 4 bytes of a chunk's qs holds 4 consecutive
+ * values of sub-block 2c (low nibbles) and 4 of 2c + 1 (high), so one
+ * gather across the 16 rows gives two panel vectors; the scales, mins and
+ * d / dmin of 16 rows likewise, by lanes.  Until 2026-11-28 each row's
+ * super-block was unpacked into a 16-row stage and the stage gathered: the
+ * same panel (byte for byte) at twice the cost, which a blend's ~50 rows
+ * per expert paid most for (docs/lab-notes.md). */
+static void repack_q45k(int five, const uint8_t *w, size_t row_bytes, int r0, int rows, int nb, uint8_t *panel)
 {
-    if (type == KVFS_GGML_Q6_K) { /* ggml's dequantize_row_q6_K, in bytes */
-        const int8_t *s = (const int8_t *)(blk + 192);
-        for (int h = 0; h < 2; h++) {
-            __m256i v[4];
-            kq_q6_half(blk + 64 * h, blk + 128 + 32 * h, v);
-            for (int k = 0; k < 4; k++)
-                _mm256_storeu_si256((__m256i *)(q + 128 * h + 32 * k), v[k]);
+    const __mmask16 live = (__mmask16)((1u << rows) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)row_bytes));
+    const __m512i zero = _mm512_setzero_si512(), low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m2 = _mm512_set1_epi32(0x03030303);
+    const __m512i byte0 = _mm512_set1_epi32(0xff);
+    size_t bb = row_bytes / (size_t)nb;
+#define GATHER(off) _mm512_mask_i32gather_epi32(zero, live, idx, (const void *)(base + (off)), 1)
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *base = w + (size_t)r0 * row_bytes + (size_t)b * bb;
+        uint8_t *p = panel + (size_t)b * PB_BYTES;
+        const uint8_t *qs = base + (five ? 48 : 16);
+        for (int u = 0; u < 8; u++) {
+            __m512i hb = five ? GATHER(16 + 4 * u) : zero;
+            for (int c = 0; c < 4; c++) {
+                __m512i g = _mm512_mask_i32gather_epi32(zero, live, idx, (const void *)(qs + 32 * c + 4 * u), 1);
+                __m512i lo = _mm512_and_si512(g, low4), hi = _mm512_and_si512(_mm512_srli_epi16(g, 4), low4);
+                if (five) { /* the fifth bits: bit 2c of qh for sub-block 2c, bit 2c + 1 for 2c + 1 */
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * c), one), 4));
+                    hi = _mm512_or_si512(hi,
+                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * c + 1), one), 4));
+                }
+                _mm512_store_si512((void *)(p + PB_Q + 64 * ((2 * c) * 8 + u)), lo);
+                _mm512_store_si512((void *)(p + PB_Q + 64 * ((2 * c + 1) * 8 + u)), hi);
+            }
         }
-        for (int j = 0; j < 16; j++)
-            sc[j] = s[j], off[j] = (int16_t)(32 * s[j]);
-        *d = f16_at(blk + 208);
-        *coef = 0.0f;
-        return;
+        /* kq_scales_mins across the lanes: bytes sc 0..3, m 0..3, sc 4..7, m 4..7 */
+        __m512i w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
+        __m512i s03 = _mm512_and_si512(w0, m6), m03 = _mm512_and_si512(w1, m6);
+        __m512i s47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4));
+        __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4));
+        for (int j = 0; j < 4; j++) {
+            _mm512_store_si512((void *)(p + PB_SC + 64 * j), _mm512_and_si512(_mm512_srli_epi32(s03, 8 * j), byte0));
+            _mm512_store_si512((void *)(p + PB_SC + 64 * (4 + j)),
+                               _mm512_and_si512(_mm512_srli_epi32(s47, 8 * j), byte0));
+        }
+        memset(p + PB_SC + 64 * 8, 0, 64 * 8); /* sub-blocks 8..15 (Q6_K's): unused here */
+        for (int k = 0; k < 2; k++) { /* off pairs (m 2k, m 2k + 1) as two int16 */
+            __m512i a = _mm512_srli_epi32(m03, 16 * k), c = _mm512_srli_epi32(m47, 16 * k);
+            __m512i pa = _mm512_or_si512(_mm512_and_si512(a, byte0),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 8), byte0), 16));
+            __m512i pc = _mm512_or_si512(_mm512_and_si512(c, byte0),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 8), byte0), 16));
+            _mm512_store_si512((void *)(p + PB_OFF + 64 * k), pa);
+            _mm512_store_si512((void *)(p + PB_OFF + 64 * (2 + k)), pc);
+        }
+        memset(p + PB_OFF + 64 * 4, 0, 64 * 4);
+        __m512i dd = GATHER(0); /* d (low half) and dmin (high) of each row */
+        _mm512_store_ps((void *)(p + PB_D), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_store_ps((void *)(p + PB_COEF), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
     }
-    int five = type == KVFS_GGML_Q5_K;
-    const uint8_t *qs = blk + (five ? 48 : 16);
-    __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-    for (int j = 0; j < 4; j++) { /* low nibbles: sub-block 2j, high: 2j + 1 */
-        __m256i lo, hi;
-        kq_q45_chunk(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)), five, &hb, &lo, &hi);
-        _mm256_storeu_si256((__m256i *)(q + 64 * j), lo);
-        _mm256_storeu_si256((__m256i *)(q + 64 * j + 32), hi);
-    }
-    uint8_t sm[16];
-    _mm_storeu_si128((__m128i *)sm, kq_scales_mins(blk + 4));
-    for (int j = 0; j < 8; j++)
-        sc[j] = sm[j], off[j] = sm[8 + j];
-    *d = f16_at(blk);
-    *coef = f16_at(blk + 2);
+#undef GATHER
 }
 
-/* rows [r0, r0 + rows) of W, rows <= 16, into the panel (missing rows
- * zero): each row's super-block unpacked into a 16-row stage, then its
- * 4-value groups gathered across the rows, 16 lanes at a time */
-static void repack(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int nb, uint8_t *panel)
+/* Q6_K rows into the panel the same way: for 4 values at l .. l + 3 of a
+ * half h, the dwords of ql at l and l + 32 and of qh at l give all four
+ * quarters (ggml's dequantize_row_q6_K: low nibbles of ql[l], ql[l + 32],
+ * high nibbles of them, with qh's bit pairs 0, 2, 4, 6 above), unsigned as
+ * the panel keeps them (the - 32 is the offset term) */
+static void repack_q6k(const uint8_t *w, size_t row_bytes, int r0, int rows, int nb, uint8_t *panel)
 {
+    const __mmask16 live = (__mmask16)((1u << rows) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)row_bytes));
+    const __m512i zero = _mm512_setzero_si512(), low4 = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x03);
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
     size_t bb = row_bytes / (size_t)nb;
-    _Alignas(64) uint8_t stage[PANEL_ROWS][256];
-    _Alignas(64) int32_t sc[16][PANEL_ROWS];
-    _Alignas(64) int16_t off[8][PANEL_ROWS][2];
-    _Alignas(64) float d[PANEL_ROWS], coef[PANEL_ROWS];
-    memset(stage, 0, sizeof(stage)), memset(sc, 0, sizeof(sc)), memset(off, 0, sizeof(off));
-    memset(d, 0, sizeof(d)), memset(coef, 0, sizeof(coef));
-    const __m512i across = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(64)); /* row r's dword t at 64 r + t */
+#define GATHER(off) _mm512_mask_i32gather_epi32(zero, live, idx, (const void *)(base + (off)), 1)
     for (int b = 0; b < nb; b++) {
+        const uint8_t *base = w + (size_t)r0 * row_bytes + (size_t)b * bb;
         uint8_t *p = panel + (size_t)b * PB_BYTES;
-        for (int r = 0; r < rows; r++) {
-            int32_t s[16] = {0}; /* Q4_K/Q5_K fill 8 of them */
-            int16_t o[16] = {0};
-            unpack_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, stage[r], s, o, &d[r], &coef[r]);
-            for (int j = 0; j < 16; j++)
-                sc[j][r] = s[j];
-            for (int k = 0; k < 8; k++)
-                off[k][r][0] = o[2 * k], off[k][r][1] = o[2 * k + 1];
+        for (int h = 0; h < 2; h++)
+            for (int u = 0; u < 8; u++) {
+                __m512i a = GATHER(64 * h + 4 * u), c = GATHER(64 * h + 32 + 4 * u), hb = GATHER(128 + 32 * h + 4 * u);
+                __m512i q[4] = {_mm512_and_si512(a, low4), _mm512_and_si512(c, low4),
+                                _mm512_and_si512(_mm512_srli_epi16(a, 4), low4),
+                                _mm512_and_si512(_mm512_srli_epi16(c, 4), low4)};
+                for (int k = 0; k < 4; k++) {
+                    __m512i hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * k), two), 4);
+                    _mm512_store_si512((void *)(p + PB_Q + 64 * (32 * h + 8 * k + u)), _mm512_or_si512(q[k], hi));
+                }
+            }
+        /* the 16 int8 scales: sc as int32, the offsets 32 sc as int16 pairs */
+        for (int i = 0; i < 4; i++) {
+            __m512i g = GATHER(192 + 4 * i), sx[4];
+            for (int q = 0; q < 4; q++) {
+                sx[q] = _mm512_srai_epi32(_mm512_slli_epi32(g, 24 - 8 * q), 24);
+                _mm512_store_si512((void *)(p + PB_SC + 64 * (4 * i + q)), sx[q]);
+            }
+            for (int k = 0; k < 2; k++)
+                _mm512_store_si512((void *)(p + PB_OFF + 64 * (2 * i + k)),
+                                   _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sx[2 * k], 5), low16),
+                                                   _mm512_slli_epi32(sx[2 * k + 1], 21)));
         }
-        for (int t = 0; t < 64; t++)
-            _mm512_store_si512((void *)(p + PB_Q + 64 * t),
-                               _mm512_i32gather_epi32(across, (const void *)(stage[0] + 4 * t), 4));
-        memcpy(p + PB_SC, sc, sizeof(sc));
-        memcpy(p + PB_OFF, off, sizeof(off));
-        memcpy(p + PB_D, d, sizeof(d));
-        memcpy(p + PB_COEF, coef, sizeof(coef));
+        /* d: the high half of the dword at 206 (a dword at 208 would run past the block) */
+        _mm512_store_ps((void *)(p + PB_D), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
+        _mm512_store_ps((void *)(p + PB_COEF), _mm512_setzero_ps());
     }
+#undef GATHER
 }
 
 static inline int32_t load32(const void *p)
@@ -234,9 +276,23 @@ int kvfs_qmm_vnni(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int
     for (int p0 = r0; p0 < r1; p0 += PANEL_ROWS) {
         int rows = r1 - p0 < PANEL_ROWS ? r1 - p0 : PANEL_ROWS;
         __mmask16 valid = (__mmask16)((1u << rows) - 1);
-        repack(type, w, row_bytes, p0, rows, nb, panel);
+        if (type == KVFS_GGML_Q6_K)
+            repack_q6k(w, row_bytes, p0, rows, nb, panel);
+        else
+            repack_q45k(type == KVFS_GGML_Q5_K, w, row_bytes, p0, rows, nb, panel);
+        /* the next panel's rows (contiguous) fetched while this one's
+         * products run: the panel reads 16 rows a super-block at a time, a
+         * pattern the hardware prefetcher misses, and its first read of the
+         * weights was a third of its time (a blend's ~50 rows per expert) */
+        const char *next = (const char *)(w + (size_t)(p0 + PANEL_ROWS) * row_bytes);
+        size_t next_bytes = p0 + PANEL_ROWS < r1 ? (size_t)(r1 - p0 - PANEL_ROWS < PANEL_ROWS ? r1 - p0 - PANEL_ROWS
+                                                                                            : PANEL_ROWS) * row_bytes
+                                                 : 0;
+        size_t ahead = 0, per_pass = (next_bytes / 64 + (n + COLS - 1) / COLS - 1) / ((n + COLS - 1) / COLS) * 64;
         for (int c0 = 0; c0 < n; c0 += COLS) {
             int nc = n - c0 < COLS ? n - c0 : COLS;
+            for (size_t e = ahead + per_pass; ahead < next_bytes && ahead < e; ahead += 64)
+                _mm_prefetch(next + ahead, _MM_HINT_T1);
             if (type == KVFS_GGML_Q6_K)
                 panel_q6k(panel, nb, x + (size_t)c0 * nb, nc, y + (size_t)c0 * ldy + p0, ldy, valid);
             else

@@ -25,6 +25,13 @@ full = r['blend 1.00 query']
 print(full)
 sys.exit(not (full['kl'] < 1e-4 and full['top1'] == 1 and full['greedy_agree'] == 1.0))
 PY
+check "each method's CPU seconds: all > 0, the full prefill's above full reuse's (the query alone)" \
+    python3 - "$T/eval.json" <<'PY'
+import json, sys
+r = {x['method']: x['cpu_s'] for x in json.load(open(sys.argv[1]))['results']}
+print(r)
+sys.exit(not (all(v > 0 for v in r.values()) and r['full prefill'] > r['full reuse']))
+PY
 # the experiments: --vote-local is the plain blend (the default), --vote-from
 # 0 changes it; a shared prefix is prefilled once in the prompt (fewer
 # tokens than per chunk)

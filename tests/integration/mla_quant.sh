@@ -56,6 +56,9 @@ check "ratio 1.0 from q8 chunks = a full prefill (both q8)" "$KVFSCTL" compare -
 "$KVFSCTL" blend --local -m "$MODEL" -o "$T/r16.kv" --ratio 0.15 --suffix "$Q" \
     "$B/chunks/${fb[1]}.kv" "$B/chunks/${fb[2]}.kv" 2>/dev/null
 check "a 0.15 blend of q8 chunks within 5% of the f16 chunks' one" "$KVFSCTL" compare --max-err 0.05 "$T/r16.kv" "$T/r8.kv"
+"$KVFSCTL" blend --local -m "$MODEL" -t 1 -o "$T/r16t1.kv" --ratio 0.15 --suffix "$Q" \
+    "$B/chunks/${fb[1]}.kv" "$B/chunks/${fb[2]}.kv" 2>/dev/null
+check "blend --local -t 1 (one thread) agrees with one thread per core within 1%" "$KVFSCTL" compare --max-err 0.01 "$T/r16.kv" "$T/r16t1.kv"
 if python3 -c 'import llama_cpp' 2>/dev/null; then
     cp "$A/llama/${qa[1]}.vt.llama" "$T/vt.llama"
     R=$KVFS_ROOT/tests/oracle/llama_restore_check.py

@@ -4,7 +4,9 @@
  * act_quant rounds it.  Random blocks of every type with a kernel (K-quants
  * against Q8_K activations, the 32-blocks against Q8_0/Q8_1), n = 1..9, 17
  * and 63 rows (the integer path takes x 8 rows at a time below 64 rows;
- * K-quants from 16 rows in AVX-512 VNNI panels where the CPU has them;
+ * K-quants from 16 rows in AVX-512 VNNI panels where the CPU has them,
+ * gathered straight from the blocks, 37 weight rows so the last panel is
+ * partial and random bytes so every scale bit and sign is met;
  * without AVX2, each decoded W row against one x row at a time),
  * through matmul_act (x quantized by the matmul) and through act_quant then
  * matmul (x rounded first: the backend finds its 8-bit blocks again, the

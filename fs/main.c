@@ -452,9 +452,11 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
         log_to_daemon_log(m->opts.store_dir);
     fuse_daemonize(cl->foreground);
     note_lock_pid(m->lock_fd);
+    int looped = 0; /* ret is the loop's (a signal's number) only then: a failure before it is 1 too, SIGHUP's */
     if (open_remote(m, &remote) == 0) {
         m->remote = remote;
         m->se = se;
+        looped = 1;
         if (cl->singlethread) {
             ret = fuse_session_loop(se);
         } else {
@@ -467,7 +469,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     }
     /* libfuse returns the signal that ended the loop: a stop asked for by
      * SIGTERM, SIGINT or SIGHUP is clean (systemd counts 1 as a failure) */
-    if (ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
+    if (looped && (ret == SIGTERM || ret == SIGINT || ret == SIGHUP)) {
         kvfs_log(KVFS_LOG_INFO, "%s: stopping", strsignal(ret));
         ret = 0;
     }

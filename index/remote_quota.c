@@ -1,0 +1,122 @@
+/* remote_quota.c - remote_capacity from the pool's quota (remote_quota.h). */
+#include "remote_quota.h"
+
+#ifdef KVFS_HAVE_RADOS
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t remote_quota_capacity(uint64_t max_bytes)
+{
+    return max_bytes - max_bytes / 16;
+}
+
+uint64_t remote_capacity_now(struct kvfs_remote *r)
+{
+    pthread_mutex_lock(&r->lock);
+    uint64_t cap = r->capacity;
+    pthread_mutex_unlock(&r->lock);
+    return cap;
+}
+
+/* a JSON string's body: pool names may hold any printable character */
+static void json_escape(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            n += (size_t)snprintf(out + n, cap - n, "\\%c", ch);
+        else if (ch < 0x20)
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+        else
+            out[n++] = (char)ch;
+    }
+    out[n] = 0;
+}
+
+int remote_quota_read(struct kvfs_remote *r, uint64_t *max_bytes, char *err, size_t errlen)
+{
+    char pool[512], cmd[640];
+    pthread_mutex_lock(&r->lock);
+    rados_t c = r->cluster;
+    pthread_mutex_unlock(&r->lock);
+    if (!c)
+        return kvfs_errf(err, errlen, -ENOTCONN, "not connected");
+    json_escape(r->pool, pool, sizeof(pool));
+    snprintf(cmd, sizeof(cmd), "{\"prefix\": \"osd pool get-quota\", \"pool\": \"%s\", \"format\": \"json\"}", pool);
+    const char *cmds[1] = {cmd};
+    char *out = NULL, *outs = NULL;
+    size_t outlen = 0, outslen = 0;
+    int rc = rados_mon_command(c, cmds, 1, "", 0, &out, &outlen, &outs, &outslen);
+    if (rc < 0) {
+        kvfs_errf(err, errlen, rc, "osd pool get-quota %s as client.%s: %s%s%.*s%s", r->pool, r->id, strerror(-rc),
+                  outslen ? " (" : "", (int)(outslen > 200 ? 200 : outslen), outs ? outs : "",
+                  outslen ? ")" : "");
+        if (rc == -EACCES || rc == -EPERM)
+            snprintf(err + strlen(err), errlen - strlen(err),
+                     "; the key's mon caps must allow the command (mon 'allow r'), or set remote_capacity=SIZE");
+        goto out;
+    }
+    /* {"pool_name":"kvfs","pool_id":1,"quota_max_objects":0,"quota_max_bytes":0} */
+    char *body = malloc(outlen + 1);
+    if (!body) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    memcpy(body, out ? out : "", outlen);
+    body[outlen] = 0;
+    const char *k = strstr(body, "\"quota_max_bytes\"");
+    const char *colon = k ? strchr(k, ':') : NULL;
+    char *end = NULL;
+    if (colon) {
+        while (*++colon == ' ')
+            ;
+        *max_bytes = strtoull(colon, &end, 10);
+    }
+    if (!colon || end == colon)
+        rc = kvfs_errf(err, errlen, -EBADMSG, "osd pool get-quota %s: no quota_max_bytes in the answer %.120s",
+                       r->pool, body);
+    free(body);
+out:
+    rados_buffer_free(out);
+    rados_buffer_free(outs);
+    return rc;
+}
+
+void remote_quota_refresh(struct kvfs_remote *r)
+{
+    if (!r->capacity_quota)
+        return;
+    char err[512] = "";
+    uint64_t max_bytes = 0;
+    int rc = remote_quota_read(r, &max_bytes, err, sizeof(err));
+    pthread_mutex_lock(&r->lock);
+    int said = r->quota_error[0] != 0 && !strcmp(r->quota_error, err);
+    uint64_t was = r->quota_bytes;
+    int first = !r->quota_read;
+    if (rc) {
+        snprintf(r->quota_error, sizeof(r->quota_error), "%s", err);
+    } else {
+        r->quota_error[0] = 0;
+        r->quota_read = 1;
+        r->quota_bytes = max_bytes;
+        r->capacity = remote_quota_capacity(max_bytes);
+    }
+    uint64_t cap = r->capacity;
+    pthread_mutex_unlock(&r->lock);
+    if (rc && !said && rc != -ENOTCONN)
+        kvfs_log(KVFS_LOG_WARN, "remote tier: cannot read the pool's quota: %s; remote_capacity stays %s", err,
+                 cap ? "as last read" : "unbounded");
+    else if (!rc && (first || was != max_bytes)) {
+        if (max_bytes)
+            kvfs_log(KVFS_LOG_INFO, "remote tier: pool %s quota max_bytes %" PRIu64 ": remote_capacity %" PRIu64
+                     " (a sixteenth left for objects outside the indexes and the monitors' lag)",
+                     r->pool, max_bytes, cap);
+        else
+            kvfs_log(KVFS_LOG_INFO, "remote tier: pool %s has no max_bytes quota: remote_capacity unbounded", r->pool);
+    }
+}
+#endif

@@ -1,0 +1,233 @@
+/* remote_usage.c - the namespace's running usage, a counter per model index
+ * changed in the same write as the entries it counts (remote_usage.h). */
+#include "remote_usage.h"
+
+#ifdef KVFS_HAVE_RADOS
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote_format.h"
+#include "remote_listing.h"
+
+#define CAS_TRIES 32 /* writes racing on one index: each retry re-reads it */
+
+/* What a write needs to know of an index first: whether the object exists,
+ * its counter, and the chunk's entry and pin. */
+struct index_state {
+    int exists;
+    struct remote_counter c;
+    int listed, pinned;
+    uint64_t osize; /* the entry's object bytes */
+};
+
+static void counter_set(struct remote_counter *c, const char *val, size_t vlen)
+{
+    char *end;
+    c->present = 0;
+    if (vlen == 0 || vlen >= sizeof(c->raw))
+        return;
+    memcpy(c->raw, val, vlen);
+    c->raw[vlen] = 0;
+    c->bytes = strtoull(c->raw, &end, 10);
+    c->present = *end == 0 && c->raw[0] >= '0' && c->raw[0] <= '9';
+}
+
+/* hash NULL: the counter alone */
+static int index_state_read(rados_ioctx_t io, const char *model, const char *hash, struct index_state *s)
+{
+    char oid[KVFS_REMOTE_OID_MAX], pkey[KVFS_HASH_HEX_LEN + 3];
+    const char *keys[3] = {KVFS_REMOTE_USAGE_KEY, hash, pkey};
+    kvfs_remote_index_oid(model, oid);
+    if (hash)
+        snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
+    memset(s, 0, sizeof(*s));
+    rados_read_op_t op = rados_create_read_op();
+    rados_omap_iter_t it = NULL;
+    int prval = 0;
+    rados_read_op_omap_get_vals_by_keys(op, keys, hash ? 3 : 1, &it, &prval);
+    int rc = rados_read_op_operate(op, io, oid, 0);
+    if (rc == -ENOENT) { /* no index yet: nothing counted, the first write creates it */
+        s->c.present = 1;
+        rc = 0;
+    } else if (rc == 0 && prval < 0) {
+        rc = prval;
+    } else if (rc == 0) {
+        s->exists = 1;
+        char *key, *val;
+        size_t klen, vlen;
+        while (rados_omap_get_next2(it, &key, &val, &klen, &vlen) == 0 && key) {
+            if (klen == strlen(KVFS_REMOTE_USAGE_KEY) && !memcmp(key, KVFS_REMOTE_USAGE_KEY, klen))
+                counter_set(&s->c, val, vlen);
+            else if (hash && klen == KVFS_HASH_HEX_LEN && !memcmp(key, hash, klen)) {
+                s->listed = 1;
+                s->osize = remote_entry_osize(val, vlen);
+            } else if (hash && klen == KVFS_HASH_HEX_LEN + 2 && !memcmp(key, pkey, klen))
+                s->pinned = 1;
+        }
+    }
+    if (it)
+        rados_omap_get_end(it);
+    rados_release_read_op(op);
+    return rc;
+}
+
+int remote_counter_read(rados_ioctx_t io, const char *model, struct remote_counter *c)
+{
+    struct index_state s;
+    int rc = index_state_read(io, model, NULL, &s);
+    *c = s.c;
+    return rc;
+}
+
+/* the write's precondition: the index as it was read */
+static void cas_guard(rados_write_op_t op, const struct index_state *s, int *prval)
+{
+    if (!s->exists)
+        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+    else /* an absent counter compares as "" */
+        rados_write_op_omap_cmp(op, KVFS_REMOTE_USAGE_KEY, LIBRADOS_CMPXATTR_OP_EQ, s->c.present ? s->c.raw : "",
+                                s->c.present ? strlen(s->c.raw) : 0, prval);
+}
+
+int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, const char *entry, size_t elen,
+                     const char *akey, const char *aval, size_t alen)
+{
+    char oid[KVFS_REMOTE_OID_MAX], count[24];
+    uint64_t osize = remote_entry_osize(entry, elen);
+    kvfs_remote_index_oid(model, oid);
+    for (int tries = 0; tries < CAS_TRIES; tries++) {
+        struct index_state s;
+        int rc = index_state_read(io, model, hash, &s), prval = 0;
+        if (rc < 0)
+            return rc;
+        const char *keys[3] = {hash, akey, KVFS_REMOTE_USAGE_KEY}, *vals[3] = {entry, aval, count};
+        size_t lens[3] = {elen, alen, 0}, n = 2;
+        if (s.c.present) { /* unknown stays unknown until a full read counts it */
+            uint64_t was = s.listed ? s.osize : 0; /* the same chunk again: its new object replaces the old */
+            uint64_t now = s.c.bytes - (was < s.c.bytes ? was : s.c.bytes) + osize;
+            lens[2] = (size_t)snprintf(count, sizeof(count), "%" PRIu64, now);
+            n = 3;
+        }
+        rados_write_op_t op = rados_create_write_op();
+        cas_guard(op, &s, &prval);
+        rados_write_op_omap_set(op, keys, vals, lens, n);
+        rc = rados_write_op_operate(op, io, oid, NULL, 0);
+        rados_release_write_op(op);
+        if (rc != -ECANCELED && rc != -EEXIST)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, uint64_t *size)
+{
+    char oid[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3], count[24];
+    kvfs_remote_index_oid(model, oid);
+    snprintf(akey, sizeof(akey), "%.64s.a", hash);
+    snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
+    for (int tries = 0; tries < CAS_TRIES; tries++) {
+        struct index_state s;
+        int rc = index_state_read(io, model, hash, &s), prval = 0, pin_prval = 0;
+        if (rc < 0)
+            return rc;
+        if (!s.exists || !s.listed)
+            return -ENOENT;
+        if (s.pinned)
+            return -EBUSY;
+        const char *rm[2] = {hash, akey}, *keys[1] = {KVFS_REMOTE_USAGE_KEY}, *vals[1] = {count};
+        size_t lens[1] = {0};
+        rados_write_op_t op = rados_create_write_op();
+        cas_guard(op, &s, &prval);
+        /* a pin set since the read cancels it (pins do not move the counter) */
+        rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &pin_prval);
+        rados_write_op_omap_rm_keys(op, rm, 2);
+        if (s.c.present) {
+            lens[0] = (size_t)snprintf(count, sizeof(count), "%" PRIu64,
+                                       s.c.bytes - (s.osize < s.c.bytes ? s.osize : s.c.bytes));
+            rados_write_op_omap_set(op, keys, vals, lens, 1);
+        }
+        rc = rados_write_op_operate(op, io, oid, NULL, 0);
+        rados_release_write_op(op);
+        if (rc == 0)
+            *size = s.osize;
+        if (rc != -ECANCELED)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int remote_usage_reconcile(rados_ioctx_t io, const char *model, const struct remote_counter *before,
+                           uint64_t counted)
+{
+    if (before->present && before->bytes == counted)
+        return 0;
+    char oid[KVFS_REMOTE_OID_MAX], count[24];
+    const char *keys[1] = {KVFS_REMOTE_USAGE_KEY}, *vals[1] = {count};
+    size_t lens[1] = {(size_t)snprintf(count, sizeof(count), "%" PRIu64, counted)};
+    int prval = 0;
+    kvfs_remote_index_oid(model, oid);
+    rados_write_op_t op = rados_create_write_op();
+    /* only if no write moved it since it was read: then the full read saw
+     * exactly the entries it counts */
+    rados_write_op_omap_cmp(op, KVFS_REMOTE_USAGE_KEY, LIBRADOS_CMPXATTR_OP_EQ, before->present ? before->raw : "",
+                            before->present ? strlen(before->raw) : 0, &prval);
+    rados_write_op_omap_set(op, keys, vals, lens, 1);
+    int rc = rados_write_op_operate(op, io, oid, NULL, 0);
+    rados_release_write_op(op);
+    if (rc == -ECANCELED || rc == -ENOENT)
+        return 0;
+    return rc < 0 ? rc : 1;
+}
+
+struct models {
+    char (*id)[17];
+    size_t n, cap;
+    int err;
+};
+
+static int model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    struct models *m = ctx;
+    if (klen == 0 || klen > 16)
+        return 0;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        void *p = realloc(m->id, cap * sizeof(*m->id));
+        if (!p) {
+            m->err = -ENOMEM;
+            return 1;
+        }
+        m->id = p;
+        m->cap = cap;
+    }
+    memcpy(m->id[m->n], key, klen);
+    m->id[m->n++][klen] = 0;
+    return 0;
+}
+
+int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known, size_t *n_models)
+{
+    struct models m = {0};
+    long rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &m);
+    if (rc >= 0 && m.err)
+        rc = m.err;
+    *usage = 0;
+    *known = 1;
+    for (size_t i = 0; rc >= 0 && i < m.n; i++) {
+        struct remote_counter c;
+        rc = remote_counter_read(io, m.id[i], &c);
+        if (rc >= 0 && c.present)
+            *usage += c.bytes;
+        else if (rc >= 0)
+            *known = 0;
+    }
+    if (n_models)
+        *n_models = m.n;
+    free(m.id);
+    return rc < 0 ? (int)rc : 0;
+}
+#endif

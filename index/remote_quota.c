@@ -37,50 +37,61 @@ static void json_escape(const char *s, char *out, size_t cap)
     out[n] = 0;
 }
 
+/* In `osd pool ls detail` JSON, the pool's object: its "quota_max_bytes"
+ * follows its "pool_name" before the next pool's. */
+static int quota_of(const char *body, const char *pool_json, uint64_t *max_bytes)
+{
+    char pat[600];
+    snprintf(pat, sizeof(pat), "\"pool_name\":\"%s\"", pool_json);
+    const char *p = strstr(body, pat);
+    if (!p)
+        return -ENOENT;
+    p += strlen(pat);
+    const char *q = strstr(p, "\"quota_max_bytes\":"), *next = strstr(p, "\"pool_name\":");
+    if (!q || (next && next < q))
+        return -EBADMSG;
+    char *end;
+    q += strlen("\"quota_max_bytes\":");
+    *max_bytes = strtoull(q, &end, 10);
+    return end == q ? -EBADMSG : 0;
+}
+
 int remote_quota_read(struct kvfs_remote *r, uint64_t *max_bytes, char *err, size_t errlen)
 {
-    char pool[512], cmd[640];
+    char pool[512];
     pthread_mutex_lock(&r->lock);
     rados_t c = r->cluster;
     pthread_mutex_unlock(&r->lock);
     if (!c)
         return kvfs_errf(err, errlen, -ENOTCONN, "not connected");
     json_escape(r->pool, pool, sizeof(pool));
-    snprintf(cmd, sizeof(cmd), "{\"prefix\": \"osd pool get-quota\", \"pool\": \"%s\", \"format\": \"json\"}", pool);
-    const char *cmds[1] = {cmd};
-    char *out = NULL, *outs = NULL;
+    /* the quota as the OSD map holds it (`osd pool get-quota` answers from
+     * the manager's pool statistics: ENOENT on a cluster without one); the
+     * read the key needs to use librados at all (mon 'allow r', or
+     * 'profile simple-rados-client') allows it */
+    const char *cmds[1] = {"{\"prefix\": \"osd pool ls\", \"detail\": \"detail\", \"format\": \"json\"}"};
+    char *out = NULL, *outs = NULL, *body = NULL;
     size_t outlen = 0, outslen = 0;
     int rc = rados_mon_command(c, cmds, 1, "", 0, &out, &outlen, &outs, &outslen);
     if (rc < 0) {
-        kvfs_errf(err, errlen, rc, "osd pool get-quota %s as client.%s: %s%s%.*s%s", r->pool, r->id, strerror(-rc),
-                  outslen ? " (" : "", (int)(outslen > 200 ? 200 : outslen), outs ? outs : "",
-                  outslen ? ")" : "");
+        kvfs_errf(err, errlen, rc, "osd pool ls detail as client.%s: %s%s%.*s%s", r->id, strerror(-rc),
+                  outslen ? " (" : "", (int)(outslen > 200 ? 200 : outslen), outs ? outs : "", outslen ? ")" : "");
         if (rc == -EACCES || rc == -EPERM)
             snprintf(err + strlen(err), errlen - strlen(err),
-                     "; the key's mon caps must allow the command (mon 'allow r'), or set remote_capacity=SIZE");
+                     "; the key's mon caps must allow reading the OSD map (mon 'allow r'), or set remote_capacity=SIZE");
         goto out;
     }
-    /* {"pool_name":"kvfs","pool_id":1,"quota_max_objects":0,"quota_max_bytes":0} */
-    char *body = malloc(outlen + 1);
-    if (!body) {
+    if (!(body = malloc(outlen + 1))) {
         rc = -ENOMEM;
         goto out;
     }
     memcpy(body, out ? out : "", outlen);
     body[outlen] = 0;
-    const char *k = strstr(body, "\"quota_max_bytes\"");
-    const char *colon = k ? strchr(k, ':') : NULL;
-    char *end = NULL;
-    if (colon) {
-        while (*++colon == ' ')
-            ;
-        *max_bytes = strtoull(colon, &end, 10);
-    }
-    if (!colon || end == colon)
-        rc = kvfs_errf(err, errlen, -EBADMSG, "osd pool get-quota %s: no quota_max_bytes in the answer %.120s",
-                       r->pool, body);
-    free(body);
+    if ((rc = quota_of(body, pool, max_bytes)))
+        kvfs_errf(err, errlen, rc, "osd pool ls detail: %s", rc == -ENOENT ? "no such pool in the answer"
+                                                                        : "no quota_max_bytes in the answer");
 out:
+    free(body);
     rados_buffer_free(out);
     rados_buffer_free(outs);
     return rc;

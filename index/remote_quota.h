@@ -1,7 +1,7 @@
 /* remote_quota.h - remote_capacity from the pool's quota (kvfs(8), REMOTE
  * TIER, Capacity): without remote_capacity=SIZE (or with
- * remote_capacity=quota) the pool's max_bytes quota, read from the monitors
- * (`osd pool get-quota`), less a sixteenth, is the capacity. */
+ * remote_capacity=quota) the pool's max_bytes quota, read from the monitors'
+ * OSD map (`osd pool ls detail`), less a sixteenth, is the capacity. */
 #ifndef KVFS_REMOTE_QUOTA_H
 #define KVFS_REMOTE_QUOTA_H
 
@@ -9,7 +9,7 @@
 
 #ifdef KVFS_HAVE_RADOS
 /* The pool's max_bytes quota (0: none), through rados_mon_command.  0 or
- * -errno (-EACCES: the key's mon caps do not allow the command), said in err. */
+ * -errno (-EACCES: the key's mon caps do not allow it), said in err. */
 int remote_quota_read(struct kvfs_remote *r, uint64_t *max_bytes, char *err, size_t errlen);
 /* The capacity a quota leaves kvfs: max_bytes less a sixteenth (objects no
  * index counts, another namespace's, and the monitors' lag in marking the

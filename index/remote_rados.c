@@ -390,6 +390,7 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
     r->capacity = o->capacity;
     r->capacity_quota = o->capacity_quota;
+    r->reconciled_at = remote_now_s(); /* counters absent or over capacity bring the first pass sooner */
     r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
     remote_cookie_init(r);
     pthread_mutex_init(&r->lock, NULL);

@@ -204,10 +204,12 @@ int remote_view_read(rados_ioctx_t io, struct remote_view *v)
         if (rc >= 0 && c.err)
             rc = c.err;
         if (rc >= 0 && remote_usage_reconcile(io, models.m[i], &before, c.model_usage) == 1) {
+            char was[24] = "absent";
+            if (before.present)
+                snprintf(was, sizeof(was), "%" PRIu64, before.bytes);
             v->reconciled++;
             kvfs_log(KVFS_LOG_INFO, "remote tier: index kvfs.model.%s: usage counter was %s, now %" PRIu64 " bytes",
-                     models.m[i], before.present ? before.raw : "absent",
-                     c.model_usage);
+                     models.m[i], was, c.model_usage);
         }
     }
     free(models.m);

@@ -32,6 +32,8 @@ struct kvfs_remote {
     pthread_t worker;
     int worker_started;
     double list_refresh_s, listed_at; /* fleet listing: refresh period, last refresh (monotonic) */
+    double listed_full_at;            /* last refresh that read every model index */
+    uint64_t list_models_read, list_models_skipped; /* model indexes a refresh read, or skipped (unchanged) */
     sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
                                        * separate from the queue so a refresh never shares its transaction */
     uint64_t known;                   /* chunks in the listing */

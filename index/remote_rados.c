@@ -495,11 +495,12 @@ void kvfs_remote_stats(void *ctx, FILE *f)
             ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"capacity\": %" PRIu64 ", \"usage\": %" PRIu64
             ", \"pinned\": %" PRIu64 ", \"evicted\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
             ", \"evictions_run\": %" PRIu64 ", \"uses_pending\": %zu, \"usage_checks\": %" PRIu64
-            ", \"index_reads\": %" PRIu64 ", \"capacity_from\": \"%s\", \"quota_bytes\": %" PRIu64 ", \"quota_error\": ",
+            ", \"index_reads\": %" PRIu64 ", \"listing_models_read\": %" PRIu64 ", \"listing_models_skipped\": %" PRIu64
+            ", \"capacity_from\": \"%s\", \"quota_bytes\": %" PRIu64 ", \"quota_error\": ",
             remote_state_name(r->state), r->pool, r->ns, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
             r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0, r->capacity, r->usage,
             r->n_pinned, r->evicted, r->evicted_bytes, r->evict_passes, r->n_atimes, r->usage_checks,
-            r->index_reads, !r->capacity_quota ? (r->capacity ? "remote_capacity" : "none") : "quota",
+            r->index_reads, r->list_models_read, r->list_models_skipped, !r->capacity_quota ? (r->capacity ? "remote_capacity" : "none") : "quota",
             r->quota_bytes);
     json_str(f, r->quota_error);
     fprintf(f, ", \"rados_id\": ");

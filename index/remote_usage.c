@@ -23,23 +23,31 @@ struct index_state {
     uint64_t osize; /* the entry's object bytes */
 };
 
-static void counter_set(struct remote_counter *c, const char *val, size_t vlen)
+/* a decimal value: 1 and *v, or 0 when it is not one */
+static int decimal(const char *val, size_t vlen, uint64_t *v)
 {
-    char *end;
-    c->present = 0;
-    if (vlen == 0 || vlen >= sizeof(c->raw))
-        return;
-    memcpy(c->raw, val, vlen);
-    c->raw[vlen] = 0;
-    c->bytes = strtoull(c->raw, &end, 10);
-    c->present = *end == 0 && c->raw[0] >= '0' && c->raw[0] <= '9';
+    char t[24], *end;
+    if (vlen == 0 || vlen >= sizeof(t) || val[0] < '0' || val[0] > '9')
+        return 0;
+    memcpy(t, val, vlen);
+    t[vlen] = 0;
+    *v = strtoull(t, &end, 10);
+    return *end == 0;
+}
+
+/* the value a write leaves: one past what it read (none read: 1) */
+static size_t next_gen(const struct remote_counter *c, char out[24])
+{
+    uint64_t g = 0;
+    decimal(c->gen, strlen(c->gen), &g);
+    return (size_t)snprintf(out, 24, "%" PRIu64, g + 1);
 }
 
 /* hash NULL: the counter alone */
 static int index_state_read(rados_ioctx_t io, const char *model, const char *hash, struct index_state *s)
 {
     char oid[KVFS_REMOTE_OID_MAX], pkey[KVFS_HASH_HEX_LEN + 3];
-    const char *keys[3] = {KVFS_REMOTE_USAGE_KEY, hash, pkey};
+    const char *keys[4] = {KVFS_REMOTE_USAGE_KEY, KVFS_REMOTE_GEN_KEY, hash, pkey};
     kvfs_remote_index_oid(model, oid);
     if (hash)
         snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
@@ -47,7 +55,7 @@ static int index_state_read(rados_ioctx_t io, const char *model, const char *has
     rados_read_op_t op = rados_create_read_op();
     rados_omap_iter_t it = NULL;
     int prval = 0;
-    rados_read_op_omap_get_vals_by_keys(op, keys, hash ? 3 : 1, &it, &prval);
+    rados_read_op_omap_get_vals_by_keys(op, keys, hash ? 4 : 2, &it, &prval);
     int rc = rados_read_op_operate(op, io, oid, 0);
     if (rc == -ENOENT) { /* no index yet: nothing counted, the first write creates it */
         s->c.present = 1;
@@ -60,7 +68,12 @@ static int index_state_read(rados_ioctx_t io, const char *model, const char *has
         size_t klen, vlen;
         while (rados_omap_get_next2(it, &key, &val, &klen, &vlen) == 0 && key) {
             if (klen == strlen(KVFS_REMOTE_USAGE_KEY) && !memcmp(key, KVFS_REMOTE_USAGE_KEY, klen))
-                counter_set(&s->c, val, vlen);
+                s->c.present = decimal(val, vlen, &s->c.bytes);
+            else if (klen == strlen(KVFS_REMOTE_GEN_KEY) && !memcmp(key, KVFS_REMOTE_GEN_KEY, klen) &&
+                     vlen < sizeof(s->c.gen)) {
+                memcpy(s->c.gen, val, vlen);
+                s->c.gen[vlen] = 0;
+            }
             else if (hash && klen == KVFS_HASH_HEX_LEN && !memcmp(key, hash, klen)) {
                 s->listed = 1;
                 s->osize = remote_entry_osize(val, vlen);
@@ -87,15 +100,14 @@ static void cas_guard(rados_write_op_t op, const struct index_state *s, int *prv
 {
     if (!s->exists)
         rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
-    else /* an absent counter compares as "" */
-        rados_write_op_omap_cmp(op, KVFS_REMOTE_USAGE_KEY, LIBRADOS_CMPXATTR_OP_EQ, s->c.present ? s->c.raw : "",
-                                s->c.present ? strlen(s->c.raw) : 0, prval);
+    else /* an absent generation compares as "" */
+        rados_write_op_omap_cmp(op, KVFS_REMOTE_GEN_KEY, LIBRADOS_CMPXATTR_OP_EQ, s->c.gen, strlen(s->c.gen), prval);
 }
 
 int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, const char *entry, size_t elen,
                      const char *akey, const char *aval, size_t alen)
 {
-    char oid[KVFS_REMOTE_OID_MAX], count[24];
+    char oid[KVFS_REMOTE_OID_MAX], count[24], gen[24];
     uint64_t osize = remote_entry_osize(entry, elen);
     kvfs_remote_index_oid(model, oid);
     for (int tries = 0; tries < CAS_TRIES; tries++) {
@@ -103,13 +115,14 @@ int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, cons
         int rc = index_state_read(io, model, hash, &s), prval = 0;
         if (rc < 0)
             return rc;
-        const char *keys[3] = {hash, akey, KVFS_REMOTE_USAGE_KEY}, *vals[3] = {entry, aval, count};
-        size_t lens[3] = {elen, alen, 0}, n = 2;
+        const char *keys[4] = {hash, akey, KVFS_REMOTE_GEN_KEY, KVFS_REMOTE_USAGE_KEY},
+                   *vals[4] = {entry, aval, gen, count};
+        size_t lens[4] = {elen, alen, next_gen(&s.c, gen), 0}, n = 3;
         if (s.c.present) { /* unknown stays unknown until a full read counts it */
             uint64_t was = s.listed ? s.osize : 0; /* the same chunk again: its new object replaces the old */
             uint64_t now = s.c.bytes - (was < s.c.bytes ? was : s.c.bytes) + osize;
-            lens[2] = (size_t)snprintf(count, sizeof(count), "%" PRIu64, now);
-            n = 3;
+            lens[3] = (size_t)snprintf(count, sizeof(count), "%" PRIu64, now);
+            n = 4;
         }
         rados_write_op_t op = rados_create_write_op();
         cas_guard(op, &s, &prval);
@@ -124,7 +137,7 @@ int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, cons
 
 int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, uint64_t *size)
 {
-    char oid[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3], count[24];
+    char oid[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3], count[24], gen[24];
     kvfs_remote_index_oid(model, oid);
     snprintf(akey, sizeof(akey), "%.64s.a", hash);
     snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
@@ -137,18 +150,20 @@ int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, u
             return -ENOENT;
         if (s.pinned)
             return -EBUSY;
-        const char *rm[2] = {hash, akey}, *keys[1] = {KVFS_REMOTE_USAGE_KEY}, *vals[1] = {count};
-        size_t lens[1] = {0};
+        const char *rm[2] = {hash, akey}, *keys[2] = {KVFS_REMOTE_GEN_KEY, KVFS_REMOTE_USAGE_KEY},
+                   *vals[2] = {gen, count};
+        size_t lens[2] = {next_gen(&s.c, gen), 0}, n = 1;
         rados_write_op_t op = rados_create_write_op();
         cas_guard(op, &s, &prval);
-        /* a pin set since the read cancels it (pins do not move the counter) */
+        /* a pin set since the read cancels it (pins do not move the generation) */
         rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &pin_prval);
         rados_write_op_omap_rm_keys(op, rm, 2);
         if (s.c.present) {
-            lens[0] = (size_t)snprintf(count, sizeof(count), "%" PRIu64,
+            lens[1] = (size_t)snprintf(count, sizeof(count), "%" PRIu64,
                                        s.c.bytes - (s.osize < s.c.bytes ? s.osize : s.c.bytes));
-            rados_write_op_omap_set(op, keys, vals, lens, 1);
+            n = 2;
         }
+        rados_write_op_omap_set(op, keys, vals, lens, n);
         rc = rados_write_op_operate(op, io, oid, NULL, 0);
         rados_release_write_op(op);
         if (rc == 0)
@@ -170,10 +185,9 @@ int remote_usage_reconcile(rados_ioctx_t io, const char *model, const struct rem
     int prval = 0;
     kvfs_remote_index_oid(model, oid);
     rados_write_op_t op = rados_create_write_op();
-    /* only if no write moved it since it was read: then the full read saw
+    /* only if no write came since it was read: then the full read saw
      * exactly the entries it counts */
-    rados_write_op_omap_cmp(op, KVFS_REMOTE_USAGE_KEY, LIBRADOS_CMPXATTR_OP_EQ, before->present ? before->raw : "",
-                            before->present ? strlen(before->raw) : 0, &prval);
+    rados_write_op_omap_cmp(op, KVFS_REMOTE_GEN_KEY, LIBRADOS_CMPXATTR_OP_EQ, before->gen, strlen(before->gen), &prval);
     rados_write_op_omap_set(op, keys, vals, lens, 1);
     int rc = rados_write_op_operate(op, io, oid, NULL, 0);
     rados_release_write_op(op);

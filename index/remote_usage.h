@@ -1,13 +1,16 @@
 /* remote_usage.h - the namespace's running usage (remote.h, "Capacity"):
  * each model index object keeps a counter, omap key "kvfs.usage" (decimal
- * bytes), of the object sizes its entries list.  Every entry added or
- * removed changes the counter in the same write operation, which compares
- * the counter first (omap_cmp): a write that raced another is cancelled and
- * tried again, so the counter and the entries never disagree, whichever
- * host writes and without the evictor lock.  A capacity check then reads
- * one key per model instead of every entry.  An index without the key (a
- * pool of an older kvfs, or a synthetic one) is "unknown" until a full
- * read of the indexes sets it (remote_usage_reconcile). */
+ * bytes), of the object sizes its entries list, and a generation,
+ * "kvfs.gen", that every entry added or removed moves on.  Both change in
+ * the same write operation as the entries, which compares the generation
+ * first (omap_cmp): a write that raced another is cancelled and tried again,
+ * so the counter and the entries never disagree, whichever host writes and
+ * without the evictor lock.  (The generation, not the counter, is compared:
+ * a counter can come back to a value it had, an add and a removal of two
+ * chunks of one size.)  A capacity check then reads one key per model
+ * instead of every entry.  An index without the counter (a pool of an older
+ * kvfs, or a synthetic one) is "unknown" until a full read of the indexes
+ * sets it (remote_usage_reconcile). */
 #ifndef KVFS_REMOTE_USAGE_H
 #define KVFS_REMOTE_USAGE_H
 
@@ -15,16 +18,17 @@
 #include <stdint.h>
 
 #define KVFS_REMOTE_USAGE_KEY "kvfs.usage"
+#define KVFS_REMOTE_GEN_KEY "kvfs.gen"
 
 #ifdef KVFS_HAVE_RADOS
 #include <rados/librados.h>
 
-/* A model index's counter as read: present or not, and its raw value (what
- * the next write compares against). */
+/* A model index's counter as read (present or not) and its generation
+ * (what the next write compares against; "" while it has none). */
 struct remote_counter {
     int present;
     uint64_t bytes;
-    char raw[24];
+    char gen[24];
 };
 
 /* The namespace's usage: the sum of every registered model's counter.

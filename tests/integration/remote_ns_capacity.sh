@@ -6,7 +6,9 @@
 # only A's chunks: B's are all still there.  A's chunk bytes, measured by
 # listing the objects, are sampled every 20 ms: never above A's capacity +
 # one object; A ends within its capacity; each namespace's counters equal
-# its measured bytes; a fresh host of B reads B's chunks byte for byte.
+# its measured bytes; a fresh host of B reads B's chunks byte for byte.  A
+# host refreshing its listing every second skips the unchanged index (its
+# generation did not move) and follows a change at the next refresh.
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
@@ -30,7 +32,8 @@ L=$(stat -c %s "$T/c1.kv")
 CAP_A=$((L * 7 / 2)); CAP_B=$((L * 5 / 2))
 mount_kvfs a "$R,rados_namespace=tenant-a,zstd=0,remote_list=1,remote_capacity=$CAP_A" || exit 1
 mount_kvfs b "$R,rados_namespace=tenant-b,zstd=0,remote_list=1,remote_capacity=$CAP_B" || exit 1
-A=$T/a.mnt; B=$T/b.mnt
+mount_kvfs b2 "$R,rados_namespace=tenant-b,remote_list=1" || exit 1
+A=$T/a.mnt; B=$T/b.mnt; B2=$T/b2.mnt
 check "two mounts, two namespaces, capacities $(remote "$A" 'r["capacity"]') and $(remote "$B" 'r["capacity"]')" \
     test "$(remote "$A" 'r["namespace"], r["capacity"]') $(remote "$B" 'r["namespace"], r["capacity"]')" = "tenant-a $CAP_A tenant-b $CAP_B"
 
@@ -59,4 +62,13 @@ check "... B's usage and counters unchanged ($(usage_of tenant-b) = $UB), B evic
     test "$(usage_of tenant-b) $(counters tenant-b) $(remote "$B" 'r["evicted"]')" = "$UB $UB 0"
 check "each namespace has its own evictor lock and index objects" \
     sh -c "timeout 20 rados -p kvfs -N tenant-a ls | grep -q '^kvfs.evictor$' && timeout 20 rados -p kvfs -N tenant-b ls | grep -q '^kvfs.models$' && ! timeout 20 rados -p kvfs ls | grep -q '^kvfs'"
+
+# B's second host refreshes its listing every second: an unchanged index is
+# skipped (its generation has not moved), a changed one read again
+check "B's second host lists B's two chunks; refreshes since skipped the unchanged index: $(remote "$B2" 'r["listed"], r["listing_models_read"], r["listing_models_skipped"]')" \
+    test "$(remote "$B2" 'r["listed"] == 2 and r["listing_models_skipped"] >= 1')" = True
+cp "$T/c3.kv" "$B/chunks/${h[3]}.kv"
+check "B uploads a third chunk (evicting its oldest, c1)" drained "$B" 20
+check "... B's second host's next refresh shows c3 and not c1" \
+    sh -c "for i in \$(seq 50); do ls '$B2/chunks' > '$T/b2.ls'; grep -q ${h[3]} '$T/b2.ls' && ! grep -q ${h[1]} '$T/b2.ls' && grep -q ${h[2]} '$T/b2.ls' && exit 0; sleep 0.1; done; exit 1"
 finish

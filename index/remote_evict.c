@@ -158,6 +158,26 @@ static int model_key(void *ctx, const char *key, size_t klen, const char *val, s
     return 0;
 }
 
+int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known)
+{
+    struct model_list m = {0};
+    long rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &m);
+    if (rc >= 0 && m.err)
+        rc = m.err;
+    *usage = 0;
+    *known = 1;
+    for (size_t i = 0; rc >= 0 && i < m.n; i++) {
+        struct remote_counter c;
+        rc = remote_counter_read(io, m.m[i], &c);
+        if (rc >= 0 && c.present)
+            *usage += c.bytes;
+        else if (rc >= 0)
+            *known = 0;
+    }
+    free(m.m);
+    return rc < 0 ? (int)rc : 0;
+}
+
 /* "": SQLite's private temporary file, removed when closed */
 static int view_open(struct remote_view *v)
 {

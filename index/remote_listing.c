@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "remote_format.h"
 #include "remote_usage.h"
 
 #define LIST_FULL_S 600.0 /* a whole refresh this often; between, models whose generation moved */
@@ -91,19 +92,6 @@ static int parse_entry(const char *hash, const char *model, const char *val, siz
     c->logical_size = size;
     snprintf(c->arch, sizeof(c->arch), "%s", strcmp(arch, "-") ? arch : ""); /* "-": none, before the size */
     return 0;
-}
-
-uint64_t remote_entry_osize(const char *val, size_t vlen)
-{
-    char v[128];
-    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
-    memcpy(v, val, n);
-    v[n] = 0;
-    unsigned tokens = 0, layers = 0;
-    unsigned long long size = 0, osize = 0;
-    char arch[16];
-    int k = sscanf(v, "%u %llu %u %15s %llu", &tokens, &size, &layers, arch, &osize);
-    return k == 5 ? osize : size;
 }
 
 struct list_model_ctx {

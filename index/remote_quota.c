@@ -101,7 +101,7 @@ void remote_quota_refresh(struct kvfs_remote *r)
 {
     if (!r->capacity_quota)
         return;
-    char err[512] = "";
+    char err[sizeof(r->quota_error)] = "";
     uint64_t max_bytes = 0;
     int rc = remote_quota_read(r, &max_bytes, err, sizeof(err));
     pthread_mutex_lock(&r->lock);

@@ -36,7 +36,7 @@ static int batch_fits(struct kvfs_remote *r, rados_ioctx_t io, char (*batch)[KVF
 {
     uint64_t usage, need = 0;
     int known;
-    if (remote_usage_read(io, &usage, &known, NULL) < 0 || !known)
+    if (remote_usage_read(io, &usage, &known) < 0 || !known)
         return 0;
     for (int i = 0; i < n; i++) {
         char p[4096];
@@ -128,7 +128,7 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
     } else if (locked) { /* what the batch added, from the counters again */
         uint64_t usage;
         int known;
-        if (remote_usage_read(io, &usage, &known, NULL) == 0 && known) {
+        if (remote_usage_read(io, &usage, &known) == 0 && known) {
             pthread_mutex_lock(&r->lock);
             r->usage = usage;
             pthread_mutex_unlock(&r->lock);
@@ -223,7 +223,7 @@ static void *worker_main(void *arg)
             rados_ioctx_t io2 = remote_io(r, &st2);
             if (ok && check && !full) { /* the counters alone: one read per model */
                 uint64_t usage;
-                int known, rc = remote_usage_read(io2, &usage, &known, NULL);
+                int known, rc = remote_usage_read(io2, &usage, &known);
                 if (rc < 0 && remote_is_outage(rc)) {
                     remote_mark_down(r, rc, "usage", NULL);
                     ok = 0;

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "remote_format.h"
-#include "remote_listing.h"
 
 #define CAS_TRIES 32 /* writes racing on one index: each retry re-reads it */
 
@@ -196,52 +195,4 @@ int remote_usage_reconcile(rados_ioctx_t io, const char *model, const struct rem
     return rc < 0 ? rc : 1;
 }
 
-struct models {
-    char (*id)[17];
-    size_t n, cap;
-    int err;
-};
-
-static int model_key(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
-{
-    (void)val, (void)vlen;
-    struct models *m = ctx;
-    if (klen == 0 || klen > 16)
-        return 0;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 16;
-        void *p = realloc(m->id, cap * sizeof(*m->id));
-        if (!p) {
-            m->err = -ENOMEM;
-            return 1;
-        }
-        m->id = p;
-        m->cap = cap;
-    }
-    memcpy(m->id[m->n], key, klen);
-    m->id[m->n++][klen] = 0;
-    return 0;
-}
-
-int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known, size_t *n_models)
-{
-    struct models m = {0};
-    long rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &m);
-    if (rc >= 0 && m.err)
-        rc = m.err;
-    *usage = 0;
-    *known = 1;
-    for (size_t i = 0; rc >= 0 && i < m.n; i++) {
-        struct remote_counter c;
-        rc = remote_counter_read(io, m.id[i], &c);
-        if (rc >= 0 && c.present)
-            *usage += c.bytes;
-        else if (rc >= 0)
-            *known = 0;
-    }
-    if (n_models)
-        *n_models = m.n;
-    free(m.id);
-    return rc < 0 ? (int)rc : 0;
-}
 #endif

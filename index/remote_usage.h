@@ -31,10 +31,6 @@ struct remote_counter {
     char gen[24];
 };
 
-/* The namespace's usage: the sum of every registered model's counter.
- * *known is 0 when some index has none (a full read must set it).
- * *n_models (may be NULL) gets the models' count.  0 or -errno. */
-int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known, size_t *n_models);
 /* One model index's counter (an absent index: present, 0 bytes). */
 int remote_counter_read(rados_ioctx_t io, const char *model, struct remote_counter *c);
 /* Add (or replace) a chunk's entry and its use key in its model's index,

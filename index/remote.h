@@ -21,12 +21,14 @@
  * chunks and dequeues them only after RADOS acknowledged the write.  A queued
  * chunk is held against local eviction, so nothing acknowledged is lost.
  *
- * Capacity (remote_capacity=, remote_evict.c): usage is the sum of the
- * object sizes the namespace's omap indexes list (the entry's fifth field).
- * An upload first takes the fleet's evictor lock (rados_lock_exclusive on
- * "kvfs.evictor", 30 s lease), reads every index afresh and evicts the least
- * recently used unpinned chunks until the new object fits; the same pass
- * runs when a listing refresh finds the pool over capacity.  Uses are kept
+ * Capacity (remote_capacity=, or the pool's quota: remote_quota.h;
+ * remote_evict.c): usage is the sum of the object sizes the namespace's omap
+ * indexes list (the entry's fifth field), kept as a counter in each index
+ * (remote_usage.h).  An upload batch first takes the fleet's evictor lock
+ * (rados_lock_exclusive on "kvfs.evictor", 30 s lease) and reads the
+ * counters; when the batch does not fit, it reads every index afresh and
+ * evicts the least recently used unpinned chunks until each new object
+ * fits; the same pass runs when a check finds the pool over capacity.  Uses are kept
  * as omap keys "<hash>.a" (unix ms), written in batches every few seconds;
  * pins as "<hash>.p", which eviction checks atomically (omap_cmp).
  *

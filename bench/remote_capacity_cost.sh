@@ -50,11 +50,9 @@ mount_host() { # NAME BINARY
 }
 mount_host before "$OLD_KVFS"
 mount_host after "$BUILD/kvfs"
-seed=1000
-upload() { # HOST: one new chunk, seconds from cp to its upload done (remote.pushed moved on)
+upload() { # HOST SEED: one new chunk, seconds from cp to its upload done (remote.pushed moved on)
     local h
-    seed=$((seed + 1))
-    h=$("$BUILD/kvfsctl" synth -o "$T/c.kv" --tokens 64 --layers 4 --seed $seed)
+    h=$("$BUILD/kvfsctl" synth -o "$T/c.kv" --tokens 64 --layers 4 --seed "$2")
     python3 - "$T/$1/mnt" "$T/c.kv" "$h" <<'PY'
 import json, shutil, sys, time
 mnt, src, h = sys.argv[1:]
@@ -67,11 +65,12 @@ while pushed() <= p0:
 print("%.3f" % (time.perf_counter() - t))
 PY
 }
-upload before > /dev/null; upload after > /dev/null # first batches: the new host sets the counters
+# first batches (the new host's sets the counters); each upload a chunk nobody has
+upload before 1000 > /dev/null; upload after 1001 > /dev/null
 b=(); a=()
 for r in $(seq "$ROUNDS"); do
-    if [ $((r % 2)) = 1 ]; then b+=("$(upload before)"); a+=("$(upload after)")
-    else a+=("$(upload after)"); b+=("$(upload before)"); fi
+    if [ $((r % 2)) = 1 ]; then b+=("$(upload before $((2000 + r)))"); a+=("$(upload after $((3000 + r)))")
+    else a+=("$(upload after $((3000 + r)))"); b+=("$(upload before $((2000 + r)))"); fi
     echo "remote_capacity_cost: round $r: before ${b[-1]} s, after ${a[-1]} s" >&2
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }

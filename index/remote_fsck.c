@@ -28,8 +28,10 @@ static int is_hash(const char *s)
     return 1;
 }
 
-/* every chunk object of the namespace into table o of the view's database */
-static int scan_objects(rados_ioctx_t io, struct remote_view *v, uint64_t *n)
+/* every chunk object of the namespace into table o of the view's database;
+ * locked: the evictor lock's lease is renewed as it goes (a scan of a large
+ * pool outlasts it) */
+static int scan_objects(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view *v, int locked, uint64_t *n)
 {
     rados_list_ctx_t lc;
     sqlite3_stmt *ins = NULL;
@@ -52,7 +54,8 @@ static int scan_objects(rados_ioctx_t io, struct remote_view *v, uint64_t *n)
             break;
         }
         sqlite3_reset(ins);
-        (*n)++;
+        if (++*n % 1024 == 0 && locked && (rc = remote_evict_renew(r, io, v)) < 0)
+            break;
     }
     rados_nobjects_list_close(lc);
     sqlite3_finalize(ins);
@@ -164,8 +167,9 @@ int kvfs_remote_fsck(struct kvfs_remote *r, int repair, int min_age_s,
     }
     sum->stray_keys = v.n_orphans;
     sum->counters_set = (uint64_t)v.reconciled;
-    if ((rc = scan_objects(io, &v, &sum->objects))) {
-        kvfs_errf(err, errlen, rc, "cannot list the pool's objects: %s", strerror(-rc));
+    if ((rc = scan_objects(r, io, &v, locked, &sum->objects))) {
+        kvfs_errf(err, errlen, rc, "cannot list the pool's objects%s: %s",
+                  locked ? " (or lost the evictor lock meanwhile)" : "", strerror(-rc));
         goto out;
     }
     if (sqlite3_prepare_v2(v.db, "SELECT COUNT(*) FROM e", -1, &st, NULL) == SQLITE_OK &&

@@ -8,6 +8,7 @@
 # its usage counted off the counter (which then equals the bytes measured by
 # listing the objects); a second fsck is clean (exit 0); a stray object
 # younger than --min-age is left unjudged (an upload writes the object first).
+# Two hosts uploading at once, one without a capacity, keep the counter right.
 . "$(dirname "$0")/../lib.sh"
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
@@ -17,7 +18,7 @@ cc -O2 -o "$T/pool_usage" "$KVFS_ROOT/tests/ceph/pool_usage.c" -lrados || { echo
 usage_now() { "$T/pool_usage" "$CEPH_CONF" kvfs f | cut -d' ' -f1; }
 rf() { timeout 20 rados -p kvfs -N f "$@"; }
 
-for k in $(seq 1 6); do h[$k]=$(synth "$T/c$k.kv" --tokens 60 --layers 4 --seed $((k + 500))); done
+for k in $(seq 1 14); do h[$k]=$(synth "$T/c$k.kv" --tokens 60 --layers 4 --seed $((k + 500))); done
 printf '%s\n' "${h[@]}" > "$T/hashes"
 mount_kvfs a "$R,rados_namespace=f,remote_list=-1,remote_capacity=64M" || exit 1
 A=$T/a.mnt
@@ -53,6 +54,18 @@ check "a second fsck is clean (exit $rc): $(tail -1 "$T/f3")" \
 mount_kvfs b "$R,rados_namespace=f,remote_list=-1" || exit 1
 check "... and the chunks left read whole through a fresh host" \
     sh -c "for k in 1 3 4; do cmp '$T/c'\$k.kv '$T/b.mnt/chunks/'\$(sed -n \${k}p '$T/hashes').kv || exit 1; done"
+# two hosts, one without a capacity (no evictor lock), upload at once, some
+# chunks through both: every write to the index compares its generation, so
+# the counter still equals the bytes
+cps=()
+for k in 7 8 9 10 11 12; do cp "$T/c$k.kv" "$A/incoming/" & cps+=($!); done
+for k in 10 11 12 13 14; do cp "$T/c$k.kv" "$T/b.mnt/incoming/" & cps+=($!); done
+wait "${cps[@]}" # not the daemons
+both_drained() { drained "$A" 30 && drained "$T/b.mnt" 30; }
+check "two hosts upload eight chunks at once (three through both)" both_drained
+rf getomapval "kvfs.model.$M" kvfs.usage "$T/cnt" >/dev/null
+check "... the counter equals the measured bytes: $(cat "$T/cnt") = $(usage_now) ($("$T/pool_usage" "$CEPH_CONF" kvfs f | cut -d' ' -f2) objects)" \
+    test "$(cat "$T/cnt")" = "$(usage_now)" -a "$("$T/pool_usage" "$CEPH_CONF" kvfs f | cut -d' ' -f2)" = 11
 # a stray object just written: an upload in flight, left alone
 rf put "${h[6]}" "$T/o1"
 "$KVFSCTL" remote fsck --repair "$A" > "$T/f4" 2>&1; rc=$?

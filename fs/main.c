@@ -71,7 +71,8 @@ static void usage(const char *prog)
            "  remote_list=S      refresh the listing of the fleet's chunks every S seconds\n"
            "                     (default 30; -1: list only chunks this host has)\n"
            "  remote_capacity=SIZE keep the pool's chunks within SIZE, evicting the least\n"
-           "                     recently used unpinned ones across the fleet (default: unbounded)\n"
+           "                     recently used unpinned ones across the fleet; quota (default):\n"
+           "                     the pool's max_bytes quota less a sixteenth; none: unbounded\n"
            "  remote_lease=S     a claim's lease in RADOS lapses S seconds after its holder\n"
            "                     stops renewing it (a crash; default 30)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
@@ -233,6 +234,12 @@ static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
     }
 }
 
+/* remote_capacity=quota (the pool's quota, as when unset) or none (unbounded) */
+static int remote_capacity_words(const char *v)
+{
+    return !v || !strcmp(v, "quota") || !strcmp(v, "none");
+}
+
 /* The options turned into values (kvfs(8) has their meaning). */
 struct settings {
     uint64_t capacity, ram, max_ingest, blend_cache, sim_read_bps, remote_capacity;
@@ -246,7 +253,8 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         size_opt("blend_cache", m->opts.blend_cache, 1ull << 30, &st->blend_cache) ||
         size_opt("ram", m->opts.ram, 256ull << 20, &st->ram) ||
         size_opt("max_ingest", m->opts.max_ingest, 4ull << 30, &st->max_ingest) ||
-        size_opt("remote_capacity", m->opts.remote_capacity, 0, &st->remote_capacity))
+        (!remote_capacity_words(m->opts.remote_capacity) &&
+         size_opt("remote_capacity", m->opts.remote_capacity, 0, &st->remote_capacity)))
         return 2;
     if (m->opts.remote_capacity && !m->opts.rados_pool) {
         fprintf(stderr, "kvfs: remote_capacity= needs rados=POOL\n");
@@ -405,7 +413,9 @@ static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
                                   .rados_id = m->opts.rados_id, .keyring = m->opts.rados_keyring,
                                   .ns = m->opts.rados_ns, .timeout_s = m->opts.rados_timeout,
                                   .list_refresh_s = m->opts.remote_list, .lease_s = m->opts.remote_lease};
-    if (m->opts.remote_capacity) /* checked by check_options */
+    /* unset or "quota": the pool's quota; "none": unbounded; SIZE (checked by check_options) */
+    ro.capacity_quota = !m->opts.remote_capacity || !strcmp(m->opts.remote_capacity, "quota");
+    if (!remote_capacity_words(m->opts.remote_capacity))
         kvfs_parse_size(m->opts.remote_capacity, &ro.capacity);
     char err[512] = "";
     *out = NULL;

@@ -23,12 +23,14 @@
  * chunks and dequeues them only after RADOS acknowledged the write.  A queued
  * chunk is held against local eviction, so nothing acknowledged is lost.
  *
- * Capacity (remote_capacity=, remote_evict.c): usage is the sum of the
- * object sizes the namespace's omap indexes list (the entry's fifth field).
- * An upload first takes the fleet's evictor lock (rados_lock_exclusive on
- * "kvfs.evictor", 30 s lease), reads every index afresh and evicts the least
- * recently used unpinned chunks until the new object fits; the same pass
- * runs when a listing refresh finds the pool over capacity.  Uses are kept
+ * Capacity (remote_capacity=, or the pool's quota: remote_quota.h;
+ * remote_evict.c): usage is the sum of the object sizes the namespace's omap
+ * indexes list (the entry's fifth field), kept as a counter in each index
+ * (remote_usage.h).  An upload batch first takes the fleet's evictor lock
+ * (rados_lock_exclusive on "kvfs.evictor", 30 s lease) and reads the
+ * counters; when the batch does not fit, it reads every index afresh and
+ * evicts the least recently used unpinned chunks until each new object
+ * fits; the same pass runs when a check finds the pool over capacity.  Uses are kept
  * as omap keys "<hash>.a" (unix ms), written in batches every few seconds;
  * pins as "<hash>.p", which eviction checks atomically (omap_cmp).
  *
@@ -55,6 +57,7 @@ struct kvfs_remote_opts {
     int timeout_s;         /* bound on every remote call (default 5) */
     int list_refresh_s;    /* refresh the fleet listing this often (default 30; -1 = never) */
     uint64_t capacity;     /* remote_capacity: the pool's chunk bytes stay within it (0 = unbounded) */
+    int capacity_quota;    /* capacity from the pool's max_bytes quota (remote_quota.h), re-read each minute */
     int lease_s;           /* remote_lease: a claim's lease in RADOS, seconds (default 30) */
 };
 
@@ -120,6 +123,38 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin);
  * Counts what went in *n and *bytes (may be NULL). */
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
                       char *err, size_t errlen);
+
+/* ---- the pool against its indexes (remote_fsck.c; kvfsctl remote fsck) ---- */
+
+enum kvfs_remote_problem_kind {
+    KVFS_REMOTE_STRAY_OBJECT,   /* a chunk object no index lists (outside usage) */
+    KVFS_REMOTE_MISSING_OBJECT, /* an index entry whose object is gone (listed, reads fail) */
+};
+struct kvfs_remote_problem {
+    enum kvfs_remote_problem_kind kind;
+    char hash[KVFS_HASH_HEX_LEN + 1];
+    char model[17];   /* the entry's, or the object's kvfs.model ("" if none) */
+    uint64_t size;    /* the object's bytes, or the entry's */
+    int repaired;     /* 1 removed (the object, or the entry and its use and pin keys) */
+    int repair_rc;    /* the repair's -errno when it failed */
+};
+struct kvfs_remote_fsck_sum {
+    uint64_t objects, entries;     /* chunk objects scanned, index entries read */
+    uint64_t stray, missing;       /* problems found */
+    uint64_t repaired;             /* of them, repaired */
+    uint64_t young;                /* stray objects younger than min_age_s: an upload or eviction in flight, left */
+    uint64_t stray_keys;           /* use or pin keys without an entry (removed with repair) */
+    uint64_t counters_set;         /* model indexes whose usage counter was wrong, set right */
+};
+/* Scan the namespace's objects (a pool scan) against its indexes: objects
+ * no index lists and entries whose object is gone.  With repair, under the
+ * evictor lock, remove each (the object; or the entry, its use and pin
+ * keys, its usage counted off).  A stray object younger than min_age_s is
+ * left (an upload writes the object before its entry).  cb (may be NULL)
+ * hears each problem.  0 or -errno, said in err. */
+int kvfs_remote_fsck(struct kvfs_remote *r, int repair, int min_age_s,
+                     int (*cb)(void *ctx, const struct kvfs_remote_problem *p), void *ctx,
+                     struct kvfs_remote_fsck_sum *sum, char *err, size_t errlen);
 
 /* ---- claims: one computation per fleet (remote_lease.c) ----
  *

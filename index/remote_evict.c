@@ -16,6 +16,8 @@
 #ifdef KVFS_HAVE_RADOS
 #include "remote_format.h"
 #include "remote_listing.h"
+#include "remote_quota.h"
+#include "remote_usage.h"
 
 #define LOCK_OBJ "kvfs.evictor"
 #define LOCK_NAME "kvfs.evict"
@@ -47,6 +49,7 @@ struct view_ctx {
     struct kvfs_remote_entry cur; /* the model's last entry, written when the next begins */
     int have;
     int err; /* a view short of entries would undercount the usage */
+    uint64_t model_usage; /* the model's entries' bytes: its counter's true value */
 };
 
 static int hex64(const char *k)
@@ -91,6 +94,7 @@ static int view_key(void *ctx, const char *key, size_t klen, const char *val, si
         snprintf(e->model, sizeof(e->model), "%s", c->model);
         e->size = remote_entry_osize(val, vlen);
         v->usage += e->size;
+        c->model_usage += e->size;
         c->have = 1;
         return 0;
     }
@@ -154,6 +158,26 @@ static int model_key(void *ctx, const char *key, size_t klen, const char *val, s
     return 0;
 }
 
+int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known)
+{
+    struct model_list m = {0};
+    long rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &m);
+    if (rc >= 0 && m.err)
+        rc = m.err;
+    *usage = 0;
+    *known = 1;
+    for (size_t i = 0; rc >= 0 && i < m.n; i++) {
+        struct remote_counter c;
+        rc = remote_counter_read(io, m.m[i], &c);
+        if (rc >= 0 && c.present)
+            *usage += c.bytes;
+        else if (rc >= 0)
+            *known = 0;
+    }
+    free(m.m);
+    return rc < 0 ? (int)rc : 0;
+}
+
 /* "": SQLite's private temporary file, removed when closed */
 static int view_open(struct remote_view *v)
 {
@@ -188,13 +212,25 @@ int remote_view_read(rados_ioctx_t io, struct remote_view *v)
     for (size_t i = 0; rc >= 0 && i < models.n; i++) {
         char oid[KVFS_REMOTE_OID_MAX];
         kvfs_remote_index_oid(models.m[i], oid);
+        struct remote_counter before;
         c.model = models.m[i];
         c.have = 0;
-        rc = remote_omap_each(io, oid, view_key, &c);
+        c.model_usage = 0;
+        rc = remote_counter_read(io, models.m[i], &before); /* before the entries: see reconcile */
+        if (rc >= 0)
+            rc = remote_omap_each(io, oid, view_key, &c);
         if (rc >= 0 && !c.err)
             c.err = view_flush(&c);
         if (rc >= 0 && c.err)
             rc = c.err;
+        if (rc >= 0 && remote_usage_reconcile(io, models.m[i], &before, c.model_usage) == 1) {
+            char was[24] = "absent";
+            if (before.present)
+                snprintf(was, sizeof(was), "%" PRIu64, before.bytes);
+            v->reconciled++;
+            kvfs_log(KVFS_LOG_INFO, "remote tier: index kvfs.model.%s: usage counter was %s, now %" PRIu64 " bytes",
+                     models.m[i], was, c.model_usage);
+        }
     }
     free(models.m);
     sqlite3_finalize(c.ins);
@@ -338,26 +374,17 @@ void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
 
 /* ---- eviction ---- */
 
-/* The index entry goes first, in one op that fails (ECANCELED) if the
- * chunk is pinned, then the object: a reader that still lists it gets
- * ENOENT (a miss), never part of an object. */
+/* The index entry goes first, in one op that fails if the chunk is pinned
+ * and lowers the usage counter (remote_index_remove), then the object: a
+ * reader that still lists it gets ENOENT (a miss), never part of an object. */
 static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvfs_remote_entry *e)
 {
-    char idx[64], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3];
-    snprintf(idx, sizeof(idx), "kvfs.model.%s", e->model);
-    snprintf(akey, sizeof(akey), "%s.a", e->hash);
-    snprintf(pkey, sizeof(pkey), "%s.p", e->hash);
-    const char *keys[2] = {e->hash, akey};
-    int prval = 0;
-    rados_write_op_t op = rados_create_write_op();
-    rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &prval); /* absent compares as "" */
-    rados_write_op_omap_rm_keys(op, keys, 2);
-    int rc = rados_write_op_operate(op, io, idx, NULL, 0);
-    rados_release_write_op(op);
-    if (rc == -ECANCELED)
-        return -EBUSY; /* pinned since the view was read */
-    if (rc < 0 && rc != -ENOENT)
-        return rc;
+    uint64_t size = 0;
+    int rc = remote_index_remove(io, e->model, e->hash, &size);
+    if (rc == -ENOENT)
+        return 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
+    if (rc < 0)
+        return rc; /* -EBUSY: pinned since the view was read */
     rc = rados_remove(io, e->hash);
     if (rc < 0 && rc != -ENOENT)
         return rc;
@@ -396,7 +423,7 @@ int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view
     return 0;
 }
 
-static void clean_orphans(rados_ioctx_t io, struct remote_view *v)
+void remote_view_clean_orphans(rados_ioctx_t io, struct remote_view *v)
 {
     for (size_t i = 0; i < v->n_orphans; i++) {
         char idx[64];
@@ -430,13 +457,15 @@ int remote_evict_pass(struct kvfs_remote *r, rados_ioctx_t io)
     if (!(rc = remote_view_read(io, &v))) {
         pthread_mutex_lock(&r->lock);
         uint64_t before = r->evicted;
+        uint64_t cap = r->capacity; /* 0: the quota went: nothing to evict */
+        r->index_reads++;
         pthread_mutex_unlock(&r->lock);
-        rc = remote_make_room(r, io, &v, r->capacity, NULL, 0);
-        clean_orphans(io, &v);
+        rc = cap ? remote_make_room(r, io, &v, cap, NULL, 0) : 0;
+        remote_view_clean_orphans(io, &v);
         remote_note_view(r, &v, before);
         if (rc == -ENOSPC)
             kvfs_log(KVFS_LOG_WARN, "remote tier: pool %s holds %" PRIu64 " bytes, over remote_capacity %" PRIu64
-                     ", and the rest is pinned", r->pool, v.usage, r->capacity);
+                     ", and the rest is pinned", r->pool, v.usage, cap);
         remote_view_free(&v);
     }
     remote_evict_unlock(r, io);
@@ -656,7 +685,7 @@ int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity
                       capacity);
         else if (rc)
             kvfs_errf(err, errlen, rc, "%s", strerror(-rc));
-        clean_orphans(io, &v);
+        remote_view_clean_orphans(io, &v);
     }
     remote_view_free(&v);
 unlock:

@@ -20,10 +20,17 @@ struct remote_view {
     char cur_hash[KVFS_HASH_HEX_LEN + 1];
     double lock_at; /* the lease last taken or renewed (monotonic) */
     uint64_t usage, pinned;
+    int reconciled; /* model indexes whose usage counter the read corrected */
     struct remote_orphan { char model[17]; char key[KVFS_HASH_HEX_LEN + 3]; } *orphans;
     size_t n_orphans, cap_orphans;
 };
 
+/* Remove the use and pin keys whose entry is gone (the view's orphans). */
+void remote_view_clean_orphans(rados_ioctx_t io, struct remote_view *v);
+/* The namespace's usage from the counters (remote_usage.h): the sum of
+ * every registered model's.  *known is 0 when some index has none (a full
+ * read must set it).  One read per model; 0 or -errno. */
+int remote_usage_read(rados_ioctx_t io, uint64_t *usage, int *known);
 /* Read right after taking the lock: the lease counts from then. */
 int remote_view_read(rados_ioctx_t io, struct remote_view *v);
 void remote_view_free(struct remote_view *v);

@@ -36,3 +36,16 @@ size_t kvfs_remote_use_key(const char *hash, int64_t ms, char key[KVFS_HASH_HEX_
     int n = snprintf(val, cap, "%lld", (long long)ms);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
+
+uint64_t remote_entry_osize(const char *val, size_t vlen)
+{
+    char v[128];
+    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
+    memcpy(v, val, n);
+    v[n] = 0;
+    unsigned tokens = 0, layers = 0;
+    unsigned long long size = 0, osize = 0;
+    char arch[16];
+    int k = sscanf(v, "%u %llu %u %15s %llu", &tokens, &size, &layers, arch, &osize);
+    return k == 5 ? osize : size;
+}

@@ -27,6 +27,9 @@ void kvfs_remote_index_oid(const char *model, char oid[KVFS_REMOTE_OID_MAX]);
 /* The index entry's value, "tokens size layers arch osize" (osize: the
  * object's bytes, which the pool's usage sums).  Its length. */
 size_t kvfs_remote_index_entry(const struct kvfs_chunk_info *ci, uint64_t osize, char *out, size_t cap);
+/* An index entry's value, "tokens size layers arch osize" (older: fewer
+ * fields): the object's bytes, or the logical size where osize is absent. */
+uint64_t remote_entry_osize(const char *val, size_t vlen);
 /* The use key "<hash>.a" and its value (unix ms).  The value's length. */
 size_t kvfs_remote_use_key(const char *hash, int64_t ms, char key[KVFS_HASH_HEX_LEN + 3], char *val, size_t cap);
 

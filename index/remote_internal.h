@@ -32,11 +32,20 @@ struct kvfs_remote {
     pthread_t worker;
     int worker_started;
     double list_refresh_s, listed_at; /* fleet listing: refresh period, last refresh (monotonic) */
+    double listed_full_at;            /* last refresh that read every model index */
+    uint64_t list_models_read, list_models_skipped; /* model indexes a refresh read, or skipped (unchanged) */
     sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
                                        * separate from the queue so a refresh never shares its transaction */
     uint64_t known;                   /* chunks in the listing */
     /* remote_capacity (remote_evict.c): the pool's bytes held within it */
     uint64_t capacity;                /* 0: unbounded */
+    int capacity_quota;               /* capacity follows the pool's quota (remote_quota.h) */
+    int quota_read;                   /* a quota was read once */
+    uint64_t quota_bytes;             /* its max_bytes as last read (0: none) */
+    char quota_error[256];            /* why it could not be read, "" when it was */
+    double quota_at;                  /* last read (monotonic) */
+    uint64_t usage_checks, index_reads; /* capacity checks by the counters; full reads of every index */
+    double reconciled_at;             /* last full pass (monotonic) */
     uint64_t usage, n_pinned;         /* as of the last listing or eviction pass */
     uint64_t evicted, evicted_bytes, evict_passes;
     char cookie[96];                  /* this process's holder name of the evictor lock */

@@ -11,6 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "remote_format.h"
+#include "remote_usage.h"
+
+#define LIST_FULL_S 600.0 /* a whole refresh this often; between, models whose generation moved */
+
 int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
 {
     char path[4096];
@@ -20,14 +25,17 @@ int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
         sqlite3_exec(r->lw,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                      "CREATE TABLE IF NOT EXISTS known(hash TEXT PRIMARY KEY, model TEXT, tokens INTEGER,"
-                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER);",
+                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER);"
+                     /* each model index's generation as last read (remote_usage.h), its bytes and pins */
+                     "CREATE TABLE IF NOT EXISTS model_gen(model TEXT PRIMARY KEY, gen TEXT, usage INTEGER,"
+                     " pinned INTEGER);",
                      NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_open_v2(path, &r->lr, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK)
         return kvfs_errf(err, errlen, -EIO, "cannot open the remote listing %s", path);
     sqlite3_busy_timeout(r->lw, 2000);
     sqlite3_busy_timeout(r->lr, 2000);
     if (r->list_refresh_s <= 0) /* listing off: show only this host's chunks, not an old listing */
-        sqlite3_exec(r->lw, "DELETE FROM known", NULL, NULL, NULL);
+        sqlite3_exec(r->lw, "DELETE FROM known; DELETE FROM model_gen;", NULL, NULL, NULL);
     return 0;
 }
 
@@ -84,19 +92,6 @@ static int parse_entry(const char *hash, const char *model, const char *val, siz
     c->logical_size = size;
     snprintf(c->arch, sizeof(c->arch), "%s", strcmp(arch, "-") ? arch : ""); /* "-": none, before the size */
     return 0;
-}
-
-uint64_t remote_entry_osize(const char *val, size_t vlen)
-{
-    char v[128];
-    size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
-    memcpy(v, val, n);
-    v[n] = 0;
-    unsigned tokens = 0, layers = 0;
-    unsigned long long size = 0, osize = 0;
-    char arch[16];
-    int k = sscanf(v, "%u %llu %u %15s %llu", &tokens, &size, &layers, arch, &osize);
-    return k == 5 ? osize : size;
 }
 
 struct list_model_ctx {
@@ -182,6 +177,43 @@ static int refresh_entry(void *ctx, const char *key, size_t klen, const char *va
     return insert_known(rc, &c);
 }
 
+/* The model's generation as the listing last read it: 1 (and its bytes and
+ * pins) when it is gen, 0 when not (or never read). */
+static int listed_gen(struct kvfs_remote *r, const char *model, const char *gen, uint64_t *usage, uint64_t *pinned)
+{
+    sqlite3_stmt *st;
+    int same = 0;
+    if (!gen[0] || sqlite3_prepare_v2(r->lw, "SELECT usage, pinned FROM model_gen WHERE model = ? AND gen = ?", -1,
+                                      &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, gen, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *usage = (uint64_t)sqlite3_column_int64(st, 0);
+        *pinned = (uint64_t)sqlite3_column_int64(st, 1);
+        same = 1;
+    }
+    sqlite3_finalize(st);
+    return same;
+}
+
+static int exec_model(struct kvfs_remote *r, const char *sql, const char *model, const char *gen, uint64_t usage,
+                      uint64_t pinned)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->lw, sql, -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    if (gen) {
+        sqlite3_bind_text(st, 2, gen, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)usage);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)pinned);
+    }
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -EIO;
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
 {
     char models[256][32];
@@ -191,18 +223,44 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     long n = remote_omap_each(io, "kvfs.models", refresh_model_key, &rc);
     if (n < 0)
         return (int)n;
+    /* now and then everything (writes of an older kvfs move no generation) */
+    pthread_mutex_lock(&r->lock);
+    int full = r->listed_full_at == 0 || remote_now_s() - r->listed_full_at >= LIST_FULL_S;
+    pthread_mutex_unlock(&r->lock);
     if (sqlite3_prepare_v2(r->lw, "INSERT OR REPLACE INTO known(hash, model, tokens, size, layers, arch, seen_ns) "
                                  "VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &rc.ins, NULL) != SQLITE_OK)
         return -EIO;
-    sqlite3_exec(r->lw, "BEGIN; DELETE FROM known;", NULL, NULL, NULL);
+    sqlite3_exec(r->lw, full ? "BEGIN; DELETE FROM known; DELETE FROM model_gen;" : "BEGIN", NULL, NULL, NULL);
     int err = 0;
+    uint64_t usage = 0, pinned = 0, n_read = 0, n_skipped = 0;
     for (int i = 0; i < rc.n_models && !err; i++) {
         char oid[64];
+        struct remote_counter c;
+        uint64_t mu, mp;
+        /* the generation before the entries: a write during the read moves
+         * it, and the next refresh reads the model again */
+        if ((err = remote_counter_read(io, models[i], &c)) < 0)
+            break;
+        if (!full && listed_gen(r, models[i], c.gen, &mu, &mp)) { /* unchanged since read */
+            usage += mu;
+            pinned += mp;
+            n_skipped++;
+            continue;
+        }
+        if (!full && (err = exec_model(r, "DELETE FROM known WHERE model = ?", models[i], NULL, 0, 0)))
+            break;
         snprintf(oid, sizeof(oid), "kvfs.model.%s", models[i]);
         rc.model = models[i];
+        rc.usage = rc.pinned = 0;
         long k = remote_omap_each(io, oid, refresh_entry, &rc);
         if (k < 0)
             err = (int)k;
+        else
+            err = exec_model(r, "INSERT OR REPLACE INTO model_gen VALUES (?, ?, ?, ?)", models[i], c.gen, rc.usage,
+                             rc.pinned);
+        usage += rc.usage;
+        pinned += rc.pinned;
+        n_read++;
     }
     sqlite3_finalize(rc.ins);
     if (err) { /* keep the previous listing */
@@ -219,9 +277,13 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     }
     pthread_mutex_lock(&r->lock);
     r->known = known;
-    r->usage = rc.usage;
-    r->n_pinned = rc.pinned;
+    r->usage = usage;
+    r->n_pinned = pinned;
     r->listed_at = remote_now_s();
+    if (full)
+        r->listed_full_at = r->listed_at;
+    r->list_models_read += n_read;
+    r->list_models_skipped += n_skipped;
     pthread_mutex_unlock(&r->lock);
     return 0;
 }

@@ -14,9 +14,6 @@ int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen);
  * returns non-zero to stop.  A missing object has none.  The count or -errno. */
 long remote_omap_each(rados_ioctx_t io, const char *oid,
                       int (*cb)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen), void *ctx);
-/* An index entry's value, "tokens size layers arch osize" (older: fewer
- * fields): the object's bytes, or the logical size where osize is absent. */
-uint64_t remote_entry_osize(const char *val, size_t vlen);
 /* One model's index object, entry by entry; the count or -errno. */
 long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *ctx, const struct kvfs_chunk_info *c),
                        void *ctx);

@@ -8,6 +8,8 @@
 #include "remote_evict.h"
 #include "remote_format.h"
 #include "remote_lease.h"
+#include "remote_quota.h"
+#include "remote_usage.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -274,15 +276,15 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
         return rc;
     /* within remote_capacity: room first, so the pool never holds more
      * than capacity (a chunk it has already adds nothing) */
-    if (v && !remote_view_has(v, hash) && (rc = remote_make_room(r, io, v, r->capacity, hash, len))) {
+    if (v && !remote_view_has(v, hash) && (rc = remote_make_room(r, io, v, remote_capacity_now(r), hash, len))) {
         free(buf);
         if (rc == -ENOSPC)
             kvfs_log(KVFS_LOG_WARN, "remote tier: %s (%zu bytes) does not fit in remote_capacity %" PRIu64
                      " (%" PRIu64 " bytes in the pool, %" PRIu64 " pinned chunks): kept here, queued", hash, len,
-                     r->capacity, v->usage, v->pinned);
+                     remote_capacity_now(r), v->usage, v->pinned);
         return rc;
     }
-    char entry[128], atime[24], idx[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3];
+    char entry[128], atime[24], akey[KVFS_HASH_HEX_LEN + 3];
     size_t elen = kvfs_remote_index_entry(&ci, len, entry, sizeof(entry));
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -298,14 +300,9 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
         return rc;
     /* the per-model index, for listing without a pool scan, and the fleet's
      * registry of models (so a host finds indexes of models it never saw) */
-    kvfs_remote_index_oid(ci.model, idx);
-    const char *keys[2] = {hash, akey}, *vals[2] = {entry, atime};
-    size_t lens[2] = {elen, alen};
-    op = rados_create_write_op();
-    rados_write_op_omap_set(op, keys, vals, lens, 2); /* an upload is a use */
-    rc = rados_write_op_operate(op, io, idx, NULL, 0);
-    rados_release_write_op(op);
-    if (rc < 0)
+    /* the entry, its use (an upload is a use) and the index's usage counter
+     * in one write (remote_usage.h) */
+    if ((rc = remote_index_put(io, ci.model, hash, entry, elen, akey, atime, alen)) < 0)
         return rc;
     const char *mkeys[1] = {ci.model}, *mvals[1] = {""};
     size_t mlens[1] = {0};

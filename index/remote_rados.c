@@ -16,27 +16,66 @@
 #include "remote_lease.h"
 #include "remote_listing.h"
 #include "remote_queue.h"
+#include "remote_quota.h"
+#include "remote_usage.h"
+#include <sys/stat.h>
 
 #define NEG_TTL_S 1.0   /* a miss is remembered this long: repeated lookups stay local */
 #define RETRY_MAX_S 5.0 /* the worker retries at least this often while down */
 #define ATIME_FLUSH_S 3.0 /* uses noted are written into the indexes this often */
-#define EVICT_CHECK_S 30.0 /* without a listing: how often the pool's usage is checked */
+#define EVICT_CHECK_S 5.0 /* how often the counters are compared with the capacity */
+#define RECONCILE_S 600.0 /* a full pass this often: counters set right after writers that kept none */
+#define QUOTA_CHECK_S 60.0 /* the pool's quota is read again this often */
+
+/* With remote_capacity, holding the evictor lock: 1 when the counters
+ * (remote_usage.h) say the batch fits as it is, its chunks' local objects
+ * counted whole (an upper bound: one the pool has adds nothing), so the
+ * batch goes without reading every index; 0 when they are unknown or it
+ * does not fit (then a full read makes room). */
+static int batch_fits(struct kvfs_remote *r, rados_ioctx_t io, char (*batch)[KVFS_HASH_HEX_LEN + 1], int n)
+{
+    uint64_t usage, need = 0;
+    int known;
+    if (remote_usage_read(io, &usage, &known) < 0 || !known)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        char p[4096];
+        struct stat st;
+        if (kvfs_store_object_path(r->s, batch[i], p, sizeof(p)) == 0 && stat(p, &st) == 0)
+            need += (uint64_t)st.st_size;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->usage = usage;
+    r->usage_checks++;
+    uint64_t cap = r->capacity;
+    pthread_mutex_unlock(&r->lock);
+    return usage + need <= cap;
+}
 
 /* Push a batch of queued chunks; with remote_capacity under the evictor
- * lock, over a fresh view of the indexes.  0, or the outage that stopped it. */
+ * lock, and over a fresh view of the indexes unless the counters say it
+ * fits.  0, or the outage that stopped it. */
 static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1], int n)
 {
     int st2;
     rados_ioctx_t io = remote_io(r, &st2);
     struct remote_view v, *vp = NULL;
-    int rc;
-    if (r->capacity) {
+    int rc, locked = 0;
+    if (remote_capacity_now(r)) {
         if ((rc = remote_evict_lock(r, io)) == 0) {
+            locked = 1;
             remote_atime_flush(r, io);
-            if ((rc = remote_view_read(io, &v)) == 0)
-                vp = &v;
-            else
-                remote_evict_unlock(r, io);
+            if (!batch_fits(r, io, batch, n)) {
+                if ((rc = remote_view_read(io, &v)) == 0) {
+                    vp = &v;
+                    pthread_mutex_lock(&r->lock);
+                    r->index_reads++;
+                    pthread_mutex_unlock(&r->lock);
+                } else {
+                    remote_evict_unlock(r, io);
+                    locked = 0;
+                }
+            }
         }
         if (rc == -EBUSY)
             return 0; /* another host is evicting or uploading: next round */
@@ -84,10 +123,19 @@ static int push_batch(struct kvfs_remote *r, char (*batch)[KVFS_HASH_HEX_LEN + 1
         }
     }
     if (vp) {
-        remote_evict_unlock(r, io);
         remote_note_view(r, &v, evicted0);
         remote_view_free(&v);
+    } else if (locked) { /* what the batch added, from the counters again */
+        uint64_t usage;
+        int known;
+        if (remote_usage_read(io, &usage, &known) == 0 && known) {
+            pthread_mutex_lock(&r->lock);
+            r->usage = usage;
+            pthread_mutex_unlock(&r->lock);
+        }
     }
+    if (locked)
+        remote_evict_unlock(r, io);
     return rc;
 }
 
@@ -119,6 +167,8 @@ static void *worker_main(void *arg)
                 ok = 0;
             } else {
                 kvfs_log(KVFS_LOG_INFO, "remote tier: connected to pool %s", r->pool);
+                r->quota_at = remote_now_s();
+                remote_quota_refresh(r);
             }
         } else if (state == ST_DOWN) {
             /* probe: any answer (ENOENT included) means reachable */
@@ -156,21 +206,46 @@ static void *worker_main(void *arg)
                     kvfs_log(KVFS_LOG_WARN, "remote tier: listing refresh failed: %s", strerror(-rc));
                 }
             }
+            if (ok && r->capacity_quota && remote_now_s() - r->quota_at >= QUOTA_CHECK_S) {
+                r->quota_at = remote_now_s();
+                remote_quota_refresh(r);
+            }
             pthread_mutex_lock(&r->lock);
             double now = remote_now_s();
             int flush = r->n_atimes && now - r->atimes_at >= ATIME_FLUSH_S;
             /* over capacity (a host without remote_capacity wrote, or it was
-             * lowered): a pass, after a listing found it or now and then */
-            int check = r->capacity && ((io && r->usage > r->capacity) ||
-                                        (r->list_refresh_s <= 0 && now - r->evict_checked_at >= EVICT_CHECK_S));
+             * lowered): a pass when a listing or the counters find it, and
+             * now and then to set counters right */
+            int check = r->capacity && ((io && r->usage > r->capacity) || now - r->evict_checked_at >= EVICT_CHECK_S);
             if (check)
                 r->evict_checked_at = now;
+            int full = check && ((io && r->usage > r->capacity) || now - r->reconciled_at >= RECONCILE_S);
+            uint64_t cap = r->capacity;
             pthread_mutex_unlock(&r->lock);
-            if (ok && (flush || check)) {
-                rados_ioctx_t io2 = remote_io(r, &st2);
-                int rc = check ? remote_evict_pass(r, io2) : remote_atime_flush(r, io2);
+            rados_ioctx_t io2 = remote_io(r, &st2);
+            if (ok && check && !full) { /* the counters alone: one read per model */
+                uint64_t usage;
+                int known, rc = remote_usage_read(io2, &usage, &known);
                 if (rc < 0 && remote_is_outage(rc)) {
-                    remote_mark_down(r, rc, check ? "eviction" : "use times", NULL);
+                    remote_mark_down(r, rc, "usage", NULL);
+                    ok = 0;
+                }
+                full = rc == 0 && (!known || usage > cap);
+                pthread_mutex_lock(&r->lock);
+                if (rc == 0 && known)
+                    r->usage = usage;
+                r->usage_checks += rc == 0;
+                pthread_mutex_unlock(&r->lock);
+            }
+            if (ok && (flush || full)) {
+                if (full) {
+                    pthread_mutex_lock(&r->lock);
+                    r->reconciled_at = now;
+                    pthread_mutex_unlock(&r->lock);
+                }
+                int rc = full ? remote_evict_pass(r, io2) : remote_atime_flush(r, io2);
+                if (rc < 0 && remote_is_outage(rc)) {
+                    remote_mark_down(r, rc, full ? "eviction" : "use times", NULL);
                     ok = 0;
                 }
             }
@@ -214,7 +289,7 @@ static int neg_hit(struct kvfs_remote *r, const char *hash)
 static void note_use(struct kvfs_remote *r, struct kvfs_store *s, const char *hash)
 {
     struct kvfs_chunk_info ci;
-    if (r->capacity && kvfs_store_stat(s, hash, &ci) == 0)
+    if (remote_capacity_now(r) && kvfs_store_stat(s, hash, &ci) == 0)
         remote_atime_note(r, hash, ci.model);
 }
 
@@ -298,6 +373,8 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->list_refresh_s = o->list_refresh_s < 0 ? 0 : o->list_refresh_s > 0 ? o->list_refresh_s : 30;
     r->capacity = o->capacity;
+    r->capacity_quota = o->capacity_quota;
+    r->reconciled_at = remote_now_s(); /* counters absent or over capacity bring the first pass sooner */
     r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
     remote_cookie_init(r);
     pthread_mutex_init(&r->lock, NULL);
@@ -320,6 +397,9 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
         r->state = ST_DOWN;
         snprintf(r->last_error, sizeof(r->last_error), "%s", why);
         kvfs_log(KVFS_LOG_WARN, "remote tier: %s; starting with the tier down (writes queue, retried)", why);
+    } else { /* the capacity before the first upload */
+        r->quota_at = remote_now_s();
+        remote_quota_refresh(r);
     }
     if (pthread_create(&r->worker, NULL, worker_main, r)) {
         rc = kvfs_errf(err, errlen, -EAGAIN, "cannot start the upload worker");
@@ -398,10 +478,16 @@ void kvfs_remote_stats(void *ctx, FILE *f)
             ", \"pushed\": %" PRIu64 ", \"fetched\": %" PRIu64 ", \"rejected\": %" PRIu64 ", \"errors\": %" PRIu64
             ", \"listed\": %" PRIu64 ", \"listed_s_ago\": %.1f, \"capacity\": %" PRIu64 ", \"usage\": %" PRIu64
             ", \"pinned\": %" PRIu64 ", \"evicted\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
-            ", \"evictions_run\": %" PRIu64 ", \"uses_pending\": %zu, \"rados_id\": ",
+            ", \"evictions_run\": %" PRIu64 ", \"uses_pending\": %zu, \"usage_checks\": %" PRIu64
+            ", \"index_reads\": %" PRIu64 ", \"listing_models_read\": %" PRIu64 ", \"listing_models_skipped\": %" PRIu64
+            ", \"capacity_from\": \"%s\", \"quota_bytes\": %" PRIu64 ", \"quota_error\": ",
             remote_state_name(r->state), r->pool, r->ns, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
             r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0, r->capacity, r->usage,
-            r->n_pinned, r->evicted, r->evicted_bytes, r->evict_passes, r->n_atimes);
+            r->n_pinned, r->evicted, r->evicted_bytes, r->evict_passes, r->n_atimes, r->usage_checks,
+            r->index_reads, r->list_models_read, r->list_models_skipped, !r->capacity_quota ? (r->capacity ? "remote_capacity" : "none") : "quota",
+            r->quota_bytes);
+    json_str(f, r->quota_error);
+    fprintf(f, ", \"rados_id\": ");
     /* what kvfsctl remote needs to reach the same pool (paths, not keys) */
     json_str(f, r->id);
     fprintf(f, ", \"ceph_conf\": ");

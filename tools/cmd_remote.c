@@ -20,13 +20,17 @@ static void usage(FILE *f)
                "       kvfsctl remote pin|unpin MOUNT HASH...\n"
                "       kvfsctl remote evict [--to SIZE] MOUNT [HASH...]\n"
                "       kvfsctl remote leases MOUNT\n"
+               "       kvfsctl remote fsck [--repair] [--min-age S] MOUNT\n"
                "The chunks of the RADOS pool (and namespace) the mount uses, as the fleet's omap\n"
                "indexes list them: size, last use by any host, pin.  A pinned chunk is never\n"
                "evicted, by any host.  evict removes the named chunks (not pinned ones), or without\n"
                "a hash the least recently used until the pool is within --to SIZE (default: the\n"
                "mount's remote_capacity).  leases lists the claims' lease objects (a scan of the\n"
-               "pool) and removes the lapsed ones crashed hosts left.  Connects as the mount's Ceph\n"
-               "client (its key is needed).\n");
+               "pool) and removes the lapsed ones crashed hosts left.  fsck scans the pool's objects\n"
+               "against the indexes: objects no index lists, entries whose object is gone; --repair\n"
+               "removes them (a stray object younger than --min-age S, default 60, is left: an\n"
+               "upload writes the object before its entry).  Exit 1 while problems remain.  Connects\n"
+               "as the mount's Ceph client (its key is needed).\n");
 }
 
 /* The string or number of "key" in the stats' "remote" member. */
@@ -111,6 +115,17 @@ static int print_lease(void *ctx, const char *hash, int held)
     return 0;
 }
 
+static int print_problem(void *ctx, const struct kvfs_remote_problem *p)
+{
+    (void)ctx;
+    int stray = p->kind == KVFS_REMOTE_STRAY_OBJECT;
+    printf("%s %s %12" PRIu64 " %-16s %s\n", stray ? "stray-object  " : "missing-object", p->hash, p->size,
+           p->model[0] ? p->model : "-",
+           p->repaired ? (stray ? "removed" : "entry removed")
+                       : p->repair_rc ? strerror(-p->repair_rc) : stray ? "no index lists it" : "listed, gone");
+    return 0;
+}
+
 static int to_size(void *dst, const char *arg)
 {
     if (kvfs_parse_size(arg, dst)) {
@@ -123,7 +138,9 @@ static int to_size(void *dst, const char *arg)
 int cmd_remote(int argc, char **argv)
 {
     uint64_t to = 0;
-    const struct tool_opt opts[] = {TOOL_OPT_CALL("to", 0, to_size, &to), {0}};
+    int repair = 0, min_age = 60;
+    const struct tool_opt opts[] = {TOOL_OPT_CALL("to", 0, to_size, &to), TOOL_OPT("repair", 0, FLAG, &repair),
+                                    TOOL_OPT("min-age", 0, INT, &min_age), {0}};
     const struct tool_cmd cmd = {usage, opts, 2, -1};
     int rc = tool_parse_args(&cmd, argc, argv);
     if (rc != TOOL_ARGS_OK)
@@ -132,13 +149,14 @@ int cmd_remote(int argc, char **argv)
     char **hashes = argv + optind + 2;
     int n_hashes = argc - optind - 2;
     int list = !strcmp(verb, "list"), pin = !strcmp(verb, "pin"), unpin = !strcmp(verb, "unpin"),
-        evict = !strcmp(verb, "evict"), leases = !strcmp(verb, "leases");
-    if (!list && !pin && !unpin && !evict && !leases) {
+        evict = !strcmp(verb, "evict"), leases = !strcmp(verb, "leases"), fsck = !strcmp(verb, "fsck");
+    if (!list && !pin && !unpin && !evict && !leases && !fsck) {
         fprintf(stderr, "kvfsctl remote: unknown action '%s'\n", verb);
         usage(stderr);
         return 2;
     }
-    if (((list || leases) && n_hashes) || ((pin || unpin) && !n_hashes)) {
+    if (((list || leases || fsck) && n_hashes) || ((pin || unpin) && !n_hashes) || min_age < 0 ||
+        ((repair || min_age != 60) && !fsck)) {
         usage(stderr);
         return 2;
     }
@@ -198,6 +216,20 @@ int cmd_remote(int argc, char **argv)
             status = 1;
         } else {
             printf("%ld leases\n", n);
+        }
+    } else if (fsck) {
+        struct kvfs_remote_fsck_sum sum;
+        rc = kvfs_remote_fsck(r, repair, min_age, print_problem, NULL, &sum, err, sizeof(err));
+        if (rc) {
+            fprintf(stderr, "kvfsctl remote: fsck: %s\n", err);
+            status = 1;
+        } else {
+            printf("%" PRIu64 " objects, %" PRIu64 " index entries: %" PRIu64 " stray objects, %" PRIu64
+                   " missing objects, %" PRIu64 " repaired; %" PRIu64 " stray use/pin keys%s; %" PRIu64
+                   " usage counters set right; %" PRIu64 " objects younger than %d s not judged\n",
+                   sum.objects, sum.entries, sum.stray, sum.missing, sum.repaired, sum.stray_keys,
+                   repair ? " removed" : "", sum.counters_set, sum.young, min_age);
+            status = sum.stray + sum.missing > sum.repaired;
         }
     } else if (pin || unpin) {
         for (int i = 0; i < n_hashes; i++) {

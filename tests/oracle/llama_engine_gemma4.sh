@@ -9,7 +9,8 @@
 #    after, and the greedy answer = `kvfsctl generate --kv` (near-tie rule);
 #  - llama.cpp's own saved state of a prompt within the window, cp'd into
 #    llama/, is the chunk kvfs's prefill names, its K/V within f16 tolerance
-#    of kvfs's prefill and its view llama.cpp's file byte for byte; a state
+#    of kvfs's prefill and its view llama.cpp's file byte for byte (kvfsctl
+#    import the same); a state
 #    past the window (its SWA part holds the window's cells only) is refused.
 . "$(dirname "$0")/../lib.sh"
 python3 -c 'import llama_cpp' 2>/dev/null || "$KVFS_ROOT/tools/install-oracle.sh" || true
@@ -83,6 +84,8 @@ check "a V-transposed save (no flash attention) is stored under the same name" \
 check "... and its .vt.llama view is that save byte for byte" cmp "$T/nofa.bin" "$C/llama/$h_short.vt.llama"
 check "K/V near kvfs's prefill ($("$KVFSCTL" compare "$B/chunks/$h_short.kv" "$A/chunks/$h_short.kv" 2>&1))" \
     "$KVFSCTL" compare --max-err 0.15 "$B/chunks/$h_short.kv" "$A/chunks/$h_short.kv"
+check "kvfsctl import -m of that save gives the same chunk" sh -c \
+    "'$KVFSCTL' import -m '$MODEL' -o '$T/imp.kv' '$T/fa.bin' 2>/dev/null | grep -qx '$h_short' && cmp '$T/imp.kv' '$B/chunks/$h_short.kv'"
 check "the long prompt's state (SWA part: the window's cells only) is refused at close" \
     sh -c "! cp '$T/long.bin' '$B/llama/long.bin' 2>/dev/null"
 check "... nothing is stored" test ! -e "$B/chunks/$h_long.kv"

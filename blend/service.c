@@ -295,6 +295,8 @@ void kvfs_model_llama_swa(const struct kvfs_model *m, struct kvfs_llama_swa *swa
     for (int l = 0; l < m->hp.n_layer && l < (int)KVFS_MAX_LAYERS; l++)
         if ((swa->local[l] = m->layers[l].window > 0))
             swa->n_swa = (uint32_t)m->layers[l].window;
+    if ((swa->shaped = kvfs_model_shaped(m) && m->hp.n_layer <= (int)KVFS_MAX_LAYERS))
+        kvfs_model_layer_shapes(m, swa->shape);
 }
 
 int kvfs_blend_service_swa(const struct kvfs_blend_service *svc, const struct kvfs_fingerprint *fp,

@@ -62,8 +62,8 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     for (int i = 0; kvfs_blend_service_model(m->svc, i, &fp, &n_vocab) == 0; i++) {
         kvfs_fingerprint_id(&fp, id);
         if (!strcmp(id, c->model) && fp.n_layer == c->n_layer) {
-            /* MLA: K alone, from the chunk's header below; gemma4 (layer
-             * shapes): no view yet, the header path refuses it */
+            /* MLA: K alone; gemma4: each layer's own width and shared-KV
+             * layers left out: from the chunk's header below */
             if (!strncmp(fp.arch, "deepseek2", sizeof(fp.arch)) || !strncmp(fp.arch, "gemma4", sizeof(fp.arch)))
                 break;
             struct kvfs_llama_swa swa;
@@ -76,11 +76,14 @@ static int view_size(struct kvfs_mount *m, const struct kvfs_chunk_info *c, uint
     struct kvfs_chunk_ref *ref;
     struct kvfs_header h;
     struct kvfs_llama_view v;
+    struct kvfs_llama_swa swa;
     int rc = kvfs_store_get(m->store, c->hash, &ref);
     if (rc)
         return rc;
+    /* the model's SWA layers when it is loaded (none known otherwise), as view_of_ref opens it */
     if (!(rc = kvfs_header_parse(kvfs_chunk_data(ref), kvfs_chunk_size(ref), &h, NULL, 0)) &&
-        !(rc = kvfs_llama_view_init(&v, &h, 0, m->opts.llama_streams))) { /* no model: no SWA layers known */
+        (kvfs_blend_service_swa(m->svc, &h.fp, &swa), !(rc = kvfs_llama_view_init_swa(&v, &h, 0, m->opts.llama_streams,
+                                                                                      &swa)))) {
         *size = v.size;
         kvfs_llama_view_free(&v);
     }

@@ -94,7 +94,12 @@ static int part_init(struct kvfs_llama_view *v, struct kvfs_llama_part *p, uint6
     uint64_t head = at ? 0 : 12u + 4ull * h->n_tokens;
     p->at = at;
     p->data0 = at + head + 8u + 12ull * p->n + 8u;
-    p->tail = p->data0 + (uint64_t)p->n_layer * (v->mla ? 1u : 2u) * (K_HDR + 2ull * p->n * v->kv_dim);
+    p->kind_bytes = 0;
+    for (uint32_t i = p->l0; i < p->l0 + p->n_layer; i++) {
+        v->layer_at[i] = p->kind_bytes;
+        p->kind_bytes += K_HDR + 2ull * p->n * v->layer_dim[i];
+    }
+    p->tail = p->data0 + (v->mla ? 1u : 2u) * p->kind_bytes;
     p->end = p->tail + 4ull * (v->n_streams - 1);
     if (!(p->hdr = malloc(p->data0 - at)))
         return -ENOMEM;
@@ -124,10 +129,10 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
      * part] with no V of its own, kvfs's [rotated | latent] and V derived
      * (kvfs(5)); a chunk of that model in another form is refused */
     int mla = (h->flags & KVFS_FLAG_V_FROM_K) != 0;
-    /* layers of their own shapes and shared-KV layers (gemma4): llama.cpp's
-     * layout of that cache is not written yet (kvfs(5)) */
-    if (h->flags & KVFS_FLAG_LAYER_SHAPES)
-        return -ENOTSUP;
+    /* layers of their own shapes (gemma4): each layer with a cache of its
+     * own at its own width; a shared-KV layer has none in llama.cpp's state
+     * (llama-kv-cache.cpp maps it to its source's) */
+    int shaped = (h->flags & KVFS_FLAG_LAYER_SHAPES) != 0;
     if ((mla || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
         (!mla || h->fp.n_kv_head != 1 || h->fp.rope_dim >= h->fp.head_dim))
         return -ENOTSUP;
@@ -146,8 +151,14 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
         struct kvfs_llama_part *pt = &v->part[p];
         pt->l0 = k;
         for (uint32_t l = 0; l < L; l++)
-            if (v->n_parts == 1 || !!swa->local[l] == (int)p)
+            if (v->n_parts == 1 || !!swa->local[l] == (int)p) {
+                struct kvfs_layer_shape sh;
+                kvfs_layer_shape_get(h, l, &sh);
+                if (shaped && sh.kv_source != l)
+                    continue;
+                v->layer_dim[k] = shaped ? sh.n_kv_head * sh.head_dim : v->kv_dim;
                 v->layer[k++] = (uint16_t)l;
+            }
         pt->n_layer = k - pt->l0;
         pt->n = p ? (uint32_t)swa_cells(swa, n) : n;
         pt->t0 = n - pt->n; /* the SWA part: the window's cells and the one before */
@@ -174,7 +185,8 @@ void kvfs_llama_view_free(struct kvfs_llama_view *v)
 }
 
 /* Element e of layer l's K (which 0) or V (1) rows, as f16. */
-static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, uint32_t l, int which, uint64_t e)
+static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, uint32_t l, uint32_t kv_dim, int which,
+                         uint64_t e)
 {
     struct kvfs_layer_entry le;
     kvfs_layer_entry_get(&v->h, l, &le);
@@ -186,7 +198,7 @@ static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, ui
         return kvfs_f32_to_f16(kvfs_kvq_elem(codec, obj + le.offset, v->h.n_tokens, v->kv_dim, which,
                                              (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));
     size_t ds = kvfs_dtype_size(v->h.dtype);
-    const uint8_t *p = obj + le.offset + ((uint64_t)which * v->h.n_tokens * v->kv_dim + e) * ds;
+    const uint8_t *p = obj + le.offset + ((uint64_t)which * v->h.n_tokens * kv_dim + e) * ds;
     uint16_t x = (uint16_t)(p[0] | p[1] << 8);
     if (v->h.dtype == KVFS_DTYPE_F16)
         return x;
@@ -201,26 +213,27 @@ static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, ui
 /* bytes [from, from + len) of layer l's K or V block as part p holds it
  * (its rows t0 .. t0 + n - 1) */
 static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_part *p, const uint8_t *obj,
-                       uint32_t l, int which, uint64_t from, uint8_t *dst, size_t len)
+                       uint32_t i, int which, uint64_t from, uint8_t *dst, size_t len)
 {
     int trans = which == 1 && v->v_trans;
-    uint64_t row0 = (uint64_t)p->t0 * v->kv_dim; /* the part's first element in the chunk's block */
+    uint32_t l = v->layer[i], kv_dim = v->layer_dim[i];
+    uint64_t row0 = (uint64_t)p->t0 * kv_dim; /* the part's first element in the chunk's block */
     if (v->h.dtype == KVFS_DTYPE_F16 && !trans && !v->mla) { /* the object's own bytes */
         struct kvfs_layer_entry le;
         kvfs_layer_entry_get(&v->h, l, &le);
-        memcpy(dst, obj + le.offset + (uint64_t)which * v->h.n_tokens * v->kv_dim * 2u + 2u * row0 + from, len);
+        memcpy(dst, obj + le.offset + (uint64_t)which * v->h.n_tokens * kv_dim * 2u + 2u * row0 + from, len);
         return;
     }
     uint32_t n = p->n;
     for (size_t i = 0; i < len;) {
         uint64_t b = from + i, e = b / 2; /* the part's element e */
         if (trans) /* dim j of cell c, stored at [c][j] */
-            e = (e % n) * v->kv_dim + e / n;
+            e = (e % n) * kv_dim + e / n;
         if (v->mla) { /* llama.cpp's dim j: the latent's first, then the rotated part, kvfs's first */
             uint64_t j = e % v->kv_dim, lat = v->kv_dim - v->rot;
             e = e - j + (j < lat ? j + v->rot : j - lat);
         }
-        uint16_t x = elem_f16(v, obj, l, which, row0 + e);
+        uint16_t x = elem_f16(v, obj, l, kv_dim, which, row0 + e);
         uint8_t le2[2] = {(uint8_t)x, (uint8_t)(x >> 8)};
         for (unsigned k = (unsigned)(b & 1); k < 2 && i < len; k++)
             dst[i++] = le2[k];
@@ -254,27 +267,34 @@ size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj,
             done += n;
             continue;
         }
-        uint64_t blk = 2ull * p->n * v->kv_dim, section = K_HDR + blk; /* one layer's K (or V) */
-        uint64_t r = at - p->data0, per_kind = section * p->n_layer;
-        int which = r >= per_kind;
-        r -= (uint64_t)which * per_kind;
-        uint32_t l = v->layer[p->l0 + (uint32_t)(r / section)];
-        uint64_t in = r % section;
+        uint64_t r = at - p->data0;
+        int which = r >= p->kind_bytes;
+        r -= (uint64_t)which * p->kind_bytes;
+        uint32_t lo = p->l0, hi = p->l0 + p->n_layer - 1; /* the last layer whose section starts at or before r */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            if (v->layer_at[mid] <= r)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        uint32_t kv_dim = v->layer_dim[lo];
+        uint64_t blk = 2ull * p->n * kv_dim, in = r - v->layer_at[lo]; /* within one layer's K (or V) */
         if (in < K_HDR) {
             uint8_t hdr[K_HDR];
             put32(hdr, KVFS_GGML_F16);
             if (which == 1 && v->v_trans) {
                 put32(hdr + 4, 2);
-                put32(hdr + 8, v->kv_dim);
+                put32(hdr + 8, kv_dim);
             } else {
-                put64(hdr + 4, 2ull * v->kv_dim);
+                put64(hdr + 4, 2ull * kv_dim);
             }
             n = (size_t)(K_HDR - in) < want ? (size_t)(K_HDR - in) : want;
             memcpy(out + done, hdr + in, n);
         } else {
             in -= K_HDR;
             n = (size_t)(blk - in) < want ? (size_t)(blk - in) : want;
-            block_read(v, p, obj, l, which, in, out + done, n);
+            block_read(v, p, obj, lo, which, in, out + done, n);
         }
         done += n;
     }
@@ -322,10 +342,12 @@ static const char *ggml_type_name(uint32_t t)
 /* One layer's K or V type header: the cache type (the same in every layer
  * and kind) and the row size the model's shapes give. */
 static int layer_header(struct reader *r, int which, int trans, uint32_t l, const struct kvfs_fingerprint *fp,
-                        uint32_t *dtype, size_t len, char *err, size_t errlen)
+                        const struct kvfs_llama_swa *swa, uint32_t *dtype, size_t len, char *err, size_t errlen)
 {
     const char *kind = which ? "V" : "K";
-    uint32_t kv_dim = fp->n_kv_head * fp->head_dim, t, a, b = 0;
+    uint32_t n_kv_head = swa && swa->shaped ? swa->shape[l].n_kv_head : fp->n_kv_head;
+    uint32_t head_dim = swa && swa->shaped ? swa->shape[l].head_dim : fp->head_dim;
+    uint32_t kv_dim = n_kv_head * head_dim, t, a, b = 0;
     const uint8_t *p;
     if (take(r, K_HDR, &p))
         return TRUNC("a layer header");
@@ -344,13 +366,13 @@ static int layer_header(struct reader *r, int which, int trans, uint32_t l, cons
         a = get32(p + 4), b = get32(p + 8);
         if (a != ds || b != kv_dim)
             return kvfs_errf(err, errlen, -EINVAL, "layer %u V: %u dims of %u bytes in the state, the model has %u "
-                             "(%u KV heads x %u) of %zu", l, b, a, kv_dim, fp->n_kv_head, fp->head_dim, ds);
+                             "(%u KV heads x %u) of %zu", l, b, a, kv_dim, n_kv_head, head_dim, ds);
     } else {
         uint64_t row = get64(p + 4);
         if (row != (uint64_t)kv_dim * ds)
             return kvfs_errf(err, errlen, -EINVAL, "layer %u %s: rows of %llu bytes in the state, the model's are %llu "
                              "(%u KV heads x %u dims x %zu bytes)", l, kind, (unsigned long long)row,
-                             (unsigned long long)kv_dim * ds, fp->n_kv_head, fp->head_dim, ds);
+                             (unsigned long long)kv_dim * ds, n_kv_head, head_dim, ds);
     }
     return 0;
 }
@@ -442,20 +464,21 @@ static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uin
 
 /* K blocks, then V blocks (V transposed when v_trans): into the chunk's
  * layers. */
-static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp, uint32_t dtype,
-                       const uint16_t *layers, uint32_t n_layers, uint32_t n_cells, const uint32_t *row,
-                       uint32_t v_trans, int mla, size_t len, char *err, size_t errlen)
+static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp,
+                       const struct kvfs_llama_swa *swa, uint32_t dtype, const uint16_t *layers, uint32_t n_layers,
+                       uint32_t n_cells, const uint32_t *row, uint32_t v_trans, int mla, size_t len, char *err,
+                       size_t errlen)
 {
-    size_t kv_dim = (size_t)fp->n_kv_head * fp->head_dim;
-    size_t ds = kvfs_dtype_size(dtype), blk = kv_dim * n_cells * ds;
-    size_t rot = fp->rope_dim * ds, lat = kv_dim * ds - rot;
+    size_t ds = kvfs_dtype_size(dtype);
     const uint8_t *p;
     int rc = 0;
     for (int which = 0; which < (mla ? 1 : 2) && !rc; which++) /* MLA: K alone, latent first (kvfs(5)) */
         for (uint32_t i = 0; i < n_layers && !rc; i++) {
             uint32_t l = layers[i];
             int trans = which && v_trans;
-            if ((rc = layer_header(r, which, trans, l, fp, &dtype, len, err, errlen)))
+            size_t kv_dim = kvfs_layer_kv_dim(&w->hdr, l), blk = kv_dim * n_cells * ds;
+            size_t rot = fp->rope_dim * ds, lat = kv_dim * ds - rot;
+            if ((rc = layer_header(r, which, trans, l, fp, swa, &dtype, len, err, errlen)))
                 break;
             if (take(r, blk, &p)) {
                 rc = TRUNC(which ? "a layer's V" : "a layer's K");
@@ -587,9 +610,10 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     if (mla && (fp->n_kv_head != 1 || fp->rope_dim >= fp->head_dim))
         return kvfs_errf(err, errlen, -EINVAL, "deepseek2 with %u KV heads of %u (%u rotated): not an MLA cache row",
                          fp->n_kv_head, fp->head_dim, fp->rope_dim);
+    int shaped = swa && swa->shaped; /* gemma4: shared-KV layers have no cache in the state */
     for (uint32_t p = 0; p < n_part; p++) /* the non-SWA cache's layers, then the SWA one's */
         for (uint32_t l = 0; l < fp->n_layer; l++)
-            if (n_part == 1 || !!swa->local[l] == (int)p)
+            if ((n_part == 1 || !!swa->local[l] == (int)p) && (!shaped || swa->shape[l].kv_source == l))
                 layers[p ? n_base + n_local++ : n_base++] = (uint16_t)l;
     if (take32(&r, &magic) || take32(&r, &version))
         return kvfs_errf(err, errlen, -EPROTO, "not a llama.cpp sequence state: %zu bytes", len);
@@ -627,14 +651,14 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     if ((rc = token_ids(tok, n_cells, n_vocab, &ids, err, errlen)))
         goto fail;
     struct reader probe = r; /* the first layer's K type sizes the object */
-    if ((rc = layer_header(&probe, 0, 0, layers[0], fp, &dtype, len, err, errlen)))
+    if ((rc = layer_header(&probe, 0, 0, layers[0], fp, swa, &dtype, len, err, errlen)))
         goto fail;
-    if ((rc = kvfs_writer_init_salted(w, fp, dtype, KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0),
-                                      (uint32_t)pos0, n_cells, ids, salt))) {
+    if ((rc = kvfs_writer_init_shaped(w, fp, dtype, KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0),
+                                      (uint32_t)pos0, n_cells, ids, salt, shaped ? swa->shape : NULL))) {
         rc = kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
         goto fail;
     }
-    if ((rc = copy_layers(&r, w, fp, dtype, layers, n_base, n_cells, row, v_trans, mla, len, err, errlen)) ||
+    if ((rc = copy_layers(&r, w, fp, swa, dtype, layers, n_base, n_cells, row, v_trans, mla, len, err, errlen)) ||
         (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
         goto fail;
     if (n_part > 1) { /* the SWA cache: a chunk needs every cell of its layers too */
@@ -662,7 +686,8 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
         }
         uint32_t vt1;
         if ((rc = part_data_header(&r, n_local, " in its SWA cache", fp, &vt1, len, err, errlen)) ||
-            (rc = copy_layers(&r, w, fp, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, len, err, errlen)) ||
+            (rc = copy_layers(&r, w, fp, swa, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, len, err,
+                              errlen)) ||
             (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
             goto fail;
     }

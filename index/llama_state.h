@@ -46,6 +46,11 @@ enum { KVFS_GGML_F32 = 0, KVFS_GGML_F16 = 1, KVFS_GGML_BF16 = 30 };
 struct kvfs_llama_swa {
     uint32_t n_swa;                 /* window; 0: no SWA layers, one cache */
     uint8_t local[KVFS_MAX_LAYERS]; /* layer l sits in the SWA cache */
+    /* layers of their own shapes (gemma4): layer l's, and a layer whose
+     * kv_source is another has no cache in the state (llama.cpp maps it to
+     * its source's); shaped 0: the fingerprint's for every layer */
+    int shaped;
+    struct kvfs_layer_shape shape[KVFS_MAX_LAYERS];
 };
 
 /* One cache's part of a view */
@@ -53,6 +58,7 @@ struct kvfs_llama_part {
     uint64_t at, data0, tail, end; /* its n_stream, its first K header, its empty streams, its end */
     uint32_t t0, n;                /* its cells: the chunk's rows t0 .. t0 + n - 1 */
     uint32_t l0, n_layer;          /* its layers: layer[l0 .. l0 + n_layer) */
+    uint64_t kind_bytes;           /* its K sections (each a type header and n rows), as many V ones after */
     uint8_t *hdr;                  /* bytes [at, data0): generated (part 0: from the file's start) */
 };
 
@@ -64,7 +70,9 @@ struct kvfs_llama_view {
     uint64_t size;          /* of the state file */
     uint32_t n_parts;       /* 1, or 2 with sliding-window layers (the non-SWA cache first) */
     struct kvfs_llama_part part[2];
-    uint16_t layer[KVFS_MAX_LAYERS]; /* the model's layers in the file's order */
+    uint16_t layer[KVFS_MAX_LAYERS]; /* the model's layers with a cache of their own, in the file's order */
+    uint32_t layer_dim[KVFS_MAX_LAYERS];  /* layer[i]'s row width (n_kv_head * head_dim: its own with LAYER_SHAPES) */
+    uint64_t layer_at[KVFS_MAX_LAYERS];    /* layer[i]'s K section from its part's data0 (per part: l0 .. l0 + n_layer) */
     /* an MLA chunk (KVFS_FLAG_V_FROM_K, one KV head): llama.cpp's cache has
      * no V and keeps the row's latent first, the rotated part (rot values)
      * last: K alone, each row rotated by rot */

@@ -161,8 +161,69 @@ static void check_mla_quantized(void)
     }
 }
 
+/* gemma4: layers of their own widths (layer 0 global, 2 heads of 4; layer 1
+ * sliding, 1 of 2) and a shared-KV layer 2 (reads layer 0's cache): the view
+ * holds layer 0 alone in the global part, layer 1 alone in the SWA part,
+ * each at its width; read in odd pieces it is the same bytes; ingested it is
+ * the very same chunk */
+static void check_layer_shapes(void)
+{
+    struct kvfs_fingerprint fp = {.n_layer = 3, .n_kv_head = 2, .head_dim = 4, .rope_dim = 4, .rope_theta = 1e4f,
+                                  .arch = "gemma4", .n_head = 4, .n_embd = 32};
+    struct kvfs_layer_shape sh[3] = {{2, 4, 4, 0}, {1, 2, 2, 1}, {2, 4, 4, 0}};
+    uint32_t tok[3] = {7, 8, 9}, dim[2] = {8, 2};
+    struct kvfs_writer w, w2;
+    struct kvfs_header h;
+    struct kvfs_llama_view v;
+    struct kvfs_llama_swa swa;
+    char why[256];
+    memset(&swa, 0, sizeof(swa));
+    swa.n_swa = 8, swa.local[1] = 1, swa.shaped = 1;
+    memcpy(swa.shape, sh, sizeof(sh));
+    CHECK_EQ(kvfs_writer_init_shaped(&w, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED, 0, 3, tok, NULL, sh), 0);
+    for (uint32_t l = 0; l < 2; l++) {
+        uint8_t *d = kvfs_writer_layer(&w, l);
+        for (uint32_t e = 0; e < 2 * 3 * dim[l]; e++) {
+            uint16_t x = kvfs_f32_to_f16((float)(100 * l + e));
+            d[2 * e] = (uint8_t)x, d[2 * e + 1] = (uint8_t)(x >> 8);
+        }
+    }
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    for (int vt = 0; vt < 2; vt++) {
+        CHECK_EQ(kvfs_llama_view_init_swa(&v, &h, vt, 1, &swa), 0);
+        CHECK_EQ(v.n_parts, 2u);
+        uint64_t head = 12 + 4 * 3, part0 = 8 + 12 * 3 + 8 + 2 * (12 + 3 * 8 * 2);
+        CHECK_EQ(v.size, head + part0 + 8 + 12 * 3 + 8 + 2 * (12 + 3 * 2 * 2));
+        uint8_t *st = malloc(v.size), *st2 = malloc(v.size);
+        CHECK_EQ(kvfs_llama_view_read(&v, w.buf, 0, st, v.size), v.size);
+        for (uint64_t at = 0, step = 1; at < v.size; at += step, step = step % 13 + 2)
+            kvfs_llama_view_read(&v, w.buf, at, st2 + at, (size_t)step);
+        CHECK(!memcmp(st, st2, v.size));
+        /* the SWA part's layer count, its K header's row bytes, its V's row 2 (or V dim 1 of cell 2 transposed) */
+        const uint8_t *p1 = st + head + part0 + 8 + 12 * 3;
+        CHECK_EQ(p1[4], 1);
+        CHECK_EQ(p1[8 + 4], 4);
+        const uint8_t *v1 = p1 + 8 + 12 + 12 + 12;
+        uint32_t e = vt ? 1 * 3 + 2 : 2 * 2 + 1; /* cell 2, dim 1 */
+        CHECK_EQ(kvfs_f16_to_f32((uint16_t)(v1[2 * e] | v1[2 * e + 1] << 8)), (float)(100 + 6 + 2 * 2 + 1));
+        CHECK_EQ(kvfs_llama_state_to_chunk_swa(st, v.size, &fp, 257, &swa, NULL, &w2, why, sizeof(why)), 0);
+        CHECK(w2.size == w.size && !memcmp(w2.buf, w.buf, w.size));
+        kvfs_writer_free(&w2);
+        /* a state whose layer 1 rows are another width: refused, saying so */
+        st[head + part0 + 8 + 12 * 3 + 8 + 4] = 6;
+        CHECK_EQ(kvfs_llama_state_to_chunk_swa(st, v.size, &fp, 257, &swa, NULL, &w2, why, sizeof(why)), -EINVAL);
+        CHECK(strstr(why, "layer 1 K: rows of 6 bytes") != NULL);
+        free(st);
+        free(st2);
+        kvfs_llama_view_free(&v);
+    }
+    kvfs_writer_free(&w);
+}
+
 int main(void)
 {
+    check_layer_shapes();
     for (uint32_t n = 1; n <= 2 * NSWA + 1; n++)
         check_n(n);
     /* deepseek2 (MLA): a chunk of it without V_FROM_K has no view; with

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <time.h>
+
 #include <sys/mman.h>
 
 #include "image.h"
@@ -56,7 +59,17 @@ struct plan {
     const struct kvfs_header *hdr;
     uint32_t layer;          /* the layer next belongs to */
     uint64_t *left;          /* bytes of each layer still to come */
+    /* KVFS_FETCH_PROFILE: seconds spent waiting for replies, writing the
+     * local copy, checking layers */
+    double wait_s, write_s, verify_s;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void piece_done(rados_completion_t c, void *arg)
 {
@@ -132,9 +145,14 @@ static int piece_arrived(struct plan *pl, struct kvfs_store_incoming *in, struct
 {
     if (pc->rc != (long)pc->len)
         return pc->rc < 0 ? (int)pc->rc : -EIO; /* short: the object changed, or a broken reply */
+    double t0 = now_s();
     int rc = kvfs_store_incoming_write(in, pc->buf, pc->len, pc->off, err, errlen);
-    if (!rc && pl->img && (pl->left[pc->layer] -= pc->len) == 0)
+    double t1 = now_s();
+    pl->write_s += t1 - t0;
+    if (!rc && pl->img && (pl->left[pc->layer] -= pc->len) == 0) {
         rc = layer_complete(pl, pc->layer, err, errlen);
+        pl->verify_s += now_s() - t1;
+    }
     return rc;
 }
 
@@ -174,8 +192,11 @@ static int stream_rest(rados_ioctx_t io, const char *hash, struct plan *pl, stru
             for (int i = 0; i < n_slots && !pc; i++)
                 if (p.slot[i].busy && p.slot[i].done)
                     pc = &p.slot[i];
-            if (!pc)
+            if (!pc) {
+                double t0 = now_s();
                 pthread_cond_wait(&p.cv, &p.mu);
+                pl->wait_s += now_s() - t0;
+            }
         }
         pthread_mutex_unlock(&p.mu);
         /* written and checked outside the lock: the other reads keep arriving */
@@ -253,6 +274,7 @@ int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s
     uint8_t *hb = NULL;
     char why[256];
     err[0] = '\0';
+    double t_start = now_s(), t_first = 0, t_stream = 0;
     uint8_t *first = malloc(FIRST_BYTES);
     if (!first)
         return -ENOMEM;
@@ -272,6 +294,7 @@ int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s
     if (!rc && got != (size < FIRST_BYTES ? size : FIRST_BYTES))
         rc = -EIO; /* short: the object changed under us, or a broken reply */
     *size_out = size;
+    t_first = now_s();
     if (rc)
         goto out;
     if ((rc = kvfs_store_incoming_open(s, hash, &in, err, errlen)) ||
@@ -290,6 +313,7 @@ int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s
     first = NULL;
     if ((rc = stream_rest(io, hash, &pl, &in, err, errlen)))
         goto out;
+    t_stream = now_s();
     /* every byte here (and in image mode checked): make durable, move into place */
     if (image == 0) {
         rc = kvfs_store_incoming_finish_image(&in, size, hash, pl.img, info.logical_size, ref, err, errlen);
@@ -297,6 +321,12 @@ int remote_fetch_object(rados_ioctx_t io, const char *hash, struct kvfs_store *s
     } else {
         rc = kvfs_store_incoming_finish(&in, size, hash, ref, err, errlen);
     }
+    if (getenv("KVFS_FETCH_PROFILE"))
+        fprintf(stderr,
+                "kvfs: fetch %.12s %llu B: first op %.4f s, rest %.4f s (replies awaited %.4f, local copy "
+                "written %.4f, layers checked %.4f), finish %.4f s (%s mode), done at %.4f\n",
+                hash, (unsigned long long)size, t_first - t_start, t_stream - t_first, pl.wait_s, pl.write_s,
+                pl.verify_s, now_s() - t_stream, image == 0 ? "image" : "file", now_s());
 out:
     if (pl.img)
         kvfs_img_free(pl.img);

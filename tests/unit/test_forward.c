@@ -311,20 +311,48 @@ static void check_window_attention(const struct kvfs_backend *b)
     CHECK_EQ(b->iface->attention(b->ctx, q, qp, NQ, k, v, kp, NKV, H, KH, D, 0.3f, 0, -1.0f, out), -EINVAL);
 }
 
+/* the synthetic model of o written to path and loaded on the CPU; NULL
+ * (a failed check, the reason printed) when either fails */
+static struct kvfs_model *load_synth(const char *path, const struct kvfs_synth_model_opts *o)
+{
+    struct kvfs_model *m;
+    char err[256];
+    CHECK_EQ(kvfs_synth_model_write(path, o), 0);
+    int rc = kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err));
+    CHECK_EQ(rc, 0);
+    if (rc) {
+        fprintf(stderr, "load: %s\n", err);
+        return NULL;
+    }
+    return m;
+}
+
+/* a prefill of toks[0..20) into full (logits into a) against a prefill of
+ * 14 into inc and 6 decode steps (the last logits into b): the same logits
+ * within 2% of their scale */
+static void check_decode_vs_prefill(const char *name, struct kvfs_model *m, const int32_t *toks,
+                                    struct kvfs_kv_cache *full, struct kvfs_kv_cache *inc, float *a, float *b)
+{
+    CHECK_EQ(kvfs_kv_cache_init(m, 32, full), 0);
+    CHECK_EQ(kvfs_forward(m, full, toks, 20, 0, a), 0);
+    CHECK_EQ(kvfs_kv_cache_init(m, 32, inc), 0);
+    CHECK_EQ(kvfs_forward(m, inc, toks, 14, 0, NULL), 0);
+    for (int i = 14; i < 20; i++)
+        CHECK_EQ(kvfs_forward(m, inc, &toks[i], 1, i, b), 0);
+    float scale, d = max_diff(a, b, m->hp.n_vocab, &scale);
+    fprintf(stderr, "%s: decode vs prefill max |dlogit| %.2e (scale %.2f)\n", name, d, scale);
+    CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
+}
+
 static void check_model(const char *arch, const char *path)
 {
     int gemma = !strcmp(arch, "gemma3");
     /* gemma3: a global base apart from the local layers' 10000 */
     struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42, 0, 0, 0, 0};
-    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
-    struct kvfs_model *m;
+    struct kvfs_model *m = load_synth(path, &o);
     char err[256];
-    int rc = kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err));
-    CHECK_EQ(rc, 0);
-    if (rc) {
-        fprintf(stderr, "load: %s\n", err);
+    if (!m)
         return;
-    }
     int ds2 = !strcmp(arch, "deepseek2");
     CHECK_EQ(m->hp.n_kv_head, ds2 ? 1 : 2);
     CHECK_EQ(m->hp.rope_style, !strcmp(arch, "llama") || ds2 ? KVFS_ROPE_STYLE_NORM : KVFS_ROPE_STYLE_NEOX);
@@ -383,17 +411,8 @@ static void check_model(const char *arch, const char *path)
         toks[i] = (i * 37 + 11) % 256;
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V), *c = malloc(sizeof(float) * V);
     struct kvfs_kv_cache full, inc, back;
-    /* prefill of 20 tokens */
-    CHECK_EQ(kvfs_kv_cache_init(m, 32, &full), 0);
-    CHECK_EQ(kvfs_forward(m, &full, toks, 20, 0, a), 0);
-    /* prefill of 14, then 6 decode steps */
-    CHECK_EQ(kvfs_kv_cache_init(m, 32, &inc), 0);
-    CHECK_EQ(kvfs_forward(m, &inc, toks, 14, 0, NULL), 0);
-    for (int i = 14; i < 20; i++)
-        CHECK_EQ(kvfs_forward(m, &inc, &toks[i], 1, i, b), 0);
-    float scale, d = max_diff(a, b, V, &scale);
-    fprintf(stderr, "%s: decode vs prefill max |dlogit| %.2e (scale %.2f)\n", arch, d, scale);
-    CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
+    check_decode_vs_prefill(arch, m, toks, &full, &inc, a, b);
+    float scale, d;
     /* first 14 tokens as a chunk, read back into a fresh cache, then continue */
     struct kvfs_writer w;
     CHECK_EQ(kvfs_kv_cache_to_chunk(m, &inc, 0, 14, toks, KVFS_DTYPE_F16, &w), 0);
@@ -468,15 +487,10 @@ static void check_model(const char *arch, const char *path)
 static void check_gemma4(const char *path)
 {
     struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0};
-    CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
-    struct kvfs_model *m;
+    struct kvfs_model *m = load_synth(path, &o);
     char err[256];
-    int rc = kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err));
-    CHECK_EQ(rc, 0);
-    if (rc) {
-        fprintf(stderr, "load: %s\n", err);
+    if (!m)
         return;
-    }
     CHECK(m->hp.head_dim == 32 && m->hp.q_dim == 128 && m->hp.n_ple == 16 && m->hp.v_norm);
     CHECK(m->hp.n_kv_head == 2 && m->hp.n_ff == 256); /* the largest, for buffers */
     CHECK(m->hp.attn_scale == 1.0f && !m->hp.scale_q && m->hp.logit_softcap == 15.0f);
@@ -499,16 +513,8 @@ static void check_gemma4(const char *path)
         toks[i] = (i * 37 + 11) % 256;
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     struct kvfs_kv_cache full, inc;
-    CHECK_EQ(kvfs_kv_cache_init(m, 32, &full), 0);
+    check_decode_vs_prefill("gemma4", m, toks, &full, &inc, a, b);
     CHECK(full.k[4] == full.k[2] && full.v[5] == full.v[3] && full.k[3] != full.k[2]);
-    CHECK_EQ(kvfs_forward(m, &full, toks, 20, 0, a), 0);
-    CHECK_EQ(kvfs_kv_cache_init(m, 32, &inc), 0);
-    CHECK_EQ(kvfs_forward(m, &inc, toks, 14, 0, NULL), 0);
-    for (int i = 14; i < 20; i++)
-        CHECK_EQ(kvfs_forward(m, &inc, &toks[i], 1, i, b), 0);
-    float scale, d = max_diff(a, b, V, &scale);
-    fprintf(stderr, "gemma4: decode vs prefill max |dlogit| %.2e (scale %.2f)\n", d, scale);
-    CHECK(d <= 2e-2f * (scale > 1 ? scale : 1));
     struct kvfs_writer w;
     struct kvfs_header h;
     CHECK(kvfs_model_chunk_refusal(m) == NULL && kvfs_model_shaped(m));

@@ -97,6 +97,32 @@ static float max_diff(const struct batch_out *b, int i, const struct kvfs_kv_cac
  * their place in the prompt: every selection at ratio 1 is the full
  * prefill (logits and every layer's K/V), and at 0.3 beats plain reuse;
  * the local layers' votes choose the rows in the suffix's window. */
+/* the largest |dK|, |dV| between two caches over their first rows rows, in
+ * each layer that owns a cache, at that layer's own width */
+static float kv_max_diff(const struct kvfs_kv_cache *a, const struct kvfs_kv_cache *b, size_t rows)
+{
+    float d = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        if (m->layers[l].kv_layer != l)
+            continue;
+        size_t n = rows * (size_t)m->layers[l].n_kv_head * m->layers[l].head_dim;
+        for (size_t i = 0; i < n; i++)
+            d = fmaxf(d, fmaxf(fabsf(a->k[l][i] - b->k[l][i]), fabsf(a->v[l][i] - b->v[l][i])));
+    }
+    return d;
+}
+
+/* sum of |dK|^2 + |dV|^2 of layer L over the first rows rows */
+static double kv_sq_dev(const struct kvfs_kv_cache *a, const struct kvfs_kv_cache *b, int L, size_t rows)
+{
+    double dev = 0;
+    size_t n = rows * (size_t)m->layers[L].n_kv_head * m->layers[L].head_dim;
+    for (size_t i = 0; i < n; i++)
+        dev += (double)(a->k[L][i] - b->k[L][i]) * (a->k[L][i] - b->k[L][i]) +
+               (double)(a->v[L][i] - b->v[L][i]) * (a->v[L][i] - b->v[L][i]);
+    return dev;
+}
+
 static void check_sliding_window(void)
 {
     char path[64], err[256];
@@ -130,9 +156,7 @@ static void check_sliding_window(void)
         float dl = 0, dkv = 0;
         for (int i = 0; i < V; i++)
             dl = fmaxf(dl, fabsf(full[i] - out[i]));
-        for (int l = 0; l < m->hp.n_layer; l++)
-            for (int i = 0; i < fc.kv_dim * fc.n; i++)
-                dkv = fmaxf(dkv, fmaxf(fabsf(fc.k[l][i] - bc.k[l][i]), fabsf(fc.v[l][i] - bc.v[l][i])));
+        dkv = kv_max_diff(&fc, &bc, (size_t)fc.n);
         fprintf(stderr, "gemma3 %s, every row: max |dlogit| %.3g, max |dK|,|dV| %.3g\n",
                 kvfs_blend_select_name(bo.select), dl, dkv);
         CHECK(dl < 1e-2f);
@@ -165,11 +189,7 @@ static void check_sliding_window(void)
     float ratios[2] = {0.0f, 0.3f};
     for (int r = 0; r < 2; r++) {
         CHECK_EQ(kvfs_blend(m, ch, NC, suffix, NS, ratios[r], &bc, &bt, out, &st, err, sizeof(err)), 0);
-        int L = m->hp.n_layer - 1;
-        dev[r] = 0;
-        for (size_t i = 0; i < (size_t)NC * LEN * fc.kv_dim; i++)
-            dev[r] += (double)(fc.k[L][i] - bc.k[L][i]) * (fc.k[L][i] - bc.k[L][i]) +
-                      (double)(fc.v[L][i] - bc.v[L][i]) * (fc.v[L][i] - bc.v[L][i]);
+        dev[r] = kv_sq_dev(&fc, &bc, m->hp.n_layer - 1, (size_t)NC * LEN);
         fprintf(stderr, "gemma3 ratio %.2f: %d selected, last layer sum |dK|^2+|dV|^2 %.4g\n", (double)ratios[r],
                 st.n_selected, dev[r]);
         kvfs_kv_cache_free(m, &bc), free(bt);
@@ -264,13 +284,7 @@ static void check_gemma4(void)
         float dl = 0, dkv = 0;
         for (int i = 0; i < V; i++)
             dl = fmaxf(dl, fabsf(full[i] - out[i]));
-        for (int l = 0; l < m->hp.n_layer; l++) {
-            if (m->layers[l].kv_layer != l)
-                continue;
-            size_t n = (size_t)fc.n * m->layers[l].n_kv_head * m->layers[l].head_dim;
-            for (size_t i = 0; i < n; i++)
-                dkv = fmaxf(dkv, fmaxf(fabsf(fc.k[l][i] - bc.k[l][i]), fabsf(fc.v[l][i] - bc.v[l][i])));
-        }
+        dkv = kv_max_diff(&fc, &bc, (size_t)fc.n);
         fprintf(stderr, "gemma4 %s, every row: max |dlogit| %.3g, max |dK|,|dV| %.3g\n",
                 kvfs_blend_select_name(bo.select), dl, dkv);
         CHECK(dl < 1e-2f);
@@ -279,14 +293,9 @@ static void check_gemma4(void)
     }
     double dev[2];
     float ratios[2] = {0.0f, 0.3f};
-    int L = 3; /* the last layer with a cache of its own */
-    size_t n = (size_t)NC * LEN * m->layers[L].n_kv_head * m->layers[L].head_dim;
     for (int r = 0; r < 2; r++) {
         CHECK_EQ(kvfs_blend(m, ch, NC, suffix, NS, ratios[r], &bc, &bt, out, &st, err, sizeof(err)), 0);
-        dev[r] = 0;
-        for (size_t i = 0; i < n; i++)
-            dev[r] += (double)(fc.k[L][i] - bc.k[L][i]) * (fc.k[L][i] - bc.k[L][i]) +
-                      (double)(fc.v[L][i] - bc.v[L][i]) * (fc.v[L][i] - bc.v[L][i]);
+        dev[r] = kv_sq_dev(&fc, &bc, 3, (size_t)NC * LEN); /* 3: the last layer with a cache of its own */
         fprintf(stderr, "gemma4 ratio %.2f: %d selected, layer 3 sum |dK|^2+|dV|^2 %.4g\n", (double)ratios[r],
                 st.n_selected, dev[r]);
         kvfs_kv_cache_free(m, &bc), free(bt);

@@ -321,10 +321,10 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
           (kv && (rc = be->rope(ctx, w->k, w->pos, n, KH, D, R, L->rope_theta, hp->rope_style,
                                 L->rope_freqs))))) ||
         (hp->scale_q && (rc = be->scale(ctx, w->q, hp->attn_scale, w->q, (size_t)n * q_dim))) ||
-        /* gpt-oss's YaRN: ggml's cos and sin carry a magnitude (RoPE on every dim there) */
-        (hp->rope_mscale != 0.0f && hp->rope_mscale != 1.0f &&
-         ((rc = be->scale(ctx, w->q, hp->rope_mscale, w->q, (size_t)n * q_dim)) ||
-          (rc = be->scale(ctx, w->k, hp->rope_mscale, w->k, (size_t)n * kv_dim)))))
+        /* RoPE scaling's magnitude: ggml's cos and sin carry it (model.c refuses it on partial rotary) */
+        (!L->no_rope && L->rope_mscale != 0.0f && L->rope_mscale != 1.0f &&
+         ((rc = be->scale(ctx, w->q, L->rope_mscale, w->q, (size_t)n * q_dim)) ||
+          (kv && (rc = be->scale(ctx, w->k, L->rope_mscale, w->k, (size_t)n * kv_dim))))))
         return rc;
     /* the cache holds f16-precision K/V: what chunk files store, and what
      * llama.cpp's f16 cache holds (it also rounds Q to f16 for Q.K) */

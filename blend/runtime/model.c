@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "log.h" /* kvfs_errf */
 #include "model_check.h"
+#include "rope_scaling.h"
 
 static int hp_u32(const struct kvfs_gguf *g, const char *arch, const char *key, int *out, int required)
 {
@@ -197,47 +198,6 @@ static int swa_layer(const struct kvfs_gguf *g, const char *arch, int l, int n_d
     return 0;
 }
 
-/* gpt-oss's YaRN RoPE scaling as llama.cpp computes it (llama-context.cpp's
- * cparams, ggml's rope_yarn): ext_factor 1, beta_fast 32, beta_slow 1 (its
- * defaults; the file's yarn keys are not read), freq_scale 1 / factor,
- * n_ctx_orig rope.scaling.original_context_length else context_length.
- * Pair j's angle pos * theta_j * (freq_scale * (1 - ramp_j) + ramp_j) is
- * linear in pos, so it goes in as frequency factors ff[j] (angle divided
- * by it: what every rotation of kvfs, the chunk shift's included, takes);
- * the magnitude scale of ggml's cos and sin goes to *mscale. */
-static int yarn_factors(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff, float *mscale)
-{
-    char k[128];
-    float factor = 0.0f, attn = 1.0f;
-    int n_ctx_orig = hp->n_ctx_train;
-    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
-    kvfs_gguf_get_f32(g, k, &factor);
-    snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
-    kvfs_gguf_get_f32(g, k, &attn);
-    hp_u32(g, hp->arch, "rope.scaling.original_context_length", &n_ctx_orig, 0);
-    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, scale = 1.0f / fs;
-    /* cparams.yarn_attn_factor: get_mscale(factor, 1) / (1 + 0.1 ln factor) * rope_attn_factor */
-    float a = scale <= 1.0f ? 1.0f : 0.1f * logf(scale) + 1.0f;
-    a *= 1.0f / (1.0f + 0.1f * logf(scale));
-    a *= attn;
-    *mscale = a * (1.0f + 0.1f * logf(1.0f / fs)); /* rope_yarn, ext_factor != 0 */
-    int d = hp->rope_dim;
-    float lo = floorf((float)d * logf((float)n_ctx_orig / (32.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
-    float hi = ceilf((float)d * logf((float)n_ctx_orig / (1.0f * 2 * (float)M_PI)) / (2 * logf(hp->rope_theta)));
-    lo = lo > 0 ? lo : 0;
-    hi = hi < (float)(d - 1) ? hi : (float)(d - 1);
-    float *f = malloc(sizeof(float) * (size_t)(d / 2));
-    if (!f)
-        return -ENOMEM;
-    for (int j = 0; j < d / 2; j++) {
-        float y = ((float)j - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f); /* rope_yarn_ramp at i0 = 2j */
-        float ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
-        f[j] = 1.0f / (fs * (1 - ramp) + ramp);
-    }
-    *ff = f;
-    return 0;
-}
-
 /* deepseek2's hyperparameters as llama.cpp's models/deepseek2.cpp reads
  * them, for the absorbed MLA form (key_length_mla and value_length_mla
  * set: what convert_hf_to_gguf.py writes, with attn_k_b and attn_v_b;
@@ -355,7 +315,7 @@ static int load_ds2_moe(struct kvfs_model *m, int l, struct kvfs_layer_weights *
 
 /* deepseek2's YaRN (llama-context.cpp's yarn_attn_factor, ggml's
  * rope_yarn magnitude, models/deepseek2.cpp's kq_scale), in llama.cpp's
- * float operations: frequencies as yarn_factors; the rotated parts' magnitude
+ * float operations: frequencies as rope_scaling.c's; the rotated parts' magnitude
  * to hp->mla_rope_mscale; the scale of Q.K to hp->attn_scale. */
 static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff)
 {
@@ -368,7 +328,10 @@ static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **
     snprintf(k, sizeof(k), "%s.rope.scaling.yarn_log_multiplier", hp->arch);
     if (!kvfs_gguf_get_f32(g, k, &log_mul))
         log_mul /= 0.1f; /* llama.cpp cancels the converter's factor */
-    int rc = yarn_factors(g, hp, ff, &unused);
+    struct kvfs_rope_scaling rs;
+    int rc = kvfs_rope_scaling_read(g, hp->arch, hp->n_ctx_train, &rs, NULL, 0);
+    if (!rc)
+        rc = kvfs_rope_layer_factors(&rs, rs.freq_scale, 1, hp->rope_theta, hp->rope_dim, NULL, ff, &unused);
     if (rc)
         return rc;
     float fs = factor == 0.0f ? 1.0f : 1.0f / factor, f = 1.0f / fs;
@@ -556,6 +519,53 @@ static int gemma4_globals(struct kvfs_model *m, char *err, size_t errlen)
     return 0;
 }
 
+/* The file's RoPE scaling (rope_scaling.c) per kind of layer, as
+ * llama.cpp's graphs pick it: m->rope_freqs and hp->rope_mscale for the
+ * global layers, m->rope_freqs_swa and hp->rope_mscale_swa for the
+ * sliding-window ones.  Those take the model's freq scale in gemma2,
+ * gpt-oss (rope_freq_scale_train_swa set to it) and phi3 (its graph uses the
+ * global one), none at all in olmo2 (scale 1, no YaRN, attention factor 1),
+ * and rope_freq_scale_train_swa's default 1 in gemma3 and gemma4, whose
+ * local layers also have no frequency factors (gemma4's are its global
+ * layers'). */
+static int rope_scaling(struct kvfs_model *m, int swa_scaled, int swa_plain, int rope_dim_swa, int swa_no_factors,
+                        char *err, size_t errlen)
+{
+    struct kvfs_hparams *hp = &m->hp;
+    struct kvfs_rope_scaling rs;
+    float *ff = NULL;
+    int rc = kvfs_rope_scaling_read(m->gguf, hp->arch, hp->n_ctx_train, &rs, err, errlen);
+    int ext = rs.type == KVFS_ROPE_SCALING_YARN;
+    if (rc)
+        return rc;
+    if (hp->n_swa > 0) {
+        struct kvfs_rope_scaling plain = rs;
+        if (swa_plain)
+            plain.attn_factor = 1.0f;
+        if ((rc = kvfs_rope_layer_factors(swa_plain ? &plain : &rs, swa_scaled ? rs.freq_scale : 1.0f,
+                                          ext && !swa_plain, hp->rope_theta_swa, rope_dim_swa,
+                                          swa_no_factors ? NULL : m->rope_freqs, &m->rope_freqs_swa,
+                                          &hp->rope_mscale_swa)))
+            return rc;
+    }
+    if ((rc = kvfs_rope_layer_factors(&rs, rs.freq_scale, ext, hp->rope_theta, hp->rope_dim, m->rope_freqs, &ff,
+                                      &hp->rope_mscale)))
+        return rc;
+    if (ff) {
+        free(m->rope_freqs);
+        m->rope_freqs = ff;
+    }
+    /* 0: no magnitude to apply */
+    hp->rope_mscale = hp->rope_mscale == 1.0f ? 0.0f : hp->rope_mscale;
+    hp->rope_mscale_swa = hp->rope_mscale_swa == 1.0f ? 0.0f : hp->rope_mscale_swa;
+    /* ggml's magnitude is on the rotated dims alone; kvfs scales whole heads */
+    if ((hp->rope_mscale != 0.0f || hp->rope_mscale_swa != 0.0f) && hp->rope_dim != hp->head_dim)
+        return kvfs_errf(err, errlen, -ENOTSUP, "RoPE scaling with a magnitude (%g) on %d of %d dims is not "
+                         "supported yet", (double)(hp->rope_mscale != 0.0f ? hp->rope_mscale : hp->rope_mscale_swa),
+                         hp->rope_dim, hp->head_dim);
+    return 0;
+}
+
 int kvfs_model_load(const char *path, const char *backend, int n_threads, struct kvfs_model **out, char *err,
                     size_t errlen)
 {
@@ -728,7 +738,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             goto fail;
         }
     }
-    if (is_ds2) { /* deepseek2's YaRN as llama.cpp computes it: the frequencies as gpt-oss's (yarn_factors),
+    if (is_ds2) { /* deepseek2's YaRN as llama.cpp computes it: the frequencies as the others' (rope_scaling.c),
                    * the magnitude ggml's rope gives the rotated parts, and the attention scale
                    * (models/deepseek2.cpp's mscale, with rope.scaling.yarn_log_multiplier) */
         struct kvfs_gguf_str st;
@@ -746,11 +756,20 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
             rc = kvfs_errf(err, errlen, -EINVAL, "%s: gpt-oss needs %s.attention.sliding_window > 0", path, hp->arch);
             goto fail;
         }
-        struct kvfs_gguf_str st;
-        snprintf(name, sizeof(name), "%s.rope.scaling.type", hp->arch);
-        if (!kvfs_gguf_get_str(m->gguf, name, &st) && st.len == 4 && !memcmp(st.ptr, "yarn", 4) &&
-            (rc = yarn_factors(m->gguf, hp, &m->rope_freqs, &hp->rope_mscale)))
+    }
+    /* Llama 3.1-style RoPE frequency factors (checked by model_check.c):
+     * host values each rope call and the chunk shift divide their angles
+     * by, as ggml's rope_ext */
+    if (kvfs_gguf_tensor(m->gguf, "rope_freqs.weight") &&
+        (rc = tensor_f32(m->gguf, "rope_freqs.weight", (uint64_t)(hp->rope_dim / 2), 1, &m->rope_freqs, err, errlen)))
+        goto fail;
+    {
+        char why[256] = "";
+        if (!is_ds2 && (rc = rope_scaling(m, is_gemma2 || is_gptoss || is_phi3, is_olmo2,
+                                          is_gemma4 ? rope_swa : hp->rope_dim, is_gemma4, why, sizeof(why)))) {
+            kvfs_errf(err, errlen, rc, "%s: %s", path, why);
             goto fail;
+        }
     }
     const struct kvfs_gguf_tensor *te = kvfs_gguf_tensor(m->gguf, "token_embd.weight");
     if (!te) {
@@ -764,7 +783,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
         goto fail;
     }
     const struct kvfs_backend_iface *be = m->be.iface;
-    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f ||
+    if (((hp->embd_scale != 0.0f || hp->residual_scale != 0.0f || hp->rope_mscale != 0.0f || hp->rope_mscale_swa != 0.0f ||
           hp->mla_rope_mscale != 0.0f) && !be->scale) || (hp->ffn_geglu && !be->geglu) ||
         (hp->n_expert && !be->mul_rows) || (is_ds2 && (!be->gather_rows || !be->scatter_rows)) ||
         /* deepseek2's strided gathers and offset rotations, gemma4's layers of two head widths and per-layer
@@ -804,12 +823,6 @@ output:
     if (!m->output && (rc = load_weight(m, "output.weight", hp->n_vocab, hp->n_embd, &m->output, err, errlen)))
         goto fail;
     if ((rc = load_vec(m, "output_norm.weight", hp->n_embd, 0, &m->output_norm, err, errlen)))
-        goto fail;
-    /* Llama 3.1-style RoPE frequency factors (checked by model_check.c):
-     * host values each rope call and the chunk shift divide their angles
-     * by, as ggml's rope_ext */
-    if (kvfs_gguf_tensor(m->gguf, "rope_freqs.weight") &&
-        (rc = tensor_f32(m->gguf, "rope_freqs.weight", (uint64_t)(hp->rope_dim / 2), 1, &m->rope_freqs, err, errlen)))
         goto fail;
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) {
@@ -930,13 +943,14 @@ output:
         L->rope_theta = local ? hp->rope_theta_swa : hp->rope_theta;
         L->head_dim = hp->head_dim;
         L->rope_dim = hp->rope_dim;
-        L->rope_freqs = m->rope_freqs;
+        L->rope_freqs = local ? m->rope_freqs_swa : m->rope_freqs;
+        L->rope_mscale = local ? hp->rope_mscale_swa : hp->rope_mscale;
         L->kv_layer = l;
         if (is_gemma4) { /* llama.cpp: frequency factors on the global layers; a shared-KV layer reads the cache
                           * of the last local or global layer with one (llama-model.cpp's reuse callback) */
             L->head_dim = local ? head_swa : head_full;
             L->rope_dim = local ? rope_swa : hp->rope_dim;
-            L->rope_freqs = local ? NULL : m->rope_freqs;
+
             snprintf(name, sizeof(name), "%s.attention.head_count_kv", hp->arch);
             if (kvfs_gguf_find(m->gguf, name))
                 layer_count(m->gguf, hp->arch, "attention.head_count_kv", l, &L->n_kv_head);
@@ -1086,6 +1100,7 @@ void kvfs_model_free(struct kvfs_model *m)
         kvfs_backend_free(&m->be);
     }
     free(m->rope_freqs);
+    free(m->rope_freqs_swa);
     free(m->layers);
     kvfs_gguf_close(m->gguf);
     free(m);

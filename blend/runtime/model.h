@@ -43,7 +43,10 @@ struct kvfs_hparams {
     float logit_scale;        /* granite: final logits divided by this; 0: none */
     int qk_norm_full;         /* olmo2: Q and K RMS-normed across all heads at once, not head by head */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts, routed per token, their FFN width; else 0 */
-    float rope_mscale; /* gpt-oss's YaRN: rotated Q and K times this (its angles are in rope_freqs); 0: none */
+    /* RoPE scaling's magnitude (YaRN's, rope.scaling.attn_factor): rotated
+     * Q and K times this (the angles are in rope_freqs), on the global and
+     * the sliding-window layers (rope_scaling.c); 0: none */
+    float rope_mscale, rope_mscale_swa;
     int moe_oai; /* gpt-oss: the top experts by router logit, weighted by the softmax of their logits (no
                   * renormalization); ggml's swiglu_oai as their activation */
     /* deepseek2 (MLA, llama.cpp's absorbed form): the cache holds per token
@@ -109,6 +112,7 @@ struct kvfs_layer_weights {
     int head_dim, rope_dim, kv_layer;
     int n_kv_head, n_ff; /* hp's but for gemma4's per-layer counts (a shared-KV layer: its source's heads) */
     const float *rope_freqs;
+    float rope_mscale; /* hp's rope_mscale or rope_mscale_swa, as the layer slides or not */
     /* gemma4's per-layer embedding: gelu(ple_gate . x) times this layer's
      * input, through ple_proj and RMSNorm ple_post_norm, added to x; then
      * x times out_scale (0: none) */
@@ -126,7 +130,8 @@ struct kvfs_model {
     float *tok_embd;             /* device [n_vocab][n_embd], or NULL when kept as: */
     struct kvfs_weight *tok_embd_w; /* the table as an encoded weight (see kvfs_embed) */
     float *output_norm;          /* device [n_embd] */
-    float *rope_freqs;           /* host [rope_dim / 2]: Llama 3.1's RoPE frequency factors, or NULL */
+    float *rope_freqs;           /* host [rope_dim / 2]: RoPE frequency factors (Llama 3.1's, scaling's), or NULL */
+    float *rope_freqs_swa;       /* the sliding-window layers' where scaling gives them others, or NULL */
     struct kvfs_weight *output;  /* [n_vocab][n_embd]; the embedding when tied */
     int output_act_q;
     int ggml_compat;             /* emulate llama.cpp's activation quantization and f16 KV */

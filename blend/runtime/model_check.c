@@ -9,6 +9,7 @@
 
 #include "ggml_quant.h"
 #include "log.h" /* kvfs_errf */
+#include "rope_scaling.h"
 
 /* families llama.cpp runs that kvfs refuses, with the reason */
 static const struct {
@@ -305,33 +306,20 @@ int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const cha
                           size_t errlen)
 {
     char key[160];
-    struct kvfs_gguf_str s;
     float f;
     uint32_t u;
-    /* RoPE scaling of any kind changes every key; gpt-oss's and deepseek2's
-     * YaRN is computed (model.c), on one RoPE base for all layers */
-    int yarn = 0;
-    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
-    if (!kvfs_gguf_get_str(g, key, &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-        yarn = (!strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2")) && s.len == 4 && !memcmp(s.ptr, "yarn", 4);
-        if (!yarn)
-            return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling '%.*s' (%s) is not supported yet", path,
-                             (int)(s.len < 32 ? s.len : 32), s.ptr, key);
-        snprintf(key, sizeof(key), "%s.rope.freq_base_swa", arch);
-        if (kvfs_gguf_find(g, key))
-            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s with YaRN RoPE scaling (a second RoPE base) is not "
-                             "supported yet", path, key);
-        snprintf(key, sizeof(key), "%s.rope.scaling.factor", arch);
-        if (!kvfs_gguf_get_f32(g, key, &f) && !(f >= 0.0f))
-            return kvfs_errf(err, errlen, -EINVAL, "%s: %s = %g", path, key, (double)f);
-    }
-    static const char *const unit[] = {"rope.scaling.factor", "rope.scaling.attn_factor"};
-    for (size_t i = 0; i < sizeof(unit) / sizeof(unit[0]) && !yarn; i++) {
-        snprintf(key, sizeof(key), "%s.%s", arch, unit[i]);
-        if (!kvfs_gguf_get_f32(g, key, &f) && f != 0.0f && f != 1.0f)
-            return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s = %g is not supported yet (RoPE scaling)", path, key,
-                             (double)f);
-    }
+    /* RoPE scaling: none, linear and YaRN are computed (rope_scaling.c;
+     * deepseek2's YaRN in model.c), on each layer as llama.cpp's graph
+     * scales it; any other kind or a bad factor refused by name */
+    struct kvfs_rope_scaling rs;
+    char why[256];
+    int rc = kvfs_rope_scaling_read(g, arch, 0, &rs, why, sizeof(why));
+    if (rc)
+        return kvfs_errf(err, errlen, rc, "%s: %s", path, why);
+    /* deepseek2's rotation is its own (model.c's ds2_yarn): YaRN or nothing */
+    if (!strcmp(arch, "deepseek2") && rs.type == KVFS_ROPE_SCALING_LINEAR && rs.freq_scale != 1.0f)
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: RoPE scaling 'linear' (%s.rope.scaling.type, or its default) "
+                         "with deepseek2's latent attention is not supported yet", path, arch);
     snprintf(key, sizeof(key), "%s.expert_count", arch);
     int moe = !strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss") || !strcmp(arch, "deepseek2");
     /* deepseek2: llama.cpp's multi-token-prediction layers are not computed */

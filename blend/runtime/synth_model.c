@@ -105,6 +105,12 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (oss && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), "yarn");
     if (oss && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), 32.0f);
     if (oss && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
+    /* olmo2 with scaling: also OLMo 3's windows (8; every 4th layer global), which llama.cpp leaves unscaled */
+    if (olmo2 && o->rope_scaling && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.sliding_window"), 8);
+    if (o->rope_scaling && !rc) rc = kvfs_gguf_add_str(w, KEY("rope.scaling.type"), o->rope_scaling);
+    if (o->rope_scaling && o->rope_factor > 0 && !rc) rc = kvfs_gguf_add_f32(w, KEY("rope.scaling.factor"), o->rope_factor);
+    if (o->rope_scaling && !strcmp(o->rope_scaling, "yarn") && !rc)
+        rc = kvfs_gguf_add_u32(w, KEY("rope.scaling.original_context_length"), 1024);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("leading_dense_block_count"), 1);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.q_lora_rank"), (uint32_t)q_lora);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)kv_rank);

@@ -29,6 +29,12 @@ struct kvfs_synth_model_opts {
     uint32_t seed;
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss, deepseek2; 0: 8, 2 and 64 */
     int mla_v3; /* deepseek2: DeepSeek-V3's layout, not V2-Lite's (synth_model.c) */
+    /* RoPE scaling keys: rope.scaling.type (NULL: none written) and its
+     * factor; yarn also an original context of 1024 (so that the ramp
+     * splits the pairs of small heads); not with gpt-oss or deepseek2,
+     * which have their own */
+    const char *rope_scaling;
+    float rope_factor;
 };
 /* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);

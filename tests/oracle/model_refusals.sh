@@ -36,8 +36,12 @@ refused() { # refused DESCRIPTION PATTERN EDIT-ARGS...
 refused "RoPE frequency factors of the wrong length" "tensor rope_freqs.weight has shape 8x1 (F32), expected 32x1" --tensor rope_freqs.weight=8
 refused "a RoPE frequency factor of 0" "rope_freqs.weight[1] = 0: a frequency factor must be > 0" \
     --tensor-values rope_freqs.weight=1,0$(printf ',1%.0s' $(seq 30))
-refused "linear RoPE scaling" "RoPE scaling 'linear' (llama.rope.scaling.type)" --str llama.rope.scaling.type=linear
-refused "a RoPE scaling factor" "llama.rope.scaling.factor = 4" --f32 llama.rope.scaling.factor=4
+refused "long-RoPE scaling (Phi-3's 128k)" "RoPE scaling 'longrope' (llama.rope.scaling.type) is not supported yet" \
+    --str llama.rope.scaling.type=longrope
+refused "an unknown RoPE scaling" "RoPE scaling 'novel' (llama.rope.scaling.type)" --str llama.rope.scaling.type=novel
+refused "a negative RoPE scaling factor" "llama.rope.scaling.factor = -4: a RoPE scaling factor must be >= 0" \
+    --f32 llama.rope.scaling.factor=-4
+refused "a zero attention factor" "llama.rope.scaling.attn_factor = 0: must be > 0" --f32 llama.rope.scaling.attn_factor=0
 refused "experts in a llama file (Mixtral)" "mixture of 8 experts (llama.expert_count)" --u32 llama.expert_count=8
 refused "attention soft-capping" "soft-capping (llama.attn_logit_softcapping = 50)" --f32 llama.attn_logit_softcapping=50
 refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is not one" --tensor blk.0.attn_output.bias=576
@@ -53,12 +57,6 @@ refused "gpt-oss without a sliding window" "gpt-oss needs gpt-oss.attention.slid
 refused "gpt-oss with a dense FFN" "is not one kvfs's gpt-oss runtime computes with" \
     --arch gpt-oss --u32 gpt-oss.expert_feed_forward_length=64 --u32 gpt-oss.attention.sliding_window=128 \
     --u32 gpt-oss.expert_count=8 --u32 gpt-oss.expert_used_count=2
-refused "gpt-oss with linear RoPE scaling" "RoPE scaling 'linear' (gpt-oss.rope.scaling.type)" \
-    --arch gpt-oss --str gpt-oss.rope.scaling.type=linear
-refused "gpt-oss with YaRN and a second RoPE base" "gpt-oss.rope.freq_base_swa with YaRN RoPE scaling" \
-    --arch gpt-oss --str gpt-oss.rope.scaling.type=yarn --f32 gpt-oss.rope.scaling.factor=32 \
-    --f32 gpt-oss.rope.freq_base_swa=5000
-refused "YaRN outside gpt-oss" "RoPE scaling 'yarn' (llama.rope.scaling.type)" --str llama.rope.scaling.type=yarn
 refused "deepseek2 without experts" "deepseek2 needs deepseek2.expert_feed_forward_length > 0" --arch deepseek2
 refused "a recurrent-state family" "'mamba' is not supported: a recurrent state" --arch mamba
 refused "attention temperature scaling (mistral3)" "mistral3.attention.temperature_scale = 0.1" \
@@ -80,7 +78,7 @@ MODEL=$DS refused "deepseek2 with expert groups that do not divide its experts" 
     --u32 deepseek2.expert_group_count=3 --u32 deepseek2.expert_group_used_count=2
 MODEL=$DS refused "deepseek2 with another gating function" "deepseek2.expert_gating_func = 3 is not supported" \
     --u32 deepseek2.expert_gating_func=3
-MODEL=$DS refused "deepseek2 with linear RoPE scaling" "RoPE scaling 'linear' (deepseek2.rope.scaling.type)" \
+MODEL=$DS refused "deepseek2 with linear RoPE scaling" "RoPE scaling 'linear' (deepseek2.rope.scaling.type, or its default) with deepseek2" \
     --str deepseek2.rope.scaling.type=linear
 MODEL=$DS refused "deepseek2's multi-token prediction" "deepseek2.nextn_predict_layers = 1 is not supported" \
     --u32 deepseek2.nextn_predict_layers=1

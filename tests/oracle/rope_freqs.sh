@@ -1,6 +1,7 @@
 #!/bin/bash
 # Llama 3.1's RoPE frequency factors against llama.cpp (rope_freqs_oracle.py),
-# and a blend at ratio 1.0 of such a model equals its full prefill's tokens.
+# and a blend at ratio 1.0 of such a model equals its full prefill's tokens;
+# linear and YaRN RoPE scaling against llama.cpp on the same real model.
 . "$(dirname "$0")/../lib.sh"
 python3 -c 'import llama_cpp' 2>/dev/null || "$KVFS_ROOT/tools/install-oracle.sh" > /dev/null 2>&1 || true
 python3 -c 'import llama_cpp' 2>/dev/null || skip "SKIPPING ORACLE TEST: llama-cpp-python cannot be installed"
@@ -10,6 +11,13 @@ rc=$?
 [ $rc = 77 ] && skip "$(tail -1 "$T/oracle.out")"
 sed 's/^/  /' "$T/oracle.out"
 check "kvfs's logits with rope_freqs are llama.cpp's: $(tail -1 "$T/oracle.out")" test $rc = 0
+# linear and YaRN RoPE scaling (the file's rope.scaling.* keys) on the same real model
+for kind in linear yarn; do
+    python3 "$KVFS_ROOT/tests/oracle/rope_freqs_oracle.py" "$T/$kind.gguf" --scaling $kind > "$T/$kind.out" 2>&1
+    rc=$?
+    sed 's/^/  /' "$T/$kind.out"
+    check "kvfs's logits with $kind RoPE scaling are llama.cpp's: $(tail -1 "$T/$kind.out")" test $rc = 0
+done
 M=$T/scaled.gguf
 MODEL=$M
 check "kvfsctl info: supported" sh -c "'$KVFSCTL' info '$M' | grep -q '^supported: *yes'"

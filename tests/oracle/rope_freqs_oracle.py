@@ -8,7 +8,14 @@ Llama 3.1's 8192 they would barely move), added by llama.cpp's own gguf-py
 max |delta log-prob| over llama.cpp's top 10 within SmolLM2's bound
 (logits_oracle.py).  The same prompts on the model without the factors are
 far from llama.cpp's scaled answers (what ignoring them would give), so
-the check can fail.  Prints each prompt."""
+the check can fail.  Prints each prompt.
+
+With --scaling linear|yarn: instead of the factors, the keys of that RoPE
+scaling (linear: factor 4; YaRN: 16 over an original context of 64, so that
+its ramp splits SmolLM2's pairs and what it changes shows at these
+positions), the same checks.
+
+usage: rope_freqs_oracle.py OUT.gguf [--scaling linear|yarn]"""
 import json, math, os, subprocess, sys
 import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
@@ -33,8 +40,14 @@ for j in range(dim // 2):
         smooth = (OLD_CTX / wavelen - 1) / (4 - 1)
         factors.append(1.0 / ((1 - smooth) / 8 + smooth))
 print(f'factors: {sum(f > 1 for f in factors)}/{len(factors)} pairs slowed, up to {max(factors):g}x')
-r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'gguf_edit.py'), SMOLLM2, out,
-                    '--tensor-values', 'rope_freqs.weight=' + ','.join(f'{f:.9g}' for f in factors)])
+scaling = sys.argv[sys.argv.index('--scaling') + 1] if '--scaling' in sys.argv else None
+edit = ['--tensor-values', 'rope_freqs.weight=' + ','.join(f'{f:.9g}' for f in factors)]
+if scaling:
+    factor = 4 if scaling == 'linear' else 16
+    edit = ['--str', f'llama.rope.scaling.type={scaling}', '--f32', f'llama.rope.scaling.factor={factor}']
+    edit += ['--u32', 'llama.rope.scaling.original_context_length=64'] if scaling == 'yarn' else []
+    print(f'{scaling} RoPE scaling, factor {factor}')
+r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'gguf_edit.py'), SMOLLM2, out, *edit])
 if r.returncode == 77:
     print('skip: gguf-py unavailable (make test unpacks the llama.cpp source)')
     sys.exit(77)
@@ -43,7 +56,7 @@ if r.returncode:
 llm = llama_cpp.Llama(model_path=out, n_ctx=2048, n_threads=os.cpu_count(), verbose=False, logits_all=False)
 docs = documents()
 prompts = []
-for i, n in enumerate([48, 200, 700, 1500]):
+for i, n in enumerate([48, 200, 700] if scaling else [48, 200, 700, 1500]):
     p, text = docs[(i * 7) % len(docs)]
     ids = llm.tokenize(text.encode('utf-8'), add_bos=False, special=False)[:n]
     prompts.append((p, ids))
@@ -67,7 +80,7 @@ for path, ids in prompts:
     fails += not ok
     far += dl_plain > 2 * MAX_DLOGP or plain[0][0] != top[0]
     print(f'{"ok  " if ok else "FAIL"} n={len(ids):5d} top1 {ours[0][0]}/{top[0]} max|dlogp| {dl:.4f} '
-          f'(without the factors: top1 {plain[0][0]}, {dl_plain:.2f})  {os.path.basename(path)}')
+          f'(without {"it" if scaling else "the factors"}: top1 {plain[0][0]}, {dl_plain:.2f})  {os.path.basename(path)}')
 if far < len(prompts) // 2:
     print(f'FAIL: ignoring the factors stays close to llama.cpp on {len(prompts) - far}/{len(prompts)} prompts: '
           'this check would not see them ignored')

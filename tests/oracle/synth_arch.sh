@@ -1,6 +1,7 @@
 #!/bin/bash
 # Every architecture kvfs runs (llama, qwen2, qwen3, gemma2, gemma3, gemma4,
-# granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2) against
+# granite, smollm3, olmo2, phi3, mistral3, qwen3moe, gpt-oss, deepseek2; and
+# with linear and YaRN RoPE scaling) against
 # llama.cpp on a synthetic model of it, F32 and quantized by llama.cpp to Q8_0
 # and Q4_K_M (synth_arch_oracle.py); and each blends (ratio 1.0 = a full
 # prefill; gemma4's chunks with their layer shapes, kvfs(5)).
@@ -15,11 +16,15 @@ K=${BUILD:-build}/kvfsctl
 T=$(mktemp -d "${TMPDIR:-/tmp}/kvfs-synth-blend.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fails=0
-for arch in llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2; do
+# ARCH@KIND: with RoPE scaling of that kind (factor 4), whose frequencies the chunk shift follows
+for arch in llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
+    llama@yarn gemma3@linear olmo2@yarn; do
     M=$T/$arch.gguf
+    base=${arch%@*} scaling=()
+    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
     # gemma4: 6 layers, so that two of them read earlier layers' caches (shared KV)
-    "$K" mkmodel -o "$M" --arch "$arch" --layers $([ $arch = gemma4 ] && echo 6 || echo 4) --embd 128 --heads 4 \
-        --kv-heads 2 --ff 256 --seed 5
+    "$K" mkmodel -o "$M" --arch "$base" "${scaling[@]}" --layers $([ $base = gemma4 ] && echo 6 || echo 4) --embd 128 \
+        --heads 4 --kv-heads 2 --ff 256 --seed 5
     "$K" prefill -m "$M" -o "$T/c1.kv" --ids "$(seq -s, 40 139)" > /dev/null 2>&1
     "$K" prefill -m "$M" -o "$T/c2.kv" --ids "$(seq -s, 60 159)" > /dev/null 2>&1
     "$K" blend --local -m "$M" -o "$T/full.kv" --ratio 1.0 --suffix 'Q: why?' "$T/c1.kv" "$T/c2.kv" > /dev/null 2>&1 &&

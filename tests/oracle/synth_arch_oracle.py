@@ -14,8 +14,19 @@ from paths import KVFSCTL
 from llama_oracle import last_logprobs, judge
 import llama_cpp
 
+SCALED = ['llama@linear', 'llama@yarn', 'qwen2@yarn', 'gemma3@linear', 'gemma3@yarn', 'gemma2@yarn', 'olmo2@yarn',
+          'smollm3@yarn', 'mistral3@linear', 'phi3@linear', 'gemma4@yarn']
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'granite', 'smollm3', 'olmo2',
-                          'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3']
+                          'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3'] + SCALED
+# ARCH@KIND: the file with RoPE scaling (rope.scaling.type KIND, factor 4;
+# YaRN over an original context of 1024, so that its ramp splits the pairs),
+# F32 only (scaling does not touch the weights): llama's dense layers, qwen2's
+# biases, gemma3's local layers (left unscaled by llama.cpp) and global ones,
+# gemma2's (both scaled), olmo2's (its windowed layers: no scaling at all),
+# smollm3's layers without RoPE (no magnitude either), mistral3's frequency
+# factors (times the scaling), gemma4's two layer shapes.  Left out,
+# the scaling moves the F32 log-probs by 0.3-4 (measured 2026-11-28)
+
 # gemma4 (6 layers: local layers with heads of 32 and 2 KV heads, global
 # ones with heads of 64 and 1 KV head, two shared-KV layers reading layers 2
 # and 3 with an FFN twice as wide, per-layer embeddings of 64): in the full
@@ -64,12 +75,15 @@ fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
     extra = ['--mla-v3'] if arch == 'deepseek2-v3' else []
+    base, _, scaling = arch.partition('@')
+    if scaling:
+        extra += ['--rope-scaling', scaling, '--rope-factor', '4']
     # gemma4: 6 layers, so that its two shared-KV layers have a choice of source (2 and 3, not 0 and 1)
-    layers = '6' if arch == 'gemma4' else '4'
-    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', arch.replace('-v3', ''), *extra, '--layers', layers,
+    layers = '6' if base == 'gemma4' else '4'
+    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', base.replace('-v3', ''), *extra, '--layers', layers,
                     '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
-    for tname, ftype in TYPES + (MOE_TYPES if arch in MOE else []):
+    for tname, ftype in (TYPES[:1] if scaling else TYPES) + (MOE_TYPES if arch in MOE else []):
         path = f32
         if ftype is not None:
             path = os.path.join(tmp, f'{arch}.{tname}.gguf')

@@ -35,11 +35,15 @@ EOF
 # max relative K/V error of two chunks of one prompt (kvfsctl compare)
 relerr() { "$KVFSCTL" compare "$1" "$2" | awk '{print ($4 > $8 ? $4 : $8)}' | tr -d ';'; }
 Q='Q: why?'
-ARCHES=${ARCHES:-llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2}
+# ARCH@KIND: with RoPE scaling of that kind (factor 4)
+ARCHES=${ARCHES:-llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
+    llama@yarn gemma3@linear}
 for arch in $ARCHES; do
     MODEL=$T/$arch.gguf
-    "$KVFSCTL" mkmodel -o "$MODEL" --arch "$arch" --layers $([ "$arch" = gemma4 ] && echo 6 || echo 4) --embd 128 \
-        --heads 4 --kv-heads 2 --ff 256 --seed 5 > /dev/null || { fail "$arch: kvfsctl mkmodel"; continue; }
+    base=${arch%@*} scaling=()
+    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
+    "$KVFSCTL" mkmodel -o "$MODEL" --arch "$base" "${scaling[@]}" --layers $([ "$base" = gemma4 ] && echo 6 || echo 4) \
+        --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5 > /dev/null || { fail "$arch: kvfsctl mkmodel"; continue; }
     w=$(window "$MODEL")
     [ -n "$w" ] || { fail "$arch: the model's sliding window unreadable"; continue; }
     mount_kvfs "$arch" "model=$MODEL" || { fail "$arch: mount"; continue; }

@@ -555,6 +555,14 @@ static int rope_scaling(struct kvfs_model *m, int swa_scaled, int swa_plain, int
         free(m->rope_freqs);
         m->rope_freqs = ff;
     }
+    /* the same rotation on both kinds (gpt-oss, gemma2 on one base): one
+     * array, so that the chunk shift's angle cache serves every layer */
+    if (m->rope_freqs && m->rope_freqs_swa && rope_dim_swa == hp->rope_dim &&
+        !memcmp(m->rope_freqs, m->rope_freqs_swa, sizeof(float) * (size_t)(hp->rope_dim / 2))) {
+        free(m->rope_freqs_swa);
+        m->rope_freqs_swa = NULL;
+        hp->swa_rope_shared = 1;
+    }
     /* 0: no magnitude to apply */
     hp->rope_mscale = hp->rope_mscale == 1.0f ? 0.0f : hp->rope_mscale;
     hp->rope_mscale_swa = hp->rope_mscale_swa == 1.0f ? 0.0f : hp->rope_mscale_swa;
@@ -943,7 +951,7 @@ output:
         L->rope_theta = local ? hp->rope_theta_swa : hp->rope_theta;
         L->head_dim = hp->head_dim;
         L->rope_dim = hp->rope_dim;
-        L->rope_freqs = local ? m->rope_freqs_swa : m->rope_freqs;
+        L->rope_freqs = local && !hp->swa_rope_shared ? m->rope_freqs_swa : m->rope_freqs;
         L->rope_mscale = local ? hp->rope_mscale_swa : hp->rope_mscale;
         L->kv_layer = l;
         if (is_gemma4) { /* llama.cpp: frequency factors on the global layers; a shared-KV layer reads the cache

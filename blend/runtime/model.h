@@ -47,6 +47,7 @@ struct kvfs_hparams {
      * Q and K times this (the angles are in rope_freqs), on the global and
      * the sliding-window layers (rope_scaling.c); 0: none */
     float rope_mscale, rope_mscale_swa;
+    int swa_rope_shared; /* the sliding-window layers rotate by rope_freqs too (model.c's rope_scaling) */
     int moe_oai; /* gpt-oss: the top experts by router logit, weighted by the softmax of their logits (no
                   * renormalization); ggml's swiglu_oai as their activation */
     /* deepseek2 (MLA, llama.cpp's absorbed form): the cache holds per token

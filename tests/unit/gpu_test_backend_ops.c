@@ -673,12 +673,20 @@ static void test_model(const char *arch, double tol)
         float ff[128], *own_c = mc->rope_freqs, *own_g = mg->rope_freqs;
         for (int j = 0; j < mc->hp.rope_dim / 2 && j < 128; j++)
             ff[j] = 1.0f + 7.0f * (float)((j * 3) % 5) / 4.0f;
+        /* the shift reads each layer's factors (set at load): swapped there too */
+        const float *own_lc[64], *own_lg[64];
         mc->rope_freqs = mg->rope_freqs = ff;
+        for (int l = 0; l < mc->hp.n_layer && l < 64; l++) {
+            own_lc[l] = mc->layers[l].rope_freqs, own_lg[l] = mg->layers[l].rope_freqs;
+            mc->layers[l].rope_freqs = mg->layers[l].rope_freqs = ff;
+        }
         char lab2[64];
         snprintf(lab2, sizeof(lab2), "%s + rope_freqs", arch);
         test_chunk_shift(mc, mg, lab2);
         mc->rope_freqs = own_c;
         mg->rope_freqs = own_g;
+        for (int l = 0; l < mc->hp.n_layer && l < 64; l++)
+            mc->layers[l].rope_freqs = own_lc[l], mg->layers[l].rope_freqs = own_lg[l];
     }
     kvfs_kv_cache_free(mc, &bc); kvfs_kv_cache_free(mg, &bg);
     kvfs_kv_cache_free(mc, &cc); kvfs_kv_cache_free(mg, &cg); kvfs_kv_cache_free(mc, &c2);

@@ -22,11 +22,14 @@ cut -d' ' -f1-5 "$T/ids300" > "$T/ids5"
 # widths, shared-KV layers, per-layer embeddings) load on CUDA only with
 # KVFS_ALLOW_UNCHECKED=1 until this check has passed on a device
 export KVFS_ALLOW_UNCHECKED=1
-for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 gemma4; do
-    layers=4
-    [ "$arch" = gemma4 ] && layers=6 # its two shared-KV layers then read layers 2 and 3, as in synth_arch
-    "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$arch" --layers $layers --embd 256 --heads 4 --kv-heads 2 --ff 512 \
-        --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
+# ARCH@KIND: with that RoPE scaling (factor 4): per-layer factors and YaRN's magnitude on the device
+for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 gemma4 \
+    llama@yarn gemma3@linear; do
+    layers=4 base=${arch%@*} scaling=()
+    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
+    [ "$base" = gemma4 ] && layers=6 # its two shared-KV layers then read layers 2 and 3, as in synth_arch
+    "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$base" "${scaling[@]}" --layers $layers --embd 256 --heads 4 \
+        --kv-heads 2 --ff 512 --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
     types=F32
     quants=Q4_K_M
     case $arch in qwen3moe | gpt-oss | deepseek2) quants="Q4_K_M MXFP4_MOE" ;; esac

@@ -16,7 +16,8 @@
 #    equals llama-server's own full prefill of the same tokens
 #    (near-tie rule at the first difference: within 0.25 nats in its top
 #    log-probabilities);
-#  - the same request again: every chunk a hit, the same answer;
+#  - the same request again: every chunk a hit, the same answer; a document
+#    named by its chunk hash is a hit;
 #  - the turn is saved (past the window: computed by kvfs-serve) and the
 #    next turn finds it, restored as it is, only the new turn computed, its
 #    answer llama-server's full prefill's (near-tie rule).
@@ -112,6 +113,10 @@ check "the same request again: every chunk a hit ($(json '[c["source"] for c in 
     test "$(json 'all(c["source"] == "hit" for c in d["kvfs"]["chunks"]) and d["timings"]["prompt_n"] == 1' < "$T/r2.json")" = True
 check "... the same answer" \
     test "$(json 'd["kvfs"]["tokens"]' < "$T/r2.json")" = "$(json 'd["kvfs"]["tokens"]' < "$T/r1.json")"
+echo "{\"documents\": [\"$h0\"], \"prompt\": \"\\nQuestion: what is this?\\nAnswer:\", \"max_tokens\": 2}" > "$T/hash.req"
+post /v1/completions "$T/hash.req" > "$T/hash.json"
+check "a document named by its chunk hash (its layer-shaped header read) is a hit ($(json '[c["source"] for c in d["kvfs"]["chunks"]]' < "$T/hash.json"))" \
+    test "$(json 'd["kvfs"]["chunks"][0]["source"]' < "$T/hash.json")" = hit
 
 # the turn saved (past the window: computed here), found by the next turn
 for _ in $(seq 600); do [ "$(metric kvfs_serve_turn_saves_total)" -ge 1 ] 2> /dev/null && break; sleep 0.1; done

@@ -125,7 +125,7 @@ static int member_mass(const struct kvfs_model *m, struct kvfs_loader *ld, const
     int rc = cache_use(m, L, c, d_delta);
     if (!rc && !(rc = kvfs_work_alloc(m, L->n_ctx, &w)) &&
         !(rc = BE(m)->upload(CTX(m), w.ids, L->tokens, sizeof(int32_t) * n)) &&
-        !(rc = kvfs_embed(m, w.ids, w.x, L->n_ctx)) &&
+        !(rc = kvfs_embed(m, w.ids, w.x, L->n_ctx)) && !(rc = kvfs_ple_inputs(m, &w, L->n_ctx)) &&
         !(rc = BE(m)->alloc(CTX(m), sizeof(float) * n + 4, (void **)&d_mass)) &&
         !(rc = blend_query_mass(m, ld, L->map + map_from, L->n_map - map_from, row0, c, &w, L->n_rows, L->n_suffix,
                                 d_delta, &blend_served, d_mass, err, errlen)) &&
@@ -183,19 +183,23 @@ static int recompute(const struct kvfs_model *m, struct kvfs_kv_cache *c, const 
     if ((rc = kvfs_work_alloc(m, n_run, &ws)) || (rc = BE(m)->upload(CTX(m), ws.ids, ids, bytes)) ||
         (rc = BE(m)->upload(CTX(m), ws.pos, pos, bytes)) || (rc = BE(m)->alloc(CTX(m), bytes, (void **)&d_idx)) ||
         (rc = BE(m)->upload(CTX(m), d_idx, idx, bytes)) ||
-        (rc = kvfs_embed(m, ws.ids, ws.x, n_run)))
+        (rc = kvfs_embed(m, ws.ids, ws.x, n_run)) || (rc = kvfs_ple_inputs(m, &ws, n_run)))
         goto out;
     int n_sel = 0; /* the chunk rows among them (the query's rows come last) */
     while (n_sel < n_run && idx[n_sel] < L->n_rows)
         n_sel++;
     struct blend_shift_cache angles = {0};
-    for (int l = 0; l < hp->n_layer && !rc; l++)
+    for (int l = 0; l < hp->n_layer && !rc; l++) {
+        /* each layer at its own width; a layer reading an earlier layer's
+         * cache (gemma4) has no K/V of its own to write */
+        int own = m->layers[l].kv_layer == l, kv_dim = (int)blend_kv_dim(m, c, l);
         if (!(rc = kvfs_layer_qkv(m, l, &ws, n_run)) &&
             !(rc = blend_shift_layer(m, c, l, L->chunk_of, L->n_chunks, row_lo, L->n_rows, idx, d_idx, n_sel, ws.k,
                                      ws.v, shift, &angles)) &&
-            !(rc = BE(m)->scatter_rows(CTX(m), ws.k, d_idx, c->k[l], n_run, c->kv_dim)) &&
-            !(rc = BE(m)->scatter_rows(CTX(m), ws.v, d_idx, c->v[l], n_run, c->kv_dim)))
+            !(own && (rc = BE(m)->scatter_rows(CTX(m), ws.k, d_idx, c->k[l], n_run, kv_dim))) &&
+            !(own && (rc = BE(m)->scatter_rows(CTX(m), ws.v, d_idx, c->v[l], n_run, kv_dim))))
             rc = kvfs_layer_finish(m, l, &ws, n_run, c, c->n);
+    }
     blend_shift_cache_free(&angles);
 out:
     if (d_idx)
@@ -203,6 +207,20 @@ out:
     kvfs_work_free(m, &ws);
     free(ids);
     free(pos);
+    return rc;
+}
+
+/* Rows [0, n_rows) of every layer's K and V from src to dst: each layer at
+ * its own width, a layer reading another's cache (gemma4) with it. */
+static int copy_rows(const struct kvfs_model *m, struct kvfs_kv_cache *dst, const struct kvfs_kv_cache *src,
+                     int n_rows)
+{
+    int rc = 0;
+    for (int l = 0; l < m->hp.n_layer && !rc; l++) {
+        size_t bytes = sizeof(float) * (size_t)n_rows * blend_kv_dim(m, src, l);
+        if (m->layers[l].kv_layer == l && !(rc = BE(m)->copy(CTX(m), dst->k[l], src->k[l], bytes)))
+            rc = BE(m)->copy(CTX(m), dst->v[l], src->v[l], bytes);
+    }
     return rc;
 }
 
@@ -217,14 +235,12 @@ static int blend_prefix(const struct kvfs_model *m, const struct kvfs_kv_cache *
         free(idx);
         return rc;
     }
-    size_t bytes = sizeof(float) * (size_t)Lp->n_rows * (size_t)c->kv_dim;
     for (int r = 0; r < Lp->n_rows; r++)
         cp->host_pos[r] = r;
     cp->n = Lp->n_rows;
     rc = BE(m)->upload(CTX(m), cp->pos, cp->host_pos, sizeof(int32_t) * (size_t)Lp->n_rows);
-    for (int l = 0; l < m->hp.n_layer && !rc; l++)
-        if (!(rc = BE(m)->copy(CTX(m), cp->k[l], c->k[l], bytes)))
-            rc = BE(m)->copy(CTX(m), cp->v[l], c->v[l], bytes);
+    if (!rc)
+        rc = copy_rows(m, cp, c, Lp->n_rows);
     *n_sel = 0;
     for (int r = 0; r < Lp->n_rows; r++)
         if (want[r])
@@ -284,13 +300,10 @@ static int prefix_into(const struct kvfs_model *m, struct kvfs_kv_cache *c, cons
                        const uint8_t *want, float shift, int *k_p)
 {
     struct kvfs_kv_cache cp = {0};
-    size_t bytes = sizeof(float) * (size_t)Lp->n_rows * (size_t)c->kv_dim;
     int rc = blend_prefix(m, c, Lp, want, shift, &cp, k_p);
     if (rc)
         return rc;
-    for (int l = 0; l < m->hp.n_layer && !rc; l++)
-        if (!(rc = BE(m)->copy(CTX(m), c->k[l], cp.k[l], bytes)))
-            rc = BE(m)->copy(CTX(m), c->v[l], cp.v[l], bytes);
+    rc = copy_rows(m, c, &cp, Lp->n_rows);
     kvfs_kv_cache_free(m, &cp);
     return rc;
 }
@@ -321,9 +334,6 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
     int rc = batch_check(mb, n_mb, n_shared, o, err, errlen);
     if (rc || (rc = blend_check_chunks(m, ld, err, errlen)))
         return rc;
-    if (kvfs_model_shaped(m) || m->hp.n_ple) /* its recompute has one row width and no per-layer inputs */
-        return kvfs_errf(err, errlen, -ENOTSUP, "a batch of blends of a model whose layers have shapes of their own "
-                         "or per-layer embeddings (gemma4) is not written yet: blend them one by one");
     if ((rc = kvfs_loader_start(ld, 0)))
         return rc;
     struct layout Lp, *L = calloc((size_t)n_mb, sizeof(*L));

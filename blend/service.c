@@ -711,10 +711,6 @@ static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int
         memcpy(all.hashes[u], hashes[u], KVFS_HASH_HEX_LEN + 1);
     if ((rc = model_of_chunks(svc, ld, &all, &lm, err, errlen)))
         goto out;
-    if (kvfs_model_shaped(lm->m) || lm->m->hp.n_ple) { /* gemma4: kvfs_blend_batch is not written for it */
-        rc = -EAGAIN;
-        goto out;
-    }
     for (int i = 0; i < n; i++) {
         size_t ns = 0;
         const int32_t *ids = NULL;

@@ -5,7 +5,8 @@
 # padded sizes; kvfsctl info and the Python reader list the shapes; a chunk
 # loaded back decodes to the very token a full prefill gives; the store
 # re-reads it after a remount; a blend through the mount is the in-process
-# one and ratio 1.0 a full prefill, a batch is blended one by one; q8 is
+# one and ratio 1.0 a full prefill, a batch is blended as one (at 0.999 its
+# members are their own blends byte for byte); q8 is
 # refused with the reason; llama/ views (llama_engine_gemma4.sh has llama.cpp
 # read them) stat at the size read.
 . "$(dirname "$0")/../lib.sh"
@@ -59,12 +60,25 @@ check "blend through the mount == in-process blend" cmp "$T/local.kv" "$M/blends
 bids=$("$KVFSCTL" info --json --tokens "$T/full.kv" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
 "$KVFSCTL" prefill -m "$MODEL" -o "$T/bref.kv" --ids "$bids" > /dev/null 2>&1
 check "blend ratio 1.0 == a full prefill's K/V, every owning layer" "$KVFSCTL" compare --max-err 0 "$T/full.kv" "$T/bref.kv"
-# a batch sharing its chunks: kvfs_blend_batch is not written for these
-# layers, so the mount blends its recipes one by one
+# a batch sharing its chunks: blended as one batch (kvfs_blend_batch, each
+# layer at its own width, the recomputed rows' per-layer inputs); at 0.999
+# (every row recomputed) each result is its recipe's own blend, byte for byte
 printf '%s\n%s\nsuffix=Q\n%%%%\n%s\n%s\nsuffix=R\n' ${h[1]} ${h[2]} ${h[1]} ${h[2]} > "$T/batch.txt"
 "$KVFSCTL" blend -M "$M" --batch "$T/batch.txt" > "$T/batch.out" 2>&1
 check "a batch of two recipes sharing their chunks gives two blends" sh -c \
     "[ \$(grep -c '/blends/.*\.kv\$' '$T/batch.out') = 2 ] && for f in \$(cat '$T/batch.out'); do '$KVFSCTL' info \$f | grep -q '^blended: *yes' || exit 1; done"
+check "... blended as one batch ($(grep -o '"batches": [0-9]*' "$M/.kvfs/stats"))" grep -q '"batches": 1,' "$M/.kvfs/stats"
+printf '%s\n%s\nratio=0.999\nsuffix=Q\n%%%%\n%s\n%s\nratio=0.999\nsuffix=R\n' ${h[1]} ${h[2]} ${h[1]} ${h[2]} > "$T/batch9.txt"
+"$KVFSCTL" blend -M "$M" --batch "$T/batch9.txt" > "$T/batch9.out" 2>&1
+check "a batch at 0.999: two blends, one batch more ($(grep -o '"batches": [0-9]*' "$M/.kvfs/stats"))" \
+    sh -c "[ \$(grep -c '/blends/.*\.kv\$' '$T/batch9.out') = 2 ] && grep -q '\"batches\": 2,' '$M/.kvfs/stats'"
+i=0
+for q in Q R; do
+    i=$((i + 1))
+    "$KVFSCTL" blend -M "$M" --name "one$q" --ratio 0.999 --suffix "$q" ${h[1]} ${h[2]} > /dev/null
+    check "... member $q == its recipe blended alone by the mount, byte for byte" \
+        cmp "$(sed -n ${i}p "$T/batch9.out")" "$M/blends/one$q.kv"
+done
 check "its llama/ view: size ($(stat -c %s "$M/llama/${h[1]}.llama" 2>&1)) = bytes read" \
     test "$(stat -c %s "$M/llama/${h[1]}.llama")" = "$(wc -c < "$M/llama/${h[1]}.llama")"
 unmount_kvfs a

@@ -4,7 +4,8 @@
  * chunk twice, reordered chunks, many chunks) work; bad input is refused;
  * sliding-window layers (gemma3) blend exactly at ratio 1 too, and vote in
  * the query selection through their window; so do gemma4's layers of their
- * own shapes, shared-KV layers and per-layer embeddings. */
+ * own shapes, shared-KV layers and per-layer embeddings, alone and in
+ * batches. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -57,37 +58,118 @@ static void make_prompt(int a, int b, int c, int32_t toks[NC][LEN], int32_t *all
 /* kvfs_blend_batch's member results, kept for comparison */
 struct batch_out {
     int n;
-    float *k[4], *v[4]; /* layer 0 and the last layer's K/V, host copies */
+    float *k[4], *v[4]; /* the last layer's K/V that owns a cache, host copies */
     int rows[4];
 };
+
+/* the last layer with a cache of its own (gemma4's last layers read
+ * earlier ones') and its row width */
+static int last_own_layer(size_t *width)
+{
+    int l = m->hp.n_layer - 1;
+    while (m->layers[l].kv_layer != l)
+        l--;
+    *width = (size_t)m->layers[l].n_kv_head * m->layers[l].head_dim;
+    return l;
+}
 
 static int keep_member(void *ctx, int i, const struct kvfs_kv_cache *c, const int32_t *tokens,
                        const struct kvfs_blend_stats *st)
 {
     (void)tokens, (void)st;
     struct batch_out *b = ctx;
-    size_t n = (size_t)c->n * c->kv_dim;
+    size_t width;
+    int l = last_own_layer(&width);
+    size_t n = (size_t)c->n * width;
     b->k[i] = malloc(sizeof(float) * n);
     b->v[i] = malloc(sizeof(float) * n);
-    memcpy(b->k[i], c->k[c->n_layer - 1], sizeof(float) * n);
-    memcpy(b->v[i], c->v[c->n_layer - 1], sizeof(float) * n);
+    memcpy(b->k[i], c->k[l], sizeof(float) * n);
+    memcpy(b->v[i], c->v[l], sizeof(float) * n);
     b->rows[i] = c->n;
     b->n++;
     return 0;
 }
 
-/* max |a - b| over the last layer's K and V of a member and a blend, in
+/* max |a - b| over the last owning layer's K and V of a member and a blend, in
  * f16 ulps of the largest value (K/V are rounded to f16 as llama.cpp's
  * cache is, so a different row grouping in a matmul can move a value by one
  * ulp) */
 static float max_diff(const struct batch_out *b, int i, const struct kvfs_kv_cache *c)
 {
     float d = 0, big = 0;
-    for (int j = 0; j < b->rows[i] * c->kv_dim; j++) {
-        d = fmaxf(d, fmaxf(fabsf(b->k[i][j] - c->k[c->n_layer - 1][j]), fabsf(b->v[i][j] - c->v[c->n_layer - 1][j])));
-        big = fmaxf(big, fmaxf(fabsf(c->k[c->n_layer - 1][j]), fabsf(c->v[c->n_layer - 1][j])));
+    size_t width;
+    int l = last_own_layer(&width);
+    for (size_t j = 0; j < (size_t)b->rows[i] * width; j++) {
+        d = fmaxf(d, fmaxf(fabsf(b->k[i][j] - c->k[l][j]), fabsf(b->v[i][j] - c->v[l][j])));
+        big = fmaxf(big, fmaxf(fabsf(c->k[l][j]), fabsf(c->v[l][j])));
     }
     return d / (big * (1.0f / 1024.0f));
+}
+
+/* batches: one member alone picks and recomputes exactly what its own
+ * blend does; with every row picked (0.999) each member is a full
+ * prefill; two members sharing chunk 0 recompute as many rows as their
+ * own blends, the shared chunk's chosen by both queries, so each is
+ * nearer its own blend's rows than plain reuse is */
+static void check_batches(const char *what, const struct kvfs_writer *w, const struct kvfs_blend_chunk *ch,
+                          const int32_t *suffix)
+{
+    char err[256];
+    struct kvfs_kv_cache bc;
+    int32_t *bt;
+    struct kvfs_blend_stats st;
+    float *out = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    const void *imgs[NC];
+    size_t lens[NC];
+    for (int i = 0; i < NC; i++)
+        imgs[i] = w[i].buf, lens[i] = w[i].size;
+    int map_a[3] = {0, 1, 2}, map_b[2] = {0, 2};
+    struct kvfs_blend_member mb[2] = {{map_a, 3, suffix, NS}, {map_b, 2, suffix, NS}};
+    struct kvfs_blend_chunk chb[2] = {ch[0], ch[2]};
+    for (int variant = 0; variant < 3; variant++) {
+        struct kvfs_loader *ld;
+        struct kvfs_blend_opts bo;
+        struct batch_out b = {0};
+        kvfs_blend_opts_init(&bo, variant == 1 ? 0.999f : 0.3f);
+        int n_mb = variant == 0 ? 1 : 2;
+        CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_blend_batch(m, ld, mb, n_mb, 1, &bo, keep_member, &b, err, sizeof(err)), 0);
+        kvfs_loader_close(ld);
+        CHECK_EQ(b.n, n_mb);
+        for (int i = 0; i < b.n; i++) {
+            CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &bo, &bc, &bt, out, &st, err,
+                                   sizeof(err)), 0);
+            float d = max_diff(&b, i, &bc);
+            fprintf(stderr, "%s batch variant %d member %d: max |dK|,|dV| vs its own blend %.3g f16 ulps\n", what,
+                    variant, i, d);
+            if (variant != 2)
+                CHECK(d <= 4.0f);
+            kvfs_kv_cache_free(m, &bc), free(bt);
+            if (variant == 2) { /* as many rows recomputed as its own blend: nearer it than reuse */
+                struct kvfs_blend_opts ro;
+                kvfs_blend_opts_init(&ro, 0.0f);
+                CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &ro, &bc, &bt, out, &st, err,
+                                       sizeof(err)), 0);
+                float dr = max_diff(&b, i, &bc);
+                CHECK(dr > d);
+                kvfs_kv_cache_free(m, &bc), free(bt);
+            }
+            free(b.k[i]), free(b.v[i]);
+        }
+    }
+    /* refusals: no shared prefix, members that do not share it */
+    struct kvfs_loader *ld;
+    struct kvfs_blend_opts bo;
+    struct batch_out b = {0};
+    int map_c[2] = {1, 2};
+    struct kvfs_blend_member bad_mb[2] = {{map_a, 3, suffix, NS}, {map_c, 2, suffix, NS}};
+    kvfs_blend_opts_init(&bo, 0.3f);
+    CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
+    CHECK_EQ(kvfs_blend_batch(m, ld, bad_mb, 2, 1, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
+    CHECK_EQ(kvfs_blend_batch(m, ld, mb, 2, 0, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
+    kvfs_loader_close(ld);
+    CHECK_EQ(b.n, 0);
+    free(out);
 }
 
 /* Sliding-window layers (a synthetic gemma3: window 4, layers 0, 1 and 3
@@ -252,7 +334,8 @@ static void check_sliding_window(void)
  * re-positions each layer with its own dims, base and factors, the
  * recomputed rows get their per-layer inputs, and the shared-KV layers
  * attend over their source's cache); at 0.3 the last owning layer's K/V are
- * nearer the full prefill than plain reuse's. */
+ * nearer the full prefill than plain reuse's; and batches (check_batches)
+ * are their members' own blends as for the other models. */
 static void check_gemma4(void)
 {
     char path[64], err[256];
@@ -302,6 +385,7 @@ static void check_gemma4(void)
     }
     CHECK(dev[0] > 1e-2);
     CHECK(dev[1] < 0.7 * dev[0]);
+    check_batches("gemma4", w, ch, suffix); /* each layer at its width, the recomputed rows' per-layer inputs */
     kvfs_kv_cache_free(m, &fc);
     for (int i = 0; i < NC; i++)
         kvfs_writer_free(&w[i]);
@@ -564,63 +648,7 @@ int main(void)
             CHECK(fabs(total - NQ * NH) < 1e-4);
         }
     }
-    /* batches: one member alone picks and recomputes exactly what its own
-     * blend does; with every row picked (0.999) each member is a full
-     * prefill; two members sharing chunk 0 recompute as many rows as their
-     * own blends, the shared chunk's chosen by both queries, so each is
-     * nearer its own blend's rows than plain reuse is */
-    {
-        const void *imgs[NC];
-        size_t lens[NC];
-        for (int i = 0; i < NC; i++)
-            imgs[i] = w[i].buf, lens[i] = w[i].size;
-        int map_a[3] = {0, 1, 2}, map_b[2] = {0, 2};
-        struct kvfs_blend_member mb[2] = {{map_a, 3, suffix, NS}, {map_b, 2, suffix, NS}};
-        struct kvfs_blend_chunk chb[2] = {ch[0], ch[2]};
-        for (int variant = 0; variant < 3; variant++) {
-            struct kvfs_loader *ld;
-            struct kvfs_blend_opts bo;
-            struct batch_out b = {0};
-            kvfs_blend_opts_init(&bo, variant == 1 ? 0.999f : 0.3f);
-            int n_mb = variant == 0 ? 1 : 2;
-            CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
-            CHECK_EQ(kvfs_blend_batch(m, ld, mb, n_mb, 1, &bo, keep_member, &b, err, sizeof(err)), 0);
-            kvfs_loader_close(ld);
-            CHECK_EQ(b.n, n_mb);
-            for (int i = 0; i < b.n; i++) {
-                CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &bo, &bc, &bt, out, &st, err,
-                                       sizeof(err)), 0);
-                float d = max_diff(&b, i, &bc);
-                fprintf(stderr, "batch variant %d member %d: max |dK|,|dV| vs its own blend %.3g f16 ulps\n", variant,
-                        i, d);
-                if (variant != 2)
-                    CHECK(d <= 4.0f);
-                kvfs_kv_cache_free(m, &bc), free(bt);
-                if (variant == 2) { /* as many rows recomputed as its own blend: nearer it than reuse */
-                    struct kvfs_blend_opts ro;
-                    kvfs_blend_opts_init(&ro, 0.0f);
-                    CHECK_EQ(kvfs_blend_ex(m, i ? chb : ch, i ? 2 : NC, suffix, NS, &ro, &bc, &bt, out, &st, err,
-                                           sizeof(err)), 0);
-                    float dr = max_diff(&b, i, &bc);
-                    CHECK(dr > d);
-                    kvfs_kv_cache_free(m, &bc), free(bt);
-                }
-                free(b.k[i]), free(b.v[i]);
-            }
-        }
-        /* refusals: no shared prefix, members that do not share it */
-        struct kvfs_loader *ld;
-        struct kvfs_blend_opts bo;
-        struct batch_out b = {0};
-        int map_c[2] = {1, 2};
-        struct kvfs_blend_member bad_mb[2] = {{map_a, 3, suffix, NS}, {map_c, 2, suffix, NS}};
-        kvfs_blend_opts_init(&bo, 0.3f);
-        CHECK_EQ(kvfs_loader_open_images(imgs, lens, NC, &ld, err, sizeof(err)), 0);
-        CHECK_EQ(kvfs_blend_batch(m, ld, bad_mb, 2, 1, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
-        CHECK_EQ(kvfs_blend_batch(m, ld, mb, 2, 0, &bo, keep_member, &b, err, sizeof(err)), -EINVAL);
-        kvfs_loader_close(ld);
-        CHECK_EQ(b.n, 0);
-    }
+    check_batches("llama", w, ch, suffix);
     /* the chunk shift: the first chunk's rows are never moved; a later
      * chunk's reused rows move by exactly shift x the mean deviation of its
      * recomputed rows (at layer 1: layer 0 has no context, so no deviation

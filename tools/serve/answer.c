@@ -239,6 +239,8 @@ static int compute_and_save(struct serve *sv, const struct slot_ref *slot, const
  * MNT/llama/, which the mount stores as the chunk of those tokens */
 static int prefill_chunk(struct req *r, struct chunk_plan *c, char *err, size_t errlen)
 {
+    if (local_needed(r->sv, c->n)) /* past a sliding window: the engine's saved state would not be whole */
+        return local_prefill(r->sv, c->ids, c->n, r->plan.salt, c->hash, err, errlen);
     int rc = compute_and_save(r->sv, &r->slot, c->ids, c->n, 0, save_name("kvfs-serve", c->hash, r->plan.salt),
                               c->hash, 0, client_gone, r, 0, err, errlen);
     if (rc == -EPROTO)
@@ -418,7 +420,8 @@ static json_t *prompt_ids(const struct plan *p, int with_suffix)
 }
 
 /* restore the blend (or a saved history) into our slot; a blend's suffix
- * rows are dropped (trim), so that the engine computes the suffix itself */
+ * rows are dropped (trim), so that the engine computes the suffix itself
+ * (not for a sliding-window model: serve_once) */
 static int restore(struct req *r, const char *name, uint32_t ntok, int trim, char *err, size_t errlen)
 {
     struct engine *e = &r->sv->engines[r->slot.engine];
@@ -680,6 +683,14 @@ static void *save_turn(void *arg)
     int rc = 0;
     if (plan_chunk_present(sv, t->hash))
         goto done; /* saved before (the same conversation again) */
+    if (local_needed(sv, t->n)) {
+        /* past a sliding window the engine's state holds only the window's
+         * cells of those layers: computed here, the slot free meanwhile */
+        pool_release(sv, &t->slot);
+        t->slot.id = -1;
+        rc = local_prefill(sv, t->ids, t->n, t->salted ? t->salt : NULL, t->hash, err, sizeof(err));
+        goto done;
+    }
     /* twice at most: once (under a sanitizer's slowness) the saved state held
      * the prompt without the answer; the second try computes it again */
     for (int attempt = 0; attempt < 2; attempt++)
@@ -691,13 +702,14 @@ done:
     if (rc) {
         metrics_add(sv, &sv->m.turn_save_errors, 1);
         if (rc != -ECANCELED)
-            kvfs_log(KVFS_LOG_WARN, "kvfs-serve: saving a conversation's turn (%zu tokens) from slot %d of %s: %s",
-                     t->n, t->slot.id, e->url, err);
+            kvfs_log(KVFS_LOG_WARN, "kvfs-serve: saving a conversation's turn (%zu tokens) %s %s: %s", t->n,
+                     t->slot.id >= 0 ? "from a slot of" : "computed here for", e->url, err);
         if (rc == -EHOSTDOWN)
             pool_engine_down(sv, t->slot.engine, err);
     } else
         metrics_add(sv, &sv->m.turn_saves, 1);
-    pool_release(sv, &t->slot);
+    if (t->slot.id >= 0)
+        pool_release(sv, &t->slot);
     free(t->ids);
     free(t);
     pthread_mutex_lock(&sv->lock);
@@ -959,7 +971,12 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
             mark(r, "blend");
         }
         test_hold(r, name);
-        rc = restore(r, name, ntok, 1, err, sizeof(err));
+        /* a sliding-window model's restored state holds the window's last
+         * cells of those layers: cut back to the documents, llama-server
+         * finds the window's cells missing and prefills it all again; kept
+         * whole, the engine evaluates the last token on the blend's
+         * question rows (which the mount computes in full) */
+        rc = restore(r, name, ntok, !sv->window, err, sizeof(err));
         mark(r, "restore");
         if (rc && rc != -EHOSTDOWN && rc != -ECANCELED && !again && blend_gone(r, name, why, sizeof(why))) {
             /* evicted or removed between the blend and the restore: the

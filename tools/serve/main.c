@@ -27,6 +27,8 @@
 #include <systemd/sd-daemon.h>
 
 #include "forward.h" /* kvfs_model_chunk_refusal */
+#include "llama_state.h"
+#include "service.h" /* kvfs_model_llama_swa */
 #include "log.h"
 #include "model.h"
 #include "serve.h"
@@ -292,6 +294,8 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
     int rc = kvfs_tokenize(sv->tok, PROBE_TEXT, strlen(PROBE_TEXT), 0, 0, &ids, &n);
     if (rc)
         return kvfs_errf(err, errlen, rc, "cannot tokenize the probe");
+    if (sv->window && n > sv->window)
+        n = sv->window; /* a longer state of a sliding-window model is not one the mount can take */
     time_t t0 = time(NULL);
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
@@ -319,11 +323,16 @@ static int probe_engine(struct serve *sv, struct engine *e, char *err, size_t er
     out = NULL;
     static const uint32_t dtypes[] = {KVFS_DTYPE_F16, KVFS_DTYPE_Q8, KVFS_DTYPE_Q4S, KVFS_DTYPE_Q4, KVFS_DTYPE_F32,
                                       KVFS_DTYPE_BF16};
-    static const uint32_t flags[] = {KVFS_FLAG_KEYS_ROPED, 0};
+    /* with the model's own flags (LAYER_SHAPES, V_FROM_K) as the mount
+     * writes them into the chunk of a saved state */
+    uint32_t own = kvfs_model_chunk_flags(sv->model) & ~KVFS_FLAG_KEYS_ROPED;
+    const uint32_t flags[] = {KVFS_FLAG_KEYS_ROPED | own, own};
     for (size_t f = 0; f < 2; f++)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
             char hex[KVFS_HASH_HEX_LEN + 1], path[1200];
             struct stat s;
+            if (kvfs_model_dtype_refusal(sv->model, dtypes[d]))
+                continue;
             sv->chunk_dtype = dtypes[d];
             sv->chunk_flags = flags[f];
             if ((rc = plan_chunk_hash(sv, NULL, ids, n, hex)))
@@ -504,11 +513,14 @@ static int load_model(struct serve *sv, const char *model, const char *name)
         fprintf(stderr, "kvfs-serve: %s: %s\n", model, kvfs_model_chunk_refusal(sv->model));
         return 1;
     }
-    /* its chunk names and batched blends assume one cache shape per layer */
-    if (kvfs_model_shaped(sv->model) || sv->model->hp.n_ple) {
-        fprintf(stderr, "kvfs-serve: %s: a model whose layers have cache shapes of their own or per-layer "
-                "embeddings (gemma4) is not served yet (kvfsctl blend and the mount blend it)\n", model);
-        return 1;
+    {
+        /* a sliding-window model's engine saves only the window's cells of
+         * those layers: a longer state is computed here (local.c) */
+        struct kvfs_llama_swa swa;
+        kvfs_model_llama_swa(sv->model, &swa);
+        for (int l = 0; swa.n_swa && l < sv->model->hp.n_layer; l++)
+            if (swa.local[l])
+                sv->window = swa.n_swa;
     }
     sv->fp = sv->model->fp;
     {
@@ -620,6 +632,10 @@ int main(int argc, char **argv)
         total += sv->engines[i].n_slots;
     fprintf(stderr, "kvfs-serve: serving %s on http://%s: mount %s, %d engine(s), %d slot(s), chunks %s\n",
             sv->model_name, listen, sv->mount, sv->n_engines, total, kvfs_dtype_name(sv->chunk_dtype));
+    if (sv->window)
+        fprintf(stderr, "kvfs-serve: sliding window of %u tokens: the engine's states of more tokens are not whole, "
+                "longer chunks and turns are computed here (start the engine with --swa-full, else it computes the "
+                "whole prompt after a blend's restore)\n", sv->window);
     if (sv->test_hold)
         fprintf(stderr, "kvfs-serve: warning: KVFS_SERVE_TEST_HOLD=%s: a test hook (restores wait while it exists)\n",
                 sv->test_hold);

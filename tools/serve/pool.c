@@ -521,6 +521,8 @@ char *metrics_render(struct serve *sv)
             "Misses served by another request's prefill, or another host's (single flight, claims).",
             m.prefill_joins);
     counter(&t, "kvfs_serve_chunk_prefill_errors_total", "Prefills that failed.", m.prefill_errors);
+    counter(&t, "kvfs_serve_local_prefills_total",
+            "Chunks and turns computed by kvfs-serve itself (past a sliding-window model's window).", m.local_prefills);
     counter(&t, "kvfs_serve_blends_total", "Blends made by the mount and restored into a slot.", m.blends);
     counter(&t, "kvfs_serve_blends_ahead_total",
             "Blends made before the request held a slot (every chunk was in the mount): the wait for a slot hidden.",

@@ -10,6 +10,8 @@
  *              template as the engine applies it, documents, the separator
  *   answer.c   the pipeline (chunks found or prefilled, blend, restore,
  *              completion) and the OpenAI responses, streamed or not
+ *   local.c    chunks computed here with the model (CPU): the states a
+ *              sliding-window model's engine cannot hand the mount
  *   tenants.c  --api-keys: keys and their tenants (each its own cache salt)
  *   memo.c     bounded caches: documents' tokens, chat template renderings
  *   main.c     options, the start-up checks, the HTTP server (libmicrohttpd)
@@ -54,7 +56,7 @@ struct serve_metrics {
     uint64_t requests, errors_4xx, errors_5xx, disconnects;
     uint64_t chunk_hits, chunk_misses, chunk_prefills, prefill_joins, prefill_errors;
     uint64_t blends, blends_ahead, blend_errors, full_prefills, restores;
-    uint64_t reblends, engine_retries;
+    uint64_t reblends, engine_retries, local_prefills;
     uint64_t history_hits, history_misses, history_restores, turn_saves, turn_save_errors;
     uint64_t prompt_tokens, computed_tokens, completion_tokens;
     uint64_t ttft_count;
@@ -90,6 +92,8 @@ struct serve {
     struct kvfs_fingerprint fp;
     uint32_t chunk_dtype; /* of the chunks the mount makes of the engine's states */
     uint32_t chunk_flags;
+    uint32_t window;      /* a sliding-window model's window: the engine's saved states of more tokens are not
+                           * whole (llama.cpp keeps only the window's cells of those layers); 0: none */
     int add_bos;
     int32_t bos;
     /* engines and slots */
@@ -153,6 +157,15 @@ int memo_key(unsigned char key[32], const void *a, size_t alen, const void *b, s
 int memo_get(struct memo *m, const unsigned char key[32], void **val, size_t *len);
 void memo_put(struct memo *m, const unsigned char key[32], const void *val, size_t len);
 void memo_stats(struct memo *m, uint64_t *hits, uint64_t *misses, int *entries, size_t *bytes);
+
+/* ---- local.c ---- */
+/* 1 when the engine cannot save a state of n tokens whole (past the window) */
+int local_needed(const struct serve *sv, size_t n);
+/* Compute ids[0..n) with kvfs-serve's model (one at a time) and store them
+ * through MNT/incoming/ as chunk hash (salt: the tenant's digest or NULL):
+ * 0 once the mount holds it, -EPROTO when the chunk is not named hash */
+int local_prefill(struct serve *sv, const int32_t *ids, size_t n, const uint8_t *salt, const char *hash, char *err,
+                  size_t errlen);
 
 /* ---- tenants.c ---- */
 int tenants_load(struct serve *sv, const char *path, char *err, size_t errlen);

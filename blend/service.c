@@ -397,7 +397,10 @@ static int to_image(const struct kvfs_model *m, struct kvfs_kv_cache *c, const i
 {
     struct kvfs_writer w;
     uint32_t flags = KVFS_FLAG_BLENDED | (full ? KVFS_FLAG_FULL_PREFILL : 0);
-    if (kvfs_dtype_quantized(dtype) && c->kv_dim % 64)
+    const char *why = kvfs_model_dtype_refusal(m, dtype); /* layers of their own widths (gemma4) */
+    if (why)
+        return kvfs_errf(err, errlen, -EINVAL, "dtype %s: %s", kvfs_dtype_name(dtype), why);
+    if (kvfs_dtype_quantized(dtype) && !kvfs_model_shaped(m) && c->kv_dim % 64)
         return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this model's "
                          "are %d", kvfs_dtype_name(dtype), c->kv_dim);
     int rc = kvfs_kv_cache_to_chunk_flags(m, c, 0, c->n, tokens, dtype, flags, &w);

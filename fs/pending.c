@@ -196,13 +196,22 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
     return 0;
 }
 
+/* every stored layer's K/V rows a multiple of 64 values: what the
+ * quantized dtypes' blocks need (a layer's own width with LAYER_SHAPES) */
+static int rows_quantizable(const struct kvfs_header *h)
+{
+    for (uint32_t l = 0; l < (h->flags & KVFS_FLAG_LAYER_SHAPES ? h->fp.n_layer : 0); l++)
+        if (kvfs_layer_kv_dim(h, l) % 64)
+            return 0;
+    return (h->flags & KVFS_FLAG_LAYER_SHAPES) || (h->fp.n_kv_head * h->fp.head_dim) % 64 == 0;
+}
+
 int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
                size_t errlen)
 {
     struct kvfs_header h;
     if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
-        kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || (h.fp.n_kv_head * h.fp.head_dim) % 64 ||
-        (h.flags & KVFS_FLAG_LAYER_SHAPES)) /* no quantized dtype for those (kvfs(5), Layer shapes) */
+        kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || !rows_quantizable(&h))
         return kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen); /* as it is (it verifies) */
     struct kvfs_writer w;
     int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);

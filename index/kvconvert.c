@@ -25,12 +25,13 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
     if (!kvfs_dtype_known(dtype))
         return kvfs_errf(err, errlen, -EINVAL, "unknown dtype %u", dtype);
     int shaped = (h.flags & KVFS_FLAG_LAYER_SHAPES) != 0;
-    if (shaped && kvfs_dtype_quantized(dtype))
-        return kvfs_errf(err, errlen, -ENOTSUP, "dtype %s is not defined for chunks with layers of their own shapes "
-                         "(gemma4; kvfs(5), Layer shapes): f32, f16 and bf16 only", kvfs_dtype_name(dtype));
-    if (kvfs_dtype_quantized(dtype) && kv_dim % 64)
-        return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this chunk's are %u",
-                         kvfs_dtype_name(dtype), kv_dim);
+    /* blocks run along each layer's own row (kvfs(5)): every row a multiple of 64 */
+    for (uint32_t l = 0; kvfs_dtype_quantized(dtype) && l < (shaped ? h.fp.n_layer : 1); l++) {
+        uint32_t d = shaped ? kvfs_layer_kv_dim(&h, l) : kv_dim;
+        if (d % 64)
+            return kvfs_errf(err, errlen, -EINVAL, "dtype %s needs K/V rows of a multiple of 64 values; this chunk's "
+                             "are %u%s", kvfs_dtype_name(dtype), d, shaped ? " in a layer" : "");
+    }
     struct kvfs_layer_shape *shapes = shaped ? malloc(sizeof(*shapes) * h.fp.n_layer) : NULL;
     if (shaped && !shapes)
         return -ENOMEM;
@@ -55,13 +56,14 @@ int kvfs_chunk_convert(const void *img, size_t len, uint32_t dtype, struct kvfs_
         uint8_t *dst = kvfs_writer_layer(w, l);
         if (!kvfs_layer_bytes(&h, l)) /* reads another layer's cache: nothing stored */
             continue;
-        n = (size_t)h.n_tokens * kvfs_layer_kv_dim(&h, l); /* a layer's own (at most the fingerprint's) */
+        uint32_t ld = kvfs_layer_kv_dim(&h, l); /* a layer's own (at most the fingerprint's) */
+        n = (size_t)h.n_tokens * ld;
         if ((rc = kvfs_layer_decode(&h, l, (const uint8_t *)img + le.offset, kv, kv + n)))
             break;
         if (codec && (h.flags & KVFS_FLAG_V_FROM_K)) /* MLA: the key blocks alone (kvfs(5)) */
-            rc = kvfs_kvq_encode_k(codec, kv, h.n_tokens, kv_dim, dst);
+            rc = kvfs_kvq_encode_k(codec, kv, h.n_tokens, ld, dst);
         else if (codec)
-            rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, kv_dim, dst);
+            rc = kvfs_kvq_encode(codec, kv, kv + n, h.n_tokens, ld, dst);
         else
             kvfs_f32_encode(dtype, kv, h.flags & KVFS_FLAG_V_FROM_K ? n : 2 * n, dst); /* K then V (or K alone) */
     }

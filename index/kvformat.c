@@ -148,6 +148,10 @@ static const char *shapes_check(const struct kvfs_header *h, uint32_t *bad)
         if (s.n_kv_head == 0 || s.n_kv_head > h->fp.n_kv_head || s.head_dim == 0 || s.head_dim > h->fp.head_dim ||
             h->fp.n_head % s.n_kv_head || s.rope_dim > s.head_dim || s.rope_dim % 2)
             return "bad shape (KV heads, head width or rotated dims)";
+        /* quantization blocks run along each layer's own row (kvquant.h),
+         * as along the fingerprint's row for other chunks */
+        if (kvfs_dtype_quantized(h->dtype) && (s.n_kv_head * s.head_dim) % 64)
+            return "a quantized dtype (q8, q4, q4s) needs the layer's kv_dim (KV heads x head width) a multiple of 64";
     }
     return NULL;
 }
@@ -332,9 +336,8 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED |
                      KVFS_FLAG_V_FROM_K | KVFS_FLAG_LAYER_SHAPES))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
-    if ((h->flags & KVFS_FLAG_LAYER_SHAPES) && (kvfs_dtype_quantized(h->dtype) || (h->flags & KVFS_FLAG_V_FROM_K)))
-        return kvfs_errf(errmsg, errlen, -EINVAL, "layer shapes (flag 0x20) with dtype %s%s: not defined",
-                         kvfs_dtype_name(h->dtype), h->flags & KVFS_FLAG_V_FROM_K ? " and V_FROM_K" : "");
+    if ((h->flags & KVFS_FLAG_LAYER_SHAPES) && (h->flags & KVFS_FLAG_V_FROM_K))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "layer shapes (flag 0x20) with V_FROM_K (0x10): not defined");
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
@@ -345,7 +348,9 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
         h->fp.head_dim > 4096 || h->fp.n_head < h->fp.n_kv_head || h->fp.n_head % h->fp.n_kv_head)
         return kvfs_errf(errmsg, errlen, -EINVAL, "bad head shape: %u heads, %u kv heads, head_dim %u",
                     h->fp.n_head, h->fp.n_kv_head, h->fp.head_dim);
-    if (kvfs_dtype_quantized(h->dtype) && (h->fp.n_kv_head * h->fp.head_dim) % 64)
+    /* with LAYER_SHAPES each layer's own width is checked (shapes_check) */
+    if (kvfs_dtype_quantized(h->dtype) && !(h->flags & KVFS_FLAG_LAYER_SHAPES) &&
+        (h->fp.n_kv_head * h->fp.head_dim) % 64)
         return kvfs_errf(errmsg, errlen, -EINVAL, "dtype %s needs kv_dim (%u kv heads x %u) a multiple of 64",
                          kvfs_dtype_name(h->dtype), h->fp.n_kv_head, h->fp.head_dim);
     if (h->fp.rope_type != KVFS_ROPE_NORM && h->fp.rope_type != KVFS_ROPE_NEOX)
@@ -468,9 +473,9 @@ int kvfs_writer_init_shaped(struct kvfs_writer *w, const struct kvfs_fingerprint
         flags |= KVFS_FLAG_LAYER_SHAPES;
     if (!kvfs_dtype_known(dtype) || n_tokens == 0 || n_tokens > KVFS_MAX_TOKENS ||
         fp->n_layer == 0 || fp->n_layer > KVFS_MAX_LAYERS ||
-        (kvfs_dtype_quantized(dtype) && (fp->n_kv_head * fp->head_dim) % 64) ||
+        (kvfs_dtype_quantized(dtype) && !shapes && (fp->n_kv_head * fp->head_dim) % 64) ||
         (!salt && (flags & KVFS_FLAG_SALTED)) || ((flags & KVFS_FLAG_LAYER_SHAPES) && !shapes) ||
-        (shapes && (kvfs_dtype_quantized(dtype) || (flags & KVFS_FLAG_V_FROM_K))) || fp->n_kv_head == 0 ||
+        (shapes && (flags & KVFS_FLAG_V_FROM_K)) || fp->n_kv_head == 0 ||
         fp->n_head % fp->n_kv_head)
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;

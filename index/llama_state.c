@@ -194,9 +194,9 @@ static uint16_t elem_f16(const struct kvfs_llama_view *v, const uint8_t *obj, ui
     if (codec && v->mla) /* the key blocks alone (an MLA view has no V) */
         return kvfs_f32_to_f16(kvfs_kvq_elem_k(codec, obj + le.offset, v->h.n_tokens, v->kv_dim,
                                                (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));
-    if (codec) /* converted to the engine's f16, element by element from its block */
-        return kvfs_f32_to_f16(kvfs_kvq_elem(codec, obj + le.offset, v->h.n_tokens, v->kv_dim, which,
-                                             (uint32_t)(e / v->kv_dim), (uint32_t)(e % v->kv_dim)));
+    if (codec) /* converted to the engine's f16, element by element from its block (at the layer's own width) */
+        return kvfs_f32_to_f16(kvfs_kvq_elem(codec, obj + le.offset, v->h.n_tokens, kv_dim, which,
+                                             (uint32_t)(e / kv_dim), (uint32_t)(e % kv_dim)));
     size_t ds = kvfs_dtype_size(v->h.dtype);
     const uint8_t *p = obj + le.offset + ((uint64_t)which * v->h.n_tokens * kv_dim + e) * ds;
     uint16_t x = (uint16_t)(p[0] | p[1] << 8);

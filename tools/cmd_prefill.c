@@ -124,7 +124,7 @@ int cmd_prefill(int argc, char **argv)
         fprintf(stderr, "kvfsctl prefill: --dtype %s: %s\n", kvfs_dtype_name(dtype), kvfs_model_dtype_refusal(m, dtype));
         goto free_model;
     }
-    if (kvfs_dtype_quantized(dtype) && (m->fp.n_kv_head * m->fp.head_dim) % 64) {
+    if (kvfs_dtype_quantized(dtype) && !kvfs_model_shaped(m) && (m->fp.n_kv_head * m->fp.head_dim) % 64) {
         fprintf(stderr, "kvfsctl prefill: --dtype %s needs K/V rows of a multiple of 64 values; this model's are %u "
                 "(%u KV heads x %u)\n", kvfs_dtype_name(dtype), m->fp.n_kv_head * m->fp.head_dim, m->fp.n_kv_head,
                 m->fp.head_dim);

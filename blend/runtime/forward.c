@@ -760,9 +760,12 @@ uint32_t kvfs_model_chunk_flags(const struct kvfs_model *m)
 
 const char *kvfs_model_dtype_refusal(const struct kvfs_model *m, uint32_t dtype)
 {
-    if (kvfs_dtype_quantized(dtype) && kvfs_model_shaped(m))
-        return "q8, q4 and q4s are not defined for chunks whose layers have shapes of their own (gemma4; kvfs(5), "
-               "Layer shapes): f32, f16 or bf16";
+    /* blocks run along each layer's own K/V row (kvfs(5), Layer shapes),
+     * as along the one row width of other models' chunks */
+    for (int l = 0; kvfs_dtype_quantized(dtype) && kvfs_model_shaped(m) && l < m->hp.n_layer; l++)
+        if (m->layers[l].kv_layer == l && (m->layers[l].n_kv_head * m->layers[l].head_dim) % 64)
+            return "q8, q4 and q4s need every layer's K/V rows (KV heads x head width) a multiple of 64 values; "
+                   "a layer of this model's is not (kvfs(5), Layer shapes): f32, f16 or bf16";
     return NULL;
 }
 

@@ -112,9 +112,8 @@ class ChunkFile:
         if self.flags & ~(FLAG_KEYS_ROPED | FLAG_BLENDED | FLAG_FULL_PREFILL | FLAG_SALTED | FLAG_V_FROM_K
                           | FLAG_LAYER_SHAPES):
             raise self._bad(errno.EINVAL, "unknown flags 0x%x" % self.flags)
-        if self.flags & FLAG_LAYER_SHAPES and (self.dtype in _QUANT or self.flags & FLAG_V_FROM_K):
-            raise self._bad(errno.EINVAL, "layer shapes (flag 0x20) with dtype %s%s: not defined"
-                            % (_DTYPE_NAME[self.dtype], " and V_FROM_K" if self.flags & FLAG_V_FROM_K else ""))
+        if self.flags & FLAG_LAYER_SHAPES and self.flags & FLAG_V_FROM_K:
+            raise self._bad(errno.EINVAL, "layer shapes (flag 0x20) with V_FROM_K (0x10): not defined")
         if self.flags & FLAG_FULL_PREFILL and not self.flags & FLAG_BLENDED:
             raise self._bad(errno.EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)")
         if not 0 < self.n_tokens <= MAX_TOKENS:
@@ -135,17 +134,11 @@ class ChunkFile:
         self.arch = arch.split(b"\0", 1)[0].decode("ascii", "replace")
         kv_dim = self.n_kv_head * self.head_dim
         if self.dtype in _QUANT:
-            gk, bk, gv, bv = _QUANT[self.dtype]
-            if kv_dim % 64:
+            if kv_dim % 64 and not self.flags & FLAG_LAYER_SHAPES:  # shaped: each layer's own, in _layout
                 raise self._bad(errno.EINVAL, "dtype %s needs kv_dim a multiple of 64, not %d"
                                 % (_DTYPE_NAME[self.dtype], kv_dim))
             self.elem_size = 0
-            r = 1 if self.dtype == DTYPE_Q4S else 0  # rows stored exactly (f16) before the blocks
-            nq = self.n_tokens - r
-            if self.flags & FLAG_V_FROM_K:  # MLA: the key blocks alone (q4s's exact row: K's f16 alone)
-                self.layer_bytes = 2 * r * kv_dim + bk * -(-nq // gk) * kv_dim
-            else:
-                self.layer_bytes = 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
+            self.layer_bytes = self._quant_layer_bytes(kv_dim)
         else:
             self.elem_size = _NP_DTYPE[self.dtype].itemsize
             self.layer_bytes = (1 if self.flags & FLAG_V_FROM_K else 2) * self.n_tokens * kv_dim * self.elem_size
@@ -190,6 +183,15 @@ class ChunkFile:
                 if np.frombuffer(buf, np.uint8, _align(self._sizes[layer]) - self._sizes[layer], pad).any():
                     raise self._bad(errno.EINVAL, "layer %d: non-zero padding" % layer)
 
+    def _quant_layer_bytes(self, kv_dim):
+        """A q8/q4/q4s layer's bytes at rows of kv_dim values (kvfs(5))."""
+        gk, bk, gv, bv = _QUANT[self.dtype]
+        r = 1 if self.dtype == DTYPE_Q4S else 0  # rows stored exactly (f16) before the blocks
+        nq = self.n_tokens - r
+        if self.flags & FLAG_V_FROM_K:  # MLA: the key blocks alone (q4s's exact row: K's f16 alone)
+            return 2 * r * kv_dim + bk * -(-nq // gk) * kv_dim
+        return 4 * r * kv_dim + bk * -(-nq // gk) * kv_dim + bv * nq * (kv_dim // gv)
+
     def _layout(self, buf, shapes_at):
         """Each layer's shape, offset and size (kvfs(5), Layer shapes);
         without FLAG_LAYER_SHAPES every layer has the fingerprint's."""
@@ -209,9 +211,16 @@ class ChunkFile:
                 elif (not 0 < kvh <= self.n_kv_head or not 0 < hd <= self.head_dim or self.n_head % kvh
                       or rd > hd or rd % 2):
                     why = "bad shape (KV heads, head width or rotated dims)"
+                elif self.dtype in _QUANT and kvh * hd % 64:  # blocks along the layer's own rows
+                    why = "a quantized dtype (q8, q4, q4s) needs the layer's kv_dim (KV heads x head width) a multiple of 64"
                 if why:
                     raise self._bad(errno.EINVAL, "layer shape %d: %s" % (l, why))
-                self._sizes.append(2 * self.n_tokens * kvh * hd * self.elem_size if src == l else 0)
+                if src != l:
+                    self._sizes.append(0)
+                elif self.dtype in _QUANT:
+                    self._sizes.append(self._quant_layer_bytes(kvh * hd))
+                else:
+                    self._sizes.append(2 * self.n_tokens * kvh * hd * self.elem_size)
             self.layer_bytes = self.layer_stride = 0  # layers differ: see layer_shapes
         self._offsets, off = [], self.header_size
         for size in self._sizes:
@@ -295,7 +304,9 @@ class ChunkFile:
 
     def _decoded(self, layer, second):
         gk, bk, gv, bv = _QUANT[self.dtype]
-        kv_dim, n = self.n_kv_head * self.head_dim, self.n_tokens
+        self._layer_at(layer)  # bounds
+        kvh, hd, _, layer = self.layer_shapes[layer]  # a layer that reads another's cache: that one's
+        kv_dim, n = kvh * hd, self.n_tokens
         off = self._layer_at(layer)
         # q4s: the first row exact, K's then V's f16, before the blocks of the other rows
         r = 1 if self.dtype == DTYPE_Q4S else 0
@@ -310,7 +321,7 @@ class ChunkFile:
             b = np.frombuffer(self._mapped(), np.uint8, n * (kv_dim // gv) * bv, off + n_tg * kv_dim * bk)
             x = _decode_blocks(self.dtype, b.reshape(n, kv_dim // gv, bv), gv).reshape(n, kv_dim)
         x = np.concatenate((exact.reshape(r, kv_dim), x)) if r else x
-        return np.ascontiguousarray(x).reshape(n + r, self.n_kv_head, self.head_dim)
+        return np.ascontiguousarray(x).reshape(n + r, kvh, hd)
 
     def _view(self, layer, second):
         if self.dtype in _QUANT:

@@ -6,8 +6,8 @@
 # loaded back decodes to the very token a full prefill gives; the store
 # re-reads it after a remount; a blend through the mount is the in-process
 # one and ratio 1.0 a full prefill, a batch is blended as one (at 0.999 its
-# members are their own blends byte for byte); q8 is
-# refused with the reason; llama/ views (llama_engine_gemma4.sh has llama.cpp
+# members are their own blends byte for byte); q8 gives a layer-shaped
+# chunk (gemma4_quant.sh: the quantized dtypes); llama/ views (llama_engine_gemma4.sh has llama.cpp
 # read them) stat at the size read.
 . "$(dirname "$0")/../lib.sh"
 MODEL=$T/g4.gguf
@@ -48,8 +48,9 @@ assert np.array_equal(f.k(4), f.k(2)) and np.array_equal(f.v(5), f.v(3))
 assert np.isfinite(f.k(3).astype(np.float32)).all() and np.abs(f.k(3).astype(np.float32)).max() > 0
 EOF
 fi
-why=$("$KVFSCTL" prefill -m "$MODEL" -o "$T/q8.kv" --dtype q8 --ids 1,2,3 2>&1 >/dev/null)
-check "q8 refused with the reason" sh -c "[ ! -e '$T/q8.kv' ] && echo '$why' | grep -q 'not defined for chunks whose layers have shapes'"
+"$KVFSCTL" prefill -m "$MODEL" -o "$T/q8.kv" --dtype q8 --ids "$ids" > /dev/null 2>&1
+check "q8: a layer-shaped q8 chunk (gemma4_quant.sh tests the quantized dtypes)" sh -c \
+    "'$KVFSCTL' info '$T/q8.kv' | grep -q '^dtype: *q8' && '$KVFSCTL' info '$T/q8.kv' | grep -q '^layer shapes: 0: 2x32'"
 # blends: each layer shifted at its own dims, base and factors, recomputed
 # rows with their per-layer inputs, the shared-KV layers over their source
 Q=$'\nQ: which one?'

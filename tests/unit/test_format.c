@@ -169,7 +169,8 @@ static void reseal(uint8_t *buf, uint32_t header_size)
 /* KVFS_FLAG_LAYER_SHAPES (gemma4): each layer at its own n_kv_head x
  * head_dim, layers that read another's cache stored as nothing; the shape
  * table after the salt, under the header checksum; every shape rule
- * enforced; conversion keeps the shapes, quantized dtypes are refused. */
+ * enforced; conversion keeps the shapes, quantized dtypes are refused for
+ * layers narrower than their blocks. */
 static void test_layer_shapes(void)
 {
     /* global layers 2 x 16 (rope 8), local 1 x 8 (rope 8); layers 3 and 4
@@ -238,8 +239,9 @@ static void test_layer_shapes(void)
     CHECK_EQ(kvfs_layer_decode(&hc, 2, cv.buf + kvfs_layer_offset(&hc, 2), kc, NULL), 0);
     CHECK(!memcmp(kc, k, sizeof(kc)));
     kvfs_writer_free(&cv);
-    CHECK_EQ(kvfs_chunk_convert(w.buf, w.size, KVFS_DTYPE_Q8, &cv, why, sizeof(why)), -ENOTSUP);
-    CHECK(strstr(why, "f32, f16 and bf16 only") != NULL);
+    /* rows of 8 and 32 values: too narrow for the quantized dtypes' blocks (test_layer_shapes_quantized) */
+    CHECK_EQ(kvfs_chunk_convert(w.buf, w.size, KVFS_DTYPE_Q8, &cv, why, sizeof(why)), -EINVAL);
+    CHECK(strstr(why, "multiple of 64 values; this chunk's are 8 in a layer") != NULL);
     CHECK_EQ(kvfs_writer_init_shaped(&cv, &fp, KVFS_DTYPE_Q8, KVFS_FLAG_KEYS_ROPED, 0, 7, tok, NULL, sh), -EINVAL);
     /* every rule of the table, in the writer and in the reader */
     struct kvfs_layer_shape bad[5];
@@ -359,11 +361,126 @@ static void test_v_from_k_quantized(void)
     kvfs_writer_free(&wf);
 }
 
+/* Quantized layer-shaped chunks (gemma4 as q8, q4, q4s): each owning
+ * layer's blocks along its own rows (kvquant.h), sized at its own width,
+ * shared-KV layers nothing; a conversion f32 -> quantized -> f32 keeps the
+ * shapes and gives each layer back within the codec's error; a layer whose
+ * rows are not a multiple of 64 is refused by the writer and the reader,
+ * with the reason; LAYER_SHAPES with V_FROM_K stays undefined. */
+static void test_layer_shapes_quantized(void)
+{
+    enum { NT = 70 }; /* two q4 key groups, the last padded; three of 32 */
+    /* layer widths 64 (1 x 64) and 128 (2 x 64); layer 3 reads layer 1's cache */
+    struct kvfs_fingerprint fp = {.n_layer = 4, .n_kv_head = 2, .head_dim = 64, .rope_dim = 32, .rope_theta = 1e4f,
+                                  .arch = "gemma4", .n_head = 4, .n_embd = 64};
+    const struct kvfs_layer_shape sh[4] = {{1, 64, 32, 0}, {2, 64, 32, 1}, {1, 64, 32, 2}, {2, 64, 32, 1}};
+    uint32_t tok[NT];
+    static float k[NT * 128], v[NT * 128], kd[NT * 128], vd[NT * 128], kb[NT * 128], vb[NT * 128];
+    uint64_t seed = 11;
+    for (uint32_t i = 0; i < NT; i++)
+        tok[i] = i + 3;
+    for (size_t i = 0; i < NT * 128; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        k[i] = (float)(seed >> 40) / (float)(1 << 24) - 0.5f;
+        v[i] = (float)((seed >> 16) & 0xffffff) / (float)(1 << 24) - 0.5f;
+    }
+    struct kvfs_writer wf;
+    CHECK_EQ(kvfs_writer_init_shaped(&wf, &fp, KVFS_DTYPE_F32, KVFS_FLAG_KEYS_ROPED, 0, NT, tok, NULL, sh), 0);
+    for (uint32_t l = 0; l < 3; l++) { /* K then V at the layer's width */
+        size_t n = (size_t)NT * sh[l].n_kv_head * sh[l].head_dim;
+        memcpy(kvfs_writer_layer(&wf, l), k, sizeof(float) * n);
+        memcpy((float *)kvfs_writer_layer(&wf, l) + n, v, sizeof(float) * n);
+    }
+    CHECK_EQ(kvfs_writer_finish(&wf), 0);
+    /* kvfs(5) and kvquant.h, by hand for a row of d values: q8 3 key groups of 32 x d x 34 bytes, values 2 (d 64)
+     * or 4 (128) groups of 32 per row x 34; q4 2 key groups of 64 x 36, values groups of 32 x 20; q4s the first
+     * row exact (4 bytes a channel), 3 key groups of 32 over the 69 rows after it x 20, values groups of 64 x 36 */
+    const uint32_t dtypes[3] = {KVFS_DTYPE_Q8, KVFS_DTYPE_Q4, KVFS_DTYPE_Q4S};
+    for (int i = 0; i < 3; i++) {
+        uint64_t want[4];
+        for (uint32_t l = 0; l < 4; l++) {
+            uint64_t d = (uint64_t)sh[l].n_kv_head * sh[l].head_dim;
+            want[l] = sh[l].kv_source != l ? 0
+                    : i == 0 ? 3 * d * 34 + NT * (d / 32) * 34
+                    : i == 1 ? 2 * d * 36 + NT * (d / 32) * 20
+                             : 4 * d + 3 * d * 20 + (NT - 1) * (d / 64) * 36;
+        }
+        struct kvfs_writer wq, wb;
+        struct kvfs_header h, hb;
+        char why[256];
+        CHECK_EQ(kvfs_chunk_convert(wf.buf, wf.size, dtypes[i], &wq, why, sizeof(why)), 0);
+        CHECK_EQ(kvfs_file_verify(wq.buf, wq.size, &h, why, sizeof(why)), 0);
+        CHECK(h.dtype == dtypes[i] && (h.flags & KVFS_FLAG_LAYER_SHAPES));
+        uint64_t off = h.header_size;
+        for (uint32_t l = 0; l < 4; l++) {
+            struct kvfs_layer_shape got;
+            kvfs_layer_shape_get(&h, l, &got);
+            CHECK(!memcmp(&got, &sh[l], sizeof(got)));
+            CHECK_EQ(kvfs_layer_bytes(&h, l), want[l]);
+            CHECK_EQ(kvfs_layer_offset(&h, l), off);
+            off += (want[l] + KVFS_ALIGN - 1) / KVFS_ALIGN * KVFS_ALIGN;
+        }
+        CHECK_EQ(wq.size, off); /* the file: the header and each owning layer, padded */
+        /* each layer within its codec's error, at its own width (rows of 64 and 128) */
+        for (uint32_t l = 0; l < 3; l++) {
+            uint32_t d = sh[l].n_kv_head * sh[l].head_dim;
+            CHECK_EQ(kvfs_layer_decode(&h, l, wq.buf + kvfs_layer_offset(&h, l), kd, vd), 0);
+            double ek = 0, ev = 0, nk = 0, nv = 0;
+            for (size_t e = 0; e < (size_t)NT * d; e++) {
+                ek += (kd[e] - k[e]) * (double)(kd[e] - k[e]), nk += k[e] * (double)k[e];
+                ev += (vd[e] - v[e]) * (double)(vd[e] - v[e]), nv += v[e] * (double)v[e];
+            }
+            double tol = i == 0 ? 0.01 : 0.16; /* kvfs(5): q8 about 0.5%, q4 and q4s under 16% */
+            CHECK(sqrt(ek / nk) < tol && sqrt(ev / nv) < tol);
+            CHECK(ek > 0); /* it was quantized */
+            CHECK_EQ(kvfs_kvq_elem(kvfs_dtype_quantized(dtypes[i]), wq.buf + kvfs_layer_offset(&h, l), NT, d, 1,
+                                   NT - 1, d - 1), vd[(size_t)NT * d - 1]);
+        }
+        /* back to f32: the shapes kept, the decoded values exactly */
+        CHECK_EQ(kvfs_chunk_convert(wq.buf, wq.size, KVFS_DTYPE_F32, &wb, why, sizeof(why)), 0);
+        CHECK_EQ(kvfs_file_verify(wb.buf, wb.size, &hb, why, sizeof(why)), 0);
+        char name_f32[65], name_back[65];
+        hex_of(&wf.hdr, name_f32);
+        hex_of(&hb, name_back);
+        CHECK(wb.size == wf.size && !strcmp(name_f32, name_back)); /* the f32 chunk's size and name */
+        /* the header through the shape table, but the layer checksums: the same */
+        CHECK(!memcmp(wb.buf, wf.buf, 120) && !memcmp(hb.layer_shapes, wf.hdr.layer_shapes, 16 * 4));
+        for (uint32_t l = 0; l < 3; l++) {
+            uint32_t d = sh[l].n_kv_head * sh[l].head_dim;
+            CHECK_EQ(kvfs_layer_decode(&hb, l, wb.buf + kvfs_layer_offset(&hb, l), kb, vb), 0);
+            CHECK_EQ(kvfs_layer_decode(&h, l, wq.buf + kvfs_layer_offset(&h, l), kd, vd), 0);
+            CHECK(!memcmp(kb, kd, sizeof(float) * NT * d) && !memcmp(vb, vd, sizeof(float) * NT * d));
+        }
+        kvfs_writer_free(&wb);
+        /* a layer of rows of 32 in a quantized header: refused by the writer and, patched in, by the reader */
+        struct kvfs_layer_shape narrow[4];
+        memcpy(narrow, sh, sizeof(narrow));
+        narrow[2] = (struct kvfs_layer_shape){1, 32, 32, 2};
+        CHECK_EQ(kvfs_writer_init_shaped(&wb, &fp, dtypes[i], KVFS_FLAG_KEYS_ROPED, 0, NT, tok, NULL, narrow), -EINVAL);
+        uint8_t *img = malloc(wq.size);
+        memcpy(img, wq.buf, wq.size);
+        memcpy(img + 128 + 4 * NT + 24 * 4 + 16 * 2, &narrow[2], 16);
+        reseal(img, h.header_size);
+        CHECK_EQ(kvfs_header_parse(img, wq.size, &hb, why, sizeof(why)), -EINVAL);
+        CHECK(strstr(why, "layer shape 2: a quantized dtype (q8, q4, q4s) needs the layer's kv_dim") != NULL);
+        /* with V_FROM_K: not defined */
+        memcpy(img, wq.buf, wq.size);
+        img[28] |= KVFS_FLAG_V_FROM_K;
+        reseal(img, h.header_size);
+        CHECK_EQ(kvfs_header_parse(img, wq.size, &hb, why, sizeof(why)), -EINVAL);
+        CHECK(strstr(why, "with V_FROM_K (0x10): not defined") != NULL);
+        free(img);
+        kvfs_writer_free(&wq);
+    }
+    kvfs_writer_free(&wf);
+}
+
 int main(void)
 {
     test_v_from_k();
     test_v_from_k_quantized();
     test_layer_shapes();
+    test_layer_shapes_quantized();
     struct kvfs_writer w;
     CHECK_EQ(synth_chunk(&w, 3, 37, 1, KVFS_DTYPE_F16), 0);
     struct kvfs_header h;

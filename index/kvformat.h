@@ -72,7 +72,8 @@ enum kvfs_rope_type {
  * each layer holds K and V at its own n_kv_head x head_dim, and a layer that
  * reads another layer's cache (kv_source < its index) stores nothing (its
  * table entry: size 0).  Layers are packed in order, each padded to
- * KVFS_ALIGN.  f32, f16 and bf16 only (kvfs(5), Layer shapes). */
+ * KVFS_ALIGN.  Any dtype but not with V_FROM_K; a quantized layer's blocks
+ * run along its own rows, a multiple of 64 values (kvfs(5), Layer shapes). */
 #define KVFS_FLAG_LAYER_SHAPES 0x20u
 #define KVFS_LAYER_SHAPE_BYTES 16u
 

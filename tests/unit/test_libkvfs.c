@@ -292,6 +292,56 @@ static void test_layer_shapes(void)
     unlink(path_of("shaped.kv"));
 }
 
+/* A quantized layer-shaped chunk (gemma4 as q4s): no view (as for any
+ * quantized chunk), libkvfs_layer_f32 decoding each layer at its own width
+ * as the codec does, a shared-KV layer its source's */
+static void test_layer_shapes_quantized(void)
+{
+    enum { NT = 40 };
+    struct kvfs_fingerprint fp = {.n_layer = 3, .n_kv_head = 2, .head_dim = 64, .rope_dim = 64, .rope_theta = 1e4f,
+                                  .arch = "gemma4", .n_head = 4, .n_embd = 32};
+    struct kvfs_layer_shape sh[3] = {{1, 64, 64, 0}, {2, 64, 64, 1}, {2, 64, 64, 1}};
+    uint32_t tok[NT];
+    static float k[NT * 128], v[NT * 128], kd[NT * 128], vd[NT * 128];
+    for (uint32_t i = 0; i < NT; i++)
+        tok[i] = i;
+    for (int i = 0; i < NT * 128; i++)
+        k[i] = (float)(i % 37) / 8.0f - 2.0f, v[i] = (float)(i % 29) / 4.0f - 3.0f;
+    struct kvfs_writer w;
+    CHECK_EQ(kvfs_writer_init_shaped(&w, &fp, KVFS_DTYPE_Q4S, KVFS_FLAG_KEYS_ROPED, 0, NT, tok, NULL, sh), 0);
+    for (uint32_t l = 0; l < 2; l++)
+        CHECK_EQ(kvfs_kvq_encode(KVFS_KVQ_Q4S, k, v, NT, sh[l].n_kv_head * 64, kvfs_writer_layer(&w, l)), 0);
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    CHECK_EQ(write_file(path_of("shaped-q4s.kv"), w.buf, w.size), 0);
+    kvfs_writer_free(&w);
+    struct libkvfs_file *f;
+    CHECK_EQ(libkvfs_open(path_of("shaped-q4s.kv"), 0, &f, NULL, 0), 0);
+    if (!f)
+        return;
+    const struct libkvfs_info *in = libkvfs_info(f);
+    CHECK(in->dtype == KVFS_DTYPE_Q4S && (in->flags & LIBKVFS_FLAG_LAYER_SHAPES) && in->layer_bytes == 0);
+    /* q4s at a row of d values (kvfs(5)): the first row exact (4 d bytes), 2 key groups of 32 over the 39
+     * rows after it (d blocks of 20 bytes each), a value block of 36 bytes per 64 channels of those rows;
+     * 4220 bytes at d = 64 (layer 0), 8440 at 128 (layer 1), each padded to 4 KiB, after a 4 KiB header */
+    const uint64_t at[3] = {4096, 4096 + 8192, 4096 + 8192}, size = 4096 + 8192 + 12288;
+    CHECK_EQ(in->file_size, size);
+    struct libkvfs_view kv;
+    size_t len;
+    const uint8_t *base = libkvfs_data(f, &len);
+    CHECK_EQ(len, size);
+    CHECK_EQ(libkvfs_layer(f, 0, &kv, NULL), -EOPNOTSUPP); /* no array to view, as for any quantized chunk */
+    for (uint32_t l = 0; l < 3; l++) {
+        uint32_t d = sh[l].n_kv_head * 64;
+        static float want_k[NT * 128], want_v[NT * 128];
+        CHECK_EQ(kvfs_kvq_decode(KVFS_KVQ_Q4S, base + at[l], NT, d, want_k, want_v), 0);
+        CHECK_EQ(libkvfs_layer_f32(f, l, kd, vd), 0);
+        CHECK(!memcmp(kd, want_k, sizeof(float) * NT * d) && !memcmp(vd, want_v, sizeof(float) * NT * d));
+    }
+    CHECK_EQ(libkvfs_verify_layer(f, 1), 0);
+    libkvfs_close(f);
+    unlink(path_of("shaped-q4s.kv"));
+}
+
 static void test_bad_files(void)
 {
     struct kvfs_writer w;
@@ -493,6 +543,7 @@ int main(void)
     test_salted();
     test_layout();
     test_layer_shapes();
+    test_layer_shapes_quantized();
     test_bad_files();
     test_pipe();
     test_blend_errors();

@@ -7,6 +7,7 @@
 #    restored by llama_state_seq_load_file (full-size and window-sized SWA
 #    cache, with and without flash attention); only the query is computed
 #    after, and the greedy answer = `kvfsctl generate --kv` (near-tie rule);
+#    the same for a q4 chunk's view (the decoded values as f16);
 #  - llama.cpp's own saved state of a prompt within the window, cp'd into
 #    llama/, is the chunk kvfs's prefill names, its K/V within f16 tolerance
 #    of kvfs's prefill and its view llama.cpp's file byte for byte (kvfsctl
@@ -62,6 +63,12 @@ check "the blend's llama/q.llama: size ($(stat -c %s "$A/llama/q.llama")) = byte
     test "$(stat -c %s "$A/llama/q.llama")" = "$(wc -c < "$A/llama/q.llama")"
 e=$("$KVFSCTL" generate -m "$MODEL" --kv "$A/blends/q.kv" -p 'A:' -n 4 --ids 2>/dev/null)
 restore blend "$A/llama/q.llama" 'A:' "$e"
+# a q4 gemma4 chunk (each layer quantized along its own rows): its view is
+# the decoded values as f16, which llama.cpp restores as any other
+hq=$("$KVFSCTL" convert --dtype q4 "$A/chunks/$h_long.kv" "$T/long.q4.kv")
+cp "$T/long.q4.kv" "$A/chunks/$hq.kv" || fail "cp the q4 chunk into chunks/"
+e=$("$KVFSCTL" generate -m "$MODEL" --kv "$A/chunks/$hq.kv" -p "$Q" -n 4 --ids 2>/dev/null)
+restore long-q4 "$A/llama/$hq.llama" "$Q" "$e"
 # a mount that has not loaded the model cannot know which layers slide: its
 # one-part view is not what llama.cpp's iswa cache reads
 mount_kvfs n || exit 1

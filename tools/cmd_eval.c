@@ -282,7 +282,7 @@ static int quantize_rows(const struct eval *e, struct kvfs_kv_cache *c, int firs
 {
     int codec = kvfs_kvq_parse(e->a->kv_quant), kvd = c->kv_dim, rc = 0;
     const char *part = e->a->kv_quant_part;
-    size_t bytes = sizeof(float) * (size_t)n * (size_t)kvd;
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)kvd; /* the widest layer's */
     uint8_t *buf = malloc(kvfs_kvq_layer_bytes(codec, (uint32_t)n, (uint32_t)kvd));
     float *exact = part ? malloc(bytes) : NULL; /* the part that stays exact */
     if (!buf || (part && !exact)) {
@@ -290,6 +290,12 @@ static int quantize_rows(const struct eval *e, struct kvfs_kv_cache *c, int firs
         goto out;
     }
     for (int l = 0; l < c->n_layer && !rc; l++) {
+        const struct kvfs_layer_weights *L = &e->m->layers[l];
+        if (L->kv_layer != l) /* gemma4's shared-KV layers: their source's cache, quantized there */
+            continue;
+        /* rows at the layer's own width (gemma4; kvfs(5), Layer shapes), as a chunk stores them */
+        kvd = e->m->hp.mla_rank ? c->kv_dim : L->n_kv_head * L->head_dim;
+        bytes = sizeof(float) * (size_t)n * (size_t)kvd;
         float *k = c->k[l] + (size_t)first * kvd, *v = c->v[l] + (size_t)first * kvd;
         float *keep = part ? (*part == 'k' ? v : k) : NULL;
         if (keep)

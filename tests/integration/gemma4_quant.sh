@@ -9,7 +9,8 @@
 # byte for byte and continues as a full prefill does, a blend of q8 chunks
 # is within 5% of the f16 one's, recipe dtype= and -o kv_quant store
 # quantized gemma4 chunks, llama/ views are the decoded values as f16; a
-# model whose layer rows are not a multiple of 64 is refused with the reason.
+# model whose layer rows are not a multiple of 64 is refused with the reason;
+# kvfsctl eval --kv-quant quantizes gemma4 caches at each layer's width.
 . "$(dirname "$0")/../lib.sh"
 MODEL=$T/g4.gguf
 "$KVFSCTL" mkmodel -o "$MODEL" --arch gemma4 --layers 6 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5 || exit 1
@@ -38,6 +39,7 @@ print(a(128 + 4 * n + 24 * 6 + 16 * 6) + 4 * a(layer))
 EOF
 }
 h16=$(cut -d' ' -f1 "$T/d1.f16.hash")
+Q0='Q: which one?'
 for dt in q8 q4 q4s; do
     size=$(stat -c %s "$T/d1.$dt.kv")
     check "$dt: ls -l is the per-layer block sizes ($size bytes for $n tokens)" test "$size" = "$(size_of $dt)"
@@ -76,6 +78,19 @@ for layer in range(a.n_layer):
 assert np.array_equal(q4s.k(4), q4s.k(2)) and np.array_equal(q8.v(5), q8.v(3))
 EOF
 fi
+# kvfsctl eval --kv-quant: the chunks' K/V through the codec at each layer's
+# own width, as stored (prefix caching then differs from a full prefill by
+# the codec's error alone: above 0, q8's below q4's, the same top token)
+for q in q8 q4; do
+    "$KVFSCTL" eval -m "$MODEL" --query "$Q0" --ratio 0 --greedy 2 --json --kv-quant $q "$T/d1.txt" "$T/d2.txt" \
+        > "$T/eval.$q.json" 2>/dev/null || fail "eval --kv-quant $q"
+done
+check "eval --kv-quant: prefix caching within the codec's error ($(python3 -c "import json,sys; print(*[[r['kl'] for r in json.load(open(f))['results'] if r['method'] == 'prefix caching'][0] for f in sys.argv[1:]])" "$T/eval.q8.json" "$T/eval.q4.json"))" \
+    python3 - "$T/eval.q8.json" "$T/eval.q4.json" <<'EOF2'
+import json, sys
+r8, r4 = ([r for r in json.load(open(f))["results"] if r["method"] == "prefix caching"][0] for f in sys.argv[1:])
+assert 0 < r8["kl"] < r4["kl"] < 0.05 and r8["top1"] == r4["top1"] == 1, (r8, r4)
+EOF2
 
 # no RAM tier: a blend streams each layer from the objects (the io_uring loader)
 mount_kvfs a "model=$MODEL,ram=0" || exit 1

@@ -8,6 +8,7 @@
 #include "gguf.h"
 #include "model_check.h"
 #include "model_info.h"
+#include "rope_scaling.h"
 
 int tool_is_gguf(const char *path)
 {
@@ -64,6 +65,14 @@ int tool_model_info(const char *path, int json)
         is_mla = !kvfs_gguf_get_u32(g, key, &mla[i]);
     }
     uint64_t row = (uint64_t)mla[0] + mla[1], full = (uint64_t)mla[2] * (mla[3] + mla[4]);
+    /* RoPE scaling as llama.cpp reads it (rope_scaling.c): said where it scales */
+    static const char *const scaling_name[] = {"none", "linear", "yarn"};
+    struct kvfs_rope_scaling rs = {0};
+    uint32_t ctx = 0;
+    snprintf(key, sizeof(key), "%s.context_length", arch);
+    kvfs_gguf_get_u32(g, key, &ctx);
+    int scaled = ok && !kvfs_rope_scaling_read(g, arch, (int)ctx, &rs, NULL, 0) &&
+                 (rs.freq_scale != 1.0f || rs.attn_factor != 1.0f);
     const char *why = ok ? "" : err, *no_chunks = ok ? kvfs_arch_chunk_refusal(arch) : NULL;
     if (!ok && !strncmp(why, path, strlen(path)) && why[strlen(path)] == ':') /* the path is said once */
         why += strlen(path) + 2;
@@ -81,6 +90,10 @@ int tool_model_info(const char *path, int json)
             json_text(no_chunks);
             printf("\"");
         }
+        if (scaled)
+            printf(", \"rope_scaling\": {\"type\": \"%s\", \"factor\": %g, \"original_context\": %d, "
+                   "\"attn_factor\": %g}", scaling_name[rs.type], 1.0 / (double)rs.freq_scale, rs.n_ctx_orig,
+                   (double)rs.attn_factor);
         if (is_mla)
             printf(", \"kv_values_per_token_layer\": %llu, \"full_kv_values_per_token_layer\": %llu",
                    (unsigned long long)row, (unsigned long long)full);
@@ -96,6 +109,13 @@ int tool_model_info(const char *path, int json)
         printf(")\nsupported:   %s%s\n", ok ? "yes" : "no: ", why);
         if (no_chunks)
             printf("chunks:      no: %s\n", no_chunks);
+        if (scaled) {
+            char over[64] = "";
+            if (rs.type == KVFS_ROPE_SCALING_YARN)
+                snprintf(over, sizeof(over), " over an original context of %d", rs.n_ctx_orig);
+            printf("rope scaling: %s, factor %g%s (attention factor %g), as llama.cpp scales each layer\n",
+                   scaling_name[rs.type], 1.0 / (double)rs.freq_scale, over, (double)rs.attn_factor);
+        }
         if (is_mla)
             printf("kv cache:    latent attention: %llu values per token and layer (%u rotated + %u latent, f16 %llu "
                    "bytes); the full K/V of %u heads would be %llu (%u x (%u + %u), f16 %llu bytes): %.1f%%\n",

@@ -17,6 +17,8 @@ for kind in linear yarn; do
     rc=$?
     sed 's/^/  /' "$T/$kind.out"
     check "kvfs's logits with $kind RoPE scaling are llama.cpp's: $(tail -1 "$T/$kind.out")" test $rc = 0
+    check "kvfsctl info says it: $("$KVFSCTL" info "$T/$kind.gguf" 2>&1 | grep '^rope scaling')" sh -c \
+        "'$KVFSCTL' info '$T/$kind.gguf' | grep -q '^rope scaling: $kind, factor'"
 done
 M=$T/scaled.gguf
 MODEL=$M

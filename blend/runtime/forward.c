@@ -631,14 +631,14 @@ ffn:
     }
     if (L->ffn_gate_inp) /* qwen3moe, gpt-oss: no post norm, no residual scale */
         return (rc = moe_ffn(m, L, w, n)) ? rc : be->add(ctx, w->x, w->o, w->x, e);
-    if ((rc = kvfs_linear(m, L->w_gate, NULL, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
-        (rc = kvfs_linear(m, L->w_up, NULL, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
+    if ((rc = kvfs_linear(m, L->w_gate, L->ffn_gate_b, L->act_q[4], w->xn, w->aq, w->gate, n, E)) ||
+        (rc = kvfs_linear(m, L->w_up, L->ffn_up_b, L->act_q[5], w->xn, w->aq, w->up, n, E)) ||
         (rc = (hp->ffn_geglu ? be->geglu : be->swiglu)(ctx, w->gate, w->up, w->gate, (size_t)n * L->n_ff)))
         return rc;
     /* down projection: its input is n_ff wide; quantize in place (gate is dead after) */
     if (m->ggml_compat && L->act_q[6] && (rc = be->act_quant(ctx, w->gate, w->gate, n, L->n_ff, L->act_q[6])))
         return rc;
-    if ((rc = be->matmul(ctx, L->w_down, NULL, w->gate, w->o, n)) ||
+    if ((rc = be->matmul(ctx, L->w_down, L->ffn_down_b, w->gate, w->o, n)) ||
         (L->ffn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->ffn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)))

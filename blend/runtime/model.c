@@ -907,6 +907,14 @@ output:
              (rc = load_experts(m, T("ffn_down_exps.weight"), hp->n_expert, hp->n_embd, hp->n_ff_exp, &L->exp_down,
                                 err, errlen))))
             goto fail;
+        /* llama, granite, mistral3: the biases llama.cpp's graphs take
+         * where a file has them (the output projection's, the FFN's) */
+        if ((!strcmp(hp->arch, "llama") || is_granite || !strcmp(hp->arch, "mistral3")) &&
+            ((rc = load_vec(m, T("attn_output.bias"), hp->n_embd, 1, &L->bo, err, errlen)) ||
+             (rc = load_vec(m, T("ffn_gate.bias"), L->n_ff, 1, &L->ffn_gate_b, err, errlen)) ||
+             (rc = load_vec(m, T("ffn_up.bias"), L->n_ff, 1, &L->ffn_up_b, err, errlen)) ||
+             (rc = load_vec(m, T("ffn_down.bias"), hp->n_embd, 1, &L->ffn_down_b, err, errlen))))
+            goto fail;
         /* gpt-oss: its sinks, the output projection's bias, the router's
          * and the experts' */
         if (is_gptoss &&
@@ -1050,6 +1058,9 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->free(c, L->ffn_post_norm);
                 be->free(c, L->attn_sinks);
                 be->free(c, L->bo);
+                be->free(c, L->ffn_gate_b);
+                be->free(c, L->ffn_up_b);
+                be->free(c, L->ffn_down_b);
                 be->free(c, L->ffn_gate_inp_b);
                 be->free(c, L->exp_gate_b);
                 be->free(c, L->exp_up_b);

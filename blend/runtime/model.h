@@ -95,6 +95,9 @@ struct kvfs_layer_weights {
      * projection bias [n_embd], router bias [n_expert], the experts' biases
      * [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd] (down) */
     float *attn_sinks, *bo, *ffn_gate_inp_b, *exp_gate_b, *exp_up_b, *exp_down_b;
+    /* llama, granite, mistral3, where the file has them (else NULL): the
+     * dense FFN's biases [n_ff], [n_ff], [n_embd] (bo above: theirs too) */
+    float *ffn_gate_b, *ffn_up_b, *ffn_down_b;
     /* deepseek2, else NULL: Q through its compressed rank (wq_a, its norm,
      * wq_b; wq NULL then) or wq; the latent and rotated key part
      * (wkv_a [mla_rank + n_rot][n_embd]) and the latent's norm; per query

@@ -139,6 +139,13 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
             return 1;
     if (!strcmp(arch, "phi3") && (!strcmp(name + at, "attn_qkv.weight"))) /* fused Q, K, V */
         return 1;
+    /* llama.cpp's llama, granite and mistral3 graphs take these where present */
+    static const char *const llama_biases[] = {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+    for (size_t i = 0; i < sizeof(llama_biases) / sizeof(llama_biases[0]) &&
+                       (!strcmp(arch, "llama") || !strcmp(arch, "granite") || !strcmp(arch, "mistral3"));
+         i++)
+        if (!strcmp(name + at, llama_biases[i]))
+            return 1;
     for (int i = 0; i < n_norms; i++)
         if (!strcmp(name + at, gemma3[i]))
             return 1;

@@ -46,6 +46,7 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int vocab = 257, qwen = !strcmp(a, "qwen2"), gemma = !strcmp(a, "gemma3"), qwen3 = !strcmp(a, "qwen3");
     int granite = !strcmp(a, "granite"), olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
+    int biases = o->biases && (!strcmp(a, "llama") || granite || !strcmp(a, "mistral3"));
     int gemma2 = !strcmp(a, "gemma2"), mistral3 = !strcmp(a, "mistral3"), oss = !strcmp(a, "gpt-oss");
     int ds2 = !strcmp(a, "deepseek2"), gemma4 = !strcmp(a, "gemma4");
     int moe = !strcmp(a, "qwen3moe") || oss || ds2;
@@ -311,9 +312,15 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             if (!rc) rc = add_rand(w, T("ffn_up.weight"), o->n_embd, g4_ff(l), 4.0f * sc * 8, 0, &s);
         }
         if (!moe && !ds2 && !rc) rc = add_rand(w, T("ffn_down.weight"), g4_ff(l), o->n_embd, 4.0f * sc * 4, 0, &s);
-        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
-        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
-        if ((qwen || oss) && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
+        int qkv_b = qwen || oss || biases, dense_b = biases;
+        if (qkv_b && !rc) rc = add_rand(w, T("attn_q.bias"), qd, 1, 0.2f, 0, &s);
+        if (qkv_b && !rc) rc = add_rand(w, T("attn_k.bias"), kv, 1, 0.2f, 0, &s);
+        if (qkv_b && !rc) rc = add_rand(w, T("attn_v.bias"), kv, 1, 0.2f, 0, &s);
+        /* llama.cpp's log-probs with them vs without: 10-36 apart (n = 300), 2026-11-28 */
+        if (dense_b && !rc) rc = add_rand(w, T("attn_output.bias"), o->n_embd, 1, 0.4f, 0, &s);
+        if (dense_b && !rc) rc = add_rand(w, T("ffn_gate.bias"), o->n_ff, 1, 0.4f, 0, &s);
+        if (dense_b && !rc) rc = add_rand(w, T("ffn_up.bias"), o->n_ff, 1, 0.4f, 0, &s);
+        if (dense_b && !rc) rc = add_rand(w, T("ffn_down.bias"), o->n_embd, 1, 0.4f, 0, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_q_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if ((gemma || qwen3) && !rc) rc = add_rand(w, T("attn_k_norm.weight"), head_dim, 1, 0.2f, 1.0f, &s);
         if (olmo2 && !rc) rc = add_rand(w, T("attn_q_norm.weight"), qd, 1, 0.2f, 1.0f, &s);

@@ -35,6 +35,9 @@ struct kvfs_synth_model_opts {
      * which have their own */
     const char *rope_scaling;
     float rope_factor;
+    /* llama, granite, mistral3: every optional bias llama.cpp's graph takes
+     * (Q, K, V, the output projection, the FFN's gate, up and down) */
+    int biases;
 };
 /* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);

@@ -44,7 +44,7 @@ refused "a negative RoPE scaling factor" "llama.rope.scaling.factor = -4: a RoPE
 refused "a zero attention factor" "llama.rope.scaling.attn_factor = 0: must be > 0" --f32 llama.rope.scaling.attn_factor=0
 refused "experts in a llama file (Mixtral)" "mixture of 8 experts (llama.expert_count)" --u32 llama.expert_count=8
 refused "attention soft-capping" "soft-capping (llama.attn_logit_softcapping = 50)" --f32 llama.attn_logit_softcapping=50
-refused "a tensor the runtime does not read" "tensor blk.0.attn_output.bias is not one" --tensor blk.0.attn_output.bias=576
+refused "a tensor the runtime does not read" "tensor blk.0.attn_norm.bias is not one" --tensor blk.0.attn_norm.bias=576
 refused "a mixture-of-experts family" "architecture 'qwen2moe' is not supported: mixture of experts" --arch qwen2moe
 refused "qwen3moe without experts" "qwen3moe needs expert_count > 0 and 0 < expert_used_count" --arch qwen3moe
 refused "qwen3moe with grouped expert selection" "qwen3moe.expert_group_count (grouped expert selection)" \
@@ -103,8 +103,8 @@ MODEL=$G4 refused "gemma4 with a router" "tensor blk.0.ffn_gate_inp.weight is no
 MODEL=$G4 refused "gemma4 with a fused QKV" "tensor blk.1.attn_qkv.weight is not one kvfs's gemma4 runtime" \
     --tensor blk.1.attn_qkv.weight=64
 # the daemon too: a mount with such a model refuses to start, saying why
-python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_output.bias=576 2>/dev/null
+python3 "$EDIT" "$MODEL" "$T/bias.gguf" --tensor blk.3.attn_norm.bias=576 2>/dev/null
 mkdir -p "$T/m"
 check "kvfs -o model= refuses it at mount, naming the tensor" sh -c \
-    "! timeout 60 '$KVFS' -f -o store=$T/s,model=$T/bias.gguf $T/m 2> $T/mount.err && grep -q 'blk.3.attn_output.bias' $T/mount.err"
+    "! timeout 60 '$KVFS' -f -o store=$T/s,model=$T/bias.gguf $T/m 2> $T/mount.err && grep -q 'blk.3.attn_norm.bias' $T/mount.err"
 finish

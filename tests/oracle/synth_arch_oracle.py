@@ -18,7 +18,10 @@ import llama_cpp
 SCALED = ['llama@linear', 'llama@yarn', 'qwen2@yarn', 'gemma3@linear', 'gemma3@yarn', 'gemma2@yarn', 'olmo2@yarn',
           'smollm3@yarn', 'mistral3@linear', 'phi3@linear', 'gemma4@yarn']
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'granite', 'smollm3', 'olmo2',
-                          'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3'] + SCALED
+                          'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3',
+                          'llama-bias', 'granite-bias', 'mistral3-bias'] + SCALED
+# ARCH-bias: with every optional bias llama.cpp's llama, granite and mistral3
+# read (Q, K, V, the output projection, the FFN's gate, up and down)
 # ARCH@KIND: the file with RoPE scaling (rope.scaling.type KIND, factor 4;
 # YaRN over an original context of 1024, so that its ramp splits the pairs),
 # F32 only (scaling does not touch the weights): llama's dense layers, qwen2's
@@ -85,13 +88,14 @@ tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
 fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
-    extra = ['--mla-v3'] if arch == 'deepseek2-v3' else []
+    extra = ['--mla-v3'] if arch == 'deepseek2-v3' else ['--biases'] if arch.endswith('-bias') else []
     base, _, scaling = arch.partition('@')
+    base = base.replace('-v3', '').replace('-bias', '')
     if scaling:
         extra += ['--rope-scaling', scaling, '--rope-factor', '4']
     # gemma4: 6 layers, so that its two shared-KV layers have a choice of source (2 and 3, not 0 and 1)
     layers = '6' if base == 'gemma4' else '4'
-    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', base.replace('-v3', ''), *extra, '--layers', layers,
+    subprocess.run([KVFSCTL, 'mkmodel', '-o', f32, '--arch', base, *extra, '--layers', layers,
                     '--embd', '256', '--heads', '4',
                     '--kv-heads', '2', '--ff', '512', '--seed', str(11 + ai)], check=True)
     for tname, ftype in ((TYPES[:1] if scaling else TYPES) + (MOE_TYPES if arch in MOE else []) +

@@ -6,8 +6,10 @@
 #  - the next turn finds it by content hash and computes only the new turn's
 #    tokens (timings.prompt_n), with and without documents, and its first
 #    answer token equals llama-server's own full prefill of the same tokens;
-#  - found again after its slot was taken by other conversations, after
-#    llama-server restarted (empty slots) and after kvfs-serve restarted;
+#  - a turn whose slot still holds the conversation (its last turn saved
+#    from there) is not restored: the engine keeps it, computes the new turn;
+#  - found again (restored) after its slot was taken by other conversations,
+#    after llama-server restarted (empty slots) and after kvfs-serve restarted;
 #  - a history that differs (an answer edited by the client) is a miss, the
 #    whole prompt computed, the answer still right;
 #  - --no-save-turns saves nothing; /metrics counts hits, misses and saves.
@@ -113,6 +115,8 @@ check "... restored as it is (no blend: $(json 'd["kvfs"]["blend"]' < "$T/a2.jso
 want=$(full_first "$T/a2.json")
 check "... its first answer token ($(first "$T/a2.json")) = llama-server's full prefill of all $np tokens ($want)" \
     test "$(first "$T/a2.json")" = "$want"
+check "... its slot still held it (the turn saved from there, no other conversation since): not restored (history $(json 'd["kvfs"]["history"]' < "$T/a2.json"))" \
+    test "$(json 'd["kvfs"]["history"].get("in_slot") is True and "slot_miss" not in d["kvfs"]["history"]' < "$T/a2.json")" = True
 check "... saved too" wait_saves 2
 
 # other conversations take both slots in between
@@ -127,23 +131,31 @@ check "three other conversations answered meanwhile" \
     test "$(for c in b c d; do json 'd["object"]' < "$T/${c}1.json"; done | grep -c '^chat.completion$')" = 3
 wait_saves 5
 turn "$T/conv_a.json" "$T/a3.json" "And which one allows closed-source use?" stream
-check "turn 3 (streamed) after other conversations took the slots: found, prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/a3.json") = $(json 'd["kvfs"]["suffix_tokens"]' < "$T/a3.json")" \
-    test "$(json 'd["kvfs"]["history"]["found"] and d["timings"]["prompt_n"] == d["kvfs"]["suffix_tokens"]' < "$T/a3.json")" = True
+check "turn 3 (streamed) after other conversations took the slots: found, restored from the mount (in_slot $(json 'd["kvfs"]["history"].get("in_slot")' < "$T/a3.json")), prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/a3.json") = $(json 'd["kvfs"]["suffix_tokens"]' < "$T/a3.json")" \
+    test "$(json 'd["kvfs"]["history"]["found"] and not d["kvfs"]["history"].get("in_slot") and d["timings"]["prompt_n"] == d["kvfs"]["suffix_tokens"]' < "$T/a3.json")" = True
 check "... saved" wait_saves 6
 
 # llama-server restarted (its slots empty), then kvfs-serve restarted
 kill "$ENGINE_PID"; wait "$ENGINE_PID" 2> /dev/null
 start_engine "$T/engine2.log" || exit 1
+# A's state was left in a slot by turn 3's save: that slot is empty now
+turn "$T/conv_a.json" "$T/a3b.json" "Which one is older?"
+check "conversation A's next turn after llama-server restarted: restored from the mount, not taken from the emptied slot (in_slot $(json 'd["kvfs"]["history"].get("in_slot")' < "$T/a3b.json")), prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/a3b.json") = $(json 'd["kvfs"]["suffix_tokens"]' < "$T/a3b.json")" \
+    test "$(json 'd["kvfs"]["history"]["found"] and not d["kvfs"]["history"].get("in_slot") and d["timings"]["prompt_n"] == d["kvfs"]["suffix_tokens"]' < "$T/a3b.json")" = True
+check "... the same first token as llama-server's full prefill" test "$(first "$T/a3b.json")" = "$(full_first "$T/a3b.json")"
+wait_saves 7
 turn "$T/conv_b.json" "$T/b2.json" "Why that one?"
 check "conversation b's turn 2 after llama-server restarted: found, prompt_n $(json 'd["timings"]["prompt_n"]' < "$T/b2.json") = $(json 'd["kvfs"]["suffix_tokens"]' < "$T/b2.json")" \
     test "$(json 'd["kvfs"]["history"]["found"] and d["timings"]["prompt_n"] == d["kvfs"]["suffix_tokens"]' < "$T/b2.json")" = True
 check "... the same first token as llama-server's full prefill" test "$(first "$T/b2.json")" = "$(full_first "$T/b2.json")"
 hits=$(metric kvfs_serve_history_hits_total)
 check "/metrics: history hits $hits, misses $(metric kvfs_serve_history_misses_total), saves $(metric kvfs_serve_turn_saves_total)" \
-    test "$hits" = 3 -a "$(metric kvfs_serve_history_misses_total)" = 0
+    test "$hits" = 4 -a "$(metric kvfs_serve_history_misses_total)" = 0
+check "/metrics: $(metric kvfs_serve_history_in_slot_total) history found in its slot, $(metric kvfs_serve_history_slot_misses_total) lost there" \
+    test "$(metric kvfs_serve_history_in_slot_total)" -ge 1 -a "$(metric kvfs_serve_history_slot_misses_total)" = 0
 check "/metrics: the documents' tokens come again from the memo ($(metric 'kvfs_serve_memo_hits_total{memo="tokens"}') hits)" \
     test "$(metric 'kvfs_serve_memo_hits_total{memo="tokens"}')" -ge 2
-wait_saves 7
+wait_saves 8
 kill "$SERVE_PID"; wait "$SERVE_PID" 2> /dev/null
 start_serve "$T/serve2.log" --no-save-turns || exit 1
 turn "$T/conv_a.json" "$T/a4.json" "Thanks. Anything else?"

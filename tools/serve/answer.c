@@ -72,6 +72,7 @@ struct req {
     uint32_t ahead_ntok;
     char down_err[SERVE_ERR]; /* what the engine's last failure was */
     int ttft_done;
+    int in_slot;        /* its history was still in the slot it got: not restored */
     json_t *kvfs;       /* what kvfs did, returned as "kvfs" */
     uint8_t salt[KVFS_SALT_BYTES]; /* the tenant's and the request's cache salt, digested */
     int salted;
@@ -531,7 +532,14 @@ static void account(struct req *r, json_t *ev)
     json_t *t = json_object_get(ev, "timings");
     pthread_mutex_lock(&sv->lock);
     sv->m.prompt_tokens += r->plan.n_prompt;
-    sv->m.computed_tokens += (uint64_t)json_integer_value(json_object_get(t, "prompt_n"));
+    json_int_t computed = json_integer_value(json_object_get(t, "prompt_n"));
+    sv->m.computed_tokens += (uint64_t)computed;
+    /* kept in its slot, the history should cost nothing: the engine
+     * computing well past the new turn lost it (it is counted) */
+    if (r->in_slot && computed > (json_int_t)r->plan.n_suffix + 8) {
+        sv->m.history_slot_misses++;
+        json_object_set_new(json_object_get(r->kvfs, "history"), "slot_miss", json_true());
+    }
     sv->m.completion_tokens += (uint64_t)json_integer_value(json_object_get(ev, "tokens_predicted"));
     pthread_mutex_unlock(&sv->lock);
 }
@@ -698,6 +706,8 @@ static void *save_turn(void *arg)
                                    save_name("kvfs-serve-turn", t->hash, t->salted ? t->salt : NULL), t->hash, 300,
                                    stopping, sv, 1, err, sizeof(err))) != -EPROTO)
             break;
+    if (!rc) /* the slot holds exactly these tokens now: the next turn may find them there */
+        pool_slot_holds(sv, &t->slot, t->hash);
 done:
     if (rc) {
         metrics_add(sv, &sv->m.turn_save_errors, 1);
@@ -890,6 +900,29 @@ static int blend_ahead(struct req *r, double ratio)
     return 0;
 }
 
+/* Does our slot still hold a state of n tokens (the conversation saved from
+ * it)?  The engine's /slots says how many tokens the slot's last task left
+ * there; an engine restarted since has none.  Any failure says no (the
+ * history is restored, as without the slot). */
+static int slot_holds(struct req *r, size_t n)
+{
+    json_t *out = NULL, *sl;
+    long st;
+    char err[SERVE_ERR];
+    size_t i;
+    int yes = 0;
+    int rc = engine_call(&r->sv->engines[r->slot.engine], "GET", "/slots", NULL, 10, client_gone, r, &out, &st, err,
+                         sizeof(err));
+    if (!rc && st == 200 && json_is_array(out))
+        json_array_foreach(out, i, sl) {
+            if (json_integer_value(json_object_get(sl, "id")) == r->slot.id)
+                yes = !json_is_true(json_object_get(sl, "is_processing")) &&
+                      json_integer_value(json_object_get(sl, "n_prompt_tokens")) == (json_int_t)n;
+        }
+    json_decref(out);
+    return yes;
+}
+
 /* One try at a request from its slot on: a slot, the chunks found or
  * prefilled, the blend restored into the slot (blended again once when a
  * chunk or the result went away in between), the answer: whole, or its
@@ -906,7 +939,8 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
         gone(r, res);
         return rc;
     }
-    if ((rc = pool_acquire(sv, &r->slot, r->retries > 0, &r->deadline, client_gone, r, err, sizeof(err)))) {
+    if ((rc = pool_acquire_held(sv, &r->slot, r->retries > 0, r->plan.direct ? r->plan.history_hash : NULL,
+                                &r->in_slot, &r->deadline, client_gone, r, err, sizeof(err)))) {
         if (rc == -ECANCELED)
             gone(r, res);
         else
@@ -925,7 +959,15 @@ static int serve_once(struct req *r, double ratio, struct answer_result *res)
         json_object_set_new(r->kvfs, "history", json_pack("{s:s,s:I,s:b}", "hash", r->plan.history_hash, "tokens",
                                                           (json_int_t)r->plan.n_history, "found",
                                                           r->plan.history == 1));
-    if (r->plan.direct) {
+    if (r->in_slot && !slot_holds(r, r->plan.n_history))
+        r->in_slot = 0; /* the engine restarted, or another client used the slot */
+    if (r->in_slot) {
+        /* the slot holds the conversation as its last turn left it: the
+         * engine keeps it (cache_prompt) and computes only the new turn */
+        metrics_add(sv, &sv->m.history_in_slot, 1);
+        json_object_set_new(json_object_get(r->kvfs, "history"), "in_slot", json_true());
+        json_object_set_new(r->kvfs, "blend", json_null());
+    } else if (r->plan.direct) {
         /* the conversation's saved history, restored as it is */
         rc = restore(r, r->plan.history_hash, (uint32_t)r->plan.n_history, 0, err, sizeof(err));
         mark(r, "restore");

@@ -78,7 +78,9 @@ int pool_init(struct serve *sv)
     for (int i = 0; i < sv->n_engines; i++) {
         struct engine *e = &sv->engines[i];
         e->slot_busy = calloc((size_t)e->n_slots, 1);
-        if (!e->slot_busy)
+        e->slot_held = calloc((size_t)e->n_slots, sizeof(*e->slot_held));
+        e->slot_used = calloc((size_t)e->n_slots, sizeof(*e->slot_used));
+        if (!e->slot_busy || !e->slot_held || !e->slot_used)
             return -ENOMEM;
         e->slot_cap = e->n_slots;
         e->up = 1;
@@ -88,8 +90,11 @@ int pool_init(struct serve *sv)
 
 void pool_free(struct serve *sv)
 {
-    for (int i = 0; i < sv->n_engines; i++)
+    for (int i = 0; i < sv->n_engines; i++) {
         free(sv->engines[i].slot_busy);
+        free(sv->engines[i].slot_held);
+        free(sv->engines[i].slot_used);
+    }
     while (sv->inflight) {
         struct inflight *f = sv->inflight;
         sv->inflight = f->next;
@@ -176,28 +181,78 @@ int pool_wait_up(struct serve *sv, double *deadline, serve_cancel_fn cancel, voi
     return rc;
 }
 
+/* the free slot of an up engine that holds want (*engine, *slot), or 0 */
+static int find_held(struct serve *sv, const char *want, int *engine, int *slot)
+{
+    for (int i = 0; want && i < sv->n_engines; i++) {
+        struct engine *e = &sv->engines[i];
+        for (int s = 0; e->up && e->busy < e->n_slots && s < e->n_slots; s++)
+            if (!e->slot_busy[s] && !strcmp(e->slot_held[s], want)) {
+                *engine = i;
+                *slot = s;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* engine e's free slot to give a request that finds no state of its own
+ * there: one holding nothing, else the least recently used */
+static int spare_slot(const struct engine *e)
+{
+    int best = -1;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (e->slot_busy[s])
+            continue;
+        if (best < 0 || (!e->slot_held[s][0] && e->slot_held[best][0]) ||
+            (!e->slot_held[s][0] == !e->slot_held[best][0] && e->slot_used[s] < e->slot_used[best]))
+            best = s;
+    }
+    return best;
+}
+
 int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *deadline, serve_cancel_fn cancel,
                  void *arg, char *err, size_t errlen)
 {
+    return pool_acquire_held(sv, out, front, NULL, NULL, deadline, cancel, arg, err, errlen);
+}
+
+void pool_slot_holds(struct serve *sv, const struct slot_ref *s, const char *hash)
+{
+    pthread_mutex_lock(&sv->lock);
+    struct engine *e = &sv->engines[s->engine];
+    if (s->id < e->slot_cap)
+        snprintf(e->slot_held[s->id], sizeof(e->slot_held[s->id]), "%s", hash);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+int pool_acquire_held(struct serve *sv, struct slot_ref *out, int front, const char *want, int *held,
+                      double *deadline, serve_cancel_fn cancel, void *arg, char *err, size_t errlen)
+{
+    static uint64_t clock;
     struct waiter w = {0};
     int rc = 0;
+    if (held)
+        *held = 0;
     pthread_mutex_lock(&sv->lock);
     /* join the queue: at its end, or at its head when the request had a
      * slot already and lost it to an engine that went down */
     queue_join(&sv->queue_head, &sv->queue_tail, &w, front);
     sv->queue_len++;
     for (;;) {
-        int e;
-        if (sv->queue_head == &w && (e = pick_engine(sv)) >= 0) {
+        int e = -1, s = -1, mine = sv->queue_head == &w && find_held(sv, want, &e, &s);
+        if (sv->queue_head == &w && (mine || (e = pick_engine(sv)) >= 0)) {
             struct engine *en = &sv->engines[e];
-            for (int s = 0; s < en->n_slots; s++)
-                if (!en->slot_busy[s]) {
-                    en->slot_busy[s] = 1;
-                    en->busy++;
-                    out->engine = e;
-                    out->id = s;
-                    break;
-                }
+            if (!mine)
+                s = spare_slot(en);
+            en->slot_busy[s] = 1;
+            en->busy++;
+            en->slot_used[s] = ++clock;
+            en->slot_held[s][0] = '\0';
+            out->engine = e;
+            out->id = s;
+            if (held)
+                *held = mine;
             break;
         }
         if (sv->stopping || (cancel && cancel(arg))) {
@@ -286,6 +341,7 @@ void pool_engine_down(struct serve *sv, int engine, const char *why)
     if (e->up)
         kvfs_log(KVFS_LOG_WARN, "kvfs-serve: engine %s is down: %s", e->url, why);
     e->up = 0;
+    memset(e->slot_held, 0, sizeof(*e->slot_held) * (size_t)e->slot_cap); /* a restart empties its slots */
     snprintf(e->down_reason, sizeof(e->down_reason), "%s", why);
     pthread_cond_broadcast(&sv->cond);
     pthread_mutex_unlock(&sv->lock);
@@ -300,8 +356,18 @@ static int engine_resize(struct engine *e, int n)
     unsigned char *b = realloc(e->slot_busy, (size_t)n);
     if (!b)
         return -ENOMEM;
-    memset(b + e->slot_cap, 0, (size_t)(n - e->slot_cap));
     e->slot_busy = b;
+    char(*h)[KVFS_HASH_HEX_LEN + 1] = realloc(e->slot_held, sizeof(*h) * (size_t)n);
+    if (!h)
+        return -ENOMEM;
+    e->slot_held = h;
+    uint64_t *u = realloc(e->slot_used, sizeof(*u) * (size_t)n);
+    if (!u)
+        return -ENOMEM;
+    e->slot_used = u;
+    memset(b + e->slot_cap, 0, (size_t)(n - e->slot_cap));
+    memset(h + e->slot_cap, 0, sizeof(*h) * (size_t)(n - e->slot_cap));
+    memset(u + e->slot_cap, 0, sizeof(*u) * (size_t)(n - e->slot_cap));
     e->slot_cap = n;
     return 0;
 }
@@ -541,6 +607,12 @@ char *metrics_render(struct serve *sv)
     counter(&t, "kvfs_serve_history_restores_total",
             "Saved conversations restored into a slot as they are (no documents to blend with them).",
             m.history_restores);
+    counter(&t, "kvfs_serve_history_in_slot_total",
+            "Saved conversations found still in the slot their last turn left them in: no restore.",
+            m.history_in_slot);
+    counter(&t, "kvfs_serve_history_slot_misses_total",
+            "Conversations expected in their slot whose engine computed more than the new turn (it lost them).",
+            m.history_slot_misses);
     counter(&t, "kvfs_serve_turn_saves_total", "Chat turns saved into the mount as the next turn's history.",
             m.turn_saves);
     counter(&t, "kvfs_serve_turn_save_errors_total", "Chat turns that could not be saved.", m.turn_save_errors);

@@ -44,6 +44,12 @@ struct engine {
     char down_reason[512];
     unsigned char *slot_busy; /* [slot_cap]: n_slots now, more when it came back with fewer */
     int slot_cap;
+    /* [slot_cap]: the conversation state each slot holds as its last turn
+     * saved it (the chunk hash of exactly those tokens; "" none or
+     * unknown), and when it was last handed out: a returning conversation
+     * gets its slot back and skips the restore (pool_acquire) */
+    char (*slot_held)[KVFS_HASH_HEX_LEN + 1];
+    uint64_t *slot_used;
 };
 
 /* A slot handed to one request */
@@ -58,6 +64,7 @@ struct serve_metrics {
     uint64_t blends, blends_ahead, blend_errors, full_prefills, restores;
     uint64_t reblends, engine_retries, local_prefills;
     uint64_t history_hits, history_misses, history_restores, turn_saves, turn_save_errors;
+    uint64_t history_in_slot, history_slot_misses;
     uint64_t prompt_tokens, computed_tokens, completion_tokens;
     uint64_t ttft_count;
     double ttft_sum;
@@ -186,6 +193,15 @@ void pool_free(struct serve *sv);
  * cancel() said so (the request leaves the queue). */
 int pool_acquire(struct serve *sv, struct slot_ref *out, int front, double *deadline, serve_cancel_fn cancel,
                  void *arg, char *err, size_t errlen);
+/* The same, preferring the free slot that holds state want (a
+ * conversation's history hash; NULL: none): *held 1 when the slot given
+ * holds it.  Otherwise the free slot holding nothing, or used least
+ * recently, so that conversations stay longer in slots.  The slot given
+ * forgets what it held (its new user changes it). */
+int pool_acquire_held(struct serve *sv, struct slot_ref *out, int front, const char *want, int *held,
+                      double *deadline, serve_cancel_fn cancel, void *arg, char *err, size_t errlen);
+/* The slot now holds exactly the tokens of chunk hash (a turn saved from it) */
+void pool_slot_holds(struct serve *sv, const struct slot_ref *s, const char *hash);
 /* Wait until an engine is up (*engine: the first), with the same deadline;
  * counted in the queue depth while it waits.  -EHOSTDOWN, -ECANCELED. */
 int pool_wait_up(struct serve *sv, double *deadline, serve_cancel_fn cancel, void *arg, int *engine, char *err,

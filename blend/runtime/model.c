@@ -320,9 +320,7 @@ static int load_ds2_moe(struct kvfs_model *m, int l, struct kvfs_layer_weights *
 static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **ff)
 {
     char k[128];
-    float factor = 0.0f, a_file = 1.0f, log_mul = 0.0f, unused;
-    snprintf(k, sizeof(k), "%s.rope.scaling.factor", hp->arch);
-    kvfs_gguf_get_f32(g, k, &factor);
+    float a_file = 1.0f, log_mul = 0.0f, unused;
     snprintf(k, sizeof(k), "%s.rope.scaling.attn_factor", hp->arch);
     kvfs_gguf_get_f32(g, k, &a_file);
     snprintf(k, sizeof(k), "%s.rope.scaling.yarn_log_multiplier", hp->arch);
@@ -334,7 +332,7 @@ static int ds2_yarn(const struct kvfs_gguf *g, struct kvfs_hparams *hp, float **
         rc = kvfs_rope_layer_factors(&rs, rs.freq_scale, 1, hp->rope_theta, hp->rope_dim, NULL, ff, &unused);
     if (rc)
         return rc;
-    float fs = factor == 0.0f ? 1.0f : 1.0f / factor, f = 1.0f / fs;
+    float fs = rs.freq_scale, f = 1.0f / fs; /* the factor as rope_scaling.c read it */
 #define GET_MSCALE(s, ms) ((s) <= 1.0f ? 1.0f : 0.1f * (ms) * logf(s) + 1.0f)
     float af = log_mul != 0.0f ? GET_MSCALE(f, log_mul) / GET_MSCALE(f, log_mul) : GET_MSCALE(f, 1.0f);
 #undef GET_MSCALE

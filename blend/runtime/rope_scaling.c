@@ -57,7 +57,6 @@ int kvfs_rope_scaling_read(const struct kvfs_gguf *g, const char *arch, int n_ct
         s->n_ctx_orig = (int)u;
     /* cparams: "never scale if scaling type is none" */
     s->freq_scale = factor == 0.0f || s->type == KVFS_ROPE_SCALING_NONE ? 1.0f : 1.0f / factor;
-    s->attn_factor = 1.0f;
     if (s->type == KVFS_ROPE_SCALING_YARN) { /* cparams.yarn_attn_factor with ext_factor 1 (no log multiplier:
                                               * llama.cpp reads it for deepseek2 alone, model.c's ds2_yarn) */
         float f = 1.0f / s->freq_scale;

@@ -297,6 +297,7 @@ void kvfs_model_llama_swa(const struct kvfs_model *m, struct kvfs_llama_swa *swa
             swa->n_swa = (uint32_t)m->layers[l].window;
     if ((swa->shaped = kvfs_model_shaped(m) && m->hp.n_layer <= (int)KVFS_MAX_LAYERS))
         kvfs_model_layer_shapes(m, swa->shape);
+    swa->v_narrow = m->hp.mla_mha_rank > 0;
 }
 
 int kvfs_blend_service_swa(const struct kvfs_blend_service *svc, const struct kvfs_fingerprint *fp,

@@ -334,10 +334,13 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
     if (!kvfs_dtype_known(h->dtype))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown dtype %u (1=f32, 2=f16, 3=bf16, 4=q8, 5=q4)", h->dtype);
     if (h->flags & ~(KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_BLENDED | KVFS_FLAG_FULL_PREFILL | KVFS_FLAG_SALTED |
-                     KVFS_FLAG_V_FROM_K | KVFS_FLAG_LAYER_SHAPES))
+                     KVFS_FLAG_V_FROM_K | KVFS_FLAG_LAYER_SHAPES | KVFS_FLAG_V_NARROW))
         return kvfs_errf(errmsg, errlen, -EINVAL, "unknown flags 0x%x", h->flags);
     if ((h->flags & KVFS_FLAG_LAYER_SHAPES) && (h->flags & KVFS_FLAG_V_FROM_K))
         return kvfs_errf(errmsg, errlen, -EINVAL, "layer shapes (flag 0x20) with V_FROM_K (0x10): not defined");
+    if ((h->flags & KVFS_FLAG_V_NARROW) && (h->flags & (KVFS_FLAG_V_FROM_K | KVFS_FLAG_LAYER_SHAPES)))
+        return kvfs_errf(errmsg, errlen, -EINVAL, "V_NARROW (flag 0x40) with V_FROM_K (0x10) or layer shapes (0x20): "
+                         "not defined");
     if ((h->flags & KVFS_FLAG_FULL_PREFILL) && !(h->flags & KVFS_FLAG_BLENDED))
         return kvfs_errf(errmsg, errlen, -EINVAL, "flag FULL_PREFILL (0x4) without BLENDED (0x2)");
     if (h->n_tokens == 0 || h->n_tokens > KVFS_MAX_TOKENS)
@@ -359,6 +362,9 @@ int kvfs_header_parse(const void *vbuf, size_t len, struct kvfs_header *h, char 
         !isfinite(h->fp.rope_theta))
         return kvfs_errf(errmsg, errlen, -EINVAL, "bad rope parameters (dim %u, theta %g)",
                     h->fp.rope_dim, (double)h->fp.rope_theta);
+    if ((h->flags & KVFS_FLAG_V_NARROW) && h->fp.rope_dim >= h->fp.head_dim)
+        return kvfs_errf(errmsg, errlen, -EINVAL, "V_NARROW (flag 0x40) with rope_dim %u of head_dim %u: no V left",
+                         h->fp.rope_dim, h->fp.head_dim);
     if (h->fp.arch[0] == '\0' || memchr(h->fp.arch, '\0', 16) == NULL)
         return kvfs_errf(errmsg, errlen, -EINVAL, "architecture name missing or not terminated");
     uint32_t want_size = kvfs_header_size_for_flags(h->n_tokens, h->fp.n_layer, h->flags);
@@ -476,6 +482,7 @@ int kvfs_writer_init_shaped(struct kvfs_writer *w, const struct kvfs_fingerprint
         (kvfs_dtype_quantized(dtype) && !shapes && (fp->n_kv_head * fp->head_dim) % 64) ||
         (!salt && (flags & KVFS_FLAG_SALTED)) || ((flags & KVFS_FLAG_LAYER_SHAPES) && !shapes) ||
         (shapes && (flags & KVFS_FLAG_V_FROM_K)) || fp->n_kv_head == 0 ||
+        ((flags & KVFS_FLAG_V_NARROW) && (shapes || (flags & KVFS_FLAG_V_FROM_K) || fp->rope_dim >= fp->head_dim)) ||
         fp->n_head % fp->n_kv_head)
         return -EINVAL;
     struct kvfs_header *h = &w->hdr;

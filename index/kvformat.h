@@ -75,6 +75,13 @@ enum kvfs_rope_type {
  * KVFS_ALIGN.  Any dtype but not with V_FROM_K; a quantized layer's blocks
  * run along its own rows, a multiple of 64 values (kvfs(5), Layer shapes). */
 #define KVFS_FLAG_LAYER_SHAPES 0x20u
+/* V heads narrower than K's: each V head is head_dim - rope_dim values,
+ * stored in a head_dim wide slot after rope_dim zeros (the slot K's rotated
+ * part takes), so K and V rows keep one width.  deepseek2's unabsorbed MLA
+ * form (older files with attn_kv_b), whose cache llama.cpp keeps per head:
+ * keys of nope + rope dims, values of nope (kvfs(5), V_NARROW).  Any dtype;
+ * not with V_FROM_K or LAYER_SHAPES; rope_dim < head_dim. */
+#define KVFS_FLAG_V_NARROW 0x40u
 #define KVFS_LAYER_SHAPE_BYTES 16u
 
 /* What determines the KV bytes besides the tokens.  Canonical encoding is the

@@ -99,7 +99,8 @@ static int part_init(struct kvfs_llama_view *v, struct kvfs_llama_part *p, uint6
         v->layer_at[i] = p->kind_bytes;
         p->kind_bytes += K_HDR + 2ull * p->n * v->layer_dim[i];
     }
-    p->tail = p->data0 + (v->mla ? 1u : 2u) * p->kind_bytes;
+    p->v_bytes = v->mla ? 0 : v->narrow ? p->n_layer * (K_HDR + 2ull * p->n * v->v_dim) : p->kind_bytes;
+    p->tail = p->data0 + p->kind_bytes + p->v_bytes;
     p->end = p->tail + 4ull * (v->n_streams - 1);
     if (!(p->hdr = malloc(p->data0 - at)))
         return -ENOMEM;
@@ -129,12 +130,15 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
      * part] with no V of its own, kvfs's [rotated | latent] and V derived
      * (kvfs(5)); a chunk of that model in another form is refused */
     int mla = (h->flags & KVFS_FLAG_V_FROM_K) != 0;
+    /* the unabsorbed form (V_NARROW): per head, llama.cpp's K [nope |
+     * rotated] and V of nope, kvfs's K [rotated | nope], V after zeros */
+    int narrow = (h->flags & KVFS_FLAG_V_NARROW) != 0;
     /* layers of their own shapes (gemma4): each layer with a cache of its
      * own at its own width; a shared-KV layer has none in llama.cpp's state
      * (llama-kv-cache.cpp maps it to its source's) */
     int shaped = (h->flags & KVFS_FLAG_LAYER_SHAPES) != 0;
-    if ((mla || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
-        (!mla || h->fp.n_kv_head != 1 || h->fp.rope_dim >= h->fp.head_dim))
+    if ((mla || narrow || !strncmp(h->fp.arch, "deepseek2", sizeof(h->fp.arch))) &&
+        (!(mla || narrow) || (mla && h->fp.n_kv_head != 1) || h->fp.rope_dim >= h->fp.head_dim))
         return -ENOTSUP;
     if (!kvfs_dtype_known(h->dtype) || h->n_tokens == 0 || (uint64_t)h->pos0 + h->n_tokens > INT32_MAX ||
         n_streams < 1 || n_streams > KVFS_LLAMA_MAX_STREAMS || h->fp.n_layer > KVFS_MAX_LAYERS)
@@ -145,6 +149,8 @@ int kvfs_llama_view_init_swa(struct kvfs_llama_view *v, const struct kvfs_header
     v->kv_dim = h->fp.n_kv_head * h->fp.head_dim;
     v->mla = mla;
     v->rot = h->fp.rope_dim;
+    v->narrow = narrow;
+    v->v_dim = h->fp.n_kv_head * (h->fp.head_dim - h->fp.rope_dim);
     uint32_t n = h->n_tokens, L = h->fp.n_layer, k = 0;
     v->n_parts = swa_on(swa, L) ? 2 : 1;
     for (uint32_t p = 0; p < v->n_parts; p++) { /* the non-SWA cache's layers, then the SWA one's */
@@ -217,8 +223,10 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
 {
     int trans = which == 1 && v->v_trans;
     uint32_t l = v->layer[i], kv_dim = v->layer_dim[i];
+    uint32_t out_dim = which && v->narrow ? v->v_dim : kv_dim; /* llama.cpp's row */
+    uint32_t hd = v->h.fp.head_dim, vh = hd - v->rot;
     uint64_t row0 = (uint64_t)p->t0 * kv_dim; /* the part's first element in the chunk's block */
-    if (v->h.dtype == KVFS_DTYPE_F16 && !trans && !v->mla) { /* the object's own bytes */
+    if (v->h.dtype == KVFS_DTYPE_F16 && !trans && !v->mla && !v->narrow) { /* the object's own bytes */
         struct kvfs_layer_entry le;
         kvfs_layer_entry_get(&v->h, l, &le);
         memcpy(dst, obj + le.offset + (uint64_t)which * v->h.n_tokens * kv_dim * 2u + 2u * row0 + from, len);
@@ -228,10 +236,15 @@ static void block_read(const struct kvfs_llama_view *v, const struct kvfs_llama_
     for (size_t i = 0; i < len;) {
         uint64_t b = from + i, e = b / 2; /* the part's element e */
         if (trans) /* dim j of cell c, stored at [c][j] */
-            e = (e % n) * kv_dim + e / n;
-        if (v->mla) { /* llama.cpp's dim j: the latent's first, then the rotated part, kvfs's first */
-            uint64_t j = e % v->kv_dim, lat = v->kv_dim - v->rot;
+            e = (e % n) * out_dim + e / n;
+        if (v->mla || (v->narrow && !which)) {
+            /* llama.cpp's dim j of a head: the latent's (MLA: one head) or
+             * the unrotated part's first, then the rotated part, kvfs's first */
+            uint64_t j = e % hd, lat = hd - v->rot;
             e = e - j + (j < lat ? j + v->rot : j - lat);
+        } else if (v->narrow) { /* a head's value: after the head's rot zeros in the chunk */
+            uint64_t c = e / out_dim, j = e % out_dim;
+            e = c * kv_dim + j / vh * hd + v->rot + j % vh;
         }
         uint16_t x = elem_f16(v, obj, l, kv_dim, which, row0 + e);
         uint8_t le2[2] = {(uint8_t)x, (uint8_t)(x >> 8)};
@@ -271,15 +284,21 @@ size_t kvfs_llama_view_read(const struct kvfs_llama_view *v, const uint8_t *obj,
         int which = r >= p->kind_bytes;
         r -= (uint64_t)which * p->kind_bytes;
         uint32_t lo = p->l0, hi = p->l0 + p->n_layer - 1; /* the last layer whose section starts at or before r */
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo + 1) / 2;
-            if (v->layer_at[mid] <= r)
-                lo = mid;
-            else
-                hi = mid - 1;
+        uint64_t sect = K_HDR + 2ull * p->n * v->v_dim, start; /* V_NARROW: V sections of one size */
+        if (which && v->narrow) {
+            lo = p->l0 + (uint32_t)(r / sect);
+        } else {
+            while (lo < hi) {
+                uint32_t mid = lo + (hi - lo + 1) / 2;
+                if (v->layer_at[mid] <= r)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
         }
-        uint32_t kv_dim = v->layer_dim[lo];
-        uint64_t blk = 2ull * p->n * kv_dim, in = r - v->layer_at[lo]; /* within one layer's K (or V) */
+        start = which && v->narrow ? (uint64_t)(lo - p->l0) * sect : v->layer_at[lo];
+        uint32_t kv_dim = which && v->narrow ? v->v_dim : v->layer_dim[lo]; /* llama.cpp's row */
+        uint64_t blk = 2ull * p->n * kv_dim, in = r - start; /* within one layer's K (or V) */
         if (in < K_HDR) {
             uint8_t hdr[K_HDR];
             put32(hdr, KVFS_GGML_F16);
@@ -347,6 +366,8 @@ static int layer_header(struct reader *r, int which, int trans, uint32_t l, cons
     const char *kind = which ? "V" : "K";
     uint32_t n_kv_head = swa && swa->shaped ? swa->shape[l].n_kv_head : fp->n_kv_head;
     uint32_t head_dim = swa && swa->shaped ? swa->shape[l].head_dim : fp->head_dim;
+    if (which && swa && swa->v_narrow) /* deepseek2's unabsorbed form: values of the unrotated part's width */
+        head_dim -= fp->rope_dim;
     uint32_t kv_dim = n_kv_head * head_dim, t, a, b = 0;
     const uint8_t *p;
     if (take(r, K_HDR, &p))
@@ -463,11 +484,11 @@ static int token_ids(const uint8_t *tok, uint32_t n_cells, uint32_t n_vocab, uin
 }
 
 /* K blocks, then V blocks (V transposed when v_trans): into the chunk's
- * layers. */
+ * layers.  narrow: deepseek2's unabsorbed form (V_NARROW). */
 static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvfs_fingerprint *fp,
                        const struct kvfs_llama_swa *swa, uint32_t dtype, const uint16_t *layers, uint32_t n_layers,
-                       uint32_t n_cells, const uint32_t *row, uint32_t v_trans, int mla, size_t len, char *err,
-                       size_t errlen)
+                       uint32_t n_cells, const uint32_t *row, uint32_t v_trans, int mla, int narrow, size_t len,
+                       char *err, size_t errlen)
 {
     size_t ds = kvfs_dtype_size(dtype);
     const uint8_t *p;
@@ -477,21 +498,31 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
             uint32_t l = layers[i];
             int trans = which && v_trans;
             size_t kv_dim = kvfs_layer_kv_dim(&w->hdr, l), blk = kv_dim * n_cells * ds;
-            size_t rot = fp->rope_dim * ds, lat = kv_dim * ds - rot;
+            size_t hd = fp->head_dim, heads = kv_dim / hd, rot = fp->rope_dim * ds, lat = hd * ds - rot;
+            size_t vh = hd - fp->rope_dim, in_dim = which && narrow ? heads * vh : kv_dim; /* the state's row */
             if ((rc = layer_header(r, which, trans, l, fp, swa, &dtype, len, err, errlen)))
                 break;
-            if (take(r, blk, &p)) {
+            if (take(r, in_dim * n_cells * ds, &p)) {
                 rc = TRUNC(which ? "a layer's V" : "a layer's K");
                 break;
             }
             uint8_t *dst = (uint8_t *)kvfs_writer_layer(w, l) + (size_t)which * blk;
-            if (!trans && mla) { /* cell c's row to its position's, the rotated part first */
-                for (uint32_t c = 0; c < n_cells; c++) {
-                    uint8_t *d = dst + (size_t)row[c] * kv_dim * ds;
-                    const uint8_t *s = p + (size_t)c * kv_dim * ds;
-                    memcpy(d, s + lat, rot);
-                    memcpy(d + rot, s, lat);
-                }
+            if (!trans && (mla || (narrow && !which))) { /* cell c's row to its position's, each head's rotated
+                                                            part first */
+                for (uint32_t c = 0; c < n_cells; c++)
+                    for (size_t h = 0; h < heads; h++) {
+                        uint8_t *d = dst + ((size_t)row[c] * kv_dim + h * hd) * ds;
+                        const uint8_t *s = p + ((size_t)c * kv_dim + h * hd) * ds;
+                        memcpy(d, s + lat, rot);
+                        memcpy(d + rot, s, lat);
+                    }
+                continue;
+            }
+            if (narrow) { /* each head's value after the head's rotated dims (zero: the writer's) */
+                for (size_t j = 0; j < in_dim; j++)
+                    for (uint32_t c = 0; c < n_cells; c++)
+                        memcpy(dst + ((size_t)row[c] * kv_dim + j / vh * hd + fp->rope_dim + j % vh) * ds,
+                               p + (trans ? j * n_cells + c : (size_t)c * in_dim + j) * ds, ds);
                 continue;
             }
             if (!trans) { /* cell c's row to its position's */
@@ -606,10 +637,14 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     if (fp->n_layer > KVFS_MAX_LAYERS)
         return -EINVAL;
     /* deepseek2 (MLA): K alone, in llama.cpp's row order, to an MLA chunk (kvfs(5)) */
-    int mla = !strncmp(fp->arch, "deepseek2", sizeof(fp->arch));
+    int ds2 = !strncmp(fp->arch, "deepseek2", sizeof(fp->arch));
+    int narrow = ds2 && swa && swa->v_narrow, mla = ds2 && !narrow; /* narrow: the unabsorbed form's MHA cache */
     if (mla && (fp->n_kv_head != 1 || fp->rope_dim >= fp->head_dim))
         return kvfs_errf(err, errlen, -EINVAL, "deepseek2 with %u KV heads of %u (%u rotated): not an MLA cache row",
                          fp->n_kv_head, fp->head_dim, fp->rope_dim);
+    if (narrow && (fp->rope_dim >= fp->head_dim || (swa && swa->shaped)))
+        return kvfs_errf(err, errlen, -EINVAL, "deepseek2 (unabsorbed) with heads of %u, %u rotated: no values",
+                         fp->head_dim, fp->rope_dim);
     int shaped = swa && swa->shaped; /* gemma4: shared-KV layers have no cache in the state */
     for (uint32_t p = 0; p < n_part; p++) /* the non-SWA cache's layers, then the SWA one's */
         for (uint32_t l = 0; l < fp->n_layer; l++)
@@ -653,12 +688,15 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
     struct reader probe = r; /* the first layer's K type sizes the object */
     if ((rc = layer_header(&probe, 0, 0, layers[0], fp, swa, &dtype, len, err, errlen)))
         goto fail;
-    if ((rc = kvfs_writer_init_shaped(w, fp, dtype, KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0),
+    if ((rc = kvfs_writer_init_shaped(w, fp, dtype,
+                                      KVFS_FLAG_KEYS_ROPED | (mla ? KVFS_FLAG_V_FROM_K : 0) |
+                                          (narrow ? KVFS_FLAG_V_NARROW : 0),
                                       (uint32_t)pos0, n_cells, ids, salt, shaped ? swa->shape : NULL))) {
         rc = kvfs_errf(err, errlen, rc, "llama.cpp state of %u cells: kvfs cannot store it", n_cells);
         goto fail;
     }
-    if ((rc = copy_layers(&r, w, fp, swa, dtype, layers, n_base, n_cells, row, v_trans, mla, len, err, errlen)) ||
+    if ((rc = copy_layers(&r, w, fp, swa, dtype, layers, n_base, n_cells, row, v_trans, mla, narrow, len, err,
+                          errlen)) ||
         (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
         goto fail;
     if (n_part > 1) { /* the SWA cache: a chunk needs every cell of its layers too */
@@ -686,8 +724,8 @@ int kvfs_llama_state_to_chunk_swa(const void *buf, size_t len, const struct kvfs
         }
         uint32_t vt1;
         if ((rc = part_data_header(&r, n_local, " in its SWA cache", fp, &vt1, len, err, errlen)) ||
-            (rc = copy_layers(&r, w, fp, swa, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, len, err,
-                              errlen)) ||
+            (rc = copy_layers(&r, w, fp, swa, dtype, layers + n_base, n_local, n_cells, row1, vt1, mla, narrow, len,
+                              err, errlen)) ||
             (rc = part_rest(&r, s_cells, n_stream, len, err, errlen)))
             goto fail;
     }

@@ -51,6 +51,11 @@ struct kvfs_llama_swa {
      * its source's); shaped 0: the fingerprint's for every layer */
     int shaped;
     struct kvfs_layer_shape shape[KVFS_MAX_LAYERS];
+    /* deepseek2's unabsorbed form: llama.cpp's cache is per head K of
+     * head_dim (nope, then the rotated part) and V of head_dim - rope_dim,
+     * which its chunks hold as V_NARROW (kvfs(5)); 0: the fingerprint's
+     * deepseek2 is the absorbed form (one row, K alone) */
+    int v_narrow;
 };
 
 /* One cache's part of a view */
@@ -58,7 +63,8 @@ struct kvfs_llama_part {
     uint64_t at, data0, tail, end; /* its n_stream, its first K header, its empty streams, its end */
     uint32_t t0, n;                /* its cells: the chunk's rows t0 .. t0 + n - 1 */
     uint32_t l0, n_layer;          /* its layers: layer[l0 .. l0 + n_layer) */
-    uint64_t kind_bytes;           /* its K sections (each a type header and n rows), as many V ones after */
+    uint64_t kind_bytes;           /* its K sections (each a type header and n rows) */
+    uint64_t v_bytes;              /* its V sections after them (as many bytes but MLA's none, V_NARROW's fewer) */
     uint8_t *hdr;                  /* bytes [at, data0): generated (part 0: from the file's start) */
 };
 
@@ -78,6 +84,11 @@ struct kvfs_llama_view {
      * last: K alone, each row rotated by rot */
     int mla;
     uint32_t rot;
+    /* a V_NARROW chunk: K of each head in llama.cpp's order (the rotated
+     * part last), V without the zeros before each head's values: rows of
+     * v_dim = n_kv_head * (head_dim - rot) */
+    int narrow;
+    uint32_t v_dim;
 };
 
 /* The view of the object whose parsed header is h (whose token and layer

@@ -47,6 +47,8 @@ extern "C" {
 #define LIBKVFS_FLAG_LAYER_SHAPES 0x20u /* layers of their own n_kv_head x head_dim (gemma4), and layers
                                            that read an earlier layer's cache (kvfs(5), Layer shapes):
                                            libkvfs_layer's views carry each layer's shape */
+#define LIBKVFS_FLAG_V_NARROW 0x40u /* each V head is head_dim - rope_dim values after rope_dim zeros
+                                       (deepseek2's unabsorbed latent attention, kvfs(5), V_NARROW) */
 
 /* rope_type */
 #define LIBKVFS_ROPE_NORM 0u /* rotates pairs (x[2i], x[2i+1]) */

@@ -29,7 +29,8 @@ _Static_assert(LIBKVFS_DTYPE_F32 == KVFS_DTYPE_F32 && LIBKVFS_DTYPE_F16 == KVFS_
                "public dtypes are the format's");
 _Static_assert(LIBKVFS_FLAG_KEYS_ROPED == KVFS_FLAG_KEYS_ROPED && LIBKVFS_FLAG_BLENDED == KVFS_FLAG_BLENDED &&
                    LIBKVFS_FLAG_FULL_PREFILL == KVFS_FLAG_FULL_PREFILL && LIBKVFS_FLAG_SALTED == KVFS_FLAG_SALTED &&
-                   LIBKVFS_FLAG_V_FROM_K == KVFS_FLAG_V_FROM_K && LIBKVFS_FLAG_LAYER_SHAPES == KVFS_FLAG_LAYER_SHAPES,
+                   LIBKVFS_FLAG_V_FROM_K == KVFS_FLAG_V_FROM_K && LIBKVFS_FLAG_LAYER_SHAPES == KVFS_FLAG_LAYER_SHAPES &&
+                   LIBKVFS_FLAG_V_NARROW == KVFS_FLAG_V_NARROW,
                "public flags are the format's");
 _Static_assert(LIBKVFS_ROPE_NORM == KVFS_ROPE_NORM && LIBKVFS_ROPE_NEOX == KVFS_ROPE_NEOX,
                "public rope types are the format's");

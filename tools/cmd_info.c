@@ -56,13 +56,14 @@ int cmd_info(int argc, char **argv)
                "\"model_id\": \"%s\", \"n_layer\": %u, \"n_head\": %u, \"n_kv_head\": %u, \"head_dim\": %u, "
                "\"n_embd\": %u, \"rope_type\": \"%s\", \"rope_theta\": %g, \"rope_dim\": %u, "
                "\"dtype\": \"%s\", \"keys_roped\": %s, \"blended\": %s, \"full_prefill\": %s, \"v_from_k\": %s, "
-               "\"n_tokens\": %u, \"pos0\": %u",
+               "\"v_narrow\": %s, \"n_tokens\": %u, \"pos0\": %u",
                h->hash, h->version, (unsigned long long)h->file_size, h->arch, h->model, mid, h->n_layer,
                h->n_head, h->n_kv_head, h->head_dim, h->n_embd, rope, (double)h->rope_theta,
                h->rope_dim, libkvfs_dtype_name(h->dtype), (h->flags & LIBKVFS_FLAG_KEYS_ROPED) ? "true" : "false",
                (h->flags & LIBKVFS_FLAG_BLENDED) ? "true" : "false",
                (h->flags & LIBKVFS_FLAG_FULL_PREFILL) ? "true" : "false",
-               (h->flags & LIBKVFS_FLAG_V_FROM_K) ? "true" : "false", h->n_tokens, h->pos0);
+               (h->flags & LIBKVFS_FLAG_V_FROM_K) ? "true" : "false",
+               (h->flags & LIBKVFS_FLAG_V_NARROW) ? "true" : "false", h->n_tokens, h->pos0);
         if (show_tokens) {
             printf(", \"tokens\": [");
             for (uint32_t i = 0; i < h->n_tokens; i++)
@@ -112,6 +113,9 @@ int cmd_info(int argc, char **argv)
         if (h->flags & LIBKVFS_FLAG_V_FROM_K) /* scales included: what the dtype costs per cached row */
             printf("values:      K's rows with the rotated part zero (latent attention: K alone stored, %.1f bytes "
                    "per token and layer)\n", (double)h->layer_bytes / h->n_tokens);
+        if (h->flags & LIBKVFS_FLAG_V_NARROW) /* the zeros are stored: K and V rows keep one width */
+            printf("values:      %u of each head's %u dims, after %u zeros (unabsorbed latent attention)\n",
+                   h->head_dim - h->rope_dim, h->head_dim, h->rope_dim);
         if (salt[0])
             printf("salt:        %s\n", salt);
         if (tier[0])

@@ -65,6 +65,17 @@ int tool_model_info(const char *path, int json)
         is_mla = !kvfs_gguf_get_u32(g, key, &mla[i]);
     }
     uint64_t row = (uint64_t)mla[0] + mla[1], full = (uint64_t)mla[2] * (mla[3] + mla[4]);
+    /* the unabsorbed form (no key_length_mla): llama.cpp's cache is that full
+     * K/V, kvfs's chunks a V as wide as K (V_NARROW); what the absorbed form
+     * of the same weights would cache */
+    uint32_t kv_len[2] = {0};
+    int is_mha = ok && !strcmp(arch, "deepseek2") && !is_mla && !kvfs_gguf_get_u32(g, "deepseek2.attention.key_length",
+                                                                                  &kv_len[0]) &&
+                 !kvfs_gguf_get_u32(g, "deepseek2.attention.value_length", &kv_len[1]);
+    for (int i = 0; i < 3 && is_mha; i++) {
+        snprintf(key, sizeof(key), "%s.%s", arch, mk[i]);
+        is_mha = !kvfs_gguf_get_u32(g, key, &mla[i]);
+    }
     /* RoPE scaling as llama.cpp reads it (rope_scaling.c): said where it scales */
     static const char *const scaling_name[] = {"none", "linear", "yarn"};
     struct kvfs_rope_scaling rs = {0};
@@ -122,6 +133,16 @@ int tool_model_info(const char *path, int json)
                    (unsigned long long)row, mla[1], mla[0], (unsigned long long)row * 2, mla[2],
                    (unsigned long long)full, mla[2], mla[3], mla[4], (unsigned long long)full * 2,
                    full ? 100.0 * (double)row / (double)full : 0.0);
+        if (is_mha) {
+            uint64_t kv = (uint64_t)mla[2] * (kv_len[0] + kv_len[1]), stored = (uint64_t)mla[2] * kv_len[0] * 2,
+                     lat = (uint64_t)mla[0] + mla[1];
+            printf("kv cache:    unabsorbed latent attention (attn_kv_b): %llu values per token and layer in "
+                   "llama.cpp (%u heads x (%u + %u)), %llu in a chunk (values as wide as keys, kvfs(5) V_NARROW; "
+                   "f16 %llu bytes); the absorbed form would cache %llu (%u rotated + %u latent): %.1f%%\n",
+                   (unsigned long long)kv, mla[2], kv_len[0], kv_len[1], (unsigned long long)stored,
+                   (unsigned long long)stored * 2, (unsigned long long)lat, mla[1], mla[0],
+                   stored ? 100.0 * (double)lat / (double)stored : 0.0);
+        }
     }
     kvfs_gguf_close(g);
     return ok ? 0 : 1;

@@ -247,6 +247,85 @@ out:
     return rc;
 }
 
+/* deepseek2's unabsorbed form (older files, attn_kv_b) as llama.cpp
+ * computes it: Q as in the absorbed form; the latent (normed) decompressed
+ * by wkv_b into each head's unrotated key part and value, the rotated key
+ * part shared by every head; an MHA cache of head_dim = mla_k.  kvfs's
+ * rows: per head [rotated | nope] for Q and K (llama.cpp's [nope |
+ * rotated]: rope_dim covers the rotated part as in every family), V after
+ * rope_dim zeros (V_NARROW, mla_v = head_dim - rope_dim). */
+static int mla_mha_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int E = hp->n_embd, H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, K = hp->mla_mha_rank, V = hp->mla_v;
+    int nope = D - R, kvw = nope + V, rc;
+    int big = E > hp->q_lora ? E : hp->q_lora; /* the widest input a product here quantizes */
+    big = big > K ? big : K;
+    float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *kv = NULL, *tmp = NULL, *zero = NULL;
+    if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * D, (void **)&qf)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (K + R), (void **)&kvp)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (hp->q_lora > 0 ? hp->q_lora : 1), (void **)&ql)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * kvw, (void **)&kv)) ||
+        (rc = be->alloc(ctx, sizeof(float) * (size_t)n * big, (void **)&tmp)))
+        goto out;
+    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
+                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
+        goto out;
+    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
+                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
+                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
+                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
+        goto out;
+    if ((rc = kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E)) ||
+        (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
+        (rc = be->rmsnorm(ctx, lat, L->kv_a_norm, lat, n, K, hp->rms_eps)) ||
+        (rc = kvfs_linear(m, L->wkv_b, NULL, L->act_q_mla[3], lat, tmp, kv, n, K)) ||
+        /* each (token, head) one row: Q's and K's parts swapped into kvfs's order */
+        (rc = strided_copy(m, w->q, D, qf + nope, D, n * H, R)) ||
+        (rc = strided_copy(m, w->q + R, D, qf, D, n * H, nope)) ||
+        (rc = strided_copy(m, w->k + R, D, kv, kvw, n * H, nope)))
+        goto out;
+    for (int h = 0; h < H; h++) /* ggml_repeat of the rotated key part */
+        if ((rc = strided_copy(m, w->k + (size_t)h * D, H * D, kvp + K, K + R, n, R)))
+            goto out;
+    if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
+        (rc = be->rope(ctx, w->k, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
+        goto out;
+    /* YaRN: ggml's rotation scales what it rotates, the rotated parts only (qf is free now) */
+    float ms = hp->mla_rope_mscale;
+    if (ms != 0.0f && ms != 1.0f &&
+        ((rc = strided_copy(m, qf, R, w->q, D, n * H, R)) || (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) ||
+         (rc = strided_copy(m, w->q, D, qf, R, n * H, R)) || (rc = strided_copy(m, qf, R, w->k, D, n * H, R)) ||
+         (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) || (rc = strided_copy(m, w->k, D, qf, R, n * H, R))))
+        goto out;
+    /* V: rope_dim zeros (not part of the value), then the head's value */
+    if (!(zero = calloc((size_t)n * H * D, sizeof(float)))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = be->upload(ctx, w->v, zero, sizeof(float) * (size_t)n * H * D)) || (rc = be->synchronize(ctx)) ||
+        (rc = strided_copy(m, w->v + R, D, kv + nope, kvw, n * H, V)))
+        goto out;
+    /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
+    if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * H * D)) ||
+                           (rc = be->round_f16(ctx, w->v, (size_t)n * H * D)) ||
+                           (rc = be->round_f16(ctx, w->q, (size_t)n * H * D))))
+        goto out;
+    rc = be->synchronize(ctx);
+out:
+    free(zero);
+    {
+        void *bufs[] = {qf, kvp, lat, ql, kv, tmp};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->free(ctx, bufs[i]);
+    }
+    return rc;
+}
+
 /* deepseek2: attention over the cached rows (one KV head of the row, MQA),
  * each query head's latent output decompressed by wv_b[h], the output
  * projection; into w->o */
@@ -296,6 +375,8 @@ int kvfs_layer_qkv(const struct kvfs_model *m, int l, struct kvfs_work *w, int n
     int kv = L->kv_layer == l;
     if (hp->mla_rank)
         return mla_qkv(m, L, w, n);
+    if (hp->mla_mha_rank)
+        return mla_mha_qkv(m, L, w, n);
     if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
                            : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)) ||
         (rc = kvfs_linear(m, L->wq, L->bq, L->act_q[0], w->xn, w->aq, w->q, n, E)) ||
@@ -605,8 +686,28 @@ int kvfs_layer_finish(const struct kvfs_model *m, int l, struct kvfs_work *w, in
                                                   hp->n_head, L->n_kv_head, D, scale, L->window, hp->attn_softcap,
                                                   L->attn_sinks, w->att)
                             : be->attention(ctx, w->q, w->pos, n, c->k[kl], c->v[kl], c->pos, n_ctx, hp->n_head,
-                                            L->n_kv_head, D, scale, L->window, hp->attn_softcap, w->att)) ||
-        (rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], w->att, w->aq, w->o, n, hp->n_head * D)) ||
+                                            L->n_kv_head, D, scale, L->window, hp->attn_softcap, w->att)))
+        return rc;
+    const float *att = w->att;
+    int att_w = hp->n_head * D;
+    float *av = NULL;
+    if (hp->mla_mha_rank) { /* deepseek2's unabsorbed form: each head's value, not the zeros before it */
+        att_w = hp->n_head * hp->mla_v;
+        if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * att_w, (void **)&av)))
+            return rc;
+        if ((rc = strided_copy(m, av, hp->mla_v, w->att + L->rope_dim, D, n * hp->n_head, hp->mla_v))) {
+            be->free(ctx, av);
+            return rc;
+        }
+        att = av;
+    }
+    rc = kvfs_linear(m, L->wo, L->bo, L->act_q[3], att, w->aq, w->o, n, att_w);
+    if (av) {
+        int rs = be->synchronize(ctx);
+        be->free(ctx, av);
+        rc = rc ? rc : rs;
+    }
+    if (rc ||
         (L->attn_post_norm && (rc = be->rmsnorm(ctx, w->o, L->attn_post_norm, w->o, n, E, hp->rms_eps))) ||
         (hp->residual_scale != 0.0f && (rc = be->scale(ctx, w->o, hp->residual_scale, w->o, e))) ||
         (rc = be->add(ctx, w->x, w->o, w->x, e)) ||
@@ -755,6 +856,7 @@ void kvfs_model_layer_shapes(const struct kvfs_model *m, struct kvfs_layer_shape
 uint32_t kvfs_model_chunk_flags(const struct kvfs_model *m)
 {
     return KVFS_FLAG_KEYS_ROPED | (m->hp.mla_rank > 0 ? KVFS_FLAG_V_FROM_K : 0) |
+           (m->hp.mla_mha_rank > 0 ? KVFS_FLAG_V_NARROW : 0) |
            (kvfs_model_shaped(m) ? KVFS_FLAG_LAYER_SHAPES : 0);
 }
 
@@ -816,6 +918,15 @@ int kvfs_kv_cache_load_chunk(const struct kvfs_model *m, struct kvfs_kv_cache *c
     }
     if (!shapes_match(m, &h)) {
         snprintf(err, errlen, "chunk's layer shapes are not the model's");
+        return -EINVAL;
+    }
+    uint32_t v_form = KVFS_FLAG_V_FROM_K | KVFS_FLAG_V_NARROW; /* how V is held: the model's own way */
+    if ((h.flags & v_form) != (kvfs_model_chunk_flags(m) & v_form)) {
+        snprintf(err, errlen, "chunk holds V %s, the model's chunks %s (kvfs(5))",
+                 h.flags & KVFS_FLAG_V_FROM_K ? "as K's rows (V_FROM_K)" : h.flags & KVFS_FLAG_V_NARROW ?
+                 "narrower than K (V_NARROW)" : "as rows of their own", kvfs_model_chunk_flags(m) & KVFS_FLAG_V_FROM_K ?
+                 "as K's rows (V_FROM_K)" : kvfs_model_chunk_flags(m) & KVFS_FLAG_V_NARROW ? "narrower (V_NARROW)" :
+                 "as rows of their own");
         return -EINVAL;
     }
     if (!(h.flags & KVFS_FLAG_KEYS_ROPED)) {

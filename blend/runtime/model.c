@@ -199,33 +199,52 @@ static int swa_layer(const struct kvfs_gguf *g, const char *arch, int l, int n_d
 }
 
 /* deepseek2's hyperparameters as llama.cpp's models/deepseek2.cpp reads
- * them, for the absorbed MLA form (key_length_mla and value_length_mla
- * set: what convert_hf_to_gguf.py writes, with attn_k_b and attn_v_b;
- * older files' attn_kv_b, the unabsorbed MHA form, are refused): the cache
- * row key_length = kv_lora_rank + n_rot, one KV head; the routing
- * (model_check.c has checked the counts and refused groups). */
+ * them.  The absorbed MLA form (key_length_mla and value_length_mla set:
+ * what convert_hf_to_gguf.py writes, with attn_k_b and attn_v_b): the cache
+ * row key_length = kv_lora_rank + n_rot, one KV head.  The unabsorbed form
+ * of older files (neither key set, attn_kv_b; llama.cpp's is_mla() false):
+ * head_count_kv = head_count heads of key_length = nope + n_rot, values of
+ * value_length, which kvfs's chunks need = key_length - n_rot (kvfs(5),
+ * V_NARROW).  Then the routing (model_check.c has checked the counts). */
 static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_hparams *hp, char *err,
                        size_t errlen)
 {
     char k[128];
-    int key_len = 0, val_len = 0, n_kv = 0, n_rot = 0, n_shared = 0, gating = 0;
+    int key_len = 0, val_len = 0, n_kv = 0, n_rot = 0, n_shared = 0, gating = 0, rank = 0;
     uint32_t vocab = 0;
-    if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &hp->mla_rank, 1) ||
-        hp_u32(g, hp->arch, "attention.key_length_mla", &hp->mla_k, 1) ||
-        hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 1) || hp->mla_k == 0 || hp->mla_v == 0)
-        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
-                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
-                         path, hp->arch);
+    if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &rank, 1) || rank <= 0)
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s.attention.kv_lora_rank > 0", path, hp->arch);
+    hp_u32(g, hp->arch, "attention.key_length_mla", &hp->mla_k, 0);
+    hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 0);
     hp_u32(g, hp->arch, "attention.key_length", &key_len, 0);
     hp_u32(g, hp->arch, "attention.value_length", &val_len, 0);
+    n_kv = hp->n_head; /* llama.cpp's default */
     hp_u32(g, hp->arch, "attention.head_count_kv", &n_kv, 0);
     hp_u32(g, hp->arch, "rope.dimension_count", &n_rot, 0);
-    if (hp->mla_rank <= 0 || n_rot <= 0 || n_rot % 2 || hp->mla_k <= n_rot || hp->mla_v <= 0 ||
-        key_len != hp->mla_rank + n_rot || val_len != hp->mla_rank || n_kv != 1)
-        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %d, "
-                         "rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d, key_length_mla "
-                         "%d, value_length_mla %d)", path, hp->mla_rank, n_rot, key_len, val_len, n_kv, hp->mla_k,
-                         hp->mla_v);
+    if (!hp->mla_k != !hp->mla_v) /* llama.cpp asserts both or neither */
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 with only one of %s.attention.key_length_mla (%d) and "
+                         "value_length_mla (%d)", path, hp->arch, hp->mla_k, hp->mla_v);
+    if (!hp->mla_k) { /* the unabsorbed form: llama.cpp's head sizes are key_length and value_length */
+        hp->mla_mha_rank = rank;
+        hp->mla_k = key_len;
+        hp->mla_v = val_len;
+        if (n_rot <= 0 || n_rot % 2 || key_len <= n_rot || val_len <= 0 || n_kv != hp->n_head)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's unabsorbed MLA shapes are inconsistent "
+                             "(rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d with %d "
+                             "heads)", path, n_rot, key_len, val_len, n_kv, hp->n_head);
+        if (val_len != key_len - n_rot)
+            return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2's unabsorbed form with values of %d and keys of %d "
+                             "(%d rotated): kvfs's chunks hold values as wide as the keys' unrotated part "
+                             "(kvfs(5), V_NARROW)", path, val_len, key_len, n_rot);
+    } else {
+        hp->mla_rank = rank;
+        if (n_rot <= 0 || n_rot % 2 || hp->mla_k <= n_rot || hp->mla_v <= 0 || key_len != hp->mla_rank + n_rot ||
+            val_len != hp->mla_rank || n_kv != 1)
+            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %d, "
+                             "rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d, "
+                             "key_length_mla %d, value_length_mla %d)", path, hp->mla_rank, n_rot, key_len, val_len,
+                             n_kv, hp->mla_k, hp->mla_v);
+    }
     /* llama.cpp's "lite" variants (by layer count) never read q_lora_rank; the rest require it */
     snprintf(k, sizeof(k), "%s.vocab_size", hp->arch);
     if (kvfs_gguf_get_u32(g, k, &vocab)) {
@@ -266,7 +285,7 @@ static int load_ds2_attn(struct kvfs_model *m, int l, struct kvfs_layer_weights 
 {
     const struct kvfs_hparams *hp = &m->hp;
     char name[128];
-    int rc, q_rows = hp->n_head * hp->mla_k, nope = hp->mla_k - hp->rope_dim;
+    int rc, q_rows = hp->n_head * hp->mla_k, nope = hp->mla_k - hp->rope_dim, rank = hp->mla_rank + hp->mla_mha_rank;
 #define T(s) (snprintf(name, sizeof(name), "blk.%d.%s", l, s), name)
     /* the other form of Q than the one llama.cpp reads (it would refuse the file's tensor count) */
     if (kvfs_gguf_tensor(m->gguf, T(hp->q_lora > 0 ? "attn_q.weight" : "attn_q_a.weight")))
@@ -277,14 +296,18 @@ static int load_ds2_attn(struct kvfs_model *m, int l, struct kvfs_layer_weights 
           (rc = load_vec(m, T("attn_q_a_norm.weight"), hp->q_lora, 0, &L->q_a_norm, err, errlen)) ||
           (rc = load_weight(m, T("attn_q_b.weight"), q_rows, hp->q_lora, &L->wq_b, err, errlen)))) ||
         (hp->q_lora <= 0 && (rc = load_weight(m, T("attn_q.weight"), q_rows, hp->n_embd, &L->wq, err, errlen))) ||
-        (rc = load_weight(m, T("attn_kv_a_mqa.weight"), hp->mla_rank + hp->rope_dim, hp->n_embd, &L->wkv_a, err,
-                          errlen)) ||
-        (rc = load_vec(m, T("attn_kv_a_norm.weight"), hp->mla_rank, 0, &L->kv_a_norm, err, errlen)) ||
-        (rc = load_experts(m, T("attn_k_b.weight"), hp->n_head, hp->mla_rank, nope, &L->wk_b, err, errlen)) ||
-        (rc = load_experts(m, T("attn_v_b.weight"), hp->n_head, hp->mla_v, hp->mla_rank, &L->wv_b, err, errlen)))
+        (rc = load_weight(m, T("attn_kv_a_mqa.weight"), rank + hp->rope_dim, hp->n_embd, &L->wkv_a, err, errlen)) ||
+        (rc = load_vec(m, T("attn_kv_a_norm.weight"), rank, 0, &L->kv_a_norm, err, errlen)) ||
+        (hp->mla_rank &&
+         ((rc = load_experts(m, T("attn_k_b.weight"), hp->n_head, hp->mla_rank, nope, &L->wk_b, err, errlen)) ||
+          (rc = load_experts(m, T("attn_v_b.weight"), hp->n_head, hp->mla_v, hp->mla_rank, &L->wv_b, err, errlen)))) ||
+        (hp->mla_mha_rank && (rc = load_weight(m, T("attn_kv_b.weight"), hp->n_head * (nope + hp->mla_v), rank,
+                                               &L->wkv_b, err, errlen))))
         return rc;
-    static const char *lin[5] = {"attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight",
-                                 "attn_v_b.weight"};
+    const char *lin[5] = {"attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight",
+                          "attn_v_b.weight"};
+    if (hp->mla_mha_rank)
+        lin[3] = "attn_kv_b.weight";
     for (int k = 0; k < 5; k++)
         L->act_q_mla[k] = act_quant_type(m->gguf, T(lin[k]));
     if (hp->q_lora <= 0)
@@ -651,7 +674,7 @@ int kvfs_model_load(const char *path, const char *backend, int n_threads, struct
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->rope_dim = hp->head_dim;
     hp_u32(m->gguf, hp->arch, "rope.dimension_count", &hp->rope_dim, 0);
-    if (is_ds2) { /* the cached row: the rotated key part, then the latent (model.h) */
+    if (is_ds2 && hp->mla_rank) { /* the cached row: the rotated key part, then the latent (model.h) */
         hp->head_dim = hp->rope_dim + hp->mla_rank;
         hp->q_dim = hp->n_head * hp->head_dim;
         hp->attn_scale = 1.0f / sqrtf((float)hp->mla_k); /* llama.cpp's kq_scale without YaRN */
@@ -1069,6 +1092,7 @@ void kvfs_model_free(struct kvfs_model *m)
                 be->weight_free(c, L->wq_a);
                 be->weight_free(c, L->wq_b);
                 be->weight_free(c, L->wkv_a);
+                be->weight_free(c, L->wkv_b);
                 be->weight_free(c, L->sh_gate);
                 be->weight_free(c, L->sh_up);
                 be->weight_free(c, L->sh_down);

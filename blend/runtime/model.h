@@ -57,6 +57,13 @@ struct kvfs_hparams {
      * last); n_kv_head = 1, q_dim = n_head * head_dim (the absorbed
      * queries); attn_scale from mla_k = the decompressed key head */
     int mla_rank, mla_k, mla_v, q_lora; /* kv_lora_rank, key_length_mla, value_length_mla, q_lora_rank (0: none) */
+    /* deepseek2's unabsorbed form (older files: attn_kv_b, no
+     * key_length_mla): kv_lora_rank, mla_rank 0, and the cache llama.cpp
+     * keeps for it, per head K [rotated | nope] (kvfs's order; llama.cpp's
+     * [nope | rotated]) of head_dim = mla_k and V of mla_v = head_dim -
+     * rope_dim after rope_dim zeros (kvfs(5), KVFS_FLAG_V_NARROW);
+     * n_kv_head = n_head; 0 for every other model */
+    int mla_mha_rank;
     int n_dense_lead;                   /* leading layers with a dense FFN (deepseek2) */
     int n_ff_shexp;                     /* the shared experts' FFN width (n_ff_exp x their count); 0: none */
     int moe_sigmoid;                    /* gating by sigmoid, not softmax */
@@ -105,8 +112,12 @@ struct kvfs_layer_weights {
      * (wv_b[h] [mla_v][mla_rank]) decompressions; the shared experts'
      * SwiGLU; the routing's selection bias (host f32[n_expert]) */
     struct kvfs_weight *wq_a, *wq_b, *wkv_a, **wk_b, **wv_b, *sh_gate, *sh_up, *sh_down;
+    /* deepseek2's unabsorbed form (wk_b, wv_b NULL): the latent's
+     * decompression, per head nope K rows then mla_v V rows
+     * [n_head * (nope + mla_v)][mla_rank] */
+    struct kvfs_weight *wkv_b;
     float *q_a_norm, *kv_a_norm, *exp_probs_b;
-    int act_q_mla[5]; /* as act_q: wq_a, wq_b, wkv_a, wk_b, wv_b */
+    int act_q_mla[5]; /* as act_q: wq_a, wq_b, wkv_a, wk_b (the unabsorbed form: wkv_b), wv_b */
     int act_q_sh[3];  /* shared experts: gate, up, down */
     /* every family: this layer's head width and rotated dims (hp's but for
      * gemma4, whose local layers' heads are narrower), its RoPE frequency

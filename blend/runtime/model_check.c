@@ -108,12 +108,14 @@ static int tensor_known(const char *name, const char *arch, int n_layer)
         if (!strncmp(name + at, "ffn_", 4) && strcmp(name + at, "ffn_norm.weight"))
             return 0;
     }
-    if (!strcmp(arch, "deepseek2")) { /* llama.cpp's models/deepseek2.cpp, the absorbed MLA form (model.c checks
-                                       * which of Q's forms and which FFN each layer has) */
+    if (!strcmp(arch, "deepseek2")) { /* llama.cpp's models/deepseek2.cpp, either MLA form (ds2_check and
+                                       * model.c check which of Q's, the decompression's and the FFN's forms
+                                       * each layer has) */
         static const char *const ds2[] = {
             "attn_norm.weight",      "ffn_norm.weight",       "attn_q.weight",         "attn_q_a.weight",
             "attn_q_a_norm.weight",  "attn_q_b.weight",       "attn_kv_a_mqa.weight",  "attn_kv_a_norm.weight",
-            "attn_k_b.weight",       "attn_v_b.weight",       "attn_output.weight",    "ffn_gate.weight",
+            "attn_k_b.weight",       "attn_v_b.weight",       "attn_kv_b.weight",      "attn_output.weight",
+            "ffn_gate.weight",
             "ffn_up.weight",         "ffn_down.weight",       "ffn_gate_inp.weight",   "exp_probs_b.bias",
             "ffn_gate_exps.weight",  "ffn_up_exps.weight",    "ffn_down_exps.weight",  "ffn_gate_shexp.weight",
             "ffn_up_shexp.weight",   "ffn_down_shexp.weight"};
@@ -255,28 +257,53 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
 }
 
 /* deepseek2: what model.c's ds2_hparams and loader refuse, here too so
- * that kvfsctl info says it: the absorbed MLA form and its shapes, the
- * gating functions computed, each layer's FFN where llama.cpp reads it */
+ * that kvfsctl info says it: the MLA form's shapes (absorbed, or the
+ * unabsorbed attn_kv_b of older files) and its tensors, the gating
+ * functions computed, each layer's FFN where llama.cpp reads it */
 static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                      size_t errlen)
 {
     char key[160], name[64];
-    uint32_t v[7] = {0};
+    uint32_t v[8] = {0};
     static const char *const keys[] = {"attention.kv_lora_rank", "attention.key_length_mla",
                                        "attention.value_length_mla", "rope.dimension_count", "attention.key_length",
-                                       "attention.value_length", "attention.head_count_kv"};
-    for (int i = 0; i < 7; i++) {
+                                       "attention.value_length", "attention.head_count_kv", "attention.head_count"};
+    for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof(key), "%s.%s", arch, keys[i]);
         kvfs_gguf_get_u32(g, key, &v[i]);
     }
-    if (!v[0] || !v[1] || !v[2])
-        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2 needs %s.attention.kv_lora_rank, key_length_mla and "
-                         "value_length_mla > 0 (the unabsorbed form of older files, attn_kv_b, is not supported yet)",
-                         path, arch);
-    if (!v[3] || v[3] % 2 || v[1] <= v[3] || v[4] != v[0] + v[3] || v[5] != v[0] || v[6] != 1)
+    if (!v[0])
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s.attention.kv_lora_rank > 0", path, arch);
+    if (!v[1] != !v[2])
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 with only one of %s.attention.key_length_mla (%u) and "
+                         "value_length_mla (%u)", path, arch, v[1], v[2]);
+    int absorbed = v[1] != 0;
+    if (absorbed && (!v[3] || v[3] % 2 || v[1] <= v[3] || v[4] != v[0] + v[3] || v[5] != v[0] || v[6] != 1))
         return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %u, "
                          "rope.dimension_count %u, key_length %u, value_length %u, head_count_kv %u, key_length_mla "
                          "%u, value_length_mla %u)", path, v[0], v[3], v[4], v[5], v[6], v[1], v[2]);
+    if (!v[6])
+        v[6] = v[7]; /* llama.cpp's default */
+    if (!absorbed && (!v[3] || v[3] % 2 || v[4] <= v[3] || !v[5] || v[6] != v[7]))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's unabsorbed MLA shapes are inconsistent "
+                         "(rope.dimension_count %u, key_length %u, value_length %u, head_count_kv %u with %u heads)",
+                         path, v[3], v[4], v[5], v[6], v[7]);
+    if (!absorbed && v[5] != v[4] - v[3])
+        return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2's unabsorbed form with values of %u and keys of %u (%u "
+                         "rotated): kvfs's chunks hold values as wide as the keys' unrotated part (kvfs(5), "
+                         "V_NARROW)", path, v[5], v[4], v[3]);
+    /* the decompression llama.cpp's form reads, and not the other's (it
+     * would refuse the file's tensor count) */
+    for (int l = 0; l < n_layer; l++) {
+        static const char *const other[2][2] = {{"attn_k_b.weight", "attn_v_b.weight"}, {"attn_kv_b.weight", NULL}};
+        for (int i = 0; i < 2 && other[absorbed][i]; i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s", l, other[absorbed][i]);
+            if (kvfs_gguf_tensor(g, name))
+                return kvfs_errf(err, errlen, -ENOTSUP, "%s: tensor %s in a file of %s MLA form (%s.attention."
+                                 "key_length_mla %s): llama.cpp does not read it", path, name,
+                                 absorbed ? "the absorbed" : "the unabsorbed", arch, absorbed ? "set" : "absent");
+        }
+    }
     uint32_t gating = 0, lead = 0;
     snprintf(key, sizeof(key), "%s.expert_gating_func", arch);
     if (!kvfs_gguf_get_u32(g, key, &gating) && gating > 2)

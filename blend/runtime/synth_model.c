@@ -84,7 +84,9 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->n_embd);
     if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->n_head);
-    if (!gemma4 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"), ds2 ? 1u : (uint32_t)o->n_kv_head);
+    if (!gemma4 && !rc)
+        rc = kvfs_gguf_add_u32(w, KEY("attention.head_count_kv"),
+                               ds2 ? (o->mla_unabsorbed ? (uint32_t)o->n_head : 1u) : (uint32_t)o->n_kv_head);
     if (!rc) rc = kvfs_gguf_add_u32(w, KEY("context_length"), 4096);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("rope.freq_base"), o->rope_theta > 0 ? o->rope_theta : 10000.0f);
     if (!rc) rc = kvfs_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -115,10 +117,14 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("leading_dense_block_count"), 1);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.q_lora_rank"), (uint32_t)q_lora);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)kv_rank);
-    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)(kv_rank + n_rot));
-    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)kv_rank);
-    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length_mla"), (uint32_t)(nope + n_rot));
-    if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length_mla"), (uint32_t)v_mla);
+    /* the unabsorbed form: llama.cpp's head sizes are key_length and value_length */
+    int ds2_abs = ds2 && !o->mla_unabsorbed, ds2_mha = ds2 && o->mla_unabsorbed;
+    if (ds2_abs && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)(kv_rank + n_rot));
+    if (ds2_abs && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)kv_rank);
+    if (ds2_abs && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length_mla"), (uint32_t)(nope + n_rot));
+    if (ds2_abs && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length_mla"), (uint32_t)v_mla);
+    if (ds2_mha && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)(nope + n_rot));
+    if (ds2_mha && !rc) rc = kvfs_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)v_mla);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)n_rot);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_shared_count"), (uint32_t)n_shared);
     if (ds2 && !rc) rc = kvfs_gguf_add_u32(w, KEY("expert_gating_func"), o->mla_v3 ? 2u : 1u);
@@ -248,8 +254,12 @@ int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts 
             }
             if (!rc) rc = add_rand(w, T("attn_kv_a_mqa.weight"), o->n_embd, kv_rank + n_rot, 4.0f * sc * 8, 0, &s);
             if (!rc) rc = add_rand(w, T("attn_kv_a_norm.weight"), kv_rank, 1, 0.4f, 1.0f, &s);
-            if (!rc) rc = add_rand3(w, T("attn_k_b.weight"), nope, kv_rank, o->n_head, 0.5f, 0, &s);
-            if (!rc) rc = add_rand3(w, T("attn_v_b.weight"), kv_rank, v_mla, o->n_head, 0.5f, 0, &s);
+            if (o->mla_unabsorbed) { /* per head its nope K rows, then its V rows */
+                if (!rc) rc = add_rand(w, T("attn_kv_b.weight"), kv_rank, o->n_head * (nope + v_mla), 0.5f, 0, &s);
+            } else {
+                if (!rc) rc = add_rand3(w, T("attn_k_b.weight"), nope, kv_rank, o->n_head, 0.5f, 0, &s);
+                if (!rc) rc = add_rand3(w, T("attn_v_b.weight"), kv_rank, v_mla, o->n_head, 0.5f, 0, &s);
+            }
             qd = o->n_head * v_mla; /* attn_output's input */
         } else if (phi3) { /* fused: Q, K, V rows in one tensor; the gate's and up's rows in ffn_up */
             if (!rc) rc = add_rand(w, T("attn_qkv.weight"), o->n_embd, qd + 2 * kv, 4.0f * sc * 8, 0, &s);

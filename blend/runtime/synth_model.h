@@ -38,6 +38,9 @@ struct kvfs_synth_model_opts {
     /* llama, granite, mistral3: every optional bias llama.cpp's graph takes
      * (Q, K, V, the output projection, the FFN's gate, up and down) */
     int biases;
+    /* deepseek2: the unabsorbed form of older files (one attn_kv_b per
+     * layer, no key_length_mla: llama.cpp's MHA cache of nope + rope keys) */
+    int mla_unabsorbed;
 };
 /* Vocabulary: the 256 byte-level tokens plus <|endoftext|>, no merges. */
 int kvfs_synth_model_write(const char *path, const struct kvfs_synth_model_opts *o);

@@ -67,10 +67,22 @@ DS=$T/ds2.gguf
 "$KVFSCTL" mkmodel -o "$DS" --arch deepseek2 --layers 2 --embd 64 --heads 4 --seed 3
 check "kvfsctl info on a synthetic deepseek2: supported" sh -c \
     "'$KVFSCTL' info '$DS' > '$T/x' && grep -q '^supported: *yes' '$T/x'"
-MODEL=$DS refused "deepseek2's unabsorbed MLA (no key_length_mla)" "the unabsorbed form of older files, attn_kv_b" \
+MODEL=$DS refused "deepseek2 with key_length_mla but no value_length_mla" \
+    "deepseek2 with only one of deepseek2.attention.key_length_mla (0) and value_length_mla (8)" \
     --u32 deepseek2.attention.key_length_mla=0
-MODEL=$DS refused "deepseek2's attn_kv_b" "tensor blk.0.attn_kv_b.weight is not one kvfs's deepseek2 runtime" \
-    --tensor blk.0.attn_kv_b.weight=64
+MODEL=$DS refused "the absorbed form with an attn_kv_b too" \
+    "tensor blk.0.attn_kv_b.weight in a file of the absorbed MLA form" --tensor blk.0.attn_kv_b.weight=64
+# the unabsorbed form of older files (attn_kv_b, no key_length_mla), which loads
+DSK=$T/ds2kvb.gguf
+"$KVFSCTL" mkmodel -o "$DSK" --arch deepseek2 --mla-unabsorbed --layers 2 --embd 64 --heads 4 --seed 3
+check "kvfsctl info on a synthetic unabsorbed deepseek2: supported" sh -c \
+    "'$KVFSCTL' info '$DSK' > '$T/x' && grep -q '^supported: *yes' '$T/x'"
+MODEL=$DSK refused "the unabsorbed form with values wider than the keys' unrotated part" \
+    "kvfs's chunks hold values as wide as the keys' unrotated part" --u32 deepseek2.attention.value_length=12
+MODEL=$DSK refused "the unabsorbed form with fewer KV heads than heads" "deepseek2's unabsorbed MLA shapes are inconsistent" \
+    --u32 deepseek2.attention.head_count_kv=1
+MODEL=$DSK refused "the unabsorbed form with an attn_k_b too" \
+    "tensor blk.0.attn_k_b.weight in a file of the unabsorbed MLA form" --tensor blk.0.attn_k_b.weight=64
 MODEL=$DS refused "deepseek2 with several KV heads" "deepseek2's MLA shapes are inconsistent" \
     --u32 deepseek2.attention.head_count_kv=4
 MODEL=$DS refused "deepseek2 with expert groups that do not divide its experts" \

@@ -18,10 +18,12 @@ trap 'rm -rf "$T"' EXIT
 fails=0
 # ARCH@KIND: with RoPE scaling of that kind (factor 4), whose frequencies the chunk shift follows
 for arch in llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
-    llama@yarn gemma3@linear olmo2@yarn; do
+    deepseek2-kvb llama@yarn gemma3@linear olmo2@yarn; do
     M=$T/$arch.gguf
     base=${arch%@*} scaling=()
     [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
+    # deepseek2-kvb: the unabsorbed MLA form of older files (attn_kv_b; V_NARROW chunks)
+    [ "$base" = deepseek2-kvb ] && base=deepseek2 scaling=(--mla-unabsorbed)
     # gemma4: 6 layers, so that two of them read earlier layers' caches (shared KV)
     "$K" mkmodel -o "$M" --arch "$base" "${scaling[@]}" --layers $([ $base = gemma4 ] && echo 6 || echo 4) --embd 128 \
         --heads 4 --kv-heads 2 --ff 256 --seed 5

@@ -19,7 +19,7 @@ SCALED = ['llama@linear', 'llama@yarn', 'qwen2@yarn', 'gemma3@linear', 'gemma3@y
           'smollm3@yarn', 'mistral3@linear', 'phi3@linear', 'gemma4@yarn']
 ARCHES = sys.argv[1:] or ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'granite', 'smollm3', 'olmo2',
                           'phi3', 'mistral3', 'qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3',
-                          'llama-bias', 'granite-bias', 'mistral3-bias'] + SCALED
+                          'deepseek2-kvb', 'llama-bias', 'granite-bias', 'mistral3-bias'] + SCALED
 # ARCH-bias: with every optional bias llama.cpp's llama, granite and mistral3
 # read (Q, K, V, the output projection, the FFN's gate, up and down)
 # ARCH@KIND: the file with RoPE scaling (rope.scaling.type KIND, factor 4;
@@ -56,7 +56,7 @@ TYPES = [('F32', None), ('Q8_0', llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0), ('Q4_K_M', 
 # the mixture-of-experts families also with their experts in MXFP4 (the rest
 # Q8_0), as OpenAI ships gpt-oss
 MOE_TYPES = [('MXFP4', llama_cpp.LLAMA_FTYPE_MOSTLY_MXFP4_MOE)]
-MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3')
+MOE = ('qwen3moe', 'gpt-oss', 'deepseek2', 'deepseek2-v3', 'deepseek2-kvb')
 # every other weight type the runtime reads, written by llama.cpp's own
 # quantizer, on a family of each attention layout (GQA, per-head norms,
 # gemma's scaled and windowed layers, phi3's fused tensors and partial RoPE)
@@ -88,9 +88,10 @@ tmp = tempfile.mkdtemp(prefix='kvfs-synth-')
 fails = 0
 for ai, arch in enumerate(ARCHES):
     f32 = os.path.join(tmp, f'{arch}.gguf')
-    extra = ['--mla-v3'] if arch == 'deepseek2-v3' else ['--biases'] if arch.endswith('-bias') else []
+    extra = (['--mla-v3'] if arch == 'deepseek2-v3' else ['--mla-unabsorbed'] if arch == 'deepseek2-kvb' else
+             ['--biases'] if arch.endswith('-bias') else [])
     base, _, scaling = arch.partition('@')
-    base = base.replace('-v3', '').replace('-bias', '')
+    base = base.replace('-v3', '').replace('-kvb', '').replace('-bias', '')
     if scaling:
         extra += ['--rope-scaling', scaling, '--rope-factor', '4']
     # gemma4: 6 layers, so that its two shared-KV layers have a choice of source (2 and 3, not 0 and 1)

@@ -37,11 +37,13 @@ relerr() { "$KVFSCTL" compare "$1" "$2" | awk '{print ($4 > $8 ? $4 : $8)}' | tr
 Q='Q: why?'
 # ARCH@KIND: with RoPE scaling of that kind (factor 4)
 ARCHES=${ARCHES:-llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
-    llama@yarn gemma3@linear}
+    deepseek2-kvb llama@yarn gemma3@linear}
 for arch in $ARCHES; do
     MODEL=$T/$arch.gguf
     base=${arch%@*} scaling=()
     [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
+    # deepseek2-kvb: the unabsorbed MLA form of older files (attn_kv_b; V_NARROW chunks)
+    [ "$base" = deepseek2-kvb ] && base=deepseek2 scaling=(--mla-unabsorbed)
     "$KVFSCTL" mkmodel -o "$MODEL" --arch "$base" "${scaling[@]}" --layers $([ "$base" = gemma4 ] && echo 6 || echo 4) \
         --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5 > /dev/null || { fail "$arch: kvfsctl mkmodel"; continue; }
     w=$(window "$MODEL")

@@ -594,7 +594,7 @@ static void test_model(const char *arch, double tol)
 {
     char path[64], err[256], lab[64];
     snprintf(path, sizeof(path), "/tmp/kvfs-gpu-model.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {arch, 4, 256, 8, 2, 512, 10000.0f, 3, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {arch, 4, 256, 8, 2, 512, 10000.0f, 3, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *mc, *mg;
     CHECK_EQ(kvfs_model_load(path, "cpu", 0, &mc, err, sizeof(err)), 0);

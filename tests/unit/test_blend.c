@@ -210,7 +210,7 @@ static void check_sliding_window(void)
     char path[64], err[256];
     struct kvfs_model *saved = m;
     snprintf(path, sizeof(path), "/tmp/kvfs-blend-gemma.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {"gemma3", 4, 64, 4, 2, 128, 1e6f, 9, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {"gemma3", 4, 64, 4, 2, 128, 1e6f, 9, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);
     unlink(path);
@@ -341,7 +341,7 @@ static void check_gemma4(void)
     char path[64], err[256];
     struct kvfs_model *saved = m;
     snprintf(path, sizeof(path), "/tmp/kvfs-blend-gemma4.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);
     unlink(path);
@@ -459,7 +459,7 @@ int main(void)
 {
     char path[64], err[256];
     snprintf(path, sizeof(path), "/tmp/kvfs-blend-model.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {"llama", 4, 64, 4, 2, 128, 10000.0f, 5, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {"llama", 4, 64, 4, 2, 128, 10000.0f, 5, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);
     unlink(path);

@@ -158,6 +158,40 @@ static void test_v_from_k(void)
     kvfs_writer_free(&w);
 }
 
+/* V_NARROW chunks (deepseek2's unabsorbed form): K and V rows of one width,
+ * each V head after rope_dim zeros; refused with V_FROM_K or without any
+ * value dims; a reader that finds it with V_FROM_K says why */
+static void reseal(uint8_t *buf, uint32_t header_size);
+static void test_v_narrow(void)
+{
+    struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 4, .head_dim = 12, .rope_dim = 4, .rope_theta = 1e4f,
+                                  .arch = "deepseek2", .n_head = 4, .n_embd = 64};
+    uint32_t tok[5] = {1, 2, 3, 4, 5};
+    struct kvfs_writer w;
+    CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F16,
+                              KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_NARROW | KVFS_FLAG_V_FROM_K, 0, 5, tok), -EINVAL);
+    struct kvfs_fingerprint all_rot = fp;
+    all_rot.rope_dim = 12;
+    CHECK_EQ(kvfs_writer_init(&w, &all_rot, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_NARROW, 0, 5, tok),
+             -EINVAL);
+    CHECK_EQ(kvfs_writer_init(&w, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED | KVFS_FLAG_V_NARROW, 0, 5, tok), 0);
+    CHECK_EQ(kvfs_layer_bytes(&w.hdr, 0), 2ull * 5 * 48 * 2); /* K and V at one width */
+    CHECK_EQ(kvfs_writer_finish(&w), 0);
+    struct kvfs_header h;
+    char why[256];
+    CHECK_EQ(kvfs_file_verify(w.buf, w.size, &h, why, sizeof(why)), 0);
+    CHECK(h.flags & KVFS_FLAG_V_NARROW);
+    uint8_t *img = malloc(w.size);
+    CHECK(img != NULL);
+    memcpy(img, w.buf, w.size);
+    img[28] |= KVFS_FLAG_V_FROM_K;
+    reseal(img, h.header_size);
+    CHECK_EQ(kvfs_file_verify(img, w.size, &h, why, sizeof(why)), -EINVAL);
+    CHECK(strstr(why, "V_NARROW (flag 0x40) with V_FROM_K") != NULL);
+    free(img);
+    kvfs_writer_free(&w);
+}
+
 /* a header edited in place gets its checksum again (XXH3-64 with its own field zero) */
 static void reseal(uint8_t *buf, uint32_t header_size)
 {
@@ -265,10 +299,10 @@ static void test_layer_shapes(void)
         CHECK(strstr(why, "layer shape") != NULL);
         free(img);
     }
-    /* a reader of the version before knows bits 0..4 only: bit 5 is an unknown flag there, as 0x40 is here */
+    /* a reader of the version before knows bits 0..4 only: bit 5 is an unknown flag there, as 0x80 is here */
     uint8_t *img = malloc(w.size);
     memcpy(img, w.buf, w.size);
-    img[28] |= 0x40;
+    img[28] |= 0x80;
     reseal(img, h.header_size);
     CHECK_EQ(kvfs_file_verify(img, w.size, &h, why, sizeof(why)), -EINVAL);
     CHECK(strstr(why, "unknown flags") != NULL);
@@ -479,6 +513,7 @@ int main(void)
 {
     test_v_from_k();
     test_v_from_k_quantized();
+    test_v_narrow();
     test_layer_shapes();
     test_layer_shapes_quantized();
     struct kvfs_writer w;

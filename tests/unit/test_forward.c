@@ -101,7 +101,7 @@ static void check_batch_invariance(const char *arch, const char *path)
     enum { N = 900 };
     static const int splits[] = {256, 300, 513, 520, 600, 644};
     struct kvfs_synth_model_opts o = {arch, 2, 256, 4, 2, 512, !strcmp(arch, "gemma3") ? 1e6f : 10000.0f, 7,
-                                      0, 0, 0, 0, NULL, 0.0f, 0};
+                                      0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *m;
     char err[256];
@@ -348,7 +348,7 @@ static void check_model(const char *arch, const char *path)
 {
     int gemma = !strcmp(arch, "gemma3");
     /* gemma3: a global base apart from the local layers' 10000 */
-    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {arch, 3, 64, 4, 2, 128, gemma ? 1e6f : 10000.0f, 42, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     struct kvfs_model *m = load_synth(path, &o);
     char err[256];
     if (!m)
@@ -486,7 +486,7 @@ static void check_model(const char *arch, const char *path)
  * quantized dtypes are refused for it. */
 static void check_gemma4(const char *path)
 {
-    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts o = {"gemma4", 6, 64, 4, 2, 128, 1e6f, 42, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     struct kvfs_model *m = load_synth(path, &o);
     char err[256];
     if (!m)

@@ -184,7 +184,7 @@ static void test_auto_blend(void)
 {
     char path[64], err[256], dir[] = "/tmp/kvfs-loader-blend.XXXXXX";
     snprintf(path, sizeof(path), "/tmp/kvfs-loader-model.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts mo = {"llama", 8, 64, 4, 2, 128, 10000.0f, 7, 0, 0, 0, 0, NULL, 0.0f, 0};
+    struct kvfs_synth_model_opts mo = {"llama", 8, 64, 4, 2, 128, 10000.0f, 7, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     struct kvfs_model *m;
     CHECK_EQ(kvfs_synth_model_write(path, &mo), 0);
     CHECK_EQ(kvfs_model_load(path, "cpu", 2, &m, err, sizeof(err)), 0);

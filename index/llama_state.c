@@ -518,11 +518,18 @@ static int copy_layers(struct reader *r, struct kvfs_writer *w, const struct kvf
                     }
                 continue;
             }
-            if (narrow) { /* each head's value after the head's rotated dims (zero: the writer's) */
+            if (narrow && !trans) { /* each head's value after the head's rotated dims (zero: the writer's) */
+                for (uint32_t c = 0; c < n_cells; c++)
+                    for (size_t h = 0; h < heads; h++)
+                        memcpy(dst + ((size_t)row[c] * kv_dim + h * hd + fp->rope_dim) * ds,
+                               p + ((size_t)c * in_dim + h * vh) * ds, vh * ds);
+                continue;
+            }
+            if (narrow) { /* [dim][cell] -> [position][dim], the same places */
                 for (size_t j = 0; j < in_dim; j++)
                     for (uint32_t c = 0; c < n_cells; c++)
                         memcpy(dst + ((size_t)row[c] * kv_dim + j / vh * hd + fp->rope_dim + j % vh) * ds,
-                               p + (trans ? j * n_cells + c : (size_t)c * in_dim + j) * ds, ds);
+                               p + (j * n_cells + c) * ds, ds);
                 continue;
             }
             if (!trans) { /* cell c's row to its position's */

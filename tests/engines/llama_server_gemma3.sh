@@ -34,20 +34,13 @@ start() { # start DIR LOG ARGS...: a server saving into DIR
     for _ in $(seq 600); do healthy && break; sleep 0.1; done
 }
 stop() { kill "$SRV"; wait "$SRV" 2>/dev/null; }
-# near-tie rule: identical greedy ids, or the first difference within 0.25
-# nats in the run's own top log-probabilities
+# same ANSWER REFERENCE: near-tie rule (lib/near_tie.py): identical greedy
+# ids, or the first difference within 0.25 nats in the reference's own top
+# log-probabilities
 same() {
-    python3 -c '
-import json, sys
-got = [p["id"] for p in json.load(open(sys.argv[1]))["completion_probabilities"]]
-d = json.load(open(sys.argv[2])); want = [p["id"] for p in d["completion_probabilities"]]
-for i, (g, w) in enumerate(zip(got, want)):
-    if g != w:
-        top = {t["id"]: t["logprob"] for t in d["completion_probabilities"][i]["top_logprobs"]}
-        gap = top[w] - top[g] if g in top else float("inf")
-        print(f"{got} vs {want}: first difference at {i}, {gap:.3f} nats", "near-tie" if gap <= 0.25 else "FAIL")
-        sys.exit(0)
-print(f"{got} identical")' "$1" "$2"
+    local answer='[p["id"] for p in d["completion_probabilities"]]'
+    python3 "$KVFS_ROOT/tests/engines/lib/near_tie.py" --got "$(json "$answer" < "$1")" \
+        --want "$(json "$answer" < "$2")" --probs "$2" --probs-of want --tolerance 0.25
 }
 mount_kvfs a "model=$MODEL" || exit 1
 A=$T/a.mnt

@@ -53,17 +53,11 @@ near() {
     local ids
     ids=$(json '",".join(map(str, d["kvfs"]["prompt_tokens"]))' < "$1")
     curl -s "localhost:$EPORT/completion" -d "{\"prompt\": [$ids], \"n_predict\": 4, \"temperature\": 0, \"cache_prompt\": false, \"return_tokens\": true, \"n_probs\": 10, \"logit_bias\": $BAN}" > "$1.full"
-    python3 -c '
-import json, sys
-got = json.load(open(sys.argv[1]))["kvfs"]["tokens"]
-d = json.load(open(sys.argv[2])); want = d["tokens"]
-for i, (g, w) in enumerate(zip(got, want)):
-    if g != w:
-        top = {t["id"]: t["logprob"] for t in d["completion_probabilities"][i]["top_logprobs"]}
-        gap = top[w] - top[g] if g in top else float("inf")
-        print(f"{got} vs {want}: first difference at {i}, {gap:.3f} nats", "near-tie" if gap <= 0.25 else "FAIL")
-        sys.exit(0)
-print(got, "identical; llama-server computed", d["timings"]["prompt_n"])' "$1" "$1.full"
+    local v
+    v=$(python3 "$KVFS_ROOT/tests/engines/lib/near_tie.py" --got "$(json 'd["kvfs"]["tokens"]' < "$1")" \
+        --want "$(json 'd["tokens"]' < "$1.full")" --probs "$1.full" --probs-of want --tolerance 0.25)
+    case $v in *identical) v="$v; llama-server computed $(json 'd["timings"]["prompt_n"]' < "$1.full")" ;; esac
+    echo "$v"
 }
 
 # documents of a few hundred bytes (tokens) each: many times the window

@@ -14,6 +14,7 @@
 # other layer.
 # Skips (77) without a GPU; the quantized half without llama-quantize.
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../oracle/lib/arch_variant.sh"
 nvidia-smi -L >/dev/null 2>&1 || skip "no NVIDIA GPU"
 QUANTIZE=${LLAMA_QUANTIZE:-$BUILD/llama-cuda/bin/llama-quantize}
 python3 -c 'import random; random.seed(4); print(" ".join(str(random.randint(0, 256)) for _ in range(300)))' > "$T/ids300"
@@ -25,8 +26,8 @@ export KVFS_ALLOW_UNCHECKED=1
 # ARCH@KIND: with that RoPE scaling (factor 4): per-layer factors and YaRN's magnitude on the device
 for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 gemma4 \
     llama@yarn gemma3@linear; do
-    layers=4 base=${arch%@*} scaling=()
-    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
+    layers=4
+    arch_variant "$arch"
     [ "$base" = gemma4 ] && layers=6 # its two shared-KV layers then read layers 2 and 3, as in synth_arch
     "$KVFSCTL" mkmodel -o "$T/$arch.F32.gguf" --arch "$base" "${scaling[@]}" --layers $layers --embd 256 --heads 4 \
         --kv-heads 2 --ff 512 --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }

@@ -7,6 +7,7 @@
 # prefill; gemma4's chunks with their layer shapes, kvfs(5)).
 cd "$(dirname "$0")/../.." || exit 1
 export KVFS_ROOT=$PWD
+. tests/oracle/lib/arch_variant.sh
 python3 -c 'import llama_cpp' 2>/dev/null || tools/install-oracle.sh || true
 python3 -c 'import llama_cpp' 2>/dev/null || { echo "skip: SKIPPING ORACLE TEST: llama-cpp-python cannot be installed"; exit 77; }
 python3 tests/oracle/synth_arch_oracle.py || exit 1
@@ -16,14 +17,12 @@ K=${BUILD:-build}/kvfsctl
 T=$(mktemp -d "${TMPDIR:-/tmp}/kvfs-synth-blend.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fails=0
-# ARCH@KIND: with RoPE scaling of that kind (factor 4), whose frequencies the chunk shift follows
+# ARCH@KIND: with RoPE scaling of that kind (factor 4), whose frequencies the
+# chunk shift follows; deepseek2-kvb: MLA unabsorbed (arch_variant)
 for arch in llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
     deepseek2-kvb llama@yarn gemma3@linear olmo2@yarn; do
     M=$T/$arch.gguf
-    base=${arch%@*} scaling=()
-    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
-    # deepseek2-kvb: the unabsorbed MLA form of older files (attn_kv_b; V_NARROW chunks)
-    [ "$base" = deepseek2-kvb ] && base=deepseek2 scaling=(--mla-unabsorbed)
+    arch_variant "$arch"
     # gemma4: 6 layers, so that two of them read earlier layers' caches (shared KV)
     "$K" mkmodel -o "$M" --arch "$base" "${scaling[@]}" --layers $([ $base = gemma4 ] && echo 6 || echo 4) --embd 128 \
         --heads 4 --kv-heads 2 --ff 256 --seed 5

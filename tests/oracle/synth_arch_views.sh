@@ -16,6 +16,7 @@
 # their own (tests/integration/mla_mount.sh, llama_engine_gemma4.sh); they
 # run the same loop here.
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib/arch_variant.sh"
 python3 -c 'import llama_cpp' 2>/dev/null || "$KVFS_ROOT/tools/install-oracle.sh" || true
 python3 -c 'import llama_cpp' 2>/dev/null || skip "SKIPPING ORACLE TEST: llama-cpp-python cannot be installed"
 PY="python3 $KVFS_ROOT/tests/oracle"
@@ -35,15 +36,13 @@ EOF
 # max relative K/V error of two chunks of one prompt (kvfsctl compare)
 relerr() { "$KVFSCTL" compare "$1" "$2" | awk '{print ($4 > $8 ? $4 : $8)}' | tr -d ';'; }
 Q='Q: why?'
-# ARCH@KIND: with RoPE scaling of that kind (factor 4)
+# ARCH@KIND: with RoPE scaling of that kind (factor 4); deepseek2-kvb: MLA
+# unabsorbed (arch_variant)
 ARCHES=${ARCHES:-llama qwen2 qwen3 gemma2 gemma3 gemma4 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 \
     deepseek2-kvb llama@yarn gemma3@linear}
 for arch in $ARCHES; do
     MODEL=$T/$arch.gguf
-    base=${arch%@*} scaling=()
-    [ "$base" != "$arch" ] && scaling=(--rope-scaling "${arch#*@}" --rope-factor 4)
-    # deepseek2-kvb: the unabsorbed MLA form of older files (attn_kv_b; V_NARROW chunks)
-    [ "$base" = deepseek2-kvb ] && base=deepseek2 scaling=(--mla-unabsorbed)
+    arch_variant "$arch"
     "$KVFSCTL" mkmodel -o "$MODEL" --arch "$base" "${scaling[@]}" --layers $([ "$base" = gemma4 ] && echo 6 || echo 4) \
         --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5 > /dev/null || { fail "$arch: kvfsctl mkmodel"; continue; }
     w=$(window "$MODEL")

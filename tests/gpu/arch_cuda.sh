@@ -25,7 +25,7 @@ cut -d' ' -f1-5 "$T/ids300" > "$T/ids5"
 export KVFS_ALLOW_UNCHECKED=1
 # ARCH@KIND: with that RoPE scaling (factor 4): per-layer factors and YaRN's magnitude on the device
 for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 qwen3moe gpt-oss deepseek2 gemma4 \
-    llama@yarn gemma3@linear; do
+    deepseek2-kvb llama@yarn gemma3@linear; do
     layers=4
     arch_variant "$arch"
     [ "$base" = gemma4 ] && layers=6 # its two shared-KV layers then read layers 2 and 3, as in synth_arch
@@ -33,7 +33,7 @@ for arch in llama qwen2 qwen3 gemma2 gemma3 granite smollm3 olmo2 phi3 mistral3 
         --kv-heads 2 --ff 512 --seed 9 > /dev/null || { check "kvfsctl mkmodel --arch $arch" false; continue; }
     types=F32
     quants=Q4_K_M
-    case $arch in qwen3moe | gpt-oss | deepseek2) quants="Q4_K_M MXFP4_MOE" ;; esac
+    case $arch in qwen3moe | gpt-oss | deepseek2 | deepseek2-kvb) quants="Q4_K_M MXFP4_MOE" ;; esac
     for q in $quants; do
         if [ -x "$QUANTIZE" ] && "$QUANTIZE" "$T/$arch.F32.gguf" "$T/$arch.$q.gguf" "$q" > "$T/q.log" 2>&1; then
             types="$types $q"

@@ -380,7 +380,7 @@ void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
 static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvfs_remote_entry *e)
 {
     uint64_t size = 0;
-    int rc = remote_index_remove(io, e->model, e->hash, &size);
+    int rc = remote_index_remove(io, e->model, e->hash, &size, r->chg_keep);
     if (rc == -ENOENT)
         return 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
     if (rc < 0)
@@ -573,6 +573,7 @@ int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **o
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->capacity = o->capacity;
     r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
+    r->chg_keep = o->changes < 0 ? 0 : o->changes > 0 ? o->changes : KVFS_REMOTE_CHG_KEEP;
     remote_cookie_init(r);
     int rc;
     if (!r->pool || !r->id || !r->ns || (o->ceph_conf && !r->conf) || (o->keyring && !r->keyring))

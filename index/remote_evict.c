@@ -629,26 +629,12 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
         return -EHOSTDOWN;
     if (strlen(hash) != KVFS_HASH_HEX_LEN || !hex64(hash))
         return -EINVAL;
-    char model[17] = "", idx[64], pkey[KVFS_HASH_HEX_LEN + 3];
+    char model[17] = "";
     int rc = rados_getxattr(io, hash, "kvfs.model", model, sizeof(model) - 1);
     if (rc < 0)
         return rc == -ENODATA ? -ENOENT : rc;
     model[rc] = 0;
-    snprintf(idx, sizeof(idx), "kvfs.model.%s", model);
-    snprintf(pkey, sizeof(pkey), "%s.p", hash);
-    const char *keys[1] = {pkey}, *vals[1] = {"1"};
-    size_t lens[1] = {1};
-    int prval = 0;
-    rados_write_op_t op = rados_create_write_op();
-    /* only while the index lists it: a pin never outlives an eviction */
-    rados_write_op_omap_cmp(op, hash, LIBRADOS_CMPXATTR_OP_GT, "", 0, &prval);
-    if (pin)
-        rados_write_op_omap_set(op, keys, vals, lens, 1);
-    else
-        rados_write_op_omap_rm_keys(op, keys, 1);
-    rc = rados_write_op_operate(op, io, idx, NULL, 0);
-    rados_release_write_op(op);
-    return rc == -ECANCELED ? -ENOENT : rc;
+    return remote_index_pin(io, model, hash, pin, r->chg_keep);
 }
 
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,

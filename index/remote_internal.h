@@ -35,6 +35,7 @@ struct kvfs_remote {
     double listed_full_at;            /* last refresh that read every model index */
     uint64_t list_models_read, list_models_skipped; /* model indexes a refresh read whole, or skipped (unchanged) */
     uint64_t list_models_logged, list_changes;      /* ... or brought up to date from their change logs, changes applied */
+    double list_took_s;               /* the last refresh's duration */
     int chg_keep;                     /* changes each index's log keeps (remote_usage.h); 0: none written */
     sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
                                        * separate from the queue so a refresh never shares its transaction */

@@ -25,7 +25,8 @@ int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
         sqlite3_exec(r->lw,
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                      "CREATE TABLE IF NOT EXISTS known(hash TEXT PRIMARY KEY, model TEXT, tokens INTEGER,"
-                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER, osize INTEGER);"
+                     " size INTEGER, layers INTEGER, arch TEXT, seen_ns INTEGER, osize INTEGER,"
+                     " pinned INTEGER DEFAULT 0);"
                      /* each model index's generation as last read (remote_usage.h), its bytes and pins */
                      "CREATE TABLE IF NOT EXISTS model_gen(model TEXT PRIMARY KEY, gen TEXT, usage INTEGER,"
                      " pinned INTEGER);",
@@ -34,10 +35,11 @@ int remote_listing_open(struct kvfs_remote *r, char *err, size_t errlen)
         return kvfs_errf(err, errlen, -EIO, "cannot open the remote listing %s", path);
     sqlite3_busy_timeout(r->lw, 2000);
     sqlite3_busy_timeout(r->lr, 2000);
-    /* a listing of a kvfs before the change log: the column its changes need
-     * (an error when it is there already); the mount's first refresh reads
-     * every index whole and fills it */
+    /* a listing of a kvfs before the change log: the columns its changes
+     * need (errors when they are there already); the mount's first refresh
+     * reads every index whole and fills them */
     sqlite3_exec(r->lw, "ALTER TABLE known ADD COLUMN osize INTEGER", NULL, NULL, NULL);
+    sqlite3_exec(r->lw, "ALTER TABLE known ADD COLUMN pinned INTEGER DEFAULT 0", NULL, NULL, NULL);
     if (r->list_refresh_s <= 0) /* listing off: show only this host's chunks, not an old listing */
         sqlite3_exec(r->lw, "DELETE FROM known; DELETE FROM model_gen;", NULL, NULL, NULL);
     return 0;
@@ -129,7 +131,7 @@ long remote_list_model(rados_ioctx_t io, const char *model_id, int (*cb)(void *c
 }
 
 struct refresh_ctx {
-    sqlite3_stmt *ins;
+    sqlite3_stmt *ins, *pin; /* pin: a listed chunk's pin set */
     char (*models)[32];
     int n_models;
     int64_t now_ns; /* the listing's time stamp for what it lists */
@@ -169,8 +171,12 @@ static int insert_known(void *ctx, const struct kvfs_chunk_info *c)
 static int refresh_entry(void *ctx, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct refresh_ctx *rc = ctx;
-    if (klen == KVFS_HASH_HEX_LEN + 2 && !memcmp(key + KVFS_HASH_HEX_LEN, ".p", 2))
+    if (klen == KVFS_HASH_HEX_LEN + 2 && !memcmp(key + KVFS_HASH_HEX_LEN, ".p", 2)) {
         rc->pinned++;
+        sqlite3_bind_text(rc->pin, 1, key, KVFS_HASH_HEX_LEN, SQLITE_TRANSIENT); /* its entry came just before */
+        sqlite3_step(rc->pin);
+        sqlite3_reset(rc->pin);
+    }
     if (klen >= 5 && !memcmp(key, "kvfs.", 5))
         return 1; /* past every hex key: the change log, counter, generation */
     if (klen != KVFS_HASH_HEX_LEN)
@@ -224,51 +230,68 @@ static int gen_number(const char *gen, uint64_t *g)
     return *end == 0;
 }
 
-/* An entry's object bytes as the listing has them (0: not listed), and the
- * listing's row replaced by the change's entry or removed. */
-static int apply_change(struct kvfs_remote *r, struct refresh_ctx *rc, const char *val, size_t vlen, int64_t *delta)
+struct change_read {
+    uint64_t next, upto; /* the generation expected next, the last one wanted */
+    int gap;
+    uint64_t applied;
+    int64_t delta, pins; /* the bytes they added, less those they removed; pins set less pins cleared */
+};
+
+/* One change, "+ <hash> <entry>", "- <hash>", "p <hash>" or "u <hash>",
+ * made to the listing's row (set, removed, pinned, unpinned), the bytes and
+ * pins it moves counted from the row as it was: a change applied again
+ * moves nothing.  -EINVAL: not one this kvfs reads. */
+static int apply_change(struct kvfs_remote *r, struct refresh_ctx *rc, const char *val, size_t vlen,
+                        struct change_read *cr)
 {
     char hash[KVFS_HASH_HEX_LEN + 1];
     sqlite3_stmt *st;
     uint64_t was = 0;
-    int add = vlen > 0 && val[0] == '+';
-    if (vlen < 2 + KVFS_HASH_HEX_LEN || (val[0] != '+' && val[0] != '-') || val[1] != ' ')
+    int was_pinned = 0, listed = 0;
+    if (vlen < 2 + KVFS_HASH_HEX_LEN || !strchr("+-pu", val[0]) || val[1] != ' ')
         return -EINVAL;
     memcpy(hash, val + 2, KVFS_HASH_HEX_LEN);
     hash[KVFS_HASH_HEX_LEN] = 0;
-    if (sqlite3_prepare_v2(r->lw, "SELECT osize FROM known WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(r->lw, "SELECT osize, pinned FROM known WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
         return -EIO;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) == SQLITE_ROW)
+    if (sqlite3_step(st) == SQLITE_ROW) {
         was = (uint64_t)sqlite3_column_int64(st, 0);
+        was_pinned = sqlite3_column_int(st, 1) != 0;
+        listed = 1;
+    }
     sqlite3_finalize(st);
-    if (add) {
+    switch (val[0]) {
+    case '+': {
         struct kvfs_chunk_info c;
         const char *entry = val + 2 + KVFS_HASH_HEX_LEN + 1;
         size_t elen = vlen > 3 + KVFS_HASH_HEX_LEN ? vlen - 3 - KVFS_HASH_HEX_LEN : 0;
         if (parse_entry(hash, rc->model, entry, elen, &c))
             return -EINVAL;
         rc->osize = remote_entry_osize(entry, elen);
-        *delta = (int64_t)rc->osize - (int64_t)was;
-        return insert_known(rc, &c);
+        cr->delta += (int64_t)rc->osize - (int64_t)was;
+        return insert_known(rc, &c); /* a pin stays (the upsert keeps its column) */
     }
-    *delta = -(int64_t)was;
-    return exec_model(r, "DELETE FROM known WHERE hash = ?", hash, NULL, 0, 0); /* (binds the hash as ?1) */
+    case '-':
+        cr->delta -= (int64_t)was;
+        cr->pins -= was_pinned;
+        return exec_model(r, "DELETE FROM known WHERE hash = ?", hash, NULL, 0, 0); /* (binds the hash as ?1) */
+    default:
+        if (!listed || was_pinned == (val[0] == 'p'))
+            return 0;
+        cr->pins += val[0] == 'p' ? 1 : -1;
+        return exec_model(r, val[0] == 'p' ? "UPDATE known SET pinned = 1 WHERE hash = ?"
+                                           : "UPDATE known SET pinned = 0 WHERE hash = ?", hash, NULL, 0, 0);
+    }
 }
-
-struct change_read {
-    uint64_t next, upto; /* the generation expected next, the last one wanted */
-    int gap;
-    uint64_t applied;
-    int64_t delta; /* the bytes they added, less those they removed */
-};
 
 /* The model's changes after generation `from` up to `upto` (its generation
  * when read) applied to the listing, in order, in pages of 1000 keys from
- * the change log (remote_usage.h).  Each change sets or removes one entry,
- * so one the listing's last full read already saw is applied again without
- * harm.  1 when applied, 0 when the log lacks one of them (trimmed away, or
- * a writer kept none): the caller reads the index whole; or -errno. */
+ * the change log (remote_usage.h).  Each change sets, removes, pins or
+ * unpins one entry, so one the listing's last full read already saw is
+ * applied again without harm.  1 when applied, 0 when the log lacks one of
+ * them (trimmed away, or a writer kept none): the caller reads the index
+ * whole; or -errno. */
 static int apply_change_log(struct kvfs_remote *r, rados_ioctx_t io, struct refresh_ctx *rc, uint64_t from,
                             uint64_t upto, struct change_read *cr)
 {
@@ -301,13 +324,11 @@ static int apply_change_log(struct kvfs_remote *r, rados_ioctx_t io, struct refr
             }
             memcpy(after, key, klen);
             after[klen] = 0;
-            int64_t d = 0;
-            if ((err = apply_change(r, rc, val, vlen, &d)) == -EINVAL) {
+            if ((err = apply_change(r, rc, val, vlen, cr)) == -EINVAL) {
                 cr->gap = 1; /* a change this kvfs cannot read: the index whole instead */
                 err = 0;
                 break;
             }
-            cr->delta += d;
             cr->applied++;
             cr->next++;
         }
@@ -340,8 +361,9 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
 {
     char models[256][32];
     struct timespec ts;
+    double started = remote_now_s();
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct refresh_ctx rc = {NULL, models, 0, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, NULL, 0, 0, 0};
+    struct refresh_ctx rc = {.models = models, .now_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec};
     long n = remote_omap_each(io, "kvfs.models", refresh_model_key, &rc);
     if (n < 0)
         return (int)n;
@@ -349,9 +371,15 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     pthread_mutex_lock(&r->lock);
     int full = r->listed_full_at == 0 || remote_now_s() - r->listed_full_at >= LIST_FULL_S;
     pthread_mutex_unlock(&r->lock);
-    if (sqlite3_prepare_v2(r->lw, "INSERT OR REPLACE INTO known(hash, model, tokens, size, layers, arch, seen_ns, "
-                                 "osize) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", -1, &rc.ins, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(r->lw, "INSERT INTO known(hash, model, tokens, size, layers, arch, seen_ns, osize) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(hash) DO UPDATE SET model = "
+                                 "excluded.model, tokens = excluded.tokens, size = excluded.size, layers = "
+                                 "excluded.layers, arch = excluded.arch, seen_ns = excluded.seen_ns, osize = "
+                                 "excluded.osize", -1, &rc.ins, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(r->lw, "UPDATE known SET pinned = 1 WHERE hash = ?", -1, &rc.pin, NULL) != SQLITE_OK) {
+        sqlite3_finalize(rc.ins);
         return -EIO;
+    }
     sqlite3_exec(r->lw, full ? "BEGIN; DELETE FROM known; DELETE FROM model_gen;" : "BEGIN", NULL, NULL, NULL);
     int err = 0;
     uint64_t usage = 0, pinned = 0, n_read = 0, n_skipped = 0, n_logged = 0, n_changes = 0;
@@ -372,8 +400,7 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
         }
         rc.model = models[i];
         if (seen && c.gen[0] && gen_number(was, &from) && gen_number(c.gen, &upto) && upto > from) {
-            /* only what changed since, when the log still has it all (pins
-             * move no generation: their count stays as last read) */
+            /* only what changed since, when the log still has it all */
             struct change_read cr;
             int got = apply_change_log(r, io, &rc, from, upto, &cr);
             if (got < 0) {
@@ -381,8 +408,9 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
                 break;
             }
             if (got == 1) {
-                int64_t mu2 = (int64_t)mu + cr.delta;
+                int64_t mu2 = (int64_t)mu + cr.delta, mp2 = (int64_t)mp + cr.pins;
                 mu = mu2 < 0 ? 0 : (uint64_t)mu2;
+                mp = mp2 < 0 ? 0 : (uint64_t)mp2;
                 if ((err = exec_model(r, "INSERT OR REPLACE INTO model_gen VALUES (?, ?, ?, ?)", models[i], c.gen,
                                       mu, mp)))
                     break;
@@ -408,6 +436,7 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
         n_read++;
     }
     sqlite3_finalize(rc.ins);
+    sqlite3_finalize(rc.pin);
     if (err) { /* keep the previous listing */
         sqlite3_exec(r->lw, "ROLLBACK", NULL, NULL, NULL);
         return err;
@@ -431,6 +460,7 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     r->list_models_skipped += n_skipped;
     r->list_models_logged += n_logged;
     r->list_changes += n_changes;
+    r->list_took_s = remote_now_s() - started;
     pthread_mutex_unlock(&r->lock);
     return 0;
 }

@@ -230,6 +230,49 @@ int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, u
     return -EBUSY;
 }
 
+int remote_index_pin(rados_ioctx_t io, const char *model, const char *hash, int pin, int keep)
+{
+    char oid[KVFS_REMOTE_OID_MAX], pkey[KVFS_HASH_HEX_LEN + 3], gen[24], ckey[KVFS_REMOTE_CHG_KEY_MAX],
+        change[KVFS_HASH_HEX_LEN + 3];
+    size_t clen = (size_t)snprintf(change, sizeof(change), "%c %.64s", pin ? 'p' : 'u', hash);
+    kvfs_remote_index_oid(model, oid);
+    snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
+    for (int tries = 0; tries < CAS_TRIES; tries++) {
+        struct index_state s;
+        int rc = index_state_read(io, model, hash, &s), prval = 0, listed_prval = 0;
+        if (rc < 0)
+            return rc;
+        if (!s.exists || !s.listed)
+            return -ENOENT;
+        if (s.pinned == !!pin)
+            return 0; /* as asked already: nothing written, no generation */
+        uint64_t g;
+        const char *keys[3] = {KVFS_REMOTE_GEN_KEY, ckey, pkey}, *vals[3] = {gen, change, "1"};
+        size_t lens[3] = {next_gen(&s.c, gen, &g), clen, 1}, n = 1;
+        rados_write_op_t op = rados_create_write_op();
+        cas_guard(op, &s, &prval);
+        /* only while the index lists it (a removal by a kvfs without
+         * generations moves none): a pin never outlives an eviction */
+        rados_write_op_omap_cmp(op, hash, LIBRADOS_CMPXATTR_OP_GT, "", 0, &listed_prval);
+        if (chg_log(op, g, keep, ckey))
+            n++;
+        else
+            keys[1] = pkey, vals[1] = "1", lens[1] = 1;
+        if (pin)
+            n++;
+        else {
+            const char *rm[1] = {pkey};
+            rados_write_op_omap_rm_keys(op, rm, 1);
+        }
+        rados_write_op_omap_set(op, keys, vals, lens, n);
+        rc = rados_write_op_operate(op, io, oid, NULL, 0);
+        rados_release_write_op(op);
+        if (rc != -ECANCELED)
+            return rc;
+    }
+    return -EBUSY;
+}
+
 int remote_usage_reconcile(rados_ioctx_t io, const char *model, const struct remote_counter *before,
                            uint64_t counted)
 {

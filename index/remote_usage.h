@@ -15,7 +15,8 @@
  * The change log: the same write also sets "kvfs.chg.<generation as 16 hex
  * digits>" to what it changed, "+ <hash> <entry>" (added or replaced) or
  * "- <hash>" (removed), and removes the key of the generation `keep` before
- * it, so an index holds its last `keep` changes (at most the largest `keep`
+ * it ("p <hash>" and "u <hash>": pinned, unpinned; pins move the
+ * generation too), so an index holds its last `keep` changes (at most the largest `keep`
  * any writer used).  A listing that read generation G reads only the keys
  * after G (remote_listing.c) and reads the index whole when one between is
  * missing (trimmed, or written by a kvfs without the log).  Readers of an
@@ -61,6 +62,10 @@ int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, cons
  * (*size: the entry's object bytes), -EBUSY (pinned), -ENOENT (the index
  * does not list it) or -errno. */
 int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, uint64_t *size, int keep);
+/* Pin (pin 1) or unpin a chunk the index lists, the generation moved and
+ * the change logged in the same operation (so listings follow pins).  0
+ * (also when it was so already), -ENOENT (not listed) or -errno. */
+int remote_index_pin(rados_ioctx_t io, const char *model, const char *hash, int pin, int keep);
 /* After a full read counted `counted` bytes in the model's index, where
  * `before` was read just before it: set the counter, unless a write moved
  * it meanwhile (then that write's own count stands; the next read checks

@@ -4,7 +4,8 @@
 # its listing every second.  B's listing shows A's new chunk once and drops
 # the evicted one by reading only the index's change keys after the
 # generation it had (remote.listing_models_logged and listing_changes move,
-# listing_models_read, B's whole-index reads, does not); its usage follows.
+# listing_models_read, B's whole-index reads, does not); its usage follows,
+# and so does its count of pins when A pins a chunk.
 # A's log keeps its last 4 changes (remote_changes=4): with B stopped
 # (SIGSTOP) while A makes 6, the change B needs next is trimmed away and B
 # reads the index whole once; so it does after a write of a host that keeps
@@ -60,6 +61,15 @@ check "... from the change log: whole reads $full0 -> $full1, from the log $logg
     test "$full1 $((logged1 > logged0)) $((changes1 - changes0))" = "$full0 1 2"
 check "... B's usage $(remote "$B" 'r["usage"]') is the index's counter $(counters)" test "$(remote "$B" 'r["usage"]')" = "$(counters)"
 check "the index's log holds its change keys" test "$(rl listomapkeys "kvfs.model.$M" | grep -c '^kvfs\.chg\.')" = 4
+
+# a pin is a change too: B counts it without reading the index whole
+check "A pins the third" "$KVFSCTL" remote pin "$A" "${h[3]}"
+check "B's stats count the pin" \
+    sh -c "for i in \$(seq 50); do [ \"\$(python3 -c \"import json; print(json.load(open('$B/.kvfs/stats'))['remote']['pinned'])\")\" = 1 ] && exit 0; sleep 0.1; done; exit 1"
+read -r full1b logged1b changes1b <<< "$(remote "$B" 'r["listing_models_read"], r["listing_models_logged"], r["listing_changes"]')"
+check "... from the change log: whole reads $full1 -> $full1b, changes applied $changes1 -> $changes1b" \
+    test "$full1b $((changes1b - changes1))" = "$full1 1"
+full1=$full1b; logged1=$logged1b
 
 # B stopped while A makes six changes: the log keeps 4, B's next is gone
 kill -STOP "$BPID"

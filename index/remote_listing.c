@@ -235,6 +235,7 @@ struct change_read {
     int gap;
     uint64_t applied;
     int64_t delta, pins; /* the bytes they added, less those they removed; pins set less pins cleared */
+    int64_t rows;        /* rows they added, less those they removed */
 };
 
 /* One change, "+ <hash> <entry>", "- <hash>", "p <hash>" or "u <hash>",
@@ -270,11 +271,13 @@ static int apply_change(struct kvfs_remote *r, struct refresh_ctx *rc, const cha
             return -EINVAL;
         rc->osize = remote_entry_osize(entry, elen);
         cr->delta += (int64_t)rc->osize - (int64_t)was;
+        cr->rows += !listed;
         return insert_known(rc, &c); /* a pin stays (the upsert keeps its column) */
     }
     case '-':
         cr->delta -= (int64_t)was;
         cr->pins -= was_pinned;
+        cr->rows -= listed;
         return exec_model(r, "DELETE FROM known WHERE hash = ?", hash, NULL, 0, 0); /* (binds the hash as ?1) */
     default:
         if (!listed || was_pinned == (val[0] == 'p'))
@@ -383,6 +386,7 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
     sqlite3_exec(r->lw, full ? "BEGIN; DELETE FROM known; DELETE FROM model_gen;" : "BEGIN", NULL, NULL, NULL);
     int err = 0;
     uint64_t usage = 0, pinned = 0, n_read = 0, n_skipped = 0, n_logged = 0, n_changes = 0;
+    int64_t rows_logged = 0; /* rows the logs added, less those they removed */
     for (int i = 0; i < rc.n_models && !err; i++) {
         char oid[64], was[24];
         struct remote_counter c;
@@ -418,6 +422,7 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
                 pinned += mp;
                 n_logged++;
                 n_changes += cr.applied;
+                rows_logged += cr.rows;
                 continue;
             }
         }
@@ -442,15 +447,19 @@ int remote_refresh_listing(struct kvfs_remote *r, rados_ioctx_t io)
         return err;
     }
     sqlite3_exec(r->lw, "COMMIT", NULL, NULL, NULL);
-    uint64_t known = 0;
+    /* counted when an index was read whole; else the logs' rows moved the
+     * count (a COUNT(*) reads every row: most of a logged refresh at 10^6) */
+    int64_t known = -1;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(r->lw, "SELECT COUNT(*) FROM known", -1, &st, NULL) == SQLITE_OK) {
+    if (n_read && sqlite3_prepare_v2(r->lw, "SELECT COUNT(*) FROM known", -1, &st, NULL) == SQLITE_OK) {
         if (sqlite3_step(st) == SQLITE_ROW)
-            known = (uint64_t)sqlite3_column_int64(st, 0);
+            known = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
     pthread_mutex_lock(&r->lock);
-    r->known = known;
+    if (known < 0)
+        known = (int64_t)r->known + rows_logged;
+    r->known = known < 0 ? 0 : (uint64_t)known;
     r->usage = usage;
     r->n_pinned = pinned;
     r->listed_at = remote_now_s();

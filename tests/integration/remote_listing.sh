@@ -59,7 +59,8 @@ check "B's listing then shows the fourth once and not the first" lists_exactly "
 read -r full1 logged1 changes1 <<< "$(remote "$B" 'r["listing_models_read"], r["listing_models_logged"], r["listing_changes"]')"
 check "... from the change log: whole reads $full0 -> $full1, from the log $logged0 -> $logged1, changes applied $changes0 -> $changes1" \
     test "$full1 $((logged1 > logged0)) $((changes1 - changes0))" = "$full0 1 2"
-check "... B's usage $(remote "$B" 'r["usage"]') is the index's counter $(counters)" test "$(remote "$B" 'r["usage"]')" = "$(counters)"
+check "... B's usage $(remote "$B" 'r["usage"]') is the index's counter $(counters), its count of chunks $(remote "$B" 'r["listed"]')" \
+    test "$(remote "$B" 'r["usage"], r["listed"]')" = "$(counters) 3"
 check "the index's log holds its change keys" test "$(rl listomapkeys "kvfs.model.$M" | grep -c '^kvfs\.chg\.')" = 4
 
 # a pin is a change too: B counts it without reading the index whole

@@ -41,7 +41,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("sim_read_bw=%s", sim_read_bw), OPT("blend_jobs=%d", blend_jobs), OPT("blend_cache=%s", blend_cache),
     OPT("rados=%s", rados_pool),    OPT("ceph_conf=%s", ceph_conf), OPT("rados_id=%s", rados_id),
     OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
-    OPT("rados_timeout=%d", rados_timeout), OPT("remote_lease=%d", remote_lease),
+    OPT("rados_timeout=%d", rados_timeout), OPT("remote_lease=%d", remote_lease), OPT("remote_changes=%d", remote_changes),
     OPT("remote_list=%d", remote_list), OPT("remote_capacity=%s", remote_capacity), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
@@ -75,6 +75,8 @@ static void usage(const char *prog)
            "                     the pool's max_bytes quota less a sixteenth; none: unbounded\n"
            "  remote_lease=S     a claim's lease in RADOS lapses S seconds after its holder\n"
            "                     stops renewing it (a crash; default 30)\n"
+           "  remote_changes=N   each model index logs its last N changes, so other hosts'\n"
+           "                     listings read only those (default 1024; -1: no log)\n"
            "  passthrough=MODE   auto (default), on or off: the kernel reads chunks and blend\n"
            "                     results itself (FUSE passthrough, libfuse >= 3.17)\n"
            "  kv_quant=Q         q8, q4, q4s or none (default): store chunks the mount names itself\n"
@@ -412,7 +414,8 @@ static int open_remote(struct kvfs_mount *m, struct kvfs_remote **out)
     struct kvfs_remote_opts ro = {.pool = m->opts.rados_pool, .ceph_conf = m->opts.ceph_conf,
                                   .rados_id = m->opts.rados_id, .keyring = m->opts.rados_keyring,
                                   .ns = m->opts.rados_ns, .timeout_s = m->opts.rados_timeout,
-                                  .list_refresh_s = m->opts.remote_list, .lease_s = m->opts.remote_lease};
+                                  .list_refresh_s = m->opts.remote_list, .lease_s = m->opts.remote_lease,
+                                  .changes = m->opts.remote_changes};
     /* unset or "quota": the pool's quota; "none": unbounded; SIZE (checked by check_options) */
     ro.capacity_quota = !m->opts.remote_capacity || !strcmp(m->opts.remote_capacity, "quota");
     if (!remote_capacity_words(m->opts.remote_capacity))

@@ -72,6 +72,7 @@ struct kvfs_opts {
     int rados_timeout;
     int remote_list;  /* fleet listing refresh, seconds (0 = default 30, -1 = off) */
     int remote_lease; /* a claim's lease in RADOS, seconds (0 = default 30) */
+    int remote_changes; /* changes each model index logs (0 = default 1024, -1 = none) */
     char *remote_capacity; /* the pool's chunk bytes stay within it (LRU eviction across the fleet) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
     char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */

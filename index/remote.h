@@ -59,6 +59,7 @@ struct kvfs_remote_opts {
     uint64_t capacity;     /* remote_capacity: the pool's chunk bytes stay within it (0 = unbounded) */
     int capacity_quota;    /* capacity from the pool's max_bytes quota (remote_quota.h), re-read each minute */
     int lease_s;           /* remote_lease: a claim's lease in RADOS, seconds (default 30) */
+    int changes;           /* remote_changes: changes each model index logs (default 1024; -1 = none) */
 };
 
 /* Open the tier for a store and hook it in (kvfs_store_set_remote).  A

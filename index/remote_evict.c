@@ -380,7 +380,7 @@ void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
 static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvfs_remote_entry *e)
 {
     uint64_t size = 0;
-    int rc = remote_index_remove(io, e->model, e->hash, &size);
+    int rc = remote_index_remove(io, e->model, e->hash, &size, r->chg_keep);
     if (rc == -ENOENT)
         return 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
     if (rc < 0)
@@ -573,6 +573,7 @@ int kvfs_remote_connect(const struct kvfs_remote_opts *o, struct kvfs_remote **o
     r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 5;
     r->capacity = o->capacity;
     r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
+    r->chg_keep = o->changes < 0 ? 0 : o->changes > 0 ? o->changes : KVFS_REMOTE_CHG_KEEP;
     remote_cookie_init(r);
     int rc;
     if (!r->pool || !r->id || !r->ns || (o->ceph_conf && !r->conf) || (o->keyring && !r->keyring))
@@ -628,26 +629,12 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
         return -EHOSTDOWN;
     if (strlen(hash) != KVFS_HASH_HEX_LEN || !hex64(hash))
         return -EINVAL;
-    char model[17] = "", idx[64], pkey[KVFS_HASH_HEX_LEN + 3];
+    char model[17] = "";
     int rc = rados_getxattr(io, hash, "kvfs.model", model, sizeof(model) - 1);
     if (rc < 0)
         return rc == -ENODATA ? -ENOENT : rc;
     model[rc] = 0;
-    snprintf(idx, sizeof(idx), "kvfs.model.%s", model);
-    snprintf(pkey, sizeof(pkey), "%s.p", hash);
-    const char *keys[1] = {pkey}, *vals[1] = {"1"};
-    size_t lens[1] = {1};
-    int prval = 0;
-    rados_write_op_t op = rados_create_write_op();
-    /* only while the index lists it: a pin never outlives an eviction */
-    rados_write_op_omap_cmp(op, hash, LIBRADOS_CMPXATTR_OP_GT, "", 0, &prval);
-    if (pin)
-        rados_write_op_omap_set(op, keys, vals, lens, 1);
-    else
-        rados_write_op_omap_rm_keys(op, keys, 1);
-    rc = rados_write_op_operate(op, io, idx, NULL, 0);
-    rados_release_write_op(op);
-    return rc == -ECANCELED ? -ENOENT : rc;
+    return remote_index_pin(io, model, hash, pin, r->chg_keep);
 }
 
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,

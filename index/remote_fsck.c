@@ -134,7 +134,7 @@ static int missing_object(struct kvfs_remote *r, rados_ioctx_t io, int repair, s
     rados_release_write_op(op);
     uint64_t freed = 0;
     if (rc == 0 || rc == -ENOENT)
-        rc = remote_index_remove(io, p->model, p->hash, &freed);
+        rc = remote_index_remove(io, p->model, p->hash, &freed, r->chg_keep);
     p->repaired = rc == 0 || rc == -ENOENT;
     p->repair_rc = p->repaired ? 0 : rc;
     if (p->repaired)

@@ -33,7 +33,10 @@ struct kvfs_remote {
     int worker_started;
     double list_refresh_s, listed_at; /* fleet listing: refresh period, last refresh (monotonic) */
     double listed_full_at;            /* last refresh that read every model index */
-    uint64_t list_models_read, list_models_skipped; /* model indexes a refresh read, or skipped (unchanged) */
+    uint64_t list_models_read, list_models_skipped; /* model indexes a refresh read whole, or skipped (unchanged) */
+    uint64_t list_models_logged, list_changes;      /* ... or brought up to date from their change logs, changes applied */
+    double list_took_s;               /* the last refresh's duration */
+    int chg_keep;                     /* changes each index's log keeps (remote_usage.h); 0: none written */
     sqlite3 *lw, *lr;                 /* the listing (remote-list.db): worker writes, FUSE threads read;
                                        * separate from the queue so a refresh never shares its transaction */
     uint64_t known;                   /* chunks in the listing */

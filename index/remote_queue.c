@@ -302,7 +302,7 @@ int remote_push_one(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, s
      * registry of models (so a host finds indexes of models it never saw) */
     /* the entry, its use (an upload is a use) and the index's usage counter
      * in one write (remote_usage.h) */
-    if ((rc = remote_index_put(io, ci.model, hash, entry, elen, akey, atime, alen)) < 0)
+    if ((rc = remote_index_put(io, ci.model, hash, entry, elen, akey, atime, alen, r->chg_keep)) < 0)
         return rc;
     const char *mkeys[1] = {ci.model}, *mvals[1] = {""};
     size_t mlens[1] = {0};

@@ -376,6 +376,7 @@ int kvfs_remote_open(struct kvfs_store *s, const struct kvfs_remote_opts *o, str
     r->capacity_quota = o->capacity_quota;
     r->reconciled_at = remote_now_s(); /* counters absent or over capacity bring the first pass sooner */
     r->lease_s = o->lease_s > 0 ? o->lease_s : 30;
+    r->chg_keep = o->changes < 0 ? 0 : o->changes > 0 ? o->changes : KVFS_REMOTE_CHG_KEEP;
     remote_cookie_init(r);
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->lease_mu, NULL);
@@ -480,11 +481,13 @@ void kvfs_remote_stats(void *ctx, FILE *f)
             ", \"pinned\": %" PRIu64 ", \"evicted\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
             ", \"evictions_run\": %" PRIu64 ", \"uses_pending\": %zu, \"usage_checks\": %" PRIu64
             ", \"index_reads\": %" PRIu64 ", \"listing_models_read\": %" PRIu64 ", \"listing_models_skipped\": %" PRIu64
+            ", \"listing_models_logged\": %" PRIu64 ", \"listing_changes\": %" PRIu64 ", \"changes_kept\": %d, \"listing_took_s\": %.4f"
             ", \"capacity_from\": \"%s\", \"quota_bytes\": %" PRIu64 ", \"quota_error\": ",
             remote_state_name(r->state), r->pool, r->ns, r->timeout_s, r->queued, r->pushed, r->fetched, r->rejected,
             r->errors, r->known, r->listed_at > 0 ? remote_now_s() - r->listed_at : -1.0, r->capacity, r->usage,
             r->n_pinned, r->evicted, r->evicted_bytes, r->evict_passes, r->n_atimes, r->usage_checks,
-            r->index_reads, r->list_models_read, r->list_models_skipped, !r->capacity_quota ? (r->capacity ? "remote_capacity" : "none") : "quota",
+            r->index_reads, r->list_models_read, r->list_models_skipped, r->list_models_logged, r->list_changes,
+            r->chg_keep, r->list_took_s, !r->capacity_quota ? (r->capacity ? "remote_capacity" : "none") : "quota",
             r->quota_bytes);
     json_str(f, r->quota_error);
     fprintf(f, ", \"rados_id\": ");

@@ -35,11 +35,53 @@ static int decimal(const char *val, size_t vlen, uint64_t *v)
 }
 
 /* the value a write leaves: one past what it read (none read: 1) */
-static size_t next_gen(const struct remote_counter *c, char out[24])
+static size_t next_gen(const struct remote_counter *c, char out[24], uint64_t *next)
 {
     uint64_t g = 0;
     decimal(c->gen, strlen(c->gen), &g);
+    *next = g + 1;
     return (size_t)snprintf(out, 24, "%" PRIu64, g + 1);
+}
+
+void remote_chg_key(uint64_t gen, char key[KVFS_REMOTE_CHG_KEY_MAX])
+{
+    snprintf(key, KVFS_REMOTE_CHG_KEY_MAX, KVFS_REMOTE_CHG_PREFIX "%016" PRIx64, gen);
+}
+
+int remote_chg_gen(const char *key, size_t klen, uint64_t *gen)
+{
+    size_t plen = strlen(KVFS_REMOTE_CHG_PREFIX);
+    if (klen != KVFS_REMOTE_CHG_KEY_MAX - 1 || memcmp(key, KVFS_REMOTE_CHG_PREFIX, plen))
+        return 0;
+    uint64_t g = 0;
+    for (size_t i = plen; i < klen; i++) {
+        char ch = key[i];
+        if (ch >= '0' && ch <= '9')
+            g = g << 4 | (uint64_t)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            g = g << 4 | (uint64_t)(ch - 'a' + 10);
+        else
+            return 0;
+    }
+    *gen = g;
+    return 1;
+}
+
+/* The change log's part of a write that leaves generation gen: its key
+ * (set by the caller) and, when the log is full, the key it pushes out
+ * (removed here).  0 when no log is kept. */
+static int chg_log(rados_write_op_t op, uint64_t gen, int keep, char key[KVFS_REMOTE_CHG_KEY_MAX])
+{
+    if (keep <= 0)
+        return 0;
+    remote_chg_key(gen, key);
+    if (gen > (uint64_t)keep) {
+        char old[KVFS_REMOTE_CHG_KEY_MAX];
+        const char *rm[1] = {old};
+        remote_chg_key(gen - (uint64_t)keep, old);
+        rados_write_op_omap_rm_keys(op, rm, 1);
+    }
+    return 1;
 }
 
 /* hash NULL: the counter alone */
@@ -104,9 +146,12 @@ static void cas_guard(rados_write_op_t op, const struct index_state *s, int *prv
 }
 
 int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, const char *entry, size_t elen,
-                     const char *akey, const char *aval, size_t alen)
+                     const char *akey, const char *aval, size_t alen, int keep)
 {
-    char oid[KVFS_REMOTE_OID_MAX], count[24], gen[24];
+    char oid[KVFS_REMOTE_OID_MAX], count[24], gen[24], ckey[KVFS_REMOTE_CHG_KEY_MAX], change[256];
+    size_t clen = (size_t)snprintf(change, sizeof(change), "+ %.64s %.*s", hash, (int)elen, entry);
+    if (clen >= sizeof(change))
+        return -EINVAL;
     uint64_t osize = remote_entry_osize(entry, elen);
     kvfs_remote_index_oid(model, oid);
     for (int tries = 0; tries < CAS_TRIES; tries++) {
@@ -114,17 +159,22 @@ int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, cons
         int rc = index_state_read(io, model, hash, &s), prval = 0;
         if (rc < 0)
             return rc;
-        const char *keys[4] = {hash, akey, KVFS_REMOTE_GEN_KEY, KVFS_REMOTE_USAGE_KEY},
-                   *vals[4] = {entry, aval, gen, count};
-        size_t lens[4] = {elen, alen, next_gen(&s.c, gen), 0}, n = 3;
+        uint64_t g;
+        const char *keys[5] = {hash, akey, KVFS_REMOTE_GEN_KEY, ckey, KVFS_REMOTE_USAGE_KEY},
+                   *vals[5] = {entry, aval, gen, change, count};
+        size_t lens[5] = {elen, alen, next_gen(&s.c, gen, &g), clen, 0}, n = 3;
+        rados_write_op_t op = rados_create_write_op();
+        cas_guard(op, &s, &prval);
+        if (!chg_log(op, g, keep, ckey)) /* no log: the counter takes its place */
+            keys[3] = KVFS_REMOTE_USAGE_KEY, vals[3] = count;
+        else
+            n++;
         if (s.c.present) { /* unknown stays unknown until a full read counts it */
             uint64_t was = s.listed ? s.osize : 0; /* the same chunk again: its new object replaces the old */
             uint64_t now = s.c.bytes - (was < s.c.bytes ? was : s.c.bytes) + osize;
-            lens[3] = (size_t)snprintf(count, sizeof(count), "%" PRIu64, now);
-            n = 4;
+            lens[n] = (size_t)snprintf(count, sizeof(count), "%" PRIu64, now);
+            n++;
         }
-        rados_write_op_t op = rados_create_write_op();
-        cas_guard(op, &s, &prval);
         rados_write_op_omap_set(op, keys, vals, lens, n);
         rc = rados_write_op_operate(op, io, oid, NULL, 0);
         rados_release_write_op(op);
@@ -134,9 +184,11 @@ int remote_index_put(rados_ioctx_t io, const char *model, const char *hash, cons
     return -EBUSY;
 }
 
-int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, uint64_t *size)
+int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, uint64_t *size, int keep)
 {
-    char oid[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3], count[24], gen[24];
+    char oid[KVFS_REMOTE_OID_MAX], akey[KVFS_HASH_HEX_LEN + 3], pkey[KVFS_HASH_HEX_LEN + 3], count[24], gen[24],
+        ckey[KVFS_REMOTE_CHG_KEY_MAX], change[KVFS_HASH_HEX_LEN + 3];
+    size_t clen = (size_t)snprintf(change, sizeof(change), "- %.64s", hash);
     kvfs_remote_index_oid(model, oid);
     snprintf(akey, sizeof(akey), "%.64s.a", hash);
     snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
@@ -149,24 +201,72 @@ int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, u
             return -ENOENT;
         if (s.pinned)
             return -EBUSY;
-        const char *rm[2] = {hash, akey}, *keys[2] = {KVFS_REMOTE_GEN_KEY, KVFS_REMOTE_USAGE_KEY},
-                   *vals[2] = {gen, count};
-        size_t lens[2] = {next_gen(&s.c, gen), 0}, n = 1;
+        uint64_t g;
+        const char *rm[2] = {hash, akey}, *keys[3] = {KVFS_REMOTE_GEN_KEY, ckey, KVFS_REMOTE_USAGE_KEY},
+                   *vals[3] = {gen, change, count};
+        size_t lens[3] = {next_gen(&s.c, gen, &g), clen, 0}, n = 1;
         rados_write_op_t op = rados_create_write_op();
         cas_guard(op, &s, &prval);
         /* a pin set since the read cancels it (pins do not move the generation) */
         rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &pin_prval);
         rados_write_op_omap_rm_keys(op, rm, 2);
+        if (!chg_log(op, g, keep, ckey)) /* no log: the counter takes its place */
+            keys[1] = KVFS_REMOTE_USAGE_KEY, vals[1] = count;
+        else
+            n++;
         if (s.c.present) {
-            lens[1] = (size_t)snprintf(count, sizeof(count), "%" PRIu64,
+            lens[n] = (size_t)snprintf(count, sizeof(count), "%" PRIu64,
                                        s.c.bytes - (s.osize < s.c.bytes ? s.osize : s.c.bytes));
-            n = 2;
+            n++;
         }
         rados_write_op_omap_set(op, keys, vals, lens, n);
         rc = rados_write_op_operate(op, io, oid, NULL, 0);
         rados_release_write_op(op);
         if (rc == 0)
             *size = s.osize;
+        if (rc != -ECANCELED)
+            return rc;
+    }
+    return -EBUSY;
+}
+
+int remote_index_pin(rados_ioctx_t io, const char *model, const char *hash, int pin, int keep)
+{
+    char oid[KVFS_REMOTE_OID_MAX], pkey[KVFS_HASH_HEX_LEN + 3], gen[24], ckey[KVFS_REMOTE_CHG_KEY_MAX],
+        change[KVFS_HASH_HEX_LEN + 3];
+    size_t clen = (size_t)snprintf(change, sizeof(change), "%c %.64s", pin ? 'p' : 'u', hash);
+    kvfs_remote_index_oid(model, oid);
+    snprintf(pkey, sizeof(pkey), "%.64s.p", hash);
+    for (int tries = 0; tries < CAS_TRIES; tries++) {
+        struct index_state s;
+        int rc = index_state_read(io, model, hash, &s), prval = 0, listed_prval = 0;
+        if (rc < 0)
+            return rc;
+        if (!s.exists || !s.listed)
+            return -ENOENT;
+        if (s.pinned == !!pin)
+            return 0; /* as asked already: nothing written, no generation */
+        uint64_t g;
+        const char *keys[3] = {KVFS_REMOTE_GEN_KEY, ckey, pkey}, *vals[3] = {gen, change, "1"};
+        size_t lens[3] = {next_gen(&s.c, gen, &g), clen, 1}, n = 1;
+        rados_write_op_t op = rados_create_write_op();
+        cas_guard(op, &s, &prval);
+        /* only while the index lists it (a removal by a kvfs without
+         * generations moves none): a pin never outlives an eviction */
+        rados_write_op_omap_cmp(op, hash, LIBRADOS_CMPXATTR_OP_GT, "", 0, &listed_prval);
+        if (chg_log(op, g, keep, ckey))
+            n++;
+        else
+            keys[1] = pkey, vals[1] = "1", lens[1] = 1;
+        if (pin)
+            n++;
+        else {
+            const char *rm[1] = {pkey};
+            rados_write_op_omap_rm_keys(op, rm, 1);
+        }
+        rados_write_op_omap_set(op, keys, vals, lens, n);
+        rc = rados_write_op_operate(op, io, oid, NULL, 0);
+        rados_release_write_op(op);
         if (rc != -ECANCELED)
             return rc;
     }

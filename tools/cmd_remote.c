@@ -171,7 +171,7 @@ int cmd_remote(int argc, char **argv)
         fprintf(stderr, "kvfsctl remote: %s/.kvfs/stats: %s (is it a kvfs mount?)\n", mount, strerror(-rc));
         return 1;
     }
-    char pool[256], ns[80] = "", id[128] = "", conf[4096] = "", keyring[4096] = "", cap[32] = "0", tmo[16] = "5";
+    char pool[256], ns[80] = "", id[128] = "", conf[4096] = "", keyring[4096] = "", cap[32] = "0", tmo[16] = "5", kept[16] = "";
     if (stat_field(json, "pool", pool, sizeof(pool))) {
         fprintf(stderr, "kvfsctl remote: %s has no remote tier (mount it with rados=POOL)\n", mount);
         free(json);
@@ -183,10 +183,12 @@ int cmd_remote(int argc, char **argv)
     stat_field(json, "keyring", keyring, sizeof(keyring));
     stat_field(json, "capacity", cap, sizeof(cap));
     stat_field(json, "timeout_s", tmo, sizeof(tmo));
+    stat_field(json, "changes_kept", kept, sizeof(kept)); /* evictions log their changes as the mount does */
     free(json);
     struct kvfs_remote_opts o = {.pool = pool, .ns = ns, .rados_id = id[0] ? id : NULL,
                                  .ceph_conf = conf[0] ? conf : NULL, .keyring = keyring[0] ? keyring : NULL,
-                                 .timeout_s = atoi(tmo), .capacity = strtoull(cap, NULL, 10)};
+                                 .timeout_s = atoi(tmo), .capacity = strtoull(cap, NULL, 10),
+                                 .changes = !kept[0] ? 0 : atoi(kept) > 0 ? atoi(kept) : -1};
     struct kvfs_remote *r;
     char err[512] = "";
     kvfs_set_log_level(KVFS_LOG_WARN); /* this command says what it evicted itself */

@@ -24,6 +24,22 @@
 
 #define INGEST_GROW (1u << 20)
 
+/* KVFS_INGEST_PROFILE: where a draft's commit spends its time (stderr) */
+int ingest_profile(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("KVFS_INGEST_PROFILE") != NULL;
+    return on;
+}
+
+double ingest_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino)
 {
     for (struct pending *p = m->pending; p; p = p->next)
@@ -173,6 +189,8 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
         return -EFBIG;
     }
     pthread_mutex_lock(&p->lock);
+    if (ingest_profile() && !p->n_writes++)
+        p->t_first_write = ingest_clock();
     if (end > p->cap) {
         size_t cap = p->cap ? p->cap : INGEST_GROW;
         while (cap < end)
@@ -206,23 +224,40 @@ static int rows_quantizable(const struct kvfs_header *h)
     return (h->flags & KVFS_FLAG_LAYER_SHAPES) || (h->fp.n_kv_head * h->fp.head_dim) % 64 == 0;
 }
 
-int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-               size_t errlen)
+/* ingest_put; own (may be NULL): buf is the caller's image to give away,
+ * kept in the RAM tier once stored (kvfs_store_put_keep: taken on success) */
+static int put_image(struct kvfs_mount *m, const void *buf, size_t len, uint8_t **own,
+                     char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_header h;
     if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
         kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || !rows_quantizable(&h))
-        return kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen); /* as it is (it verifies) */
+        return own ? kvfs_store_put_keep(m->store, own, len, hash, err, errlen) /* as it is (it verifies) */
+                   : kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen);
     struct kvfs_writer w;
     int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);
     if (rc)
         return rc;
-    rc = kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
+    size_t size = w.size;
+    rc = own ? kvfs_store_put_keep(m->store, &w.buf, w.size, hash, err, errlen)
+             : kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
     if (!rc)
         kvfs_log(KVFS_LOG_DEBUG, "chunk %s re-encoded %s -> %s (kv_quant): %zu -> %zu bytes", hash,
-                 kvfs_dtype_name(h.dtype), kvfs_dtype_name(m->kv_quant), len, w.size);
+                 kvfs_dtype_name(h.dtype), kvfs_dtype_name(m->kv_quant), len, size);
     kvfs_writer_free(&w);
     return rc;
+}
+
+int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+               size_t errlen)
+{
+    return put_image(m, buf, len, NULL, hash, err, errlen);
+}
+
+int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+                    size_t errlen)
+{
+    return put_image(m, *img, len, img, hash, err, errlen);
 }
 
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
@@ -254,6 +289,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         return rc;
     }
     const char *want = NULL;
+    double t_commit = ingest_profile() ? ingest_clock() : 0;
     if (p->parent == INO_CHUNKS) {
         kvfs_parse_chunk_name(p->name, expect);
         want = expect;
@@ -266,6 +302,11 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
     p->dirty = 0;
     p->committed = rc == 0;
+    if (ingest_profile()) {
+        fprintf(stderr, "kvfs: ingest %s/%s: %zu bytes in %u writes over %.4f s, commit %.4f s\n", where(p), p->name,
+                p->len, p->n_writes, t_commit - p->t_first_write, ingest_clock() - t_commit);
+        p->n_writes = 0;
+    }
     if (rc == 0) {
         memcpy(p->hash, hash, sizeof(hash));
         free(p->buf); /* the store has it now */

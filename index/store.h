@@ -53,6 +53,13 @@ void kvfs_store_close(struct kvfs_store *s);
 int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len,
                    const char *expect_hash, char hash_out[KVFS_HASH_HEX_LEN + 1],
                    char *err, size_t errlen);
+/* kvfs_store_put, and then the image stays in the RAM tier (when it has
+ * room), so that reading the chunk soon after (a saved conversation
+ * restored) needs no decode of the stored object.  *img (kvfs_img_free's
+ * to free: malloc'ed, or kvfs_img_alloc'ed) is taken on success (NULL
+ * after); on failure it is left to the caller. */
+int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
+                        char *err, size_t errlen);
 
 /* Look up metadata (-ENOENT if absent). Does not count as a hit. */
 int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);

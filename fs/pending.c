@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "kvconvert.h"
 #include "handle.h"
 #include "inode_map.h"
@@ -81,6 +82,37 @@ void pending_attr(struct pending *p, struct stat *st)
     st->st_atim = st->st_ctim = st->st_mtim;
 }
 
+/* A draft's buffer with room for cap bytes (p->len of them kept); big ones
+ * are bigbuf.c's, used again from one save to the next (fresh memory costs
+ * more than the copies into it) */
+static int draft_grow(struct pending *p, size_t cap)
+{
+    uint8_t *nb;
+    size_t got = cap;
+    if (cap < KVFS_BIG_MIN) { /* and so was the old one: the heap's */
+        if (!(nb = realloc(p->buf, cap)))
+            return -ENOMEM;
+    } else {
+        if (kvfs_big_alloc(cap, 1, &nb, &got)) /* the largest kept: a draft's size is not known ahead */
+            return -ENOMEM;
+        if (p->len)
+            memcpy(nb, p->buf, p->len);
+        if (!kvfs_big_release(p->buf))
+            free(p->buf);
+    }
+    p->buf = nb;
+    p->cap = got;
+    return 0;
+}
+
+static void draft_free(struct pending *p)
+{
+    if (!kvfs_big_release(p->buf))
+        free(p->buf);
+    p->buf = NULL;
+    p->cap = 0;
+}
+
 static struct pending *pending_new(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
 {
     struct pending *p = calloc(1, sizeof(*p));
@@ -105,7 +137,7 @@ static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
             break;
         }
     pthread_mutex_destroy(&p->lock);
-    free(p->buf);
+    draft_free(p);
     free(p);
 }
 
@@ -155,13 +187,7 @@ int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
     if (size > m->max_ingest) {
         rc = -EFBIG;
     } else if (size > p->cap) {
-        uint8_t *nb = realloc(p->buf, size);
-        if (!nb)
-            rc = -ENOMEM;
-        else {
-            p->buf = nb;
-            p->cap = size;
-        }
+        rc = draft_grow(p, size);
     }
     if (!rc) {
         if (size > p->len)
@@ -195,13 +221,10 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
         size_t cap = p->cap ? p->cap : INGEST_GROW;
         while (cap < end)
             cap *= 2;
-        uint8_t *nb = realloc(p->buf, cap);
-        if (!nb) {
+        if (draft_grow(p, cap)) {
             pthread_mutex_unlock(&p->lock);
             return -ENOMEM;
         }
-        p->buf = nb;
-        p->cap = cap;
     }
     if ((uint64_t)off > p->len)
         memset(p->buf + p->len, 0, (size_t)off - p->len);
@@ -309,9 +332,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
     }
     if (rc == 0) {
         memcpy(p->hash, hash, sizeof(hash));
-        free(p->buf); /* the store has it now */
-        p->buf = NULL;
-        p->cap = 0;
+        draft_free(p); /* the store has it now */
         int pin = p->pin_after;
         pthread_mutex_unlock(&p->lock);
         remember_chunk(m, hash, 0); /* not a kernel lookup: the kernel knows the draft's inode */

@@ -24,6 +24,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "image.h"
 
 struct shared_img {
@@ -181,7 +182,8 @@ void kvfs_img_free(void *img)
     }
     pthread_mutex_unlock(&lock);
     if (!g) {
-        free(img);
+        if (!kvfs_big_release(img)) /* a writer's image (kvformat.c) */
+            free(img);
         return;
     }
     munmap(s.p, s.len);

@@ -10,7 +10,7 @@
 #include "draft.h"
 #include "handle.h"
 #include "mount.h"
-#include "pending.h"
+#include "profile.h"
 #include "llama_state.h"
 
 struct fh *fh_new(enum fh_kind kind)

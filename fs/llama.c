@@ -30,6 +30,7 @@
 #include "llama_state.h"
 #include "log.h"
 #include "pending.h"
+#include "profile.h"
 #include "service.h"
 
 static const char SUFFIX[] = ".llama", VT_SUFFIX[] = ".vt.llama";

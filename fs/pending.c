@@ -21,25 +21,10 @@
 #include "mount.h"
 #include "node.h"
 #include "pending.h"
+#include "profile.h"
 #include "xattr_value.h"
 
 #define INGEST_GROW (1u << 20)
-
-/* KVFS_INGEST_PROFILE: where a draft's commit spends its time (stderr) */
-int ingest_profile(void)
-{
-    static int on = -1;
-    if (on < 0)
-        on = getenv("KVFS_INGEST_PROFILE") != NULL;
-    return on;
-}
-
-double ingest_clock(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct pending *pending_by_ino(struct kvfs_mount *m, fuse_ino_t ino)
 {

@@ -37,11 +37,6 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
  * partial_ok: see blends_set_recipe */
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok);
 
-/* KVFS_INGEST_PROFILE set: commits say where their time went (stderr);
- * ingest_clock: monotonic seconds */
-int ingest_profile(void);
-double ingest_clock(void);
-
 /* Store a chunk image the mount names itself (incoming/, llama/): with
  * -o kv_quant it is first re-encoded in that dtype when that stores it
  * smaller.  kvfs_store_put's errors. */

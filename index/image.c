@@ -165,7 +165,8 @@ int kvfs_img_adopt(uint8_t **img, size_t len)
     if (skip || shared_alloc(len, &p))
         return 0; /* stays as it is: read through the daemon */
     memcpy(p, *img, len);
-    free(*img);
+    if (!kvfs_big_release(*img)) /* a writer's big image (bigbuf.c) */
+        free(*img);
     *img = p;
     return 0;
 }

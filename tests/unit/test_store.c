@@ -574,6 +574,18 @@ static void test_put_keep(void)
     CHECK_EQ(kvfs_big_alloc(2 * cap, 0, &b, NULL), 0);
     CHECK(b != a); /* too small: fresh */
     CHECK_EQ(kvfs_big_release(b), 1);
+    kvfs_img_set_shared(1); /* a big image made shared (a blend result under passthrough): given back */
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN, 0, &a, &cap), 0);
+    memset(a, 5, KVFS_BIG_MIN);
+    uint8_t *img = a;
+    CHECK_EQ(kvfs_img_adopt(&img, KVFS_BIG_MIN), 0);
+    CHECK(img != a && img[KVFS_BIG_MIN - 1] == 5);
+    CHECK(kvfs_img_fd(img) >= 0);
+    kvfs_img_free(img);
+    kvfs_img_set_shared(0);
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN, 0, &b, NULL), 0);
+    CHECK(b == a); /* kept, not passed to free() */
+    CHECK_EQ(kvfs_big_release(b), 1);
     CHECK_EQ(kvfs_big_release(&local), 0); /* not one of its buffers: untouched */
     CHECK_EQ(kvfs_big_release(NULL), 0);
     kvfs_big_trim();

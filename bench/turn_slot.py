@@ -10,7 +10,7 @@ build given, one mount and one llama-server; the builds take turns within a
 round (side by side).  Prints, per build, medians of llama-server's save_ms
 and restore_ms and of the daemon's CPU time for each.
 
-usage: LLAMA_SERVER=... bench/turn_slot.py [BUILD ...]   (default: build)
+usage: LLAMA_SERVER=... bench/turn_slot.py [BUILD[@VAR=VALUE] ...]   (default: build)
        env ROUNDS=7 TOKENS=2500; KVFS_OPTS=ram=0 (more mount options);
        KVFS_PROFILE_ENV=KVFS_INGEST_PROFILE=1 (the daemons' phases on stderr)
 """
@@ -43,8 +43,9 @@ try:
     for i, b in enumerate(builds):
         mnt, store, log = f"{T}/m{i}.mnt", f"{T}/m{i}.store", f"{T}/kvfs{i}.log"
         os.makedirs(mnt), os.makedirs(store)
+        b, _, own_env = b.partition("@")  # BUILD@VAR=VALUE: that daemon alone with VAR set
         env = dict(os.environ)
-        for kv in os.environ.get("KVFS_PROFILE_ENV", "").split():
+        for kv in os.environ.get("KVFS_PROFILE_ENV", "").split() + ([own_env] if own_env else []):
             env[kv.split("=")[0]] = kv.split("=", 1)[1]
         wrap = os.environ.get("KVFS_WRAP", "").replace("%i", str(i)).split()  # e.g. perf record -o x%i --
         k = subprocess.Popen(wrap + [f"{b}/kvfs", "-f", "-o", f"store={store},model={MODEL}{OPTS}", mnt],
@@ -66,7 +67,7 @@ try:
                 break
             except Exception:
                 time.sleep(0.1)
-        sides.append({"build": b, "port": port, "kvfs": k, "log": log, "rows": []})
+        sides.append({"build": builds[i], "port": port, "kvfs": k, "log": log, "rows": []})
     text = "".join(open(f).read() for f in ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"))
     ids = post(sides[0]["port"], "/tokenize", {"content": text})["tokens"]
     base = ids[:TOKENS - 16]

@@ -41,16 +41,6 @@ int kvfs_big_alloc(size_t len, int largest, uint8_t **out, size_t *cap)
 {
     struct big b = {NULL, 0};
     pthread_mutex_lock(&lock);
-    if (n_live == cap_live) {
-        size_t nc = cap_live ? cap_live * 2 : 16;
-        struct big *nl = realloc(live, nc * sizeof(*nl));
-        if (!nl) {
-            pthread_mutex_unlock(&lock);
-            return -ENOMEM;
-        }
-        live = nl;
-        cap_live = nc;
-    }
     size_t best = SPARES;
     for (size_t i = 0; i < n_spare; i++) /* the smallest spare that holds len (or the largest) */
         if (spare[i].cap >= len &&
@@ -60,6 +50,7 @@ int kvfs_big_alloc(size_t len, int largest, uint8_t **out, size_t *cap)
         b = spare[best];
         spare[best] = spare[--n_spare];
     }
+    size_t left = n_spare;
     pthread_mutex_unlock(&lock);
     int fresh = !b.p;
     if (!b.p) {
@@ -69,9 +60,20 @@ int kvfs_big_alloc(size_t len, int largest, uint8_t **out, size_t *cap)
             return -ENOMEM;
     }
     if (getenv("KVFS_INGEST_PROFILE"))
-        fprintf(stderr, "kvfs: big buffer of %zu for %zu: %s (%zu kept)\n", b.cap, len, fresh ? "fresh" : "kept", n_spare);
+        fprintf(stderr, "kvfs: big buffer of %zu for %zu: %s (%zu kept)\n", b.cap, len, fresh ? "fresh" : "kept", left);
     pthread_mutex_lock(&lock);
-    live[n_live++] = b; /* room was made above; only this call adds */
+    if (n_live == cap_live) {
+        size_t nc = cap_live ? cap_live * 2 : 16;
+        struct big *nl = realloc(live, nc * sizeof(*nl));
+        if (!nl) {
+            pthread_mutex_unlock(&lock);
+            munmap(b.p, b.cap);
+            return -ENOMEM;
+        }
+        live = nl;
+        cap_live = nc;
+    }
+    live[n_live++] = b;
     pthread_mutex_unlock(&lock);
     *out = b.p;
     if (cap)

@@ -73,6 +73,13 @@ uint64_t kvfs_store_count(struct kvfs_store *s);
  * access time, and returns a refcounted handle whose bytes stay valid until
  * released, even if the chunk is removed or evicted meanwhile. */
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
+/* kvfs_store_get for a reader the daemon serves itself (a llama/ view): a
+ * chunk not in the RAM tier is decoded into the daemon's own memory, a big
+ * one into a kept buffer (bigbuf.c), not a shared image the kernel could
+ * read (FUSE passthrough); so a restore decodes into memory already
+ * touched.  While that image is in the RAM tier, chunks/HASH.kv is read
+ * through the daemon. */
+int kvfs_store_get_private(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
 /* Open a chunk for layer-wise streaming (counts a hit like kvfs_store_get):
  * if the RAM tier holds it, *ram_ref gets a handle on the decoded image and
  * *fd = -1; otherwise *ram_ref = NULL and *fd is an open descriptor on its

@@ -562,6 +562,21 @@ static void test_put_keep(void)
         if (s)
             kvfs_store_close(s);
     }
+    { /* a private read (a llama/ view's) decodes into the daemon's memory, shared images on or not */
+        struct kvfs_store *s = open_store(0, 64u << 20, 1);
+        struct kvfs_chunk_ref *ref;
+        CHECK(s && put_synth(s, 300, 41, h) == 0);
+        kvfs_img_set_shared(1);
+        CHECK(s && kvfs_store_get_private(s, h, &ref) == 0);
+        if (s && ref) {
+            CHECK(kvfs_img_fd(kvfs_chunk_data(ref)) < 0);
+            kvfs_chunk_release(ref);
+        }
+        CHECK(s && same_as_synth(s, h, 300, 41)); /* the RAM tier's copy */
+        kvfs_img_set_shared(0);
+        if (s)
+            kvfs_store_close(s);
+    }
     uint8_t *a, *b, local;
     size_t cap;
     CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN + 1, 0, &a, &cap), 0);

@@ -23,6 +23,8 @@ struct pending {
     int pin_after;            /* user.kvfs.pinned set before commit: -1 none */
     int opens;                /* open handles */
     char hash[KVFS_HASH_HEX_LEN + 1]; /* after commit */
+    double t_first_write;     /* KVFS_INGEST_PROFILE: when the first write came (monotonic s) */
+    unsigned n_writes;        /* KVFS_INGEST_PROFILE: write requests since */
     char err[640];            /* a recipe's last rejection (reason [strerror]): logged when the last handle goes */
     struct pending *next;
 };

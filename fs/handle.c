@@ -4,11 +4,13 @@
  * reply_read(), and freed, with what it owns, by whichever of its release and
  * its last in-flight read ends second (the holds count). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "draft.h"
 #include "handle.h"
 #include "mount.h"
+#include "profile.h"
 #include "llama_state.h"
 
 struct fh *fh_new(enum fh_kind kind)
@@ -53,6 +55,9 @@ static void fh_free(struct kvfs_mount *m, struct fh *h)
 {
     untrack(m, h);
     if (h->kind == FH_CHUNK) {
+        if (h->view && ingest_profile())
+            fprintf(stderr, "kvfs: view read: %u reads, %llu bytes, %.4f s in the daemon, %.4f s open\n", h->n_reads,
+                    (unsigned long long)h->read_bytes, h->read_s, ingest_clock() - h->opened_at);
         if (h->view)
             kvfs_llama_view_free(h->view);
         free(h->view);
@@ -126,9 +131,15 @@ static void reply_bytes(struct fh *h, fuse_req_t req, size_t size, off_t off)
             fuse_reply_err(req, ENOMEM);
             return;
         }
+        double t0 = ingest_profile() ? ingest_clock() : 0;
         size_t n = kvfs_llama_view_read(h->view, kvfs_chunk_data(h->ref), (uint64_t)off, buf, size);
         fuse_reply_buf(req, buf, n);
         free(buf);
+        if (ingest_profile()) {
+            h->n_reads++;
+            h->read_bytes += n;
+            h->read_s += ingest_clock() - t0;
+        }
         return;
     }
     if (h->kind == FH_CHUNK) {

@@ -34,6 +34,10 @@ struct fh {
     atomic_int holds;
     struct fh *prev, *next;     /* in the mount's handles, once given to the kernel */
     int tracked;
+    /* KVFS_INGEST_PROFILE: a view's reads (approximate when they overlap) */
+    unsigned n_reads;
+    uint64_t read_bytes;
+    double read_s, opened_at;
 };
 
 /* file handles (fs/handle.c) */

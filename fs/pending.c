@@ -14,12 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "kvconvert.h"
 #include "handle.h"
 #include "inode_map.h"
 #include "mount.h"
 #include "node.h"
 #include "pending.h"
+#include "profile.h"
 #include "xattr_value.h"
 
 #define INGEST_GROW (1u << 20)
@@ -65,6 +67,37 @@ void pending_attr(struct pending *p, struct stat *st)
     st->st_atim = st->st_ctim = st->st_mtim;
 }
 
+/* A draft's buffer with room for cap bytes (p->len of them kept); big ones
+ * are bigbuf.c's, used again from one save to the next (fresh memory costs
+ * more than the copies into it) */
+static int draft_grow(struct pending *p, size_t cap)
+{
+    uint8_t *nb;
+    size_t got = cap;
+    if (cap < KVFS_BIG_MIN) { /* and so was the old one: the heap's */
+        if (!(nb = realloc(p->buf, cap)))
+            return -ENOMEM;
+    } else {
+        if (kvfs_big_alloc(cap, 1, &nb, &got)) /* the largest kept: a draft's size is not known ahead */
+            return -ENOMEM;
+        if (p->len)
+            memcpy(nb, p->buf, p->len);
+        if (!kvfs_big_release(p->buf))
+            free(p->buf);
+    }
+    p->buf = nb;
+    p->cap = got;
+    return 0;
+}
+
+static void draft_free(struct pending *p)
+{
+    if (!kvfs_big_release(p->buf))
+        free(p->buf);
+    p->buf = NULL;
+    p->cap = 0;
+}
+
 static struct pending *pending_new(struct kvfs_mount *m, fuse_ino_t parent, const char *name)
 {
     struct pending *p = calloc(1, sizeof(*p));
@@ -89,7 +122,7 @@ static void pending_unlink_free(struct kvfs_mount *m, struct pending *p)
             break;
         }
     pthread_mutex_destroy(&p->lock);
-    free(p->buf);
+    draft_free(p);
     free(p);
 }
 
@@ -139,13 +172,7 @@ int pending_truncate(struct kvfs_mount *m, struct pending *p, uint64_t size)
     if (size > m->max_ingest) {
         rc = -EFBIG;
     } else if (size > p->cap) {
-        uint8_t *nb = realloc(p->buf, size);
-        if (!nb)
-            rc = -ENOMEM;
-        else {
-            p->buf = nb;
-            p->cap = size;
-        }
+        rc = draft_grow(p, size);
     }
     if (!rc) {
         if (size > p->len)
@@ -173,17 +200,16 @@ int pending_write(struct kvfs_mount *m, struct pending *p, const char *buf, size
         return -EFBIG;
     }
     pthread_mutex_lock(&p->lock);
+    if (ingest_profile() && !p->n_writes++)
+        p->t_first_write = ingest_clock();
     if (end > p->cap) {
         size_t cap = p->cap ? p->cap : INGEST_GROW;
         while (cap < end)
             cap *= 2;
-        uint8_t *nb = realloc(p->buf, cap);
-        if (!nb) {
+        if (draft_grow(p, cap)) {
             pthread_mutex_unlock(&p->lock);
             return -ENOMEM;
         }
-        p->buf = nb;
-        p->cap = cap;
     }
     if ((uint64_t)off > p->len)
         memset(p->buf + p->len, 0, (size_t)off - p->len);
@@ -206,23 +232,40 @@ static int rows_quantizable(const struct kvfs_header *h)
     return (h->flags & KVFS_FLAG_LAYER_SHAPES) || (h->fp.n_kv_head * h->fp.head_dim) % 64 == 0;
 }
 
-int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-               size_t errlen)
+/* ingest_put; own (may be NULL): buf is the caller's image to give away,
+ * kept in the RAM tier once stored (kvfs_store_put_keep: taken on success) */
+static int put_image(struct kvfs_mount *m, const void *buf, size_t len, uint8_t **own,
+                     char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_header h;
     if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
         kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || !rows_quantizable(&h))
-        return kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen); /* as it is (it verifies) */
+        return own ? kvfs_store_put_keep(m->store, own, len, hash, err, errlen) /* as it is (it verifies) */
+                   : kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen);
     struct kvfs_writer w;
     int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);
     if (rc)
         return rc;
-    rc = kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
+    size_t size = w.size;
+    rc = own ? kvfs_store_put_keep(m->store, &w.buf, w.size, hash, err, errlen)
+             : kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
     if (!rc)
         kvfs_log(KVFS_LOG_DEBUG, "chunk %s re-encoded %s -> %s (kv_quant): %zu -> %zu bytes", hash,
-                 kvfs_dtype_name(h.dtype), kvfs_dtype_name(m->kv_quant), len, w.size);
+                 kvfs_dtype_name(h.dtype), kvfs_dtype_name(m->kv_quant), len, size);
     kvfs_writer_free(&w);
     return rc;
+}
+
+int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+               size_t errlen)
+{
+    return put_image(m, buf, len, NULL, hash, err, errlen);
+}
+
+int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
+                    size_t errlen)
+{
+    return put_image(m, *img, len, img, hash, err, errlen);
 }
 
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
@@ -254,6 +297,7 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         return rc;
     }
     const char *want = NULL;
+    double t_commit = ingest_profile() ? ingest_clock() : 0;
     if (p->parent == INO_CHUNKS) {
         kvfs_parse_chunk_name(p->name, expect);
         want = expect;
@@ -266,11 +310,14 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         rc = kvfs_store_put(m->store, data, p->len, want, hash, err, sizeof(err));
     p->dirty = 0;
     p->committed = rc == 0;
+    if (ingest_profile()) {
+        fprintf(stderr, "kvfs: ingest %s/%s: %zu bytes in %u writes over %.4f s, commit %.4f s\n", where(p), p->name,
+                p->len, p->n_writes, t_commit - p->t_first_write, ingest_clock() - t_commit);
+        p->n_writes = 0;
+    }
     if (rc == 0) {
         memcpy(p->hash, hash, sizeof(hash));
-        free(p->buf); /* the store has it now */
-        p->buf = NULL;
-        p->cap = 0;
+        draft_free(p); /* the store has it now */
         int pin = p->pin_after;
         pthread_mutex_unlock(&p->lock);
         remember_chunk(m, hash, 0); /* not a kernel lookup: the kernel knows the draft's inode */

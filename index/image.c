@@ -24,6 +24,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "image.h"
 
 struct shared_img {
@@ -164,7 +165,8 @@ int kvfs_img_adopt(uint8_t **img, size_t len)
     if (skip || shared_alloc(len, &p))
         return 0; /* stays as it is: read through the daemon */
     memcpy(p, *img, len);
-    free(*img);
+    if (!kvfs_big_release(*img)) /* a writer's big image (bigbuf.c) */
+        free(*img);
     *img = p;
     return 0;
 }
@@ -181,7 +183,8 @@ void kvfs_img_free(void *img)
     }
     pthread_mutex_unlock(&lock);
     if (!g) {
-        free(img);
+        if (!kvfs_big_release(img)) /* a writer's image (kvformat.c) */
+            free(img);
         return;
     }
     munmap(s.p, s.len);

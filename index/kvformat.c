@@ -1,5 +1,6 @@
 /* kvformat.c - kvfs chunk file format v1: parse, verify, write, hash. */
 #include "kvformat.h"
+#include "bigbuf.h"
 
 #include "kvquant.h"
 #include "log.h" /* kvfs_errf */
@@ -513,7 +514,13 @@ int kvfs_writer_init_shaped(struct kvfs_writer *w, const struct kvfs_fingerprint
     }
     h->file_size = kvfs_file_size_for(h);
     void *buf = NULL;
-    if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0) {
+    /* a big image in a kept buffer (bigbuf.c: fresh pages cost more than
+     * the copies that fill them); kvfs_writer_free and kvfs_img_free give
+     * it back */
+    uint8_t *big = NULL;
+    if (h->file_size >= KVFS_BIG_MIN && kvfs_big_alloc(h->file_size, 0, &big, NULL) == 0)
+        buf = big;
+    else if (posix_memalign(&buf, KVFS_ALIGN, h->file_size) != 0) {
         free(shape_bytes);
         return -ENOMEM;
     }
@@ -577,7 +584,8 @@ int kvfs_writer_finish(struct kvfs_writer *w)
 
 void kvfs_writer_free(struct kvfs_writer *w)
 {
-    free(w->buf);
+    if (!kvfs_big_release(w->buf))
+        free(w->buf);
     memset(w, 0, sizeof(*w));
 }
 

@@ -204,6 +204,7 @@ void kvfs_fingerprint_id(const struct kvfs_fingerprint *fp, char hex[17]);
  *   for each layer: memcpy K then V into kvfs_writer_layer(&w, L)
  *   kvfs_writer_finish(&w)  -> computes checksums; image in w.buf, w.size
  *   kvfs_writer_free(&w)
+ * A taken w.buf is freed with kvfs_img_free (a big one is bigbuf.c's).
  */
 struct kvfs_writer {
     uint8_t *buf;   /* whole file image, 4 KiB aligned allocation */

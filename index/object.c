@@ -1,5 +1,6 @@
 /* object.c - encode/decode store objects (per-layer zstd frames). */
 #include "image.h"
+#include "bigbuf.h"
 #include "object.h"
 #include "parallel.h"
 #include "log.h" /* kvfs_errf */
@@ -325,8 +326,8 @@ static void *decode_layers(void *arg)
     return NULL;
 }
 
-int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len, char *err,
-                         size_t errlen)
+static int decode_file(int fd, uint64_t obj_size, int private_img, uint8_t **image, size_t *len, char *err,
+                       size_t errlen)
 {
     struct kvfs_obj_info info;
     struct kvfs_header hdr;
@@ -338,10 +339,16 @@ int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len
     /* big images on 2 MiB boundaries, as huge pages where the kernel allows:
      * fresh memory faulted in 4 KiB at a time costs as much as decoding */
     size_t huge = (size_t)2 << 20, align = info.logical_size >= 2 * huge ? huge : KVFS_ALIGN;
-    if ((rc = kvfs_img_alloc(info.logical_size, align, (uint8_t **)&img)))
+    uint8_t *big = NULL; /* private: a kept buffer, memory already touched (no huge pages wanted) */
+    if (private_img && info.logical_size >= KVFS_BIG_MIN && kvfs_big_alloc(info.logical_size, 0, &big, NULL) == 0)
+        img = big;
+    else if (private_img ? (posix_memalign(&img, align, info.logical_size) ? -ENOMEM : 0)
+                         : (rc = kvfs_img_alloc(info.logical_size, align, (uint8_t **)&img))) {
+        rc = rc ? rc : -ENOMEM;
         goto free_info;
+    }
 #ifdef MADV_HUGEPAGE
-    if (align == huge)
+    if (align == huge && !big)
         madvise(img, info.logical_size & ~(huge - 1), MADV_HUGEPAGE);
 #endif
     memcpy(img, hb, hdr.header_size);
@@ -375,4 +382,15 @@ free_info:
     free(hb);
     kvfs_obj_info_free(&info);
     return rc;
+}
+
+int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len, char *err, size_t errlen)
+{
+    return decode_file(fd, obj_size, 0, image, len, err, errlen);
+}
+
+int kvfs_obj_decode_file_private(int fd, uint64_t obj_size, uint8_t **image, size_t *len, char *err,
+                                 size_t errlen)
+{
+    return decode_file(fd, obj_size, 1, image, len, err, errlen);
 }

@@ -76,8 +76,13 @@ void kvfs_obj_info_free(struct kvfs_obj_info *info);
 int kvfs_obj_read_layer(int fd, const struct kvfs_obj_info *info, const struct kvfs_header *hdr,
                         uint32_t layer, void *dst);
 
-/* Decode the whole object into a v1 image (posix_memalign'ed, logical_size). */
+/* Decode the whole object into a v1 image (kvfs_img_alloc'ed, logical_size). */
 int kvfs_obj_decode_file(int fd, uint64_t obj_size, uint8_t **image, size_t *len,
                          char *err, size_t errlen);
+/* The same into the daemon's own memory: a big image in a kept buffer
+ * (bigbuf.c), never a shared one (an image only the daemon reads: a
+ * llama/ view's).  kvfs_img_free frees either. */
+int kvfs_obj_decode_file_private(int fd, uint64_t obj_size, uint8_t **image, size_t *len,
+                                 char *err, size_t errlen);
 
 #endif

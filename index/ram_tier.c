@@ -150,7 +150,8 @@ void ram_entry_free(struct ram_entry *e)
     free(e);
 }
 
-int ram_entry_decode(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen)
+static int entry_decode(const char *path, const char *name, int private_img, struct ram_entry **out, char *why,
+                        size_t whylen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc; /* a symlink planted in the store is not followed */
     struct stat st;
@@ -161,7 +162,9 @@ int ram_entry_decode(const char *path, const char *name, struct ram_entry **out,
         snprintf(why, whylen, "%s", strerror(-rc));
         return rc;
     }
-    rc = fstat(fd, &st) ? -errno : kvfs_obj_decode_file(fd, (uint64_t)st.st_size, &img, &len, why, whylen);
+    rc = fstat(fd, &st) ? -errno
+       : private_img ? kvfs_obj_decode_file_private(fd, (uint64_t)st.st_size, &img, &len, why, whylen)
+                     : kvfs_obj_decode_file(fd, (uint64_t)st.st_size, &img, &len, why, whylen);
     close(fd);
     if (rc)
         return rc;
@@ -172,4 +175,15 @@ int ram_entry_decode(const char *path, const char *name, struct ram_entry **out,
     }
     *out = e;
     return 0;
+}
+
+int ram_entry_decode(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen)
+{
+    return entry_decode(path, name, 0, out, why, whylen);
+}
+
+int ram_entry_decode_private(const char *path, const char *name, struct ram_entry **out, char *why,
+                             size_t whylen)
+{
+    return entry_decode(path, name, 1, out, why, whylen);
 }

@@ -69,5 +69,8 @@ void ram_entry_free(struct ram_entry *e);
 /* Decode the store object at path into a new entry named name (refs 1, not
  * cached); -errno with the reason in why. */
 int ram_entry_decode(const char *path, const char *name, struct ram_entry **out, char *why, size_t whylen);
+/* the same into the daemon's own memory (kvfs_obj_decode_file_private) */
+int ram_entry_decode_private(const char *path, const char *name, struct ram_entry **out, char *why,
+                             size_t whylen);
 
 #endif

@@ -53,6 +53,13 @@ void kvfs_store_close(struct kvfs_store *s);
 int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len,
                    const char *expect_hash, char hash_out[KVFS_HASH_HEX_LEN + 1],
                    char *err, size_t errlen);
+/* kvfs_store_put, and then the image stays in the RAM tier (when it has
+ * room), so that reading the chunk soon after (a saved conversation
+ * restored) needs no decode of the stored object.  *img (kvfs_img_free's
+ * to free: malloc'ed, or kvfs_img_alloc'ed) is taken on success (NULL
+ * after); on failure it is left to the caller. */
+int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
+                        char *err, size_t errlen);
 
 /* Look up metadata (-ENOENT if absent). Does not count as a hit. */
 int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
@@ -66,6 +73,13 @@ uint64_t kvfs_store_count(struct kvfs_store *s);
  * access time, and returns a refcounted handle whose bytes stay valid until
  * released, even if the chunk is removed or evicted meanwhile. */
 int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
+/* kvfs_store_get for a reader the daemon serves itself (a llama/ view): a
+ * chunk not in the RAM tier is decoded into the daemon's own memory, a big
+ * one into a kept buffer (bigbuf.c), not a shared image the kernel could
+ * read (FUSE passthrough); so a restore decodes into memory already
+ * touched.  While that image is in the RAM tier, chunks/HASH.kv is read
+ * through the daemon. */
+int kvfs_store_get_private(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out);
 /* Open a chunk for layer-wise streaming (counts a hit like kvfs_store_get):
  * if the RAM tier holds it, *ram_ref gets a handle on the decoded image and
  * *fd = -1; otherwise *ram_ref = NULL and *fd is an open descriptor on its

@@ -154,8 +154,11 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
     int rc, fd;
     if (s->opts.read_only)
         return -EROFS;
+    int prof = getenv("KVFS_INGEST_PROFILE") != NULL;
+    double t0 = prof ? mono_s() : 0, t1 = t0, t2 = t0, t3 = t0, t4 = t0;
     if ((rc = check_image(buf, len, expect_hash, &h, hex, err, errlen)))
         goto count_error;
+    t1 = prof ? mono_s() : 0;
     if (hash_out)
         memcpy(hash_out, hex, sizeof(hex));
     if (store_has_chunk(s, hex))
@@ -164,18 +167,41 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
         goto count_error;
     }
-    if ((fd = rc = store_write_tmp_iov(s, hex, obj.iov, obj.n, tmp, err, errlen)) < 0 ||
-        (rc = finish_tmp(s, fd, tmp, err, errlen)))
+    t2 = prof ? mono_s() : 0;
+    if ((fd = rc = store_write_tmp_iov(s, hex, obj.iov, obj.n, tmp, err, errlen)) < 0)
         goto count_error;
+    t3 = prof ? mono_s() : 0;
+    if ((rc = finish_tmp(s, fd, tmp, err, errlen)))
+        goto count_error;
+    t4 = prof ? mono_s() : 0;
     size_t obj_len = obj.len;
     kvfs_obj_parts_free(&obj);
     if ((rc = commit_object(s, tmp, hex, &h, obj_len, err, errlen)))
         goto count_error;
+    if (prof)
+        fprintf(stderr, "kvfs: put %.12s: verify + hash %.4f s, encode %.4f, write %.4f, fsync %.4f, commit %.4f\n", hex,
+                t1 - t0, t2 - t1, t3 - t2, t4 - t3, mono_s() - t4);
     return 0;
 count_error:
     kvfs_obj_parts_free(&obj);
     count_ingest_error(s);
     return rc;
+}
+
+static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len);
+
+int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
+                        char *err, size_t errlen)
+{
+    char hex[KVFS_HASH_HEX_LEN + 1];
+    int rc = kvfs_store_put(s, *img, len, NULL, hex, err, errlen);
+    if (rc)
+        return rc;
+    if (hash_out)
+        memcpy(hash_out, hex, sizeof(hex));
+    ram_adopt(s, hex, *img, len); /* verified and stored: the RAM tier's to keep or free */
+    *img = NULL;
+    return 0;
 }
 
 /* A freshly fetched chunk's verified image goes to the RAM tier (where there

@@ -59,7 +59,7 @@ static struct kvfs_chunk_info *open_row(struct kvfs_store *s, const char *hash, 
     return c;
 }
 
-int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
+static int get(struct kvfs_store *s, const char *hash, int private_img, struct kvfs_chunk_ref **out)
 {
     struct kvfs_chunk_ref *ref = store_new_ref(s, NULL), *fetched;
     struct ram_entry *e;
@@ -87,7 +87,8 @@ int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref
     /* decode outside the lock */
     char p[4096], why[256] = "";
     store_object_path(s, hash, p, sizeof(p));
-    int rc = ram_entry_decode(p, hash, &e, why, sizeof(why));
+    int rc = private_img ? ram_entry_decode_private(p, hash, &e, why, sizeof(why))
+                         : ram_entry_decode(p, hash, &e, why, sizeof(why));
     if (rc) {
         if (rc != -ENOMEM)
             kvfs_log(KVFS_LOG_ERR, "chunk %s: object unreadable: %s", hash, why);
@@ -99,6 +100,16 @@ int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref
     pthread_mutex_unlock(&s->lock);
     *out = ref;
     return 0;
+}
+
+int kvfs_store_get(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
+{
+    return get(s, hash, 0, out);
+}
+
+int kvfs_store_get_private(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **out)
+{
+    return get(s, hash, 1, out);
 }
 
 static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd,

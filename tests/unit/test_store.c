@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "check.h"
 #include "image.h"
 #include "object.h"
@@ -534,6 +535,81 @@ static int fake_fetch(void *ctx, struct kvfs_store *s, const char *hash, struct 
     return rc;
 }
 
+/* kvfs_store_put_keep: the stored image stays in the RAM tier (no decode
+ * for the next read) and is on disk all the same; without a RAM tier it is
+ * freed.  Big buffers (bigbuf.c) come back to the next allocation. */
+static void test_put_keep(void)
+{
+    char saved[sizeof(dir)], err[256], h[65];
+    memcpy(saved, dir, sizeof(saved));
+    snprintf(dir, sizeof(dir), "/tmp/kvfs-test-keep.%d", (int)getpid());
+    for (int ram = 1; ram >= 0; ram--) {
+        struct kvfs_store *s = open_store(0, ram ? 64u << 20 : 0, 1);
+        CHECK(s != NULL);
+        if (!s)
+            break;
+        struct kvfs_writer w;
+        struct kvfs_chunk_info c;
+        synth_chunk(&w, 4, 300 + (uint32_t)ram, 31, KVFS_DTYPE_F16);
+        CHECK_EQ(kvfs_store_put_keep(s, &w.buf, w.size, h, err, sizeof(err)), 0);
+        CHECK(w.buf == NULL); /* taken */
+        CHECK_EQ(kvfs_store_stat(s, h, &c), 0);
+        CHECK_EQ(c.in_ram, ram);
+        CHECK(same_as_synth(s, h, 300 + (uint32_t)ram, 31));
+        kvfs_store_close(s);
+        s = open_store(0, 0, 1); /* what was stored: decoded from disk */
+        CHECK(s && same_as_synth(s, h, 300 + (uint32_t)ram, 31));
+        if (s)
+            kvfs_store_close(s);
+    }
+    { /* a private read (a llama/ view's) decodes into the daemon's memory, shared images on or not */
+        struct kvfs_store *s = open_store(0, 64u << 20, 1);
+        struct kvfs_chunk_ref *ref;
+        CHECK(s && put_synth(s, 300, 41, h) == 0);
+        kvfs_img_set_shared(1);
+        CHECK(s && kvfs_store_get_private(s, h, &ref) == 0);
+        if (s && ref) {
+            CHECK(kvfs_img_fd(kvfs_chunk_data(ref)) < 0);
+            kvfs_chunk_release(ref);
+        }
+        CHECK(s && same_as_synth(s, h, 300, 41)); /* the RAM tier's copy */
+        kvfs_img_set_shared(0);
+        if (s)
+            kvfs_store_close(s);
+    }
+    uint8_t *a, *b, local;
+    size_t cap;
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN + 1, 0, &a, &cap), 0);
+    CHECK(cap >= KVFS_BIG_MIN + 1);
+    memset(a, 7, KVFS_BIG_MIN + 1);
+    CHECK_EQ(kvfs_big_release(a), 1);
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN, 0, &b, NULL), 0);
+    CHECK(b == a); /* the kept one, not fresh memory */
+    kvfs_img_free(b); /* a writer's image freed as an image: kept again */
+    CHECK_EQ(kvfs_big_alloc(2 * cap, 0, &b, NULL), 0);
+    CHECK(b != a); /* too small: fresh */
+    CHECK_EQ(kvfs_big_release(b), 1);
+    kvfs_img_set_shared(1); /* a big image made shared (a blend result under passthrough): given back */
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN, 0, &a, &cap), 0);
+    memset(a, 5, KVFS_BIG_MIN);
+    uint8_t *img = a;
+    CHECK_EQ(kvfs_img_adopt(&img, KVFS_BIG_MIN), 0);
+    CHECK(img != a && img[KVFS_BIG_MIN - 1] == 5);
+    CHECK(kvfs_img_fd(img) >= 0);
+    kvfs_img_free(img);
+    kvfs_img_set_shared(0);
+    CHECK_EQ(kvfs_big_alloc(KVFS_BIG_MIN, 0, &b, NULL), 0);
+    CHECK(b == a); /* kept, not passed to free() */
+    CHECK_EQ(kvfs_big_release(b), 1);
+    CHECK_EQ(kvfs_big_release(&local), 0); /* not one of its buffers: untouched */
+    CHECK_EQ(kvfs_big_release(NULL), 0);
+    kvfs_big_trim();
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    system(cmd);
+    memcpy(dir, saved, sizeof(saved));
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/kvfs-test-store.%d", (int)getpid());
@@ -824,6 +900,7 @@ int main(void)
 
     test_results();
     test_object_parts();
+    test_put_keep();
 
     uint64_t v;
     CHECK_EQ(kvfs_parse_size("64M", &v), 0);

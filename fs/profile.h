@@ -1,0 +1,26 @@
+/* profile.h - KVFS_INGEST_PROFILE: where a llama/ state's save (the draft's
+ * writes, its conversion, the store's put) and a view's restore (the open,
+ * the reads) spend their time, on stderr.  bench/turn_slot.py reads them. */
+#ifndef KVFS_FS_PROFILE_H
+#define KVFS_FS_PROFILE_H
+
+#include <stdlib.h>
+#include <time.h>
+
+static inline int ingest_profile(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("KVFS_INGEST_PROFILE") != NULL;
+    return on;
+}
+
+/* monotonic seconds */
+static inline double ingest_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#endif

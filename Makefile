@@ -228,7 +228,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_ALL)
 # made local, so it links beside libkvfs_core.a (kvfsctl does) without clashes.
 LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
-LIBKVFS_OBJ  := $(patsubst %.c,$(BUILD)/libkvfs-pic/%.o,lib/libkvfs.c index/kvformat.c index/half.c index/kvquant.c index/log.c)
+LIBKVFS_OBJ  := $(patsubst %.c,$(BUILD)/libkvfs-pic/%.o,lib/libkvfs.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c)
 LIBKVFS_DEPS := $(shell pkg-config --libs libxxhash libcrypto 2>/dev/null)
 $(BUILD)/libkvfs-pic/%.o: %.c
 	@mkdir -p $(@D)
@@ -317,14 +317,14 @@ FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover
                 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(LAYER_INC)
 FUZZ_LIBS    := $(shell pkg-config --libs libxxhash libcrypto libpcre2-8 2>/dev/null) -lm
 FUZZ_TARGETS := chunk recipe gguf tokenizer llama_state ioctl rebuild
-$(FUZZ_BUILD)/fuzz_chunk: tests/fuzz/fuzz_chunk.c index/kvformat.c index/half.c index/kvquant.c index/log.c
-$(FUZZ_BUILD)/fuzz_recipe: tests/fuzz/fuzz_recipe.c blend/recipe.c blend/select.c index/kvformat.c index/half.c index/kvquant.c index/log.c
-$(FUZZ_BUILD)/fuzz_ioctl: tests/fuzz/fuzz_ioctl.c fs/ioctl_req.c blend/recipe.c blend/select.c index/kvformat.c index/half.c index/kvquant.c \
+$(FUZZ_BUILD)/fuzz_chunk: tests/fuzz/fuzz_chunk.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_recipe: tests/fuzz/fuzz_recipe.c blend/recipe.c blend/select.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_ioctl: tests/fuzz/fuzz_ioctl.c fs/ioctl_req.c blend/recipe.c blend/select.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c \
                           index/log.c
-$(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c gpu/ggml/quant.c index/kvformat.c index/half.c index/kvquant.c index/log.c
-$(FUZZ_BUILD)/fuzz_llama_state: tests/fuzz/fuzz_llama_state.c index/llama_state.c index/kvformat.c index/half.c index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c gpu/ggml/quant.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_llama_state: tests/fuzz/fuzz_llama_state.c index/llama_state.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c blend/runtime/tokenizer.c blend/runtime/gguf.c \
-                              gpu/ggml/quant.c index/kvformat.c index/half.c index/kvquant.c index/log.c
+                              gpu/ggml/quant.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
 # the index rebuild: the store core without the RADOS tier
 $(FUZZ_BUILD)/fuzz_rebuild: tests/fuzz/fuzz_rebuild.c $(filter-out index/remote_rados.c,$(wildcard index/*.c))
 $(FUZZ_BUILD)/fuzz_rebuild: FUZZ_LIBS += -lsqlite3 -lzstd -luring -lpthread

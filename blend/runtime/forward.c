@@ -164,6 +164,61 @@ static int strided_copy(const struct kvfs_model *m, float *dst, int ds, const fl
     return rc;
 }
 
+/* deepseek2, either MLA form: the input norm, Q (through its compressed
+ * rank and norm, or not) into qf [n][n_head * mla_k], the latent and the
+ * rotated key part into kvp [n][rank + n_rot]; ql and tmp scratch */
+static int ds2_q_kv_a(const struct kvfs_model *m, const struct kvfs_layer_weights *L, struct kvfs_work *w, int n,
+                      float *qf, float *kvp, float *ql, float *tmp)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int E = hp->n_embd, rc;
+    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
+                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
+        return rc;
+    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
+                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
+                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
+                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
+        return rc;
+    return kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E);
+}
+
+/* deepseek2's YaRN: ggml's rotation scales what it rotates, the rotated
+ * parts only: the first rope_dim values of Q's n x n_head rows and of K's
+ * k_rows rows times mla_rope_mscale (scratch: n x n_head x rope_dim) */
+static int ds2_rope_mscale(const struct kvfs_model *m, struct kvfs_work *w, int n, int k_rows, float *scratch)
+{
+    const struct kvfs_hparams *hp = &m->hp;
+    const struct kvfs_backend_iface *be = BE(m);
+    void *ctx = CTX(m);
+    int H = hp->n_head, D = hp->head_dim, R = hp->rope_dim, rc;
+    float ms = hp->mla_rope_mscale;
+    if (ms == 0.0f || ms == 1.0f)
+        return 0;
+    if ((rc = strided_copy(m, scratch, R, w->q, D, n * H, R)) ||
+        (rc = be->scale(ctx, scratch, ms, scratch, (size_t)n * H * R)) ||
+        (rc = strided_copy(m, w->q, D, scratch, R, n * H, R)) || (rc = strided_copy(m, scratch, R, w->k, D, k_rows, R)) ||
+        (rc = be->scale(ctx, scratch, ms, scratch, (size_t)k_rows * R)))
+        return rc;
+    return strided_copy(m, w->k, D, scratch, R, k_rows, R);
+}
+
+/* w->v's first count values zero (both MLA forms' V has zeros where K rotates) */
+static int zero_v(const struct kvfs_model *m, struct kvfs_work *w, size_t count)
+{
+    const struct kvfs_backend_iface *be = BE(m);
+    float *zero = calloc(count, sizeof(float));
+    if (!zero)
+        return -ENOMEM;
+    int rc = be->upload(CTX(m), w->v, zero, sizeof(float) * count);
+    if (!rc)
+        rc = be->synchronize(CTX(m)); /* zero is freed below */
+    free(zero);
+    return rc;
+}
+
 /* deepseek2's Q and K (model.h) as llama.cpp's absorbed MLA computes them:
  * Q (through its compressed rank and norm, or not) split per head in a
  * non-rotated part, taken to the latent space by wk_b[h], and a rotated
@@ -188,16 +243,7 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * nope, (void **)&qn)) ||
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (big > K ? big : K), (void **)&tmp)))
         goto out;
-    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
-                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
-        goto out;
-    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
-                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
-                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
-                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
-        goto out;
-    if ((rc = kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E)) ||
-        (rc = strided_copy(m, w->k, D, kvp + K, K + R, n, R)) ||
+    if ((rc = ds2_q_kv_a(m, L, w, n, qf, kvp, ql, tmp)) || (rc = strided_copy(m, w->k, D, kvp + K, K + R, n, R)) ||
         (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
         (rc = be->rmsnorm(ctx, lat, L->kv_a_norm, lat, n, K, hp->rms_eps)) ||
         (rc = strided_copy(m, w->k + R, D, lat, K, n, K)) ||
@@ -211,12 +257,7 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
     if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
         (rc = be->rope(ctx, w->k, w->pos, n, 1, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
         goto out;
-    /* YaRN: ggml's rotation scales what it rotates, the rotated parts only (qf is free now) */
-    float ms = hp->mla_rope_mscale;
-    if (ms != 0.0f && ms != 1.0f &&
-        ((rc = strided_copy(m, qf, R, w->q, D, n * H, R)) || (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) ||
-         (rc = strided_copy(m, w->q, D, qf, R, n * H, R)) || (rc = strided_copy(m, qf, R, w->k, D, n, R)) ||
-         (rc = be->scale(ctx, qf, ms, qf, (size_t)n * R)) || (rc = strided_copy(m, w->k, D, qf, R, n, R))))
+    if ((rc = ds2_rope_mscale(m, w, n, n, qf))) /* qf is free now */
         goto out;
     /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
     if (m->ggml_compat && ((rc = be->round_f16(ctx, w->k, (size_t)n * D)) ||
@@ -225,16 +266,7 @@ static int mla_qkv(const struct kvfs_model *m, const struct kvfs_layer_weights *
     /* V: the row with its rotated part zeroed (attention's output there is
      * not read), so that values do not depend on position, as in every
      * family (the chunk shift moves them unrotated) */
-    float *zero = calloc((size_t)n * D, sizeof(float));
-    if (!zero) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    rc = be->upload(ctx, w->v, zero, sizeof(float) * (size_t)n * D);
-    if (!rc)
-        rc = be->synchronize(ctx); /* zero is freed below */
-    free(zero);
-    if (rc || (rc = strided_copy(m, w->v + R, D, w->k + R, D, n, K)))
+    if ((rc = zero_v(m, w, (size_t)n * D)) || (rc = strided_copy(m, w->v + R, D, w->k + R, D, n, K)))
         goto out;
     rc = be->synchronize(ctx);
 out:
@@ -263,7 +295,7 @@ static int mla_mha_qkv(const struct kvfs_model *m, const struct kvfs_layer_weigh
     int nope = D - R, kvw = nope + V, rc;
     int big = E > hp->q_lora ? E : hp->q_lora; /* the widest input a product here quantizes */
     big = big > K ? big : K;
-    float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *kv = NULL, *tmp = NULL, *zero = NULL;
+    float *qf = NULL, *kvp = NULL, *lat = NULL, *ql = NULL, *kv = NULL, *tmp = NULL;
     if ((rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * D, (void **)&qf)) ||
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * (K + R), (void **)&kvp)) ||
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * K, (void **)&lat)) ||
@@ -271,16 +303,7 @@ static int mla_mha_qkv(const struct kvfs_model *m, const struct kvfs_layer_weigh
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * H * kvw, (void **)&kv)) ||
         (rc = be->alloc(ctx, sizeof(float) * (size_t)n * big, (void **)&tmp)))
         goto out;
-    if ((rc = L->attn_norm ? be->rmsnorm(ctx, w->x, L->attn_norm, w->xn, n, E, hp->rms_eps)
-                           : be->copy(ctx, w->xn, w->x, sizeof(float) * (size_t)n * E)))
-        goto out;
-    if (L->wq_a ? (rc = kvfs_linear(m, L->wq_a, NULL, L->act_q_mla[0], w->xn, tmp, ql, n, E)) ||
-                      (rc = be->rmsnorm(ctx, ql, L->q_a_norm, ql, n, hp->q_lora, hp->rms_eps)) ||
-                      (rc = kvfs_linear(m, L->wq_b, NULL, L->act_q_mla[1], ql, tmp, qf, n, hp->q_lora))
-                : (rc = kvfs_linear(m, L->wq, NULL, L->act_q_mla[0], w->xn, tmp, qf, n, E)))
-        goto out;
-    if ((rc = kvfs_linear(m, L->wkv_a, NULL, L->act_q_mla[2], w->xn, tmp, kvp, n, E)) ||
-        (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
+    if ((rc = ds2_q_kv_a(m, L, w, n, qf, kvp, ql, tmp)) || (rc = strided_copy(m, lat, K, kvp, K + R, n, K)) ||
         (rc = be->rmsnorm(ctx, lat, L->kv_a_norm, lat, n, K, hp->rms_eps)) ||
         (rc = kvfs_linear(m, L->wkv_b, NULL, L->act_q_mla[3], lat, tmp, kv, n, K)) ||
         /* each (token, head) one row: Q's and K's parts swapped into kvfs's order */
@@ -294,19 +317,8 @@ static int mla_mha_qkv(const struct kvfs_model *m, const struct kvfs_layer_weigh
     if ((rc = be->rope(ctx, w->q, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)) ||
         (rc = be->rope(ctx, w->k, w->pos, n, H, D, R, hp->rope_theta, hp->rope_style, m->rope_freqs)))
         goto out;
-    /* YaRN: ggml's rotation scales what it rotates, the rotated parts only (qf is free now) */
-    float ms = hp->mla_rope_mscale;
-    if (ms != 0.0f && ms != 1.0f &&
-        ((rc = strided_copy(m, qf, R, w->q, D, n * H, R)) || (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) ||
-         (rc = strided_copy(m, w->q, D, qf, R, n * H, R)) || (rc = strided_copy(m, qf, R, w->k, D, n * H, R)) ||
-         (rc = be->scale(ctx, qf, ms, qf, (size_t)n * H * R)) || (rc = strided_copy(m, w->k, D, qf, R, n * H, R))))
-        goto out;
-    /* V: rope_dim zeros (not part of the value), then the head's value */
-    if (!(zero = calloc((size_t)n * H * D, sizeof(float)))) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    if ((rc = be->upload(ctx, w->v, zero, sizeof(float) * (size_t)n * H * D)) || (rc = be->synchronize(ctx)) ||
+    /* qf is free now; V: rope_dim zeros (not part of the value), then the head's value */
+    if ((rc = ds2_rope_mscale(m, w, n, n * H, qf)) || (rc = zero_v(m, w, (size_t)n * H * D)) ||
         (rc = strided_copy(m, w->v + R, D, kv + nope, kvw, n * H, V)))
         goto out;
     /* the cache's f16 and the f16 Q of Q.K (kvfs_layer_qkv) */
@@ -316,7 +328,6 @@ static int mla_mha_qkv(const struct kvfs_model *m, const struct kvfs_layer_weigh
         goto out;
     rc = be->synchronize(ctx);
 out:
-    free(zero);
     {
         void *bufs[] = {qf, kvp, lat, ql, kv, tmp};
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)

@@ -158,10 +158,17 @@ static void test_v_from_k(void)
     kvfs_writer_free(&w);
 }
 
+/* a header edited in place gets its checksum again (XXH3-64 with its own field zero) */
+static void reseal(uint8_t *buf, uint32_t header_size)
+{
+    memset(buf + 120, 0, 8);
+    uint64_t sum = XXH3_64bits(buf, header_size);
+    memcpy(buf + 120, &sum, 8);
+}
+
 /* V_NARROW chunks (deepseek2's unabsorbed form): K and V rows of one width,
  * each V head after rope_dim zeros; refused with V_FROM_K or without any
  * value dims; a reader that finds it with V_FROM_K says why */
-static void reseal(uint8_t *buf, uint32_t header_size);
 static void test_v_narrow(void)
 {
     struct kvfs_fingerprint fp = {.n_layer = 2, .n_kv_head = 4, .head_dim = 12, .rope_dim = 4, .rope_theta = 1e4f,
@@ -190,14 +197,6 @@ static void test_v_narrow(void)
     CHECK(strstr(why, "V_NARROW (flag 0x40) with V_FROM_K") != NULL);
     free(img);
     kvfs_writer_free(&w);
-}
-
-/* a header edited in place gets its checksum again (XXH3-64 with its own field zero) */
-static void reseal(uint8_t *buf, uint32_t header_size)
-{
-    memset(buf + 120, 0, 8);
-    uint64_t sum = XXH3_64bits(buf, header_size);
-    memcpy(buf + 120, &sum, 8);
 }
 
 /* KVFS_FLAG_LAYER_SHAPES (gemma4): each layer at its own n_kv_head x

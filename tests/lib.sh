@@ -100,6 +100,43 @@ license_chunks() {
     done
 }
 
+# blend_vs_local MOUNT: with $MODEL, the question $Q and the chunk hashes
+# h[1..2], a 0.15 blend through MOUNT equals `kvfsctl blend --local` of the
+# same chunks byte for byte, and ratio 1.0 equals a full prefill of its tokens
+blend_vs_local() {
+    local mnt=$1 ids
+    "$KVFSCTL" blend -M "$mnt" --name r --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} > /dev/null
+    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --ratio 0.15 --suffix "$Q" \
+        "$mnt/chunks/${h[1]}.kv" "$mnt/chunks/${h[2]}.kv" 2>/dev/null
+    check "blend through the mount == in-process blend" cmp "$T/local.kv" "$mnt/blends/r.kv"
+    "$KVFSCTL" blend --local -m "$MODEL" -o "$T/full.kv" --ratio 1.0 --suffix "$Q" \
+        "$mnt/chunks/${h[1]}.kv" "$mnt/chunks/${h[2]}.kv" 2>/dev/null
+    ids=$("$KVFSCTL" info --json --tokens "$T/full.kv" |
+        python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
+    "$KVFSCTL" prefill -m "$MODEL" -o "$T/ref.kv" --ids "$ids" > /dev/null 2>&1
+    check "ratio 1.0 = a full prefill" "$KVFSCTL" compare --max-err 0 "$T/full.kv" "$T/ref.kv"
+}
+
+# view_restores_and_imports MOUNT: with $MODEL, chunk h[1]'s llama/ views
+# (V rows, and V transposed without flash attention) restored by llama.cpp
+# give its own eval of the state's tokens + 3 more (llama_restore_check.py:
+# 0.01 nats V transposed; 0.05 with flash attention, whose batch and
+# continuation sum in f16 otherwise), and each imported back is the very
+# same chunk.  The caller checks llama-cpp-python is there.
+view_restores_and_imports() {
+    local mnt=$1 out rc R=$KVFS_ROOT/tests/oracle/llama_restore_check.py
+    cp "$mnt/llama/${h[1]}.vt.llama" "$T/vt.llama"
+    cp "$mnt/llama/${h[1]}.llama" "$T/v.llama"
+    out=$(python3 "$R" "$MODEL" "$T/vt.llama" 72,58,97 0.01 --no-flash-attn 2>/dev/null); rc=$?
+    check "llama.cpp restores the view, V transposed: $out" test $rc = 0
+    out=$(python3 "$R" "$MODEL" "$T/v.llama" 72,58,97 0.05 2>/dev/null); rc=$?
+    check "... and with flash attention: $out" test $rc = 0
+    check "kvfsctl import of the view: the very same chunk" sh -c \
+        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp.kv' '$T/v.llama' > /dev/null && cmp '$T/imp.kv' '$mnt/chunks/${h[1]}.kv'"
+    check "... and of the V-transposed view" sh -c \
+        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp2.kv' '$T/vt.llama' > /dev/null && cmp '$T/imp2.kv' '$mnt/chunks/${h[1]}.kv'"
+}
+
 # blends_at_once MOUNT CHUNK_DIR MAX_ERR [greedy]: with $MODEL, the question
 # $Q and the chunk hashes h[1..3], 8 distinct recipes (the question numbered)
 # blended at once through MOUNT's daemon (blend_jobs lanes serve blend after

@@ -22,35 +22,16 @@ check "kvfsctl info on the model: 40 values per token and layer against 160 (25.
     "'$KVFSCTL' info '$MODEL' | grep -q '^kv cache: *latent attention: 40 values .* would be 160 .*: 25.0%'"
 check "kvfsctl info: V derived from K" sh -c "'$KVFSCTL' info '$M/chunks/${h[1]}.kv' | grep -q '^values: *K.s rows'"
 Q=$'\nQ: which one?'
-"$KVFSCTL" blend -M "$M" --name r --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} > /dev/null
-"$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --ratio 0.15 --suffix "$Q" \
-    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
-check "blend through the mount == in-process blend" cmp "$T/local.kv" "$M/blends/r.kv"
-"$KVFSCTL" blend --local -m "$MODEL" -o "$T/full.kv" --ratio 1.0 --suffix "$Q" \
-    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
-ids=$("$KVFSCTL" info --json --tokens "$T/full.kv" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
-"$KVFSCTL" prefill -m "$MODEL" -o "$T/ref.kv" --ids "$ids" > /dev/null 2>&1
-check "ratio 1.0 = a full prefill" "$KVFSCTL" compare --max-err 0 "$T/full.kv" "$T/ref.kv"
+blend_vs_local "$M"
 # llama.cpp's view: K alone (llama.cpp keeps no V for MLA), each row latent first
 vsize=$(stat -c %s "$M/llama/${h[1]}.llama")
 want=$((12 + 4 * n + 8 + 12 * n + 8 + 4 * (12 + n * 40 * 2) + 0))
 check "llama/ lists the chunk's view, K alone ($vsize bytes)" sh -c \
     "ls '$M/llama' | grep -qx '${h[1]}.llama' && test '$vsize' = '$want'"
 if python3 -c 'import llama_cpp' 2>/dev/null; then
-    cp "$M/llama/${h[1]}.vt.llama" "$T/vt.llama"
-    cp "$M/llama/${h[1]}.llama" "$T/v.llama"
     # llama.cpp's own prompt eval against its restore of the view: the same cache (a row in kvfs's order
     # instead moves the log-probs by 5.6)
-    R=$KVFS_ROOT/tests/oracle/llama_restore_check.py
-    out=$(python3 "$R" "$MODEL" "$T/vt.llama" 72,58,97 0.01 --no-flash-attn 2>/dev/null); rc=$?
-    check "llama.cpp restores the view, V transposed: $out" test $rc = 0
-    # with flash attention llama.cpp's batch of 600 and its 3-token continuation sum in f16 otherwise
-    out=$(python3 "$R" "$MODEL" "$T/v.llama" 72,58,97 0.05 2>/dev/null); rc=$?
-    check "... and with flash attention: $out" test $rc = 0
-    check "kvfsctl import of the view: the very same chunk" sh -c \
-        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp.kv' '$T/v.llama' > /dev/null && cmp '$T/imp.kv' '$M/chunks/${h[1]}.kv'"
-    check "... and of the V-transposed view" sh -c \
-        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp2.kv' '$T/vt.llama' > /dev/null && cmp '$T/imp2.kv' '$M/chunks/${h[1]}.kv'"
+    view_restores_and_imports "$M"
 else
     echo "skip: llama-cpp-python unavailable: llama.cpp's restore not checked"
 fi

@@ -28,15 +28,7 @@ check "kvfsctl info on a chunk: 32 of each head's 48 dims" sh -c \
 check "kvfsctl info --json: v_narrow" sh -c \
     "'$KVFSCTL' info --json '$M/chunks/${h[1]}.kv' | grep -q '\"v_narrow\": true'"
 Q=$'\nQ: which one?'
-"$KVFSCTL" blend -M "$M" --name r --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} > /dev/null
-"$KVFSCTL" blend --local -m "$MODEL" -o "$T/local.kv" --ratio 0.15 --suffix "$Q" \
-    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
-check "blend through the mount == in-process blend" cmp "$T/local.kv" "$M/blends/r.kv"
-"$KVFSCTL" blend --local -m "$MODEL" -o "$T/full.kv" --ratio 1.0 --suffix "$Q" \
-    "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" 2>/dev/null
-ids=$("$KVFSCTL" info --json --tokens "$T/full.kv" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
-"$KVFSCTL" prefill -m "$MODEL" -o "$T/ref.kv" --ids "$ids" > /dev/null 2>&1
-check "ratio 1.0 = a full prefill" "$KVFSCTL" compare --max-err 0 "$T/full.kv" "$T/ref.kv"
+blend_vs_local "$M"
 # llama.cpp's view: per layer K rows of 4 x 48, V rows of 4 x 32 (no zeros)
 vsize=$(stat -c %s "$M/llama/${h[1]}.llama")
 want=$((12 + 4 * n + 8 + 12 * n + 8 + 4 * (12 + n * 192 * 2) + 4 * (12 + n * 128 * 2)))
@@ -48,17 +40,8 @@ check "llama/ lists the chunk's view, V of the values alone ($vsize bytes)" sh -
 check "the absorbed form's chunk is refused by this model" sh -c \
     "! '$KVFSCTL' generate -m '$MODEL' --kv '$T/abs.kv' -n 1 > /dev/null 2>&1"
 if python3 -c 'import llama_cpp' 2>/dev/null; then
-    cp "$M/llama/${h[1]}.vt.llama" "$T/vt.llama"
-    cp "$M/llama/${h[1]}.llama" "$T/v.llama"
+    view_restores_and_imports "$M"
     R=$KVFS_ROOT/tests/oracle/llama_restore_check.py
-    out=$(python3 "$R" "$MODEL" "$T/vt.llama" 72,58,97 0.01 --no-flash-attn 2>/dev/null); rc=$?
-    check "llama.cpp restores the view, V transposed: $out" test $rc = 0
-    out=$(python3 "$R" "$MODEL" "$T/v.llama" 72,58,97 0.05 2>/dev/null); rc=$?
-    check "... and with flash attention: $out" test $rc = 0
-    check "kvfsctl import of the view: the very same chunk" sh -c \
-        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp.kv' '$T/v.llama' > /dev/null && cmp '$T/imp.kv' '$M/chunks/${h[1]}.kv'"
-    check "... and of the V-transposed view" sh -c \
-        "'$KVFSCTL' import -m '$MODEL' -o '$T/imp2.kv' '$T/vt.llama' > /dev/null && cmp '$T/imp2.kv' '$M/chunks/${h[1]}.kv'"
     # q8: values quantized per token over the row, zeros included; its view decodes them
     q8=$(printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 12) |
         "$KVFSCTL" prefill -m "$MODEL" -M "$M" --dtype q8 - 2>/dev/null | cut -d' ' -f1)

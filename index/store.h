@@ -188,6 +188,12 @@ int kvfs_store_incoming_open(struct kvfs_store *s, const char *hash, struct kvfs
                              size_t errlen);
 int kvfs_store_incoming_write(struct kvfs_store_incoming *in, const void *buf, size_t len, uint64_t off, char *err,
                               size_t errlen);
+/* write, the bytes at off gathered from up to KVFS_INCOMING_MAX_IOV pieces
+ * of memory (a fetch's read that spans several layers of an image) */
+#define KVFS_INCOMING_MAX_IOV 64
+struct iovec;
+int kvfs_store_incoming_writev(struct kvfs_store_incoming *in, const struct iovec *iov, int n, uint64_t off,
+                               char *err, size_t errlen);
 int kvfs_store_incoming_finish(struct kvfs_store_incoming *in, uint64_t len, const char *expect_hash,
                                struct kvfs_chunk_ref **ref, char *err, size_t errlen);
 /* finish, the caller having decoded the object itself into img (taken,

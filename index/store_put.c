@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -257,26 +258,51 @@ int kvfs_store_incoming_open(struct kvfs_store *s, const char *hash, struct kvfs
     return 0;
 }
 
-int kvfs_store_incoming_write(struct kvfs_store_incoming *in, const void *buf, size_t len, uint64_t off, char *err,
-                              size_t errlen)
+int kvfs_store_incoming_writev(struct kvfs_store_incoming *in, const struct iovec *iov, int n, uint64_t off,
+                               char *err, size_t errlen)
 {
-    for (size_t done = 0; done < len;) {
-        ssize_t n = pwrite(in->fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
+    struct iovec left[KVFS_INCOMING_MAX_IOV], *v = left;
+    size_t total = 0;
+    if (n < 0 || n > KVFS_INCOMING_MAX_IOV)
+        return kvfs_errf(err, errlen, -EINVAL, "writing object failed: %d pieces at once", n);
+    memcpy(left, iov, sizeof(*iov) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    for (size_t done = 0; done < total;) {
+        ssize_t w = pwritev(in->fd, v, n, (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
             continue;
-        if (n <= 0) {
-            int rc = n < 0 ? -errno : -EIO;
+        if (w <= 0) {
+            int rc = w < 0 ? -errno : -EIO;
             return kvfs_errf(err, errlen, rc, "writing object failed: %s%s", strerror(-rc),
                              rc == -ENOSPC ? " (backing disk full)" : "");
         }
-        done += (size_t)n;
+        done += (size_t)w;
+        /* a short write: skip what went, resume in the piece it stopped in */
+        for (size_t k = (size_t)w; k;) {
+            size_t step = k < v->iov_len ? k : v->iov_len;
+            v->iov_base = (char *)v->iov_base + step;
+            v->iov_len -= step;
+            k -= step;
+            if (!v->iov_len) {
+                v++;
+                n--;
+            }
+        }
     }
 #ifdef SYNC_FILE_RANGE_WRITE
     /* start the write-back now: finish's fsync then waits for less */
     if (!in->s->opts.no_sync)
-        sync_file_range(in->fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+        sync_file_range(in->fd, (off_t)off, (off_t)total, SYNC_FILE_RANGE_WRITE);
 #endif
     return 0;
+}
+
+int kvfs_store_incoming_write(struct kvfs_store_incoming *in, const void *buf, size_t len, uint64_t off, char *err,
+                              size_t errlen)
+{
+    struct iovec one = {.iov_base = (void *)buf, .iov_len = len};
+    return kvfs_store_incoming_writev(in, &one, 1, off, err, errlen);
 }
 
 void kvfs_store_incoming_abort(struct kvfs_store_incoming *in)

@@ -52,6 +52,14 @@ check "cp of a gemma4 chunk (layer shapes) into A" cp "$T/g4.kv" "$A/chunks/$hg.
 check "A's upload queue drains" drained "$A" 20
 check "mount B reads the gemma4 chunk byte-identical (fetched from RADOS)" cmp "$T/g4.kv" "$B/chunks/$hg.kv"
 
+# a chunk of many small layers (160 of 32 KiB, 5 MiB): each ranged read
+# after the first spans up to 64 layers, each landing at its own place
+hl=$(synth "$T/cl.kv" --tokens 64 --layers 160 --seed 12)
+check "cp of a chunk of 160 small layers into A" cp "$T/cl.kv" "$A/chunks/$hl.kv"
+check "A's upload queue drains" drained "$A" 20
+check "mount B reads the 160-layer chunk byte-identical (fetched from RADOS)" cmp "$T/cl.kv" "$B/chunks/$hl.kv"
+rm -f "$T/cl.kv"
+
 # concurrent writers of the same chunk from both mounts
 h2=$(synth "$T/c2.kv" --tokens 400 --layers 8 --seed 2)
 cp "$T/c2.kv" "$A/incoming/x.kv" & p1=$!; cp "$T/c2.kv" "$B/incoming/y.kv" & p2=$!

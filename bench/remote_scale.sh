@@ -99,9 +99,19 @@ EOF
     /usr/bin/time -f "%e %M" -o "$H/list.time" "$BUILD/kvfsctl" remote list "$H/mnt" > "$H/list.out"
     [ "$(grep -c '^[0-9a-f]\{64\}' "$H/list.out")" -eq "$n" ] || { echo "remote_scale: remote list is short" >&2; exit 1; }
     /usr/bin/time -f "%e %M" -o "$H/evict.time" "$BUILD/kvfsctl" remote evict --to 1T "$H/mnt" > /dev/null
+    # one chunk evicted by name (its model from the object, one index write);
+    # OLD_KVFSCTL: another build's kvfsctl evicts the next chunk, side by side
+    evict_named() { # KVFSCTL CHUNK-NUMBER -> seconds
+        local hh; hh=$("$POP" --chunk "$2" "$H/named.kv"); rm -f "$H/named.kv"
+        local t0; t0=$(now)
+        "$1" remote evict "$H/mnt" "$hh" > /dev/null || { echo "remote_scale: evict $hh failed" >&2; exit 1; }
+        awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'
+    }
+    t_named=$(evict_named "$BUILD/kvfsctl" $((n / 2 + 1)))
+    [ -n "${OLD_KVFSCTL:-}" ] && t_named="$t_named (other build: $(evict_named "$OLD_KVFSCTL" $((n / 2 + 2))))"
     view() { awk '{printf "%.1f s, %d MiB", $1, $2 / 1024}' "$1"; }
     db_mb=$(du -cm "$H"/store/remote-list.db* | tail -1 | cut -f1)
-    rows+=("| $n | $t_pop | $t_listed | $t_ls | $((hwm_listed / 1024)) | $((hwm_ls / 1024)) | $((rss_end / 1024)) | $db_mb | $(awk -v o=$((b - a)) 'BEGIN {printf "%.2f", o / 1000}') | ${lat% *} / ${lat#* } | $(view "$H/list.time") | $(view "$H/evict.time") |")
+    rows+=("| $n | $t_pop | $t_listed | $t_ls | $((hwm_listed / 1024)) | $((hwm_ls / 1024)) | $((rss_end / 1024)) | $db_mb | $(awk -v o=$((b - a)) 'BEGIN {printf "%.2f", o / 1000}') | ${lat% *} / ${lat#* } | $(view "$H/list.time") | $(view "$H/evict.time") | $t_named |")
     echo "remote_scale: ${rows[-1]}" >&2
     fusermount3 -u "$H/mnt"
     wait $pid || true
@@ -117,8 +127,8 @@ echo "Listed: mount to the whole listing in remote-list.db (omap pages of 1000);
 echo "complete (readdir streams the table, $((256)) rows a query); RSS in MiB; ops per unknown stat: RADOS ops the"
 echo "mount's objecter sent per \`stat\` of a name the pool lacks (1,000 of them); latency p50 / p99; the eviction"
 echo "view (every index read into a temporary SQLite file): \`kvfsctl remote list\` of every chunk and \`kvfsctl remote"
-echo "evict --to 1T\` (a pass with nothing to evict), time and peak RSS."
+echo "evict --to 1T\` (a pass with nothing to evict), time and peak RSS; evict by name: \`kvfsctl remote evict MNT HASH\`, s."
 echo
-echo "| chunks | populate s (chunks added) | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms | remote list | eviction pass |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| chunks | populate s (chunks added) | listed s | ls s | peak RSS listed | peak RSS after ls | RSS after | listing db MiB | ops per unknown stat | unknown stat ms | remote list | eviction pass | evict by name |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -377,14 +377,14 @@ void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
 /* The index entry goes first, in one op that fails if the chunk is pinned
  * and lowers the usage counter (remote_index_remove), then the object: a
  * reader that still lists it gets ENOENT (a miss), never part of an object. */
-static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvfs_remote_entry *e)
+static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, struct kvfs_remote_entry *e)
 {
     uint64_t size = 0;
     int rc = remote_index_remove(io, e->model, e->hash, &size, r->chg_keep);
-    if (rc == -ENOENT)
-        return 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
+    if (rc >= 0 && !e->size)
+        e->size = size; /* named by the operator: the index said it */
     if (rc < 0)
-        return rc; /* -EBUSY: pinned since the view was read */
+        return rc; /* -ENOENT: not listed (gone since the view was read); -EBUSY: pinned */
     rc = rados_remove(io, e->hash);
     if (rc < 0 && rc != -ENOENT)
         return rc;
@@ -394,9 +394,12 @@ static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, const struct kvf
     pthread_mutex_unlock(&r->lock);
     if (r->lw)
         remote_listing_forget(r, e->hash);
-    double age = e->atime_ms ? (double)(now_ms() - e->atime_ms) / 1000.0 : -1;
-    kvfs_log(KVFS_LOG_INFO, "remote tier: evicted %s (%" PRIu64 " bytes, last used %.0f s ago) from pool %s",
-             e->hash, e->size, age, r->pool);
+    if (e->atime_ms)
+        kvfs_log(KVFS_LOG_INFO, "remote tier: evicted %s (%" PRIu64 " bytes, last used %.0f s ago) from pool %s",
+                 e->hash, e->size, (double)(now_ms() - e->atime_ms) / 1000.0, r->pool);
+    else
+        kvfs_log(KVFS_LOG_INFO, "remote tier: evicted %s (%" PRIu64 " bytes) from pool %s", e->hash, e->size,
+                 r->pool);
     return 0;
 }
 
@@ -413,6 +416,8 @@ int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view
         if ((rc = remote_evict_renew(r, io, v)) < 0)
             return rc;
         rc = evict_entry(r, io, &e);
+        if (rc == -ENOENT)
+            rc = 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
         if (rc == -EBUSY)
             continue; /* pinned since the view was read: the cursor is past it */
         if (rc < 0)
@@ -637,6 +642,33 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
     return remote_index_pin(io, model, hash, pin, r->chg_keep);
 }
 
+/* One named chunk: its model from the object's xattr, then one guarded
+ * removal from that model's index (which refuses a pinned chunk) and the
+ * object; no view of the pool and no evictor lock (a pass that still lists
+ * it finds it gone). */
+static int evict_named(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, char *err, size_t errlen)
+{
+    struct kvfs_remote_entry e;
+    memset(&e, 0, sizeof(e));
+    if (strlen(hash) != KVFS_HASH_HEX_LEN || !hex64(hash))
+        return kvfs_errf(err, errlen, -EINVAL, "%s: not a chunk name (64 hex digits)", hash);
+    int rc = rados_getxattr(io, hash, "kvfs.model", e.model, sizeof(e.model) - 1);
+    if (rc == -ENOENT || rc == -ENODATA)
+        return kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
+    if (rc < 0)
+        return kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));
+    e.model[rc] = 0;
+    memcpy(e.hash, hash, KVFS_HASH_HEX_LEN + 1);
+    rc = evict_entry(r, io, &e);
+    if (rc == -ENOENT)
+        return kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool (not in its model's index)", hash);
+    if (rc == -EBUSY)
+        return kvfs_errf(err, errlen, -EBUSY, "%s is pinned (unpin it first)", hash);
+    if (rc)
+        return kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));
+    return 0;
+}
+
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
                       char *err, size_t errlen)
 {
@@ -646,37 +678,29 @@ int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity
     if (!io || state != ST_CONNECTED)
         return kvfs_errf(err, errlen, -EHOSTDOWN, "not connected");
     uint64_t n0 = r->evicted, b0 = r->evicted_bytes;
-    int rc = remote_evict_lock(r, io);
-    if (rc)
+    int rc;
+    if (hash) {
+        rc = evict_named(r, io, hash, err, errlen);
+        goto out;
+    }
+    if ((rc = remote_evict_lock(r, io)))
         return kvfs_errf(err, errlen, rc, "cannot take the evictor lock (%s): %s", LOCK_OBJ,
                          rc == -EBUSY ? "another host holds it; try again" : strerror(-rc));
     if ((rc = remote_view_read(io, &v))) {
         kvfs_errf(err, errlen, rc, "cannot read the indexes: %s", strerror(-rc));
         goto unlock;
     }
-    if (hash) {
-        struct kvfs_remote_entry e;
-        int got = view_get(&v, hash, &e);
-        if (got == -ENOENT)
-            rc = kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
-        else if (got)
-            rc = kvfs_errf(err, errlen, got, "cannot read the view: %s", strerror(-got));
-        else if (e.pinned || (rc = evict_entry(r, io, &e)) == -EBUSY)
-            rc = kvfs_errf(err, errlen, -EBUSY, "%s is pinned (unpin it first)", hash);
-        else if (rc)
-            kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));
-    } else {
-        rc = remote_make_room(r, io, &v, capacity, NULL, 0);
-        if (rc == -ENOSPC)
-            kvfs_errf(err, errlen, rc, "%" PRIu64 " bytes left, over %" PRIu64 ": the rest is pinned", v.usage,
-                      capacity);
-        else if (rc)
-            kvfs_errf(err, errlen, rc, "%s", strerror(-rc));
-        remote_view_clean_orphans(io, &v);
-    }
+    rc = remote_make_room(r, io, &v, capacity, NULL, 0);
+    if (rc == -ENOSPC)
+        kvfs_errf(err, errlen, rc, "%" PRIu64 " bytes left, over %" PRIu64 ": the rest is pinned", v.usage,
+                  capacity);
+    else if (rc)
+        kvfs_errf(err, errlen, rc, "%s", strerror(-rc));
+    remote_view_clean_orphans(io, &v);
     remote_view_free(&v);
 unlock:
     remote_evict_unlock(r, io);
+out:
     if (n)
         *n = r->evicted - n0;
     if (bytes)

@@ -109,6 +109,10 @@ check "kvfsctl remote unpin, then evict it" sh -c "'$KVFSCTL' remote unpin '$A' 
 check "... gone from the pool" none_in 3
 out=$("$KVFSCTL" remote pin "$A" "${h[4]}" 2>&1); rc=$?
 check "pinning a chunk not in the pool is refused (exit $rc): $out" sh -c "[ $rc -ne 0 ] && echo '$out' | grep -q 'not in the pool'"
+out=$("$KVFSCTL" remote evict "$A" "${h[4]}" 2>&1); rc=$?
+check "evicting a chunk not in the pool is refused (exit $rc): $out" sh -c "[ $rc -ne 0 ] && echo '$out' | grep -q 'not in the pool'"
+out=$("$KVFSCTL" remote evict "$A" "${h[4]:0:40}" 2>&1); rc=$?
+check "... and a name that is not a chunk's (exit $rc): $out" sh -c "[ $rc -ne 0 ] && echo '$out' | grep -q 'not a chunk'"
 out=$("$KVFSCTL" remote evict --to $((L * 2)) "$B" 2>&1)
 check "kvfsctl remote evict --to two chunks: $out" sh -c "[ \$('$T/pool_usage' '$CEPH_CONF' kvfs ev | cut -d' ' -f2) = 2 ]"
 

@@ -31,13 +31,8 @@ cleanup() {
     rm -rf "$T"
 }
 trap cleanup EXIT
-rc=0
-out=$(BLUESTORE_BYTES=${BLUESTORE_BYTES:-$((16 << 30))} tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
-[ $rc = 77 ] && { echo "remote_capacity_cost bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
-[ $rc = 0 ] || { echo "$out" >&2; exit 1; }
-export CEPH_CONF=$CL/ceph.conf
-ceph config set global mon_allow_pool_size_one true
-ceph osd pool set kvfs size 1 --yes-i-really-mean-it >&2
+. tests/ceph/lib.sh
+ceph_bench_cluster remote_capacity_cost
 t0=$EPOCHREALTIME
 "$POP" "$CEPH_CONF" kvfs - "$N" >&2
 echo "remote_capacity_cost: populated $N chunks in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}') s" >&2

@@ -34,13 +34,8 @@ cleanup() {
     rm -rf "$T"
 }
 trap cleanup EXIT
-rc=0
-out=$(BLUESTORE_BYTES=$((16 << 30)) tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
-[ $rc = 77 ] && { echo "remote_listing_refresh bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
-[ $rc = 0 ] || { echo "$out" >&2; exit 1; }
-export CEPH_CONF=$CL/ceph.conf
-ceph config set global mon_allow_pool_size_one true
-ceph osd pool set kvfs size 1 --yes-i-really-mean-it >&2
+. tests/ceph/lib.sh
+ceph_bench_cluster remote_listing_refresh
 stats() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
 mount_host() { # NAME OPTIONS: the daemon's pid in MPID
     mkdir -p "$T/$1/mnt" "$T/$1/store"

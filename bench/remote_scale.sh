@@ -32,14 +32,9 @@ cleanup() {
 trap cleanup EXIT
 # bluestore (memstore keeps about 10 KiB of memory per small object: 1M would
 # not fit); one copy of each object: the listing host reads the same either way
-rc=0
-out=$(BLUESTORE_BYTES=$((16 << 30)) tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
-[ $rc = 77 ] && { echo "remote_scale bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
-[ $rc = 0 ] || { echo "$out" >&2; exit 1; }
-CONF=$CL/ceph.conf
-export CEPH_CONF=$CONF
-ceph config set global mon_allow_pool_size_one true
-ceph osd pool set kvfs size 1 --yes-i-really-mean-it >&2
+. tests/ceph/lib.sh
+ceph_bench_cluster remote_scale
+CONF=$CEPH_CONF
 now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 kib() { awk -v k="$2" '$1 == k ":" {print $2}' "/proc/$1/status"; }

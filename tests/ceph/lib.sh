@@ -7,6 +7,12 @@
 #   remote MOUNT EXPR: EXPR over the mount's .kvfs/stats "remote" object r.
 #   drained MOUNT SECONDS: waits until the upload queue is empty and the
 #     tier connected; says where it stood when it is not.
+#   ceph_bench_cluster NAME (for bench/, which sources only this file): a
+#     1-mon, 3-OSD bluestore cluster in $CL on $MONPORT, OSD files of
+#     BLUESTORE_BYTES (16 GiB sparse by default), pool kvfs at size 1 (room
+#     for a million small objects); sets CEPH_CONF; "NAME bench: ...
+#     skipped" and exit 0 where Ceph cannot be had.  Run from the
+#     repository root; the caller's exit trap stops it.
 ceph_test_cluster() {
     CL=$T/ceph
     export MONPORT=$1
@@ -30,4 +36,14 @@ drained() {
     done
     echo "  (state, queued) of $1 after $2 s: $st; $(remote "$1" 'r["last_error"]')"
     return 1
+}
+
+ceph_bench_cluster() {
+    local out rc=0
+    out=$(BLUESTORE_BYTES=${BLUESTORE_BYTES:-$((16 << 30))} tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
+    [ $rc = 77 ] && { echo "$1 bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
+    [ $rc = 0 ] || { echo "$out" >&2; exit 1; }
+    export CEPH_CONF=$CL/ceph.conf
+    ceph config set global mon_allow_pool_size_one true
+    ceph osd pool set kvfs size 1 --yes-i-really-mean-it >&2
 }

@@ -1,7 +1,8 @@
 /* remote_fetch.c - reading a chunk's object out of the pool on a local miss
  * (remote_internal.h): one operation asks for the object's size and its
- * first piece together, then the rest comes in ranged aio reads, several in
- * flight at once (a single large read leaves the OSD, the wire and this
+ * first piece together, then the rest comes in ranged aio reads (each one
+ * operation for as many whole layers as fit in 4 MiB), several in flight at
+ * once (a single large read leaves the OSD, the wire and this
  * host idle in turn); each piece goes into the local store's temporary file
  * as it arrives, in a few reused buffers, so memory stays bounded whatever
  * the object's size and the local copy is written while the rest is still
@@ -163,9 +164,11 @@ static int submit(rados_ioctx_t io, const char *hash, struct piece *pc)
         pc->busy = 0;
         rados_aio_release(c);
         rados_release_read_op(pc->op);
+        pc->op = NULL;
     }
     return rc;
 }
+
 /* A layer all of whose bytes are in the image: its checksum, its padding. */
 static int layer_complete(struct plan *pl, uint32_t l, char *err, size_t errlen)
 {

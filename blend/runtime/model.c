@@ -210,7 +210,7 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
                        size_t errlen)
 {
     char k[128];
-    int key_len = 0, val_len = 0, n_kv = 0, n_rot = 0, n_shared = 0, gating = 0, rank = 0;
+    int key_len = 0, val_len = 0, n_rot = 0, n_shared = 0, gating = 0, rank = 0;
     uint32_t vocab = 0;
     if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &rank, 1) || rank <= 0)
         return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s.attention.kv_lora_rank > 0", path, hp->arch);
@@ -218,47 +218,30 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
     hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 0);
     hp_u32(g, hp->arch, "attention.key_length", &key_len, 0);
     hp_u32(g, hp->arch, "attention.value_length", &val_len, 0);
-    n_kv = hp->n_head; /* llama.cpp's default */
-    hp_u32(g, hp->arch, "attention.head_count_kv", &n_kv, 0);
     hp_u32(g, hp->arch, "rope.dimension_count", &n_rot, 0);
-    if (!hp->mla_k != !hp->mla_v) /* llama.cpp asserts both or neither */
-        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 with only one of %s.attention.key_length_mla (%d) and "
-                         "value_length_mla (%d)", path, hp->arch, hp->mla_k, hp->mla_v);
+    /* model_check.c's ds2_check, run first by the same load, has refused
+     * inconsistent shapes, values narrower or wider than kvfs's chunks hold
+     * and gating functions not computed */
     if (!hp->mla_k) { /* the unabsorbed form: llama.cpp's head sizes are key_length and value_length */
         hp->mla_mha_rank = rank;
         hp->mla_k = key_len;
         hp->mla_v = val_len;
-        if (n_rot <= 0 || n_rot % 2 || key_len <= n_rot || val_len <= 0 || n_kv != hp->n_head)
-            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's unabsorbed MLA shapes are inconsistent "
-                             "(rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d with %d "
-                             "heads)", path, n_rot, key_len, val_len, n_kv, hp->n_head);
-        if (val_len != key_len - n_rot)
-            return kvfs_errf(err, errlen, -ENOTSUP, "%s: deepseek2's unabsorbed form with values of %d and keys of %d "
-                             "(%d rotated): kvfs's chunks hold values as wide as the keys' unrotated part "
-                             "(kvfs(5), V_NARROW)", path, val_len, key_len, n_rot);
     } else {
         hp->mla_rank = rank;
-        if (n_rot <= 0 || n_rot % 2 || hp->mla_k <= n_rot || hp->mla_v <= 0 || key_len != hp->mla_rank + n_rot ||
-            val_len != hp->mla_rank || n_kv != 1)
-            return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2's MLA shapes are inconsistent (kv_lora_rank %d, "
-                             "rope.dimension_count %d, key_length %d, value_length %d, head_count_kv %d, "
-                             "key_length_mla %d, value_length_mla %d)", path, hp->mla_rank, n_rot, key_len, val_len,
-                             n_kv, hp->mla_k, hp->mla_v);
     }
-    /* llama.cpp's "lite" variants (by layer count) never read q_lora_rank; the rest require it */
-    snprintf(k, sizeof(k), "%s.vocab_size", hp->arch);
-    if (kvfs_gguf_get_u32(g, k, &vocab)) {
-        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
-        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
-    }
-    int lite = hp->n_layer == 27 || hp->n_layer == 26 || (hp->n_layer == 48 && vocab == 128256);
-    if (!lite && hp_u32(g, hp->arch, "attention.q_lora_rank", &hp->q_lora, 1))
+    if (kvfs_ds2_reads_q_lora(g, hp->arch, hp->n_layer) &&
+        hp_u32(g, hp->arch, "attention.q_lora_rank", &hp->q_lora, 1))
         return kvfs_errf(err, errlen, -EINVAL, "%s: %s.attention.q_lora_rank missing", path, hp->arch);
     hp_u32(g, hp->arch, "leading_dense_block_count", &hp->n_dense_lead, 0);
     if (hp_u32(g, hp->arch, "expert_shared_count", &n_shared, 1))
         return kvfs_errf(err, errlen, -EINVAL, "%s: %s.expert_shared_count missing", path, hp->arch);
     hp->n_ff_shexp = hp->n_ff_exp * n_shared;
     hp_u32(g, hp->arch, "expert_gating_func", &gating, 0);
+    snprintf(k, sizeof(k), "%s.vocab_size", hp->arch);
+    if (kvfs_gguf_get_u32(g, k, &vocab)) {
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
+    }
     if (gating == 0) /* llama.cpp's default for files without it: sigmoid for GLM 4.7 Lite only */
         gating = (hp->n_layer == 47 || hp->n_layer == 48) && vocab == 154880 ? 2 : 1;
     if (gating != 1 && gating != 2)

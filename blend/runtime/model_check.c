@@ -256,8 +256,20 @@ static int moe_check(const char *path, const struct kvfs_gguf *g, const char *ar
     return 0;
 }
 
-/* deepseek2: what model.c's ds2_hparams and loader refuse, here too so
- * that kvfsctl info says it: the MLA form's shapes (absorbed, or the
+int kvfs_ds2_reads_q_lora(const struct kvfs_gguf *g, const char *arch, int n_layer)
+{
+    char key[160];
+    uint32_t vocab = 0;
+    snprintf(key, sizeof(key), "%s.vocab_size", arch);
+    if (kvfs_gguf_get_u32(g, key, &vocab)) {
+        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
+        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
+    }
+    return !(n_layer == 27 || n_layer == 26 || (n_layer == 48 && vocab == 128256));
+}
+
+/* deepseek2: the refusals of its shapes, for the loader (model.c's
+ * ds2_hparams reads what this has checked) and kvfsctl info alike: the MLA form's shapes (absorbed, or the
  * unabsorbed attn_kv_b of older files) and its tensors, the gating
  * functions computed, each layer's FFN where llama.cpp reads it */
 static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
@@ -311,15 +323,10 @@ static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *ar
                          gating);
     snprintf(key, sizeof(key), "%s.leading_dense_block_count", arch);
     kvfs_gguf_get_u32(g, key, &lead);
-    /* Q's form: llama.cpp's "lite" layer counts never read q_lora_rank (model.c) */
-    uint32_t q_lora = 0, vocab = 0;
-    snprintf(key, sizeof(key), "%s.vocab_size", arch);
-    if (kvfs_gguf_get_u32(g, key, &vocab)) {
-        const struct kvfs_gguf_kv *kv = kvfs_gguf_find(g, "tokenizer.ggml.tokens");
-        vocab = kv && kv->type == KVFS_GGUF_ARRAY ? (uint32_t)kv->arr_len : 0;
-    }
+    /* Q's form */
+    uint32_t q_lora = 0;
     snprintf(key, sizeof(key), "%s.attention.q_lora_rank", arch);
-    if (!(n_layer == 27 || n_layer == 26 || (n_layer == 48 && vocab == 128256)))
+    if (kvfs_ds2_reads_q_lora(g, arch, n_layer))
         kvfs_gguf_get_u32(g, key, &q_lora);
     for (int l = 0; l < n_layer; l++) {
         snprintf(name, sizeof(name), "blk.%d.%s", l, q_lora ? "attn_q.weight" : "attn_q_a.weight");

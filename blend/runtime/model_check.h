@@ -16,6 +16,10 @@ int kvfs_model_arch_check(const char *path, const char *arch, char *err, size_t 
  * attention soft-capping); else -ENOTSUP naming the first such thing */
 int kvfs_model_file_check(const char *path, const struct kvfs_gguf *g, const char *arch, int n_layer, char *err,
                           size_t errlen);
+/* deepseek2: whether llama.cpp reads attention.q_lora_rank (Q through a
+ * low-rank pair) for a file of n_layer layers: its "lite" variants, known
+ * by layer count and vocabulary, never do */
+int kvfs_ds2_reads_q_lora(const struct kvfs_gguf *g, const char *arch, int n_layer);
 /* Why an architecture kvfs computes cannot have its KV in chunk files, or
  * NULL when it can (every one today) */
 const char *kvfs_arch_chunk_refusal(const char *arch);

@@ -119,8 +119,9 @@ long kvfs_remote_entries(struct kvfs_remote *r, int (*cb)(void *ctx, const struc
 /* Pin (never evicted) or unpin a chunk, for every host: -ENOENT if the pool
  * does not list it. */
 int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin);
-/* Under the evictor lock: evict one chunk (hash; -EBUSY if pinned), or,
- * hash NULL, the least recently used until the pool is within capacity.
+/* Under the evictor lock: evict one chunk (hash; -EBUSY if pinned; found
+ * through its object's model, no index read whole), or, hash NULL, the
+ * least recently used until the pool is within capacity.
  * Counts what went in *n and *bytes (may be NULL). */
 int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity, uint64_t *n, uint64_t *bytes,
                       char *err, size_t errlen);

@@ -377,12 +377,12 @@ void remote_evict_unlock(struct kvfs_remote *r, rados_ioctx_t io)
 /* The index entry goes first, in one op that fails if the chunk is pinned
  * and lowers the usage counter (remote_index_remove), then the object: a
  * reader that still lists it gets ENOENT (a miss), never part of an object. */
-static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, struct kvfs_remote_entry *e)
+static int evict_entry(struct kvfs_remote *r, rados_ioctx_t io, struct kvfs_remote_entry *e, int size_from_index)
 {
     uint64_t size = 0;
     int rc = remote_index_remove(io, e->model, e->hash, &size, r->chg_keep);
-    if (rc >= 0 && !e->size)
-        e->size = size; /* named by the operator: the index said it */
+    if (rc >= 0 && size_from_index)
+        e->size = size; /* named by the operator: no view said it */
     if (rc < 0)
         return rc; /* -ENOENT: not listed (gone since the view was read); -EBUSY: pinned */
     rc = rados_remove(io, e->hash);
@@ -415,7 +415,7 @@ int remote_make_room(struct kvfs_remote *r, rados_ioctx_t io, struct remote_view
             return rc;
         if ((rc = remote_evict_renew(r, io, v)) < 0)
             return rc;
-        rc = evict_entry(r, io, &e);
+        rc = evict_entry(r, io, &e, 0);
         if (rc == -ENOENT)
             rc = 0; /* gone since the view was read (kvfsctl remote fsck finds a stray object) */
         if (rc == -EBUSY)
@@ -642,10 +642,38 @@ int kvfs_remote_pin(struct kvfs_remote *r, const char *hash, int pin)
     return remote_index_pin(io, model, hash, pin, r->chg_keep);
 }
 
+/* An index entry whose object is gone (an upload or eviction that died
+ * between its two steps): its model is not known, so each model's index is
+ * asked to drop it.  1 when one did, 0 when none lists it, -errno. */
+static int forget_dangling(struct kvfs_remote *r, rados_ioctx_t io, const char *hash)
+{
+    struct model_list models = {0};
+    long rc = remote_omap_each(io, KVFS_REMOTE_MODELS_OID, model_key, &models);
+    int found = 0;
+    if (rc >= 0 && models.err)
+        rc = models.err;
+    for (size_t i = 0; rc >= 0 && i < models.n && !found; i++) {
+        uint64_t size = 0;
+        int x = remote_index_remove(io, models.m[i], hash, &size, r->chg_keep);
+        if (x == 0)
+            found = 1;
+        else if (x != -ENOENT)
+            rc = x; /* -EBUSY: pinned; or an outage */
+    }
+    free(models.m);
+    if (found && r->lw)
+        remote_listing_forget(r, hash);
+    if (found)
+        kvfs_log(KVFS_LOG_INFO, "remote tier: dropped %s from its index: its object was already gone", hash);
+    return rc < 0 ? (int)rc : found;
+}
+
 /* One named chunk: its model from the object's xattr, then one guarded
  * removal from that model's index (which refuses a pinned chunk) and the
- * object; no view of the pool and no evictor lock (a pass that still lists
- * it finds it gone). */
+ * object; no view of the pool.  The caller holds the evictor lock, as
+ * uploads under a capacity do: an upload of the same chunk between the
+ * index removal and the object's would otherwise leave an entry without
+ * its object. */
 static int evict_named(struct kvfs_remote *r, rados_ioctx_t io, const char *hash, char *err, size_t errlen)
 {
     struct kvfs_remote_entry e;
@@ -653,13 +681,17 @@ static int evict_named(struct kvfs_remote *r, rados_ioctx_t io, const char *hash
     if (strlen(hash) != KVFS_HASH_HEX_LEN || !hex64(hash))
         return kvfs_errf(err, errlen, -EINVAL, "%s: not a chunk name (64 hex digits)", hash);
     int rc = rados_getxattr(io, hash, "kvfs.model", e.model, sizeof(e.model) - 1);
-    if (rc == -ENOENT || rc == -ENODATA)
-        return kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
+    if (rc == -ENOENT || rc == -ENODATA) {
+        if ((rc = forget_dangling(r, io, hash)) < 0)
+            return kvfs_errf(err, errlen, rc, "%s: %s", hash,
+                             rc == -EBUSY ? "pinned (unpin it first)" : strerror(-rc));
+        return rc ? 0 : kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool", hash);
+    }
     if (rc < 0)
         return kvfs_errf(err, errlen, rc, "%s: %s", hash, strerror(-rc));
     e.model[rc] = 0;
     memcpy(e.hash, hash, KVFS_HASH_HEX_LEN + 1);
-    rc = evict_entry(r, io, &e);
+    rc = evict_entry(r, io, &e, 1);
     if (rc == -ENOENT)
         return kvfs_errf(err, errlen, -ENOENT, "%s: not in the pool (not in its model's index)", hash);
     if (rc == -EBUSY)
@@ -678,14 +710,14 @@ int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity
     if (!io || state != ST_CONNECTED)
         return kvfs_errf(err, errlen, -EHOSTDOWN, "not connected");
     uint64_t n0 = r->evicted, b0 = r->evicted_bytes;
-    int rc;
-    if (hash) {
-        rc = evict_named(r, io, hash, err, errlen);
-        goto out;
-    }
-    if ((rc = remote_evict_lock(r, io)))
+    int rc = remote_evict_lock(r, io);
+    if (rc)
         return kvfs_errf(err, errlen, rc, "cannot take the evictor lock (%s): %s", LOCK_OBJ,
                          rc == -EBUSY ? "another host holds it; try again" : strerror(-rc));
+    if (hash) {
+        rc = evict_named(r, io, hash, err, errlen);
+        goto unlock;
+    }
     if ((rc = remote_view_read(io, &v))) {
         kvfs_errf(err, errlen, rc, "cannot read the indexes: %s", strerror(-rc));
         goto unlock;
@@ -700,7 +732,6 @@ int kvfs_remote_evict(struct kvfs_remote *r, const char *hash, uint64_t capacity
     remote_view_free(&v);
 unlock:
     remote_evict_unlock(r, io);
-out:
     if (n)
         *n = r->evicted - n0;
     if (bytes)

@@ -1,8 +1,8 @@
 /* remote_fetch.c - reading a chunk's object out of the pool on a local miss
  * (remote_internal.h): one operation asks for the object's size and its
  * first piece together, then the rest comes in ranged aio reads (each one
- * operation for as many whole layers as fit in 4 MiB), several in flight at
- * once (a single large read leaves the OSD, the wire and this
+ * operation over up to 4 MiB and 64 consecutive layers), several in flight
+ * at once (a single large read leaves the OSD, the wire and this
  * host idle in turn); each piece goes into the local store's temporary file
  * as it arrives, in a few reused buffers, so memory stays bounded whatever
  * the object's size and the local copy is written while the rest is still

@@ -286,6 +286,9 @@ static int ds2_check(const char *path, const struct kvfs_gguf *g, const char *ar
     }
     if (!v[0])
         return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s.attention.kv_lora_rank > 0", path, arch);
+    for (int i = 0; i < 8; i++) /* the loader holds them as int and multiplies them: no sum below may wrap */
+        if (v[i] > (1u << 20))
+            return kvfs_errf(err, errlen, -EINVAL, "%s: %s.%s = %u is out of range", path, arch, keys[i], v[i]);
     if (!v[1] != !v[2])
         return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 with only one of %s.attention.key_length_mla (%u) and "
                          "value_length_mla (%u)", path, arch, v[1], v[2]);

@@ -113,6 +113,14 @@ out=$("$KVFSCTL" remote evict "$A" "${h[4]}" 2>&1); rc=$?
 check "evicting a chunk not in the pool is refused (exit $rc): $out" sh -c "[ $rc -ne 0 ] && echo '$out' | grep -q 'not in the pool'"
 out=$("$KVFSCTL" remote evict "$A" "${h[4]:0:40}" 2>&1); rc=$?
 check "... and a name that is not a chunk's (exit $rc): $out" sh -c "[ $rc -ne 0 ] && echo '$out' | grep -q 'not a chunk'"
+# an index entry whose object is gone (a host that died between the two
+# steps of an eviction): evicting it by name drops the entry
+x=$(timeout 20 rados -p kvfs -N ev ls | grep -E '^[0-9a-f]{64}$' | head -1)
+xm=$(timeout 20 rados -p kvfs -N ev getxattr "$x" kvfs.model)
+timeout 20 rados -p kvfs -N ev rm "$x"
+check "an entry without its object (${x:0:12}, object removed by hand) is evicted by name" "$KVFSCTL" remote evict "$A" "$x"
+check "... and its model's index no longer lists it" \
+    sh -c "! timeout 20 rados -p kvfs -N ev listomapkeys kvfs.model.$xm | grep -qx $x"
 out=$("$KVFSCTL" remote evict --to $((L * 2)) "$B" 2>&1)
 check "kvfsctl remote evict --to two chunks: $out" sh -c "[ \$('$T/pool_usage' '$CEPH_CONF' kvfs ev | cut -d' ' -f2) = 2 ]"
 

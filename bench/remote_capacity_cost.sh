@@ -24,14 +24,8 @@ POP=$BUILD/remote_populate
 [ -x "$OLD_KVFS" ] || { echo "remote_capacity_cost: OLD_KVFS=$OLD_KVFS is not a kvfs binary" >&2; exit 1; }
 T=$(mktemp -d /tmp/kvfs-rcost.XXXXXX)
 CL=$T/ceph
-cleanup() {
-    for m in "$T"/*/mnt; do mountpoint -q "$m" && fusermount3 -u "$m"; done
-    wait 2>/dev/null
-    tests/ceph/cluster.sh stop "$CL" >/dev/null 2>&1 || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
 . tests/ceph/lib.sh
+trap ceph_bench_teardown EXIT
 ceph_bench_cluster remote_capacity_cost
 t0=$EPOCHREALTIME
 "$POP" "$CEPH_CONF" kvfs - "$N" >&2

@@ -26,15 +26,12 @@ POP=$BUILD/remote_populate
 [ -x "$POP" ] || { echo "remote_listing_refresh bench: kvfs was built without librados; skipped" >&2; exit 0; }
 T=$(mktemp -d /tmp/kvfs-rlist.XXXXXX)
 CL=$T/ceph
+. tests/ceph/lib.sh
 cleanup() {
-    [ -n "${BPID:-}" ] && kill -CONT "$BPID" 2>/dev/null
-    for m in "$T"/*/mnt; do mountpoint -q "$m" && fusermount3 -u "$m"; done
-    wait 2>/dev/null
-    tests/ceph/cluster.sh stop "$CL" >/dev/null 2>&1 || true
-    rm -rf "$T"
+    [ -n "${BPID:-}" ] && kill -CONT "$BPID" 2>/dev/null # a reader stopped for the writer's round
+    ceph_bench_teardown
 }
 trap cleanup EXIT
-. tests/ceph/lib.sh
 ceph_bench_cluster remote_listing_refresh
 stats() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
 mount_host() { # NAME OPTIONS: the daemon's pid in MPID

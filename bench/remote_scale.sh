@@ -23,20 +23,14 @@ POP=$BUILD/remote_populate
 T=$(mktemp -d /tmp/kvfs-rscale.XXXXXX)
 CL=$T/ceph
 pid=
-cleanup() {
-    for m in "$T"/host*/mnt; do mountpoint -q "$m" && fusermount3 -u "$m"; done
-    wait 2>/dev/null
-    tests/ceph/cluster.sh stop "$CL" >/dev/null 2>&1 || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
+. tests/ceph/lib.sh
+trap ceph_bench_teardown EXIT
 # bluestore (memstore keeps about 10 KiB of memory per small object: 1M would
 # not fit); one copy of each object: the listing host reads the same either way
-. tests/ceph/lib.sh
 ceph_bench_cluster remote_scale
 CONF=$CEPH_CONF
 now() { echo "$EPOCHREALTIME"; }
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" -v p="${2:-1}" 'BEGIN { printf "%.*f", p, b - a }'; } # T0 [DECIMALS]
 kib() { awk -v k="$2" '$1 == k ":" {print $2}' "/proc/$1/status"; }
 stats() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/.kvfs/stats'))['remote']; print($2)" "$1"; }
 objecter_ops() { ceph --admin-daemon "$1" perf dump objecter | python3 -c "import json,sys; print(json.load(sys.stdin)['objecter']['op_send'])"; }
@@ -100,7 +94,7 @@ EOF
         local hh; hh=$("$POP" --chunk "$2" "$H/named.kv"); rm -f "$H/named.kv"
         local t0; t0=$(now)
         "$1" remote evict "$H/mnt" "$hh" > /dev/null || { echo "remote_scale: evict $hh failed" >&2; exit 1; }
-        awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'
+        since "$t0" 3
     }
     t_named=$(evict_named "$BUILD/kvfsctl" $((n / 2 + 1)))
     [ -n "${OLD_KVFSCTL:-}" ] && t_named="$t_named (other build: $(evict_named "$OLD_KVFSCTL" $((n / 2 + 2))))"

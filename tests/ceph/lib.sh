@@ -13,6 +13,9 @@
 #     for a million small objects); sets CEPH_CONF; "NAME bench: ...
 #     skipped" and exit 0 where Ceph cannot be had.  Run from the
 #     repository root; the caller's exit trap stops it.
+#   ceph_bench_teardown (the benchmarks' exit trap): unmounts every
+#     $T/*/mnt, waits for their daemons, stops the cluster in $CL and
+#     removes $T.
 ceph_test_cluster() {
     CL=$T/ceph
     export MONPORT=$1
@@ -46,4 +49,12 @@ ceph_bench_cluster() {
     export CEPH_CONF=$CL/ceph.conf
     ceph config set global mon_allow_pool_size_one true
     ceph osd pool set kvfs size 1 --yes-i-really-mean-it >&2
+}
+
+ceph_bench_teardown() {
+    local m
+    for m in "$T"/*/mnt; do mountpoint -q "$m" && fusermount3 -u "$m"; done
+    wait 2>/dev/null
+    tests/ceph/cluster.sh stop "$CL" >/dev/null 2>&1 || true
+    rm -rf "$T"
 }

@@ -115,14 +115,15 @@ static int plan_next(struct plan *pl, int i, struct piece *pc)
     pc->off = pl->next;
     pc->len = 0;
     pc->n_ext = 0;
-    if (!pl->img) {
-        size_t len = pl->size - pl->next > PIECE_BYTES ? PIECE_BYTES : (size_t)(pl->size - pl->next);
-        pc->ext[pc->n_ext++] = (struct extent){.buf = pl->slot_buf[i], .len = len};
-        pc->len = len;
+    if (!pl->img) { /* one extent, into the slot's buffer */
+        pc->len = pl->size - pl->next > PIECE_BYTES ? PIECE_BYTES : (size_t)(pl->size - pl->next);
+        pc->ext[pc->n_ext++] = (struct extent){.buf = pl->slot_buf[i], .len = pc->len};
+        pl->next += pc->len;
+        return 0;
     }
     /* image mode: consecutive layers (the frames are raw, back to back),
      * up to a piece's bytes, each extent within one layer */
-    while (pl->img && pl->next < pl->size && pc->len < PIECE_BYTES && pc->n_ext < MAX_EXTENTS) {
+    while (pl->next < pl->size && pc->len < PIECE_BYTES && pc->n_ext < MAX_EXTENTS) {
         while (pl->next >= pl->info->frames[pl->layer].offset + layer_bytes(pl, pl->layer))
             pl->layer++;
         uint64_t in_layer = pl->next - pl->info->frames[pl->layer].offset, lb = layer_bytes(pl, pl->layer);
@@ -134,8 +135,6 @@ static int plan_next(struct plan *pl, int i, struct piece *pc)
         pc->len += len;
         pl->next += len;
     }
-    if (!pl->img)
-        pl->next += pc->len;
     return 0;
 }
 

@@ -207,7 +207,8 @@ int remote_index_remove(rados_ioctx_t io, const char *model, const char *hash, u
         size_t lens[3] = {next_gen(&s.c, gen, &g), clen, 0}, n = 1;
         rados_write_op_t op = rados_create_write_op();
         cas_guard(op, &s, &prval);
-        /* a pin set since the read cancels it (pins do not move the generation) */
+        /* a pin set since the read cancels it (a kvfs before the change log
+         * pins without moving the generation) */
         rados_write_op_omap_cmp(op, pkey, LIBRADOS_CMPXATTR_OP_EQ, "", 0, &pin_prval);
         rados_write_op_omap_rm_keys(op, rm, 2);
         if (!chg_log(op, g, keep, ckey)) /* no log: the counter takes its place */

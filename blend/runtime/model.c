@@ -212,16 +212,15 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
     char k[128];
     int key_len = 0, val_len = 0, n_rot = 0, n_shared = 0, gating = 0, rank = 0;
     uint32_t vocab = 0;
-    if (hp_u32(g, hp->arch, "attention.kv_lora_rank", &rank, 1) || rank <= 0)
-        return kvfs_errf(err, errlen, -EINVAL, "%s: deepseek2 needs %s.attention.kv_lora_rank > 0", path, hp->arch);
+    /* model_check.c's ds2_check, run first by the same load, has refused
+     * inconsistent shapes, values narrower or wider than kvfs's chunks hold
+     * and gating functions not computed */
+    hp_u32(g, hp->arch, "attention.kv_lora_rank", &rank, 0);
     hp_u32(g, hp->arch, "attention.key_length_mla", &hp->mla_k, 0);
     hp_u32(g, hp->arch, "attention.value_length_mla", &hp->mla_v, 0);
     hp_u32(g, hp->arch, "attention.key_length", &key_len, 0);
     hp_u32(g, hp->arch, "attention.value_length", &val_len, 0);
     hp_u32(g, hp->arch, "rope.dimension_count", &n_rot, 0);
-    /* model_check.c's ds2_check, run first by the same load, has refused
-     * inconsistent shapes, values narrower or wider than kvfs's chunks hold
-     * and gating functions not computed */
     if (!hp->mla_k) { /* the unabsorbed form: llama.cpp's head sizes are key_length and value_length */
         hp->mla_mha_rank = rank;
         hp->mla_k = key_len;
@@ -244,9 +243,6 @@ static int ds2_hparams(const char *path, const struct kvfs_gguf *g, struct kvfs_
     }
     if (gating == 0) /* llama.cpp's default for files without it: sigmoid for GLM 4.7 Lite only */
         gating = (hp->n_layer == 47 || hp->n_layer == 48) && vocab == 154880 ? 2 : 1;
-    if (gating != 1 && gating != 2)
-        return kvfs_errf(err, errlen, -ENOTSUP, "%s: %s.expert_gating_func = %d is not supported yet (1 softmax, "
-                         "2 sigmoid)", path, hp->arch, gating);
     hp->moe_sigmoid = gating == 2;
     hp_u32(g, hp->arch, "expert_group_count", &hp->n_group, 0); /* model_check.c checked them */
     hp_u32(g, hp->arch, "expert_group_used_count", &hp->n_group_used, 0);

@@ -552,6 +552,43 @@ int main(int argc, char **argv)
         kvfs_backend_profile_take(stderr, kvfs_blend_select_name(bo.select));
     }
     unsetenv("KVFS_BLEND_PROFILE");
+    /* A/B in one run: the query blend from the RAM tier with the attention's
+     * keys split for few query rows (the default) and unsplit, the same
+     * file loaded a second time with KVFS_CUDA_ATTN_SPLIT=0 (its context
+     * reads it), the two taking turns; then where the unsplit one's time
+     * goes, to stderr beside the profiles above */
+    if (path && !strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
+        char lerr[256];
+        struct kvfs_model *m0 = NULL;
+        setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
+        int rc = kvfs_model_load(path, backend, 0, &m0, lerr, sizeof(lerr));
+        unsetenv("KVFS_CUDA_ATTN_SPLIT");
+        if (rc) {
+            fprintf(stderr, "gpu_blend: A/B model: %s\n", lerr);
+        } else {
+            struct kvfs_blend_opts bo;
+            struct kvfs_blend_stats bs;
+            kvfs_blend_opts_init(&bo, 0.15f);
+            bo.select = KVFS_BLEND_SELECT_QUERY;
+            double split_bl[REPS], unsplit_bl[REPS];
+            stream_blend(m0, store_ram, hp_, toks + K * L, &bo, lb, &bs); /* its first: device buffers */
+            for (int rep = 0; rep < REPS; rep++) {
+                split_bl[rep] = stream_blend(m, store_ram, hp_, toks + K * L, &bo, lb, &bs);
+                unsplit_bl[rep] = stream_blend(m0, store_ram, hp_, toks + K * L, &bo, lb, &bs);
+            }
+            printf("A/B, blend ratio 0.15 query selection from the RAM tier: attention keys split for few query rows "
+                   "%.1f ms, unsplit %.1f ms (%.2fx; medians of %d, alternating)\n", 1e3 * MED(split_bl),
+                   1e3 * MED(unsplit_bl), MED(unsplit_bl) / MED(split_bl), REPS);
+            setenv("KVFS_BLEND_PROFILE", "1", 1);
+            fprintf(stderr, "profile, query selection, RAM tier, attention keys unsplit:\n");
+            kvfs_backend_profile_enable(1);
+            stream_blend(m0, store_ram, hp_, toks + K * L, &bo, lb, &bs);
+            kvfs_backend_profile_enable(0);
+            kvfs_backend_profile_take(stderr, "query, unsplit");
+            unsetenv("KVFS_BLEND_PROFILE");
+            kvfs_model_free(m0);
+        }
+    }
     /* clients at once: 1 (the same loop alone) and 8, chunks in the RAM tier */
     double one = clients_at_once(m, store_ram, hp_, toks + K * L, 1, 8);
     double eight = clients_at_once(m, store_ram, hp_, toks + K * L, 8, 4);

@@ -214,6 +214,38 @@ static int launch_flash(struct cuda_ctx *c, const float *q, const int32_t *q_pos
     return LAUNCHED("flash attention");
 }
 
+/* The tensor-core kernel's key split for this call (attention_tc.cu): the
+ * plan's, or KVFS_CUDA_ATTN_SPLIT's; its scratch grown on the one stream */
+static int tc_split(struct cuda_ctx *c, int head_dim, int n_q, int n_head, int n_kv, struct attn_tc_split *sp)
+{
+    size_t bytes = 0;
+    int z = 1;
+    sp->n_split = 1;
+    if (c->attn_split < 0)
+        z = attn_tc_split_plan(head_dim, n_q, n_head, n_kv, c->n_sm, &bytes);
+    else if (c->attn_split > 1) {
+        z = c->attn_split < ATTN_TC_MAX_SPLIT ? c->attn_split : ATTN_TC_MAX_SPLIT;
+        bytes = sizeof(float) * (size_t)z * n_q * n_head * (head_dim + 2);
+    }
+    if (z <= 1)
+        return 0;
+    if (c->attn_part_cap < bytes) {
+        if (c->attn_part) {
+            cudaStreamSynchronize(c->stream); /* the old one may still be read */
+            cudaFree(c->attn_part);
+            c->attn_part = NULL;
+            c->attn_part_cap = 0;
+        }
+        if (cudaMalloc((void **)&c->attn_part, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return 0; /* no room for the scratch: unsplit, as before */
+        }
+        c->attn_part_cap = bytes;
+    }
+    attn_tc_split_at(sp, z, head_dim, n_q, n_head, n_kv, c->attn_part);
+    return 0;
+}
+
 /* sinks: device f32[n_head] (gpt-oss) or NULL, in every kernel's final
  * normalization (sink_inv) */
 int c_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v,
@@ -226,10 +258,14 @@ int c_attention_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q,
         return -EINVAL;
     /* 16 rows and more (prefills, a blend's recomputed rows) on the tensor
      * cores; a decoding step's row in f32 */
-    if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin)
-        return cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
-                                window, softcap, sinks, out),
-                        "attention (tensor cores)");
+    if (CTX->attn_tc && n_q >= 16 && attn_tc_smem(head_dim) && attn_tc_smem(head_dim) <= CTX->smem_optin) {
+        struct attn_tc_split sp;
+        int rc = tc_split(CTX, head_dim, n_q, n_head, n_kv, &sp);
+        return rc ? rc
+                  : cuda_err(attn_tc(CTX->stream, head_dim, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head,
+                                     scale, window, softcap, sinks, out, &sp),
+                             "attention (tensor cores)");
+    }
     if (head_dim == 128)
         return launch_flash<128>(CTX, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap,
                                  sinks, out);

@@ -10,6 +10,14 @@
 // scattered rows).  Inputs are rounded to f16 (Q after the scale; K and V are
 // f16 values already where llama.cpp's f16 cache is emulated), so results
 // agree with the f32 kernels to about 1e-3 (gpu_test_backend_ops' bound).
+//
+// Few query rows over a long context (a blend's question pass: 32 rows over
+// 3,104 keys make 32 blocks on a GPU with room for ~260) would leave most of
+// the device idle while each block walks every key tile in turn.  Then the
+// keys are split (FlashDecoding's split-KV): blocks of one query tile take
+// disjoint runs of key tiles, each leaves its rows' unnormalized O and their
+// softmax max and sum in a scratch buffer, and k_flash_tc_combine rescales
+// the runs to the largest max and sums them.
 #include <limits.h>
 #include <math.h>
 #include <mma.h>
@@ -37,7 +45,8 @@ template <int D> struct tc_layout {
 template <int D>
 __global__ void __launch_bounds__(32 * WARPS)
 k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const float *v, const int32_t *kv_pos,
-           int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, const float *sinks, float *out)
+           int n_kv, int n_head, int n_kv_head, float scale, int window, float softcap, const float *sinks, float *out,
+           int split_keys, float *part_o, float *part_ml)
 {
     typedef tc_layout<D> Lay;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -63,7 +72,10 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
     __syncthreads();
     int32_t qmin, qmax;
     pos_span(qp_s, min(TQ, n_q - i0), &qmin, &qmax);
-    for (int j0 = 0; j0 < n_kv; j0 += TK) {
+    /* this block's run of keys: all of them, or split z's (a multiple of TK) */
+    const int j_begin = part_o ? (int)blockIdx.z * split_keys : 0;
+    const int j_end = part_o ? min(n_kv, j_begin + split_keys) : n_kv;
+    for (int j0 = j_begin; j0 < j_end; j0 += TK) {
         __syncthreads(); /* the previous tile is read no more */
         if (t < TK)
             kp_s[t] = j0 + t < n_kv ? kv_pos[j0 + t] : INT_MAX;
@@ -152,6 +164,19 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
         }
     }
     __syncthreads();
+    if (part_o) { /* a run of a split: O unnormalized, the row's max and sum beside it */
+        const size_t run = (size_t)blockIdx.z * n_q;
+        for (int e = t; e < TQ * D; e += 32 * WARPS) {
+            int r = e / D, d = e % D;
+            if (i0 + r < n_q)
+                part_o[((run + i0 + r) * n_head + h) * D + d] = os[r * Lay::OLD + d];
+        }
+        if (t < TQ && i0 + t < n_q) {
+            part_ml[((run + i0 + t) * n_head + h) * 2] = row_m[t];
+            part_ml[((run + i0 + t) * n_head + h) * 2 + 1] = row_l[t];
+        }
+        return;
+    }
     for (int e = t; e < TQ * D; e += 32 * WARPS) {
         int r = e / D, d = e % D;
         if (i0 + r < n_q) {
@@ -163,23 +188,134 @@ k_flash_tc(const float *q, const int32_t *q_pos, int n_q, const float *k, const 
     }
 }
 
-template <int D>
-static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, int n_q, const float *k,
-                          const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                          int window, float softcap, const float *sinks, float *out)
+/* one block per (query row, head), a thread per output element: the runs
+ * rescaled to their largest max (a run that saw nothing has max -inf and
+ * weighs 0), summed, and normalized as the unsplit kernel normalizes */
+__global__ void k_flash_tc_combine(const float *part_o, const float *part_ml, int n_split, int n_q, int n_head,
+                                   int head_dim, const float *sinks, float *out)
 {
-    size_t smem = tc_layout<D>::bytes;
+    const int i = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    float m = -INFINITY;
+    for (int z = 0; z < n_split; z++)
+        m = fmaxf(m, part_ml[(((size_t)z * n_q + i) * n_head + h) * 2]);
+    float l = 0.0f, o = 0.0f;
+    for (int z = 0; z < n_split; z++) {
+        size_t at = ((size_t)z * n_q + i) * n_head + h;
+        float mz = part_ml[at * 2];
+        if (mz == -INFINITY)
+            continue;
+        float c = expf(mz - m);
+        l += part_ml[at * 2 + 1] * c;
+        o += part_o[at * head_dim + d] * c;
+    }
+    out[((size_t)i * n_head + h) * head_dim + d] = sinks ? o * sink_inv(m, l, sinks[h]) : l > 0.0f ? o / l : 0.0f;
+}
+
+/* the kernel at D may take its shared memory (over the default 48 KiB) */
+template <int D> static cudaError_t allow_smem(void)
+{
     static int smem_set; /* the attribute is the kernel's, process-wide: set once (setting it twice is harmless) */
     if (!__atomic_load_n(&smem_set, __ATOMIC_ACQUIRE)) {
-        cudaError_t e = cudaFuncSetAttribute(k_flash_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k_flash_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)tc_layout<D>::bytes);
         if (e != cudaSuccess)
             return e;
         __atomic_store_n(&smem_set, 1, __ATOMIC_RELEASE);
     }
-    dim3 grid((unsigned)((n_q + TQ - 1) / TQ), (unsigned)n_head);
+    return cudaSuccess;
+}
+
+/* blocks of the kernel at D one multiprocessor holds at once (0: unknown) */
+template <int D> static int blocks_per_sm(void)
+{
+    static int per; /* the kernel's, process-wide */
+    int got = __atomic_load_n(&per, __ATOMIC_ACQUIRE);
+    if (got)
+        return got;
+    if (allow_smem<D>() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, k_flash_tc<D>, 32 * WARPS, tc_layout<D>::bytes) !=
+            cudaSuccess ||
+        got < 1) {
+        cudaGetLastError();
+        return 0;
+    }
+    __atomic_store_n(&per, got, __ATOMIC_RELEASE);
+    return got;
+}
+
+template <int D>
+static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, int n_q, const float *k,
+                          const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
+                          int window, float softcap, const float *sinks, float *out, const struct attn_tc_split *split)
+{
+    size_t smem = tc_layout<D>::bytes;
+    cudaError_t e = allow_smem<D>();
+    if (e != cudaSuccess)
+        return e;
+    const int q_tiles = (n_q + TQ - 1) / TQ, n_split = split ? split->n_split : 1;
+    if (n_split <= 1) {
+        dim3 grid((unsigned)q_tiles, (unsigned)n_head);
+        k_flash_tc<D><<<grid, 32 * WARPS, smem, s>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale,
+                                                     window, softcap, sinks, out, 0, NULL, NULL);
+        return cudaGetLastError();
+    }
+    dim3 grid((unsigned)q_tiles, (unsigned)n_head, (unsigned)n_split);
     k_flash_tc<D><<<grid, 32 * WARPS, smem, s>>>(q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window,
-                                                 softcap, sinks, out);
+                                                 softcap, sinks, out, split->split_keys, split->part_o, split->part_ml);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    k_flash_tc_combine<<<dim3((unsigned)n_q, (unsigned)n_head), D, 0, s>>>(split->part_o, split->part_ml, n_split, n_q,
+                                                                             n_head, D, sinks, out);
     return cudaGetLastError();
+}
+
+/* The split that finishes first by a simple model: a block's time is its
+ * key tiles; blocks run in waves of (multiprocessors x blocks each holds);
+ * a split adds a combine (about two tiles' time) and its scratch, bounded.
+ * Causal prefills (many query tiles) come out unsplit. */
+template <int D> static int pick_split(int n_q, int n_head, int n_kv, int n_sm)
+{
+    int per = blocks_per_sm<D>();
+    if (per <= 0 || n_sm <= 0)
+        return 1;
+    long long slots = (long long)n_sm * per, base = (long long)((n_q + TQ - 1) / TQ) * n_head;
+    int tiles = (n_kv + TK - 1) / TK, best = 1;
+    long long best_cost = (base + slots - 1) / slots * tiles;
+    size_t run_bytes = sizeof(float) * (size_t)n_q * n_head * (D + 2);
+    for (int z = 2; z <= ATTN_TC_MAX_SPLIT && z <= tiles / 2; z++) {
+        if (run_bytes * (size_t)z > ATTN_TC_SPLIT_BYTES)
+            break;
+        int per_run = (tiles + z - 1) / z;
+        long long cost = (base * z + slots - 1) / slots * per_run + 2;
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = z;
+        }
+    }
+    return best;
+}
+
+int attn_tc_split_plan(int head_dim, int n_q, int n_head, int n_kv, int n_sm, size_t *scratch_bytes)
+{
+    int z = 1;
+    switch (head_dim) {
+    case 64: z = pick_split<64>(n_q, n_head, n_kv, n_sm); break;
+    case 128: z = pick_split<128>(n_q, n_head, n_kv, n_sm); break;
+    case 256: z = pick_split<256>(n_q, n_head, n_kv, n_sm); break;
+    default: break;
+    }
+    *scratch_bytes = z > 1 ? sizeof(float) * (size_t)z * n_q * n_head * (head_dim + 2) : 0;
+    return z;
+}
+
+void attn_tc_split_at(struct attn_tc_split *sp, int n_split, int head_dim, int n_q, int n_head, int n_kv, float *scratch)
+{
+    int tiles = (n_kv + TK - 1) / TK, per_run = (tiles + n_split - 1) / n_split;
+    sp->n_split = (tiles + per_run - 1) / per_run; /* no empty last run (scratch for n_split is enough) */
+    sp->split_keys = per_run * TK;
+    sp->part_o = scratch;
+    sp->part_ml = scratch + (size_t)n_split * n_q * n_head * head_dim;
 }
 
 size_t attn_tc_smem(int head_dim)
@@ -194,17 +330,20 @@ size_t attn_tc_smem(int head_dim)
 
 cudaError_t attn_tc(cudaStream_t s, int head_dim, const float *q, const int32_t *q_pos, int n_q, const float *k,
                     const float *v, const int32_t *kv_pos, int n_kv, int n_head, int n_kv_head, float scale,
-                    int window, float softcap, const float *sinks, float *out)
+                    int window, float softcap, const float *sinks, float *out, const struct attn_tc_split *split)
 {
     if (n_q <= 0)
         return cudaSuccess;
     switch (head_dim) {
     case 64:
-        return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
+        return launch<64>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out,
+                          split);
     case 128:
-        return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
+        return launch<128>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out,
+                           split);
     case 256:
-        return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out);
+        return launch<256>(s, q, q_pos, n_q, k, v, kv_pos, n_kv, n_head, n_kv_head, scale, window, softcap, sinks, out,
+                           split);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -619,6 +619,7 @@ static void c_destroy(void *vctx)
         __atomic_sub_fetch(&live_contexts, 1, __ATOMIC_RELAXED);
     cudaFree(c->wh);
     cudaFree(c->xh);
+    cudaFree(c->attn_part);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);
@@ -707,6 +708,12 @@ static int cuda_init(int device, struct kvfs_backend *out)
     c->wh_max = e && atol(e) > 0 ? (size_t)atol(e) : WH_MAX;
     e = getenv("KVFS_CUDA_ATTN");
     c->attn_tc = !(e && !strcmp(e, "f32"));
+    e = getenv("KVFS_CUDA_ATTN_SPLIT"); /* A/B runs and tests: 0 never, N always N runs */
+    c->attn_split = e && *e ? atoi(e) : -1;
+    if (cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        c->n_sm = 0; /* unknown: never split */
+    }
     int optin = 0; /* head dims whose tensor-core kernel does not fit (128 on sm_86/89, 256 on sm_80) use f32 */
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
         cudaGetLastError();

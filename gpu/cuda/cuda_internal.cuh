@@ -88,6 +88,10 @@ struct cuda_ctx {
     size_t wh_max;         /* most elements of W decoded at once */
     float *gelu_table;     /* geglu's, made on first use */
     int attn_tc;           /* attention on the tensor cores (KVFS_CUDA_ATTN=f32: the f32 kernels) */
+    int attn_split;        /* its keys split: -1 as attn_tc_split_plan says, 0 never, N: N runs (KVFS_CUDA_ATTN_SPLIT) */
+    int n_sm;              /* the device's multiprocessors */
+    float *attn_part;      /* the split's scratch (grown, never shrunk; one stream) */
+    size_t attn_part_cap;  /* bytes */
     size_t smem_optin;     /* the device's shared memory per block, opted in */
     int counted;           /* in live_contexts */
 };

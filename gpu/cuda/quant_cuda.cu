@@ -237,23 +237,26 @@ extern "C" void kq_decode8_host(uint32_t type, const uint8_t *row, int c, float 
 }
 
 /* 8 values a thread (rows are whole 32-blocks, so 8 never straddle one):
- * one sub-block's scales made once, one 16-byte store */
+ * one sub-block's scales made once, one 16-byte store.  x: 8-value groups of
+ * a row, y: rows (strided past the grid's 65,535), so no thread divides by
+ * the row's length: a 64-bit division per 8 values cost more than their
+ * decoding */
 __global__ void k_decode_f16(uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows, int in_dim,
                              __half *out)
 {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-    if (i >= (size_t)rows * in_dim)
+    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (c >= in_dim)
         return;
-    size_t r = i / in_dim;
-    int c = (int)(i % in_dim);
-    const uint8_t *row = w + (r0 + r) * row_bytes;
-    float v[8];
-    kq_decode8(type, row, c, v);
-    __align__(16) __half h[8];
+    for (int r = (int)blockIdx.y; r < rows; r += (int)gridDim.y) {
+        const uint8_t *row = w + (size_t)(r0 + r) * row_bytes;
+        float v[8];
+        kq_decode8(type, row, c, v);
+        __align__(16) __half h[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        h[j] = __float2half_rn(v[j]);
-    *(uint4 *)(out + i) = *(const uint4 *)h;
+        for (int j = 0; j < 8; j++)
+            h[j] = __float2half_rn(v[j]);
+        *(uint4 *)(out + (size_t)r * in_dim + c) = *(const uint4 *)h;
+    }
 }
 
 __global__ void k_decode_rows_f32(uint32_t type, const uint8_t *w, size_t row_bytes, const int32_t *ids, int n,
@@ -272,9 +275,11 @@ static unsigned n_blocks(size_t n, unsigned t) { return (unsigned)((n + t - 1) /
 cudaError_t kq_decode_f16(cudaStream_t s, uint32_t type, const uint8_t *w, size_t row_bytes, int r0, int rows,
                           int in_dim, __half *out)
 {
-    size_t tot = (size_t)rows * in_dim; /* a multiple of 32: whole blocks */
-    if (tot)
-        k_decode_f16<<<n_blocks(tot / 8, 256), 256, 0, s>>>(type, w, row_bytes, r0, rows, in_dim, out);
+    if (rows <= 0 || in_dim <= 0) /* in_dim: a multiple of 32, whole blocks */
+        return cudaSuccess;
+    unsigned groups = (unsigned)in_dim / 8, t = groups < 256 ? (groups + 31) / 32 * 32 : 256;
+    dim3 grid(n_blocks(groups, t), (unsigned)(rows < 65535 ? rows : 65535));
+    k_decode_f16<<<grid, t, 0, s>>>(type, w, row_bytes, r0, rows, in_dim, out);
     return cudaGetLastError();
 }
 

@@ -19,7 +19,7 @@
 #include "kvquant.h"
 #include "synth_model.h"
 
-static struct kvfs_backend cpu, gpu, gpu32; /* gpu32: attention in f32 only */
+static struct kvfs_backend cpu, gpu, gpu32, gpusplit; /* gpu32: attention in f32 only; gpusplit: keys in 3 runs */
 static uint64_t rs = 12345;
 static float frand(void)
 {
@@ -91,7 +91,7 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
              G->attention_sinks(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, cases[c].window,
                                 cases[c].cap, dsk, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
-        snprintf(lab, sizeof(lab), "attn %s%s", cases[c].what, pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "attn %s%s", cases[c].what, pass == 2 ? " tc split" : pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
     }
     /* sparse queries (a blend's recomputed rows), then over unsorted keys */
@@ -106,7 +106,8 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
              G->attention_sinks(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, dsk,
                                 dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
-        snprintf(lab, sizeof(lab), "attn sinks %s%s", unsorted ? "unsorted" : "sparse", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "attn sinks %s%s", unsorted ? "unsorted" : "sparse",
+                 pass == 2 ? " tc split" : pass ? " tc" : "");
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
         /* the blend's votes: attention mass of the sparse queries, the
          * sinks' share left out; f32 on both passes */
@@ -120,7 +121,7 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
                  G->attn_mass_sinks(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, w, cap, dsk, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
             snprintf(lab, sizeof(lab), "mass sinks%s%s%s", w ? " window cap" : "", unsorted ? " unsorted" : "",
-                     pass ? " (2)" : "");
+                     pass ? (pass == 2 ? " (3)" : " (2)") : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
         }
         G->free(B->ctx, dm);
@@ -274,12 +275,15 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     int32_t *dkvp = dev_of(&gpu, kvp, sizeof(int32_t) * n), *dqp = dev_of(&gpu, qp, sizeof(int32_t) * n);
     float sc = 1.0f / sqrtf((float)hd);
     int nsel = n / 7 + 1;
-    /* twice: the f32 kernels (KVFS_CUDA_ATTN=f32), then the tensor cores'
-     * (f16 inputs: a looser bound), which the backend uses from 16 rows */
-    for (int pass = 0; pass < 2; pass++) {
-        struct kvfs_backend *B = pass ? &gpu : &gpu32;
+    /* three times: the f32 kernels (KVFS_CUDA_ATTN=f32), then the tensor
+     * cores' (f16 inputs: a looser bound), which the backend uses from 16
+     * rows, with the keys split as the device's size says (few query tiles
+     * over many keys), then always split in 3 runs (KVFS_CUDA_ATTN_SPLIT=3) */
+    for (int pass = 0; pass < 3; pass++) {
+        struct kvfs_backend *B = pass == 2 ? &gpusplit : pass ? &gpu : &gpu32;
         const struct kvfs_backend_iface *G = B->iface;
         double tol = pass ? 3e-3 : 1e-5;
+        const char *tc = pass == 2 ? " tc split" : pass ? " tc" : "";
         char lab[96];
         for (int i = 0; i < n; i++)
             kvp[i] = qp[i] = i;
@@ -288,19 +292,19 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
              G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
-        snprintf(lab, sizeof(lab), "%s%s", "attention", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "%s%s", "attention", tc);
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
         /* a sliding-window layer's (gemma3's local layers) */
         BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, oc),
              G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
-        snprintf(lab, sizeof(lab), "%s%s", "attn window", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "%s%s", "attn window", tc);
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
         /* and soft-capped (gemma2's local layers) */
         BOTH(C->attention(cpu.ctx, q, qp, n, k, v, kvp, n, n_head, n_kv_head, hd, sc, 40, 0.5f, oc),
              G->attention(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 40, 0.5f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
-        snprintf(lab, sizeof(lab), "%s%s", "attn softcap", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "%s%s", "attn softcap", tc);
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
         for (int i = 0; i < nsel; i++)
             qp[i] = (i * 7919) % n;
@@ -308,7 +312,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
              G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
-        snprintf(lab, sizeof(lab), "%s%s", "attn sparse", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "%s%s", "attn sparse", tc);
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
         /* attention mass of the sparse queries over every key (query selection) */
         {
@@ -317,7 +321,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass", pass ? " (2)" : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass", pass ? (pass == 2 ? " (3)" : " (2)") : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5); /* one kernel, f32, on both passes */
             /* and through a sliding window (a local layer's votes) */
             memset(mc, 0, sizeof(float) * n);
@@ -325,7 +329,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", pass ? " (2)" : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", pass ? (pass == 2 ? " (3)" : " (2)") : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
             /* soft-capped (gemma2's votes) */
             memset(mc, 0, sizeof(float) * n);
@@ -333,7 +337,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass softcap", pass ? " (2)" : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass softcap", pass ? (pass == 2 ? " (3)" : " (2)") : "");
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
             G->free(B->ctx, dm);
             free(mc);
@@ -346,7 +350,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         BOTH(C->attention(cpu.ctx, q, qp, nsel, k, v, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, oc),
              G->attention(B->ctx, dq, dqp, nsel, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
-        snprintf(lab, sizeof(lab), "%s%s", "attn unsorted", pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "%s%s", "attn unsorted", tc);
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
         test_sinks(B, pass, shape, n, n_head, n_kv_head, hd, q, k, v, dq, dk, dv, tol, oc, og, dy);
     }
@@ -495,6 +499,41 @@ static void test_quant(void)
         G->free(gpu.ctx, dids);
         G->free(gpu.ctx, drows);
         free(raw), free(ref), free(got), free(ids);
+    }
+    {   /* a slice of more rows than a grid's 65,535 (a large vocabulary's
+         * output embedding over a narrow model): decoded to f16 in one slice
+         * of 70,000 rows, a Q8_0 weight against the CPU's product */
+        struct kvfs_backend wide;
+        setenv("KVFS_CUDA_DECODE_ELEMS", "4194304", 1);
+        CHECK_EQ(kvfs_backend_cuda_init(0, &wide), 0);
+        setenv("KVFS_CUDA_DECODE_ELEMS", "65536", 1);
+        const int rows = 70000, cols = 32, n = 9;
+        size_t rb = kvfs_ggml_row_size(KVFS_GGML_Q8_0, (uint64_t)cols);
+        uint8_t *raw = malloc(rb * rows);
+        for (size_t i = 0; i < rb * rows; i++)
+            raw[i] = (uint8_t)(frand() * 256.0f);
+        for (int r = 0; r < rows; r++) {
+            uint16_t h = kvfs_f32_to_f16(0.01f + frand() * 0.05f);
+            memcpy(raw + (size_t)r * rb, &h, 2);
+        }
+        float *ref = malloc(sizeof(float) * (size_t)rows * cols), *x = fill((size_t)n * cols);
+        float *yc = malloc(sizeof(float) * (size_t)n * rows), *yg = malloc(sizeof(float) * (size_t)n * rows);
+        CHECK_EQ(kvfs_ggml_dequantize_rows(KVFS_GGML_Q8_0, raw, ref, (uint64_t)rows, (uint64_t)cols), 0);
+        struct kvfs_weight *wg = NULL, *wc = NULL;
+        const struct kvfs_backend_iface *W = wide.iface;
+        CHECK_EQ(W->weight_create_quant(wide.ctx, KVFS_GGML_Q8_0, raw, rb, rows, cols, &wg), 0);
+        CHECK_EQ(C->weight_create(cpu.ctx, ref, rows, cols, &wc), 0);
+        float *dx = dev_of(&wide, x, sizeof(float) * (size_t)n * cols);
+        float *dy = dev_of(&wide, NULL, sizeof(float) * (size_t)n * rows);
+        BOTH(C->matmul(cpu.ctx, wc, NULL, x, yc, n), W->matmul(wide.ctx, wg, NULL, dx, dy, n));
+        W->download(wide.ctx, yg, dy, sizeof(float) * (size_t)n * rows);
+        report("matmul f16", "Q8_0 70000x32 n=9, one slice", nerr(yc, yg, (size_t)n * rows), 2e-3);
+        W->free(wide.ctx, dx);
+        W->free(wide.ctx, dy);
+        C->weight_free(cpu.ctx, wc);
+        W->weight_free(wide.ctx, wg);
+        kvfs_backend_free(&wide);
+        free(raw), free(ref), free(x), free(yc), free(yg);
     }
     {   /* an MXFP4 block scaled past what f16 holds (2^13): left to f32 */
         uint8_t blk[17 * 2] = {140, 0x77, [17] = 141, 0x77};
@@ -714,6 +753,9 @@ int main(void)
     setenv("KVFS_CUDA_ATTN", "f32", 1);
     CHECK_EQ(kvfs_backend_cuda_init(0, &gpu32), 0);
     unsetenv("KVFS_CUDA_ATTN");
+    setenv("KVFS_CUDA_ATTN_SPLIT", "3", 1);
+    CHECK_EQ(kvfs_backend_cuda_init(0, &gpusplit), 0);
+    unsetenv("KVFS_CUDA_ATTN_SPLIT");
     CHECK_EQ(kvfs_backend_cpu_init(0, &cpu), 0);
     test_shapes(64, 576, 9, 3, 1536, "SmolLM2");
     test_shapes(512, 576, 9, 3, 1536, "SmolLM2");
@@ -736,6 +778,7 @@ int main(void)
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);
     kvfs_backend_free(&gpu32);
+    kvfs_backend_free(&gpusplit);
     CHECK_DONE();
 #endif
 }

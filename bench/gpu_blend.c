@@ -9,7 +9,11 @@
  * same runs use that model, weights kept as the file has them, and the
  * device memory it takes and full-prefill tokens/s at 512 and 3,104 tokens
  * are printed too (what bench/device.sh sets beside llama.cpp's llama-bench).
- * GPU_BLEND_PREFILL_ONLY=1 stops after the prefill figures.
+ * GPU_BLEND_PREFILL_ONLY=1 stops after the prefill figures; GPU_BLEND_LOADER_ONLY=1
+ * measures only the loader (the CPU backend: a quick check of the disk's
+ * side); GPU_BLEND_NO_AB=1 leaves out the CUDA A/B of split attention.
+ * Cold objects are read O_DIRECT as the daemon reads them, and buffered
+ * beside it (an A/B row).
  * Usage: gpu_blend [backend [MODEL.gguf]] */
 #include <errno.h>
 #include <math.h>
@@ -115,6 +119,10 @@ static void h2d_limit(double *pinned_gbs, double *pageable_gbs)
 
 /* Stream every layer of the chunks from the store into a device cache with
  * the layer-wise loader; seconds until the last layer is on the device. */
+/* the loader's options for every load and blend below (the default: O_DIRECT
+ * for objects out of the page cache); A/B rows change them for a while */
+static struct kvfs_loader_opts bench_lo;
+
 static double load_to_device(struct kvfs_model *m, struct kvfs_store *st, const char *const *hashes, int k,
                              int rows)
 {
@@ -122,7 +130,7 @@ static double load_to_device(struct kvfs_model *m, struct kvfs_store *st, const 
     struct kvfs_kv_cache c;
     char err[256];
     double t = now();
-    if (kvfs_loader_open(st, hashes, k, NULL, &ld, err, sizeof(err)) || kvfs_kv_cache_init(m, rows, &c)) {
+    if (kvfs_loader_open(st, hashes, k, &bench_lo, &ld, err, sizeof(err)) || kvfs_kv_cache_init(m, rows, &c)) {
         fprintf(stderr, "loader: %s\n", err);
         exit(1);
     }
@@ -158,7 +166,7 @@ static double stream_blend(struct kvfs_model *m, struct kvfs_store *st, const ch
     int32_t *bt;
     char err[256];
     double t = now();
-    if (kvfs_loader_open(st, hashes, K, NULL, &ld, err, sizeof(err)) ||
+    if (kvfs_loader_open(st, hashes, K, &bench_lo, &ld, err, sizeof(err)) ||
         kvfs_blend_stream(m, ld, query, Q, bo, &bc, &bt, logits, bs, err, sizeof(err))) {
         fprintf(stderr, "blend from a store: %s\n", err);
         exit(1);
@@ -348,7 +356,8 @@ int main(int argc, char **argv)
         toks[i] = hp->n_vocab > 600 ? (int32_t)(300 + (i * 7919u) % (unsigned)(hp->n_vocab - 300))
                                     : (int32_t)((i * 7919u) % (unsigned)hp->n_vocab);
     float *lf0 = malloc(sizeof(float) * hp->n_vocab);
-    double p512 = prefill_s(m, toks, 512, lf0), pfull = prefill_s(m, toks, K * L + Q, lf0);
+    int loader_only = getenv("GPU_BLEND_LOADER_ONLY") != NULL; /* the loader's rows only (quick checks) */
+    double p512 = loader_only ? 1 : prefill_s(m, toks, 512, lf0), pfull = loader_only ? 1 : prefill_s(m, toks, K * L + Q, lf0);
     const char *attn = getenv("KVFS_CUDA_ATTN");
     printf("full prefill: %d tokens %.1f ms (%.0f tokens/s), %d tokens %.1f ms (%.0f tokens/s) (medians of 5; "
            "attention %s)\n", 512, 1e3 * p512, 512 / p512, K * L + Q, 1e3 * pfull, (K * L + Q) / pfull,
@@ -427,6 +436,12 @@ int main(int argc, char **argv)
         set_pinning(store_ram, m, 1);
         ram_pinned[rep] = layer_bytes / load_to_device(m, store_ram, hp_, K, K * L) / 1e9;
     }
+    /* cold objects, the default (O_DIRECT for them) and buffered through
+     * the page cache (direct_io -1), taking turns; q4s objects the same */
+    double cold_buf[3], q4_cold[3], q4_cold_buf[3];
+    uint64_t q4_bytes = 0;
+    for (int i = 0; i < K; i++)
+        q4_bytes += w4[i].size;
     for (int rep = 0; rep < 3; rep++) {
         dropped &= drop_caches();
         cold[rep] = layer_bytes / load_to_device(m, store, hp_, K, K * L) / 1e9;
@@ -434,6 +449,14 @@ int main(int argc, char **argv)
         drop_caches();
         raw_cold[rep] = layer_bytes / load_to_device(m, store_raw, hp_, K, K * L) / 1e9;
         raw_warm[rep] = layer_bytes / load_to_device(m, store_raw, hp_, K, K * L) / 1e9;
+        bench_lo.direct_io = -1;
+        drop_caches();
+        cold_buf[rep] = layer_bytes / load_to_device(m, store, hp_, K, K * L) / 1e9;
+        drop_caches();
+        q4_cold_buf[rep] = q4_bytes / load_to_device(m, store_q4, hq_, K, K * L) / 1e9;
+        bench_lo.direct_io = 0;
+        drop_caches();
+        q4_cold[rep] = q4_bytes / load_to_device(m, store_q4, hq_, K, K * L) / 1e9;
     }
     printf("host-to-device copy limit: %.1f GB/s from pinned memory, %.1f GB/s from pageable\n", pin_gbs, page_gbs);
     printf("loader, the store's RAM tier to GPU memory: %.1f GB/s page-locked (%.0f%% of pinned cudaMemcpy), "
@@ -444,6 +467,12 @@ int main(int argc, char **argv)
            dropped ? "dropped" : "NOT dropped (no permission)", median(warm, 3));
     printf("the same from uncompressed objects (zstd=0): %.1f GB/s with the page cache %s, %.1f GB/s warm\n",
            median(raw_cold, 3), dropped ? "dropped" : "NOT dropped", median(raw_warm, 3));
+    printf("A/B, cold objects (page cache %s): f16 %.1f GB/s read O_DIRECT (the default) / %.1f GB/s buffered (%.2fx); "
+           "q4s (%.0f MB of images) %.2f / %.2f GB/s of image bytes (%.2fx) (medians of 3, alternating)\n",
+           dropped ? "dropped" : "NOT dropped", median(cold, 3), median(cold_buf, 3), median(cold, 3) / median(cold_buf, 3),
+           q4_bytes / 1e6, median(q4_cold, 3), median(q4_cold_buf, 3), median(q4_cold, 3) / median(q4_cold_buf, 3));
+    if (loader_only)
+        return 0;
     float *lf = malloc(sizeof(float) * hp->n_vocab), *lb = malloc(sizeof(float) * hp->n_vocab);
     enum { REPS = 5 };
     enum { NB = 5 };
@@ -553,18 +582,17 @@ int main(int argc, char **argv)
     }
     unsetenv("KVFS_BLEND_PROFILE");
     /* A/B in one run: the query blend from the RAM tier with the attention's
-     * keys split for few query rows (the default) and unsplit, the same
-     * file loaded a second time with KVFS_CUDA_ATTN_SPLIT=0 (its context
-     * reads it), the two taking turns; then where the unsplit one's time
-     * goes, to stderr beside the profiles above */
-    if (path && !strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
-        char lerr[256];
+     * keys split for few query rows (the default) and unsplit: a view of the
+     * model (the same weights, a backend context of its own, which reads
+     * KVFS_CUDA_ATTN_SPLIT=0), the two taking turns; then where the
+     * unsplit one's time goes, to stderr beside the profiles above */
+    if (!strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
         struct kvfs_model *m0 = NULL;
         setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
-        int rc = kvfs_model_load(path, backend, 0, &m0, lerr, sizeof(lerr));
+        int rc = kvfs_model_view(m, &m0);
         unsetenv("KVFS_CUDA_ATTN_SPLIT");
         if (rc) {
-            fprintf(stderr, "gpu_blend: A/B model: %s\n", lerr);
+            fprintf(stderr, "gpu_blend: A/B view: %s\n", strerror(-rc));
         } else {
             struct kvfs_blend_opts bo;
             struct kvfs_blend_stats bs;

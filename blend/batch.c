@@ -323,6 +323,7 @@ static void member_stats(struct kvfs_loader *ld, const struct layout *L, int n_s
     st->load_s = ls.load_s;
     st->wait_s = ls.wait_s;
     st->bytes_read = ls.bytes_read;
+    st->n_direct = ls.n_direct;
     st->compute_s = st->seconds - ls.wait_s;
 }
 

@@ -792,6 +792,7 @@ static void fill_stats(struct blend_run *b, double t0, struct kvfs_blend_stats *
     st->load_s = ls.load_s;
     st->wait_s = ls.wait_s;
     st->bytes_read = ls.bytes_read;
+    st->n_direct = ls.n_direct;
     st->compute_s = st->seconds - ls.wait_s;
     st->full_prefill = b->full_prefill;
 }

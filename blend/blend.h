@@ -50,6 +50,7 @@ struct kvfs_blend_stats {
     double wait_s;      /* time the blend waited for layers (not hidden by compute) */
     double compute_s;   /* seconds - wait_s */
     uint64_t bytes_read;/* from storage by the loader */
+    int n_direct;       /* chunks the loader read O_DIRECT (cold objects) */
     int full_prefill;   /* 1: short enough to be prefilled in full (opts.full_below) */
 };
 #define KVFS_BLEND_MAX_CHUNKS 64

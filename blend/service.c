@@ -45,6 +45,7 @@ struct kvfs_blend_service {
     int n_models;
     float min_ratio;
     uint64_t sim_read_bps;
+    int direct_io;
     int jobs;
     int pinning;                /* the store's RAM tier is page-locked through a model's backend */
     uint32_t dtype;             /* results' dtype when a recipe names none */
@@ -84,7 +85,7 @@ static void stats(void *ctx, FILE *f)
             "%llu, \"full_prefills\": %llu, \"idle_trims\": %llu,\n    \"pipeline\": {\"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
             "\"bytes_read\": %llu, \"load_hidden\": %.4f},\n    \"last\": {\"tokens\": %d, \"recomputed\": %d, "
             "\"ratio\": %.4f, \"seconds\": %.6f, \"loading_s\": %.6f, \"computing_s\": %.6f, \"waiting_s\": %.6f, "
-            "\"bytes_read\": %llu, \"load_hidden\": %.4f}}",
+            "\"bytes_read\": %llu, \"load_hidden\": %.4f, \"chunks_direct\": %d}}",
             svc->n_models, (unsigned long long)svc->n_run, (unsigned long long)svc->n_cached,
             (unsigned long long)svc->n_joined, (unsigned long long)svc->n_errors,
             (unsigned long long)svc->n_not_kept, (double)svc->min_ratio, svc->jobs, svc->running, svc->waiting,
@@ -92,7 +93,7 @@ static void stats(void *ctx, FILE *f)
             (unsigned long long)svc->n_batch_shared, (unsigned long long)svc->n_full_prefill, (unsigned long long)svc->n_trims, svc->load_s, svc->compute_s, svc->wait_s,
             (unsigned long long)svc->bytes_read, hidden_share(svc->load_s, svc->wait_s), l->n_ctx, l->n_selected,
             (double)l->ratio, l->seconds, l->load_s, l->compute_s, l->wait_s, (unsigned long long)l->bytes_read,
-            hidden_share(l->load_s, l->wait_s));
+            hidden_share(l->load_s, l->wait_s), l->n_direct);
     pthread_mutex_unlock(&svc->lock);
 }
 
@@ -210,6 +211,7 @@ int kvfs_blend_service_open(struct kvfs_store *s, const struct kvfs_blend_servic
     svc->min_ratio = o->min_ratio;
     svc->dtype = o->dtype ? o->dtype : KVFS_DTYPE_F16;
     svc->sim_read_bps = o->sim_read_bps;
+    svc->direct_io = o->direct_io;
     svc->jobs = o->jobs > 0 ? o->jobs : 2;
     pthread_mutex_init(&svc->lock, NULL);
     pthread_cond_init(&svc->changed, NULL);
@@ -453,7 +455,8 @@ static int run_blend(struct kvfs_blend_service *svc, const struct kvfs_recipe *r
     const char *hashes[KVFS_BLEND_MAX_CHUNKS];
     for (int i = 0; i < r->n; i++)
         hashes[i] = r->hashes[i];
-    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps}; /* chunks only RADOS has stream from it */
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, /* chunks only RADOS has stream from it */
+                                  .direct_io = svc->direct_io};
     struct kvfs_loader *ld = NULL;
     const struct loaded_model *lm = NULL;
     const int32_t *suffix = NULL;
@@ -707,7 +710,8 @@ static int run_group(struct kvfs_blend_service *svc, struct batch_item **it, int
             }
             maps[i][k] = u;
         }
-    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps}; /* chunks only RADOS has stream from it */
+    struct kvfs_loader_opts lo = {.throttle_bps = svc->sim_read_bps, /* chunks only RADOS has stream from it */
+                                  .direct_io = svc->direct_io};
     if ((rc = kvfs_loader_open(svc->store, hashes, n_union, &lo, &ld, err, errlen)))
         goto out;
     struct kvfs_recipe all = {.n = n_union};

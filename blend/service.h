@@ -27,6 +27,7 @@ struct kvfs_blend_service_opts {
     const char *backend;     /* "auto", "cpu", "cuda" (NULL: auto) */
     float min_ratio;         /* ratio=auto floor (kvfs_blend_min_ratio_parse's; -EINVAL when out of range) */
     uint64_t sim_read_bps;   /* testing: throttle the loader (0 = off) */
+    int direct_io;           /* the loader's O_DIRECT: 0 auto, 1 always, -1 never (kvfs_loader_opts) */
     int jobs;                /* blends at once (<= 0: 2; 1 on a backend that is not thread-safe) */
     uint32_t dtype;          /* results' dtype when a recipe names none (0: f16; -o kv_quant) */
 };

@@ -43,6 +43,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
     OPT("rados_timeout=%d", rados_timeout), OPT("remote_lease=%d", remote_lease), OPT("remote_changes=%d", remote_changes),
     OPT("remote_list=%d", remote_list), OPT("remote_capacity=%s", remote_capacity), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
+    OPT("cold_reads=%s", cold_reads),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -62,6 +63,8 @@ static void usage(const char *prog)
            "  blend_jobs=N       blends that run at once (default 2; on CUDA each has a stream)\n"
            "  blend_cache=SIZE   disk for blend results, within capacity (default 1G)\n"
            "  sim_read_bw=SIZE   testing: throttle the blend loader's reads to SIZE bytes/s\n"
+           "  cold_reads=MODE    auto (default: O_DIRECT for chunk objects out of the page cache),\n"
+           "                     direct or buffered: how blends read chunks from the disk\n"
            "  rados=POOL         shared remote tier on this Ceph RADOS pool (see kvfs(8))\n"
            "  ceph_conf=FILE     Ceph config (default: librados' search, /etc/ceph/ceph.conf)\n"
            "  rados_id=NAME      Ceph client id (default admin)\n"
@@ -246,6 +249,7 @@ static int remote_capacity_words(const char *v)
 struct settings {
     uint64_t capacity, ram, max_ingest, blend_cache, sim_read_bps, remote_capacity;
     float min_ratio;
+    int direct_io; /* cold_reads: 0 auto, 1 direct, -1 buffered (kvfs_loader_opts) */
 };
 
 /* 0, or 2 (a usage error) after saying what is wrong. */
@@ -295,6 +299,16 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
         !((m->kv_quant = kvfs_dtype_parse(m->opts.kv_quant)) && kvfs_dtype_quantized(m->kv_quant))) {
         fprintf(stderr, "kvfs: kv_quant=%s: expected q8, q4, q4s or none\n", m->opts.kv_quant);
         return 2;
+    }
+    if (m->opts.cold_reads && strcmp(m->opts.cold_reads, "auto")) {
+        if (!strcmp(m->opts.cold_reads, "direct"))
+            st->direct_io = 1;
+        else if (!strcmp(m->opts.cold_reads, "buffered"))
+            st->direct_io = -1;
+        else {
+            fprintf(stderr, "kvfs: cold_reads=%s: expected auto, direct or buffered\n", m->opts.cold_reads);
+            return 2;
+        }
     }
     if (passthrough_parse(m, m->opts.passthrough)) {
         fprintf(stderr, "kvfs: passthrough=%s: expected auto, on or off\n", m->opts.passthrough);
@@ -370,7 +384,8 @@ static int open_mount(struct kvfs_mount *m, const struct settings *st)
                                  .zstd_level = m->opts.zstd_level, .result_capacity = st->blend_cache};
     struct kvfs_blend_service_opts bso = {.model_paths = m->opts.model, .backend = m->opts.backend,
                                           .min_ratio = st->min_ratio, .sim_read_bps = st->sim_read_bps,
-                                          .jobs = m->opts.blend_jobs, .dtype = m->kv_quant};
+                                          .jobs = m->opts.blend_jobs, .dtype = m->kv_quant,
+                                          .direct_io = st->direct_io};
     char err[512] = "";
     pthread_mutex_init(&m->fh_lock, NULL); /* close_mount takes it, whatever failed here */
     int rc = kvfs_store_open(&so, &m->store, err, sizeof(err));
@@ -502,7 +517,7 @@ static void free_opts(struct kvfs_opts *o)
 {
     char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio, o->kv_quant,
                     o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->rados_keyring, o->rados_ns, o->passthrough,
-                    o->remote_capacity};
+                    o->remote_capacity, o->cold_reads};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
 }

@@ -75,6 +75,7 @@ struct kvfs_opts {
     int remote_changes; /* changes each model index logs (0 = default 1024, -1 = none) */
     char *remote_capacity; /* the pool's chunk bytes stay within it (LRU eviction across the fleet) */
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
+    char *cold_reads; /* auto (default), direct, buffered: the blend loader's O_DIRECT */
     char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
     int verbose;
 };

@@ -2,6 +2,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,6 +31,13 @@ struct ld_chunk {
     size_t layers_len, stage_len;
     uint64_t *stage_off;         /* per layer offset into stage (zstd frames) */
     uint64_t *loff;              /* n_layer + 1: layer l's bytes are [loff[l], loff[l + 1]) of layers */
+    /* disk, read with O_DIRECT: each layer's frame in a slot of dbuf that
+     * starts and ends on DIRECT_ALIGN, the frame dhead[l] bytes into it */
+    int direct;
+    uint8_t *dbuf;
+    size_t dbuf_len;
+    uint64_t *doff;
+    uint32_t *dhead;
     /* remote tier (RADOS): the whole object is assembled here by ranged
      * async reads in layer order, then stored locally at close */
     int remote;
@@ -41,13 +49,23 @@ struct ld_chunk {
 /* streamed = read by this loader (from a local object or from RADOS) */
 static int streamed(const struct ld_chunk *c) { return c->fd >= 0 || c->remote; }
 
-/* one frame read: chunk c, layer l, bytes [done, len) still to read */
+/* one frame read: chunk c, layer l, bytes [done, len) of [off, off + len)
+ * to read into dst, complete once `need` have come (an O_DIRECT read asks
+ * for whole aligned blocks and may stop short at the object's end); the
+ * frame itself starts `head` bytes into dst */
 struct ld_read {
     int c, l;
     uint8_t *dst;
     uint64_t off, len, done;
     int buf_index;
+    uint32_t head;
+    uint64_t need;
+    int direct;
 };
+
+/* O_DIRECT's alignment of offsets, lengths and buffers: the largest logical
+ * block size in use */
+#define DIRECT_ALIGN 4096u
 
 struct kvfs_loader {
     int n, n_layer, first, started, stop;
@@ -202,10 +220,11 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&ld->lock);
         struct ld_chunk *c = &ld->ch[r.c];
         uint64_t lbytes = c->loff[r.l + 1] - c->loff[r.l];
-        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + c->loff[r.l] : r.dst;
+        uint8_t *frame = r.dst + r.head; /* the stored frame, need - head bytes */
+        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + c->loff[r.l] : frame;
         int rc = 0;
         if (c->info.frames[r.l].codec == KVFS_CODEC_ZSTD) {
-            size_t got = z ? ZSTD_decompressDCtx(z, layer, lbytes, r.dst, r.len) : 0;
+            size_t got = z ? ZSTD_decompressDCtx(z, layer, lbytes, frame, r.need - r.head) : 0;
             if (!z)
                 rc = -ENOMEM;
             else if (ZSTD_isError(got) || got != lbytes)
@@ -227,7 +246,7 @@ static void push_job(struct kvfs_loader *ld, const struct ld_read *r)
 {
     pthread_mutex_lock(&ld->lock);
     ld->jobs[ld->n_jobs++] = *r;
-    ld->st.bytes_read += r->len;
+    ld->st.bytes_read += r->need - r->head;
     pthread_cond_broadcast(&ld->cond);
     pthread_mutex_unlock(&ld->lock);
 }
@@ -252,12 +271,21 @@ static void throttle(struct kvfs_loader *ld, uint64_t bytes)
     }
 }
 
+/* max_read (tests) for this read: whole aligned blocks for O_DIRECT */
+static uint64_t read_cap(const struct kvfs_loader *ld, const struct ld_read *r)
+{
+    uint64_t cap = ld->o.max_read;
+    if (cap && r->direct)
+        cap = cap < DIRECT_ALIGN ? DIRECT_ALIGN : cap / DIRECT_ALIGN * DIRECT_ALIGN;
+    return cap;
+}
+
 static void prep_read(struct kvfs_loader *ld, struct io_uring *ring, struct ld_read *r, int fixed)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-    uint64_t n = r->len - r->done;
-    if (ld->o.max_read && n > ld->o.max_read)
-        n = ld->o.max_read;
+    uint64_t n = r->len - r->done, cap = read_cap(ld, r);
+    if (cap && n > cap)
+        n = cap;
     if (fixed)
         io_uring_prep_read_fixed(sqe, ld->ch[r->c].fd, r->dst + r->done, (unsigned)n, r->off + r->done, r->buf_index);
     else
@@ -266,20 +294,25 @@ static void prep_read(struct kvfs_loader *ld, struct io_uring *ring, struct ld_r
 }
 
 /* The buffers to register: each disk chunk's layer area (its index in
- * buf_of[2c]) and staging area (buf_of[2c + 1]), -1 where none; returns
- * their count. */
+ * buf_of[3c]), staging area (buf_of[3c + 1]) and O_DIRECT slots (buf_of[3c
+ * + 2]), -1 where none; returns their count. */
 static int disk_buffers(struct kvfs_loader *ld, struct iovec *iov, int *buf_of)
 {
     int n_iov = 0;
     for (int c = 0; c < ld->n; c++) {
         struct ld_chunk *ch = &ld->ch[c];
-        buf_of[2 * c] = buf_of[2 * c + 1] = -1;
+        buf_of[3 * c] = buf_of[3 * c + 1] = buf_of[3 * c + 2] = -1;
         if (ch->fd < 0)
             continue;
-        buf_of[2 * c] = n_iov;
+        if (ch->direct) {
+            buf_of[3 * c + 2] = n_iov;
+            iov[n_iov++] = (struct iovec){ch->dbuf, (size_t)ch->doff[ld->n_layer]};
+            continue;
+        }
+        buf_of[3 * c] = n_iov;
         iov[n_iov++] = (struct iovec){ch->layers, (size_t)ch->loff[ld->n_layer]};
         if (ch->stage) {
-            buf_of[2 * c + 1] = n_iov;
+            buf_of[3 * c + 1] = n_iov;
             iov[n_iov++] = (struct iovec){ch->stage, ch->stage_off[ld->n_layer]};
         }
     }
@@ -297,8 +330,17 @@ static void plan_reads(struct kvfs_loader *ld, struct ld_read *reads, const int 
                 continue;
             const struct kvfs_obj_frame *f = &ch->info.frames[l];
             int z = f->codec == KVFS_CODEC_ZSTD;
+            if (ch->direct) { /* whole aligned blocks around the frame, into its slot */
+                uint32_t head = ch->dhead[l];
+                reads[k++] = (struct ld_read){c, l, ch->dbuf + ch->doff[l], f->offset - head,
+                                              ch->doff[l + 1] - ch->doff[l], 0, buf_of[3 * c + 2], head,
+                                              head + f->stored_size, 1};
+                if (!f->stored_size)
+                    reads[k - 1].len = 0; /* nothing stored: nothing to read */
+                continue;
+            }
             reads[k++] = (struct ld_read){c, l, z ? ch->stage + ch->stage_off[l] : ch->layers + ch->loff[l],
-                                          f->offset, f->stored_size, 0, buf_of[2 * c + z]};
+                                          f->offset, f->stored_size, 0, buf_of[3 * c + z], 0, f->stored_size, 0};
         }
 }
 
@@ -307,10 +349,15 @@ static void plan_reads(struct kvfs_loader *ld, struct ld_read *reads, const int 
 static void pread_frame(struct kvfs_loader *ld, struct ld_read *r)
 {
     int rc = 0;
-    while (r->done < r->len && !rc) {
+    uint64_t cap = read_cap(ld, r);
+    while (r->done < r->need && !rc) {
         uint64_t n = r->len - r->done;
-        if (ld->o.max_read && n > ld->o.max_read)
-            n = ld->o.max_read;
+        if (cap && n > cap)
+            n = cap;
+        if (r->direct && r->done % DIRECT_ALIGN) { /* an O_DIRECT read stopped mid-block: the object ended */
+            rc = -EIO;
+            break;
+        }
         ssize_t got = pread(ld->ch[r->c].fd, r->dst + r->done, n, (off_t)(r->off + r->done));
         if (got < 0 && errno == EINTR)
             continue;
@@ -337,13 +384,15 @@ static int reap_one(struct kvfs_loader *ld, struct io_uring *ring, struct io_uri
         fail(ld, r->l, res, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
         return 1;
     }
-    if (res == 0) { /* the object ends before its frame table says */
+    if (res > 0)
+        r->done += (uint64_t)res;
+    /* the object ends before its frame table says (an O_DIRECT read that
+     * stopped mid-block has reached the end too) */
+    if (r->done < r->need && (res == 0 || (r->direct && r->done % DIRECT_ALIGN))) {
         fail(ld, r->l, -EIO, "chunk %d layer %d: object truncated", r->c + 1, r->l);
         return 1;
     }
-    if (res > 0)
-        r->done += (uint64_t)res;
-    if (r->done < r->len) { /* short read: ask for the rest */
+    if (r->done < r->need) { /* short read: ask for the rest */
         prep_read(ld, ring, r, fixed && r->buf_index >= 0);
         (*in_flight)++;
         io_uring_submit(ring);
@@ -362,8 +411,8 @@ static void *io_main(void *arg)
         n_disk += ld->ch[c].fd >= 0; /* remote chunks: remote_main */
     total = n_disk * (ld->n_layer - ld->first);
     struct ld_read *reads = calloc((size_t)total + 1, sizeof(*reads));
-    struct iovec *iov = calloc((size_t)ld->n * 2 + 1, sizeof(*iov));
-    int *buf_of = calloc((size_t)ld->n * 2 + 1, sizeof(int));
+    struct iovec *iov = calloc((size_t)ld->n * 3 + 1, sizeof(*iov));
+    int *buf_of = calloc((size_t)ld->n * 3 + 1, sizeof(int));
     struct io_uring ring;
     int have_ring = 0, fixed = 0, rc = 0;
     if (!reads || !iov || !buf_of) {
@@ -437,6 +486,12 @@ static void *io_main(void *arg)
         io_uring_cqe_seen(&ring, cqe);
         in_flight--;
     }
+    /* O_DIRECT reads fill no page cache: once every read is in, the kernel
+     * reads the cold objects again in the background, so the next blend of
+     * them finds them warm (a buffered read, as before O_DIRECT) */
+    for (int c = 0; c < ld->n && !rc && completed == total; c++)
+        if (ld->ch[c].direct)
+            posix_fadvise(ld->ch[c].fd, 0, 0, POSIX_FADV_WILLNEED);
 out:
     if (rc)
         fail(ld, -1, rc, "layer streaming stopped: %s", strerror(-rc));
@@ -547,6 +602,67 @@ static int open_remote(struct kvfs_loader *ld, struct ld_chunk *c, const char *h
     return rc;
 }
 
+/* The share of an object's pages in the page cache (1 where it cannot be
+ * told: stay buffered).  mincore reports the page cache for a file the
+ * caller may write (the daemon's own store). */
+static double cached_share(int fd, uint64_t size)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!size || pg <= 0)
+        return 1.0;
+    size_t pages = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg), in = 0;
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return 1.0;
+    unsigned char *vec = malloc(pages);
+    double share = 1.0;
+    if (vec && mincore(map, (size_t)size, vec) == 0) {
+        for (size_t i = 0; i < pages; i++)
+            in += vec[i] & 1;
+        share = (double)in / (double)pages;
+    }
+    free(vec);
+    munmap(map, (size_t)size);
+    return share;
+}
+
+/* The chunk's object again, opened O_DIRECT (through /proc/self/fd: the same
+ * file even if it was removed meanwhile); 1 if so, 0 where the filesystem
+ * does not allow it (tmpfs) and the buffered descriptor stays. */
+static int reopen_direct(struct ld_chunk *c)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", c->fd);
+    int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    close(c->fd);
+    c->fd = fd;
+    return 1;
+}
+
+/* O_DIRECT slots: each layer's frame within whole DIRECT_ALIGN blocks of
+ * the object, in a slot of its own (reads land whole blocks: a shared
+ * buffer would have neighbours' blocks overwritten) */
+static int direct_slots(const struct kvfs_loader *ld, struct ld_chunk *c)
+{
+    if (!(c->doff = calloc((size_t)ld->n_layer + 1, sizeof(uint64_t))) ||
+        !(c->dhead = calloc((size_t)ld->n_layer + 1, sizeof(uint32_t))))
+        return -ENOMEM;
+    uint64_t at = 0;
+    for (int l = 0; l < ld->n_layer; l++) {
+        const struct kvfs_obj_frame *f = &c->info.frames[l];
+        c->doff[l] = at;
+        if (!f->stored_size)
+            continue;
+        c->dhead[l] = (uint32_t)(f->offset % DIRECT_ALIGN);
+        at += (c->dhead[l] + f->stored_size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    }
+    c->doff[ld->n_layer] = at;
+    c->dbuf_len = at + 1;
+    return (c->dbuf = buf_get(&c->dbuf_len)) ? 0 : -ENOMEM; /* page-aligned: mmap's */
+}
+
 struct remote_read {
     struct kvfs_loader *ld;
     struct ld_read r;
@@ -596,7 +712,8 @@ static void *remote_main(void *arg)
             struct remote_read *rr = stop ? NULL : malloc(sizeof(*rr));
             int rc = stop ? -ECANCELED : !rr ? -ENOMEM : 0;
             if (!rc) {
-                *rr = (struct remote_read){ld, {c, l, ch->obj + f->offset, f->offset, f->stored_size, 0, -1}};
+                *rr = (struct remote_read){
+                    ld, {c, l, ch->obj + f->offset, f->offset, f->stored_size, 0, -1, 0, f->stored_size, 0}};
                 throttle(ld, submitted += f->stored_size);
                 rc = ld->rh.aio_read(ld->rh.ctx, ch->hash, f->offset, ch->obj + f->offset, f->stored_size,
                                           remote_done, rr);
@@ -651,17 +768,24 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
                                    : kvfs_obj_read_prefix(c->fd, (uint64_t)st.st_size, &c->info, &c->hdr_buf, &c->h,
                                                           why, sizeof(why));
             ld->st.n_disk++;
+            if (!rc && ld->o.direct_io >= 0 && (ld->o.direct_io > 0 || cached_share(c->fd, (uint64_t)st.st_size) < 0.5)) {
+                c->direct = reopen_direct(c);
+                ld->st.n_direct += c->direct;
+            }
         }
         if (rc)
             kvfs_errf(err, errlen, rc, "chunk %s: %s", hashes[i], why);
     }
     if (!rc)
         rc = loader_finish_open(ld, err, errlen);
-    /* buffers for the disk chunks: decoded layers, and staging for zstd frames */
+    /* buffers for the disk chunks: decoded layers, and staging for zstd
+     * frames (O_DIRECT: a slot of whole blocks for each frame instead) */
     for (int i = 0; i < n && !rc; i++) {
         struct ld_chunk *c = &ld->ch[i];
         if (!streamed(c))
             continue;
+        if (c->direct && (rc = direct_slots(ld, c)))
+            break;
         c->layers_len = (size_t)c->loff[ld->n_layer] + 1;
         if (!(c->layers = buf_get(&c->layers_len))) {
             rc = -ENOMEM;
@@ -674,7 +798,7 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         uint64_t z = 0;
         for (int l = 0; l < ld->n_layer; l++) {
             c->stage_off[l] = z;
-            if (c->info.frames[l].codec == KVFS_CODEC_ZSTD)
+            if (c->info.frames[l].codec == KVFS_CODEC_ZSTD && !c->direct)
                 z += c->info.frames[l].stored_size;
         }
         c->stage_off[ld->n_layer] = z;
@@ -764,8 +888,11 @@ int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char 
         return rc;
     for (int c = 0; c < ld->n; c++) {
         const struct ld_chunk *ch = &ld->ch[c];
-        data[c] = ch->remote && ch->info.frames[layer].codec == KVFS_CODEC_RAW
-                      ? (const void *)(ch->obj + ch->info.frames[layer].offset)
+        /* a raw frame is used where it landed (remote, O_DIRECT); the frame
+         * table is there only for chunks read from an object */
+        int raw = (ch->remote || ch->direct) && ch->info.frames[layer].codec == KVFS_CODEC_RAW;
+        data[c] = ch->remote && raw  ? (const void *)(ch->obj + ch->info.frames[layer].offset)
+                  : ch->direct && raw ? (const void *)(ch->dbuf + ch->doff[layer] + ch->dhead[layer])
                   : streamed(ch) ? (const void *)(ch->layers + ch->loff[layer])
                               : (const void *)(ch->image + kvfs_layer_offset(&ch->h, (uint32_t)layer));
     }
@@ -842,6 +969,9 @@ void kvfs_loader_close(struct kvfs_loader *ld)
         free(c->hdr_buf);
         buf_put(c->layers, c->layers_len);
         buf_put(c->stage, c->stage_len);
+        buf_put(c->dbuf, c->dbuf_len);
+        free(c->doff);
+        free(c->dhead);
         free(c->stage_off);
         free(c->loff);
         free(c->obj);

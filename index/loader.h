@@ -7,7 +7,10 @@
  * order with io_uring (batched submissions, registered buffers when the
  * kernel allows) and a pool of workers decompresses (one zstd context each)
  * and verifies each layer's checksum.  kvfs_loader_wait(L) blocks until layer
- * L of every chunk is verified, so layer L+1.. load while L is computed. */
+ * L of every chunk is verified, so layer L+1.. load while L is computed.
+ * A disk chunk whose object is not in the page cache (a cold disk) is read
+ * with O_DIRECT: the disk's DMA lands in the loader's buffers, with no page
+ * cache copy on the way and none of its memory taken. */
 #ifndef KVFS_LOADER_H
 #define KVFS_LOADER_H
 
@@ -25,6 +28,8 @@ struct kvfs_loader_opts {
     uint64_t throttle_bps; /* simulate a slow tier: cap reads at this many bytes/s (0 = off) */
     uint32_t max_read;     /* split reads into pieces of at most this many bytes (0 = off; tests) */
     int local_only;        /* do not stream chunks only the store's remote tier has */
+    int direct_io;         /* O_DIRECT reads of a disk chunk: 0 = where its object is mostly not in the page
+                              cache (the default), 1 = wherever the filesystem allows, -1 = never */
 };
 
 struct kvfs_loader_stats {
@@ -35,6 +40,7 @@ struct kvfs_loader_stats {
     int n_ram, n_disk;     /* chunks served from the RAM tier / from objects */
     int n_remote;          /* chunks streamed from the remote tier */
     int uring;             /* 1 = io_uring, 0 = pread fallback */
+    int n_direct;          /* disk chunks read with O_DIRECT (past the page cache) */
 };
 
 /* Open n chunks by hash.  Headers are available at once.  Errors: -ENOENT

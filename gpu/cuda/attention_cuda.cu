@@ -223,9 +223,12 @@ static int tc_split(struct cuda_ctx *c, int head_dim, int n_q, int n_head, int n
     sp->n_split = 1;
     if (c->attn_split < 0)
         z = attn_tc_split_plan(head_dim, n_q, n_head, n_kv, c->n_sm, &bytes);
-    else if (c->attn_split > 1) {
+    else if (c->attn_split > 1) { /* forced (tests, A/B): within the plan's bound on scratch too */
         z = c->attn_split < ATTN_TC_MAX_SPLIT ? c->attn_split : ATTN_TC_MAX_SPLIT;
-        bytes = sizeof(float) * (size_t)z * n_q * n_head * (head_dim + 2);
+        size_t run = sizeof(float) * (size_t)n_q * n_head * (head_dim + 2);
+        while (z > 1 && run * (size_t)z > ATTN_TC_SPLIT_BYTES)
+            z--;
+        bytes = run * (size_t)z;
     }
     if (z <= 1)
         return 0;
@@ -236,9 +239,9 @@ static int tc_split(struct cuda_ctx *c, int head_dim, int n_q, int n_head, int n
             c->attn_part = NULL;
             c->attn_part_cap = 0;
         }
-        if (cudaMalloc((void **)&c->attn_part, bytes) != cudaSuccess) {
-            cudaGetLastError();
-            return 0; /* no room for the scratch: unsplit, as before */
+        if (dev_malloc(c, (void **)&c->attn_part, bytes)) {
+            c->attn_part = NULL;
+            return 0; /* no room for the scratch even without the cache: unsplit, as before */
         }
         c->attn_part_cap = bytes;
     }

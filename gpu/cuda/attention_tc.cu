@@ -211,16 +211,30 @@ __global__ void k_flash_tc_combine(const float *part_o, const float *part_ml, in
     out[((size_t)i * n_head + h) * head_dim + d] = sinks ? o * sink_inv(m, l, sinks[h]) : l > 0.0f ? o / l : 0.0f;
 }
 
+/* the current device (the attribute and the occupancy are per device: a
+ * process may drive two kinds of GPU); 0 where it cannot be told */
+#define TC_DEVICES 16
+static int tc_device(void)
+{
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= TC_DEVICES) {
+        cudaGetLastError();
+        d = 0;
+    }
+    return d;
+}
+
 /* the kernel at D may take its shared memory (over the default 48 KiB) */
 template <int D> static cudaError_t allow_smem(void)
 {
-    static int smem_set; /* the attribute is the kernel's, process-wide: set once (setting it twice is harmless) */
-    if (!__atomic_load_n(&smem_set, __ATOMIC_ACQUIRE)) {
+    static int smem_set[TC_DEVICES]; /* set once per device (setting it twice is harmless) */
+    int dev = tc_device();
+    if (!__atomic_load_n(&smem_set[dev], __ATOMIC_ACQUIRE)) {
         cudaError_t e = cudaFuncSetAttribute(k_flash_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)tc_layout<D>::bytes);
         if (e != cudaSuccess)
             return e;
-        __atomic_store_n(&smem_set, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELEASE);
     }
     return cudaSuccess;
 }
@@ -228,8 +242,9 @@ template <int D> static cudaError_t allow_smem(void)
 /* blocks of the kernel at D one multiprocessor holds at once (0: unknown) */
 template <int D> static int blocks_per_sm(void)
 {
-    static int per; /* the kernel's, process-wide */
-    int got = __atomic_load_n(&per, __ATOMIC_ACQUIRE);
+    static int per[TC_DEVICES]; /* the kernel's on each device */
+    int dev = tc_device();
+    int got = __atomic_load_n(&per[dev], __ATOMIC_ACQUIRE);
     if (got)
         return got;
     if (allow_smem<D>() != cudaSuccess ||
@@ -239,7 +254,7 @@ template <int D> static int blocks_per_sm(void)
         cudaGetLastError();
         return 0;
     }
-    __atomic_store_n(&per, got, __ATOMIC_RELEASE);
+    __atomic_store_n(&per[dev], got, __ATOMIC_RELEASE);
     return got;
 }
 

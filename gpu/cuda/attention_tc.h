@@ -21,7 +21,7 @@ struct attn_tc_split {
 #define ATTN_TC_SPLIT_BYTES ((size_t)256 << 20) /* the most scratch a split may take */
 
 // How many runs to split n_kv keys into on a device of n_sm multiprocessors
-// (1: unsplit), and the device scratch that takes (floats).
+// (1: unsplit), and the device scratch that takes (bytes).
 int attn_tc_split_plan(int head_dim, int n_q, int n_head, int n_kv, int n_sm, size_t *scratch_bytes);
 // the plan's split over a scratch of attn_tc_split_plan's size
 void attn_tc_split_at(struct attn_tc_split *sp, int n_split, int head_dim, int n_q, int n_head, int n_kv,

@@ -22,7 +22,7 @@ static void cache_release(struct cuda_ctx *c)
 
 /* cudaMalloc; when the device is full, the cache of idle blocks is given
  * back (cudaFree waits for the device) and it is tried once more */
-static int dev_malloc(struct cuda_ctx *c, void **p, size_t len)
+int dev_malloc(struct cuda_ctx *c, void **p, size_t len)
 {
     if (cudaMalloc(p, len) == cudaSuccess)
         return 0;

@@ -108,6 +108,10 @@ struct kvfs_weight {
  * projection for an 8B model, slices of the output embedding */
 #define WH_MAX ((size_t)128 << 20)
 
+/* cudaMalloc, giving the context's cache of idle blocks back and trying
+ * once more when the device is full (backend_cuda.cu) */
+int dev_malloc(struct cuda_ctx *c, void **p, size_t len);
+
 static inline int cuda_err(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The layer-wise loader through the mount: chunks stream from the store's
 # objects while the blend recomputes; .kvfs/stats shows loading, computing
-# and waiting time; ratio=auto picks a higher ratio on a slow (throttled)
+# and waiting time; chunk objects out of the page cache are read O_DIRECT
+# (cold_reads=auto), never with cold_reads=buffered, always with
+# cold_reads=direct, with the same blended bytes; ratio=auto picks a higher ratio on a slow (throttled)
 # tier and the floor on a fast one; a checksum failure in the middle of a
 # chunk fails the blend cleanly (errno, a reason in NAME.err, nothing cached).
 . "$(dirname "$0")/../lib.sh"
@@ -33,6 +35,7 @@ r_fast=$(stat_of "$M" 's["blends"]["last"]["ratio"]')
 check "the controller stays at the floor on a fast tier ($r_fast)" \
     python3 -c "import sys; sys.exit(not abs(float('$r_fast') - 0.15) < 1e-6)"
 check "a fixed ratio is used as given" "$KVFSCTL" blend -M "$M" --name fixed --ratio 0.3 --suffix "$Q" ${h[1]} ${h[2]}
+
 printf '%s\n%s\n%s\nselect=gradual\nratio=0.3\nsuffix=Answer:\n' ${h[1]} ${h[2]} ${h[3]} > "$T/gradual.recipe"
 check "a recipe may ask for gradual filtering" sh -c "cp '$T/gradual.recipe' '$M/blends/gradual.recipe' && '$KVFSCTL' info '$M/blends/gradual.kv' > /dev/null"
 printf '%s\nselect=best\nsuffix=Answer:\n' ${h[1]} > "$T/badsel.recipe"
@@ -49,6 +52,53 @@ check "... and its header says so (flag FULL_PREFILL beside BLENDED)" \
     sh -c "'$KVFSCTL' info --json '$M/blends/short.kv' | grep -q '\"blended\": true, \"full_prefill\": true'"
 check "a three-chunk blend's header does not" \
     sh -c "'$KVFSCTL' info --json '$M/blends/fast.kv' | grep -q '\"blended\": true, \"full_prefill\": false'"
+unmount_kvfs a
+
+# cold objects: O_DIRECT where the store's filesystem allows it (not tmpfs);
+# each blend its own suffix (a recipe blended before is served from the
+# result cache, with no loading); their bytes are the loader's unit test's
+cold() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
+dio=$(python3 -c "import os, sys
+p = sys.argv[1] + '/.dio-probe'
+try:
+    os.close(os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)); print(1)
+except OSError:
+    print(0)
+finally:
+    try: os.unlink(p)
+    except OSError: pass" "$T/a.store")
+direct_of() { stat_of "$M" 's["blends"]["last"]["chunks_direct"]'; }
+mount_kvfs a "model=$MODEL,ram=0,min_ratio=0.15" || exit 1
+if cold; then
+    check "a blend of cold chunks" "$KVFSCTL" blend -M "$M" --name cold --ratio 0.3 --suffix "$Q (cold)" ${h[1]} ${h[2]}
+    check "... read them O_DIRECT where the filesystem allows it ($dio): chunks_direct $(direct_of)" \
+        test "$(direct_of)" = $((2 * dio))
+    check "... and the blend verifies" "$KVFSCTL" info "$M/blends/cold.kv"
+    # the cold objects come back into the page cache in the background
+    for _ in $(seq 50); do
+        res=$(find "$T/a.store" -type f \( -name "${h[1]}*" -o -name "${h[2]}*" \) -exec fincore -nbo RES,SIZE {} + |
+              awk '{r += $1; s += $2} END {print (s > 0 && r >= s / 2) ? 1 : 0}')
+        [ "$res" = 1 ] && break
+        sleep 0.1
+    done
+    check "... and come back into the page cache afterwards" test "$res" = 1
+    check "a warm blend reads through the page cache" "$KVFSCTL" blend -M "$M" --name warm --ratio 0.3 --suffix "$Q (warm)" ${h[1]} ${h[2]}
+    check "... (chunks_direct $(direct_of))" test "$(direct_of)" = 0
+fi
+unmount_kvfs a
+mount_kvfs a "model=$MODEL,ram=0,min_ratio=0.15,cold_reads=buffered" || exit 1
+if cold; then
+    check "cold_reads=buffered: a cold blend" "$KVFSCTL" blend -M "$M" --name cold2 --ratio 0.3 --suffix "$Q (buffered)" ${h[1]} ${h[2]}
+    check "... reads through the page cache (chunks_direct $(direct_of))" test "$(direct_of)" = 0
+fi
+unmount_kvfs a
+mount_kvfs a "model=$MODEL,ram=0,min_ratio=0.15,cold_reads=direct" || exit 1
+check "cold_reads=direct: a warm blend" "$KVFSCTL" blend -M "$M" --name direct --ratio 0.3 --suffix "$Q (direct)" ${h[1]} ${h[2]}
+check "... reads O_DIRECT where allowed (chunks_direct $(direct_of))" test "$(direct_of)" = $((2 * dio))
+check "... and the blend verifies" "$KVFSCTL" info "$M/blends/direct.kv"
+mkdir -p "$T/x.mnt"
+check "cold_reads=bogus is refused before mounting" sh -c \
+    "'$KVFS' -f -o store='$T/x.store',cold_reads=bogus '$T/x.mnt' > '$T/x.out' 2>&1; [ \$? = 2 ] && grep -q 'expected auto, direct or buffered' '$T/x.out'"
 unmount_kvfs a
 
 # a checksum failure in layer 17 of chunk 2's object (the blend reads it mid-stream)

@@ -19,7 +19,8 @@
 #include "kvquant.h"
 #include "synth_model.h"
 
-static struct kvfs_backend cpu, gpu, gpu32, gpusplit; /* gpu32: attention in f32 only; gpusplit: keys in 3 runs */
+/* gpu32: attention in f32 only; gpusplit: keys in 3 runs; gpuwhole: keys never split */
+static struct kvfs_backend cpu, gpu, gpu32, gpusplit, gpuwhole;
 static uint64_t rs = 12345;
 static float frand(void)
 {
@@ -438,6 +439,59 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
  * bit for bit; products of a few rows (decoding as they go, f32) and of many
  * (f16 tensor cores) against the f32 product of the decoded weight; Q8_K's
  * activation round trip equals the CPU's. */
+/* A blend's question pass: 32 query rows after 1,500 keys (Llama-3-8B's
+ * heads), sparse recomputed rows among them, through a window, with sinks:
+ * the tensor cores' kernel with its keys split as the plan says (7 runs of
+ * 4 tiles on an H200 for this shape), in 3 runs, and never, each against
+ * the CPU */
+static void test_few_over_many(void)
+{
+    enum { NQ = 32, NKV = 1500 + NQ, NH = 32, NKH = 8, HD = 128 };
+    const struct kvfs_backend_iface *C = cpu.iface;
+    float *q = fill((size_t)NQ * NH * HD), *k = fill((size_t)NKV * NKH * HD), *v = fill((size_t)NKV * NKH * HD);
+    float *sk = malloc(sizeof(float) * NH), *oc = malloc(sizeof(float) * NQ * NH * HD),
+          *og = malloc(sizeof(float) * NQ * NH * HD);
+    int32_t qp[NQ], *kvp = malloc(sizeof(int32_t) * NKV);
+    for (int h = 0; h < NH; h++)
+        sk[h] = -1.0f + 0.125f * (float)h;
+    float sc = 1.0f / sqrtf((float)HD);
+    struct kvfs_backend *bs[3] = {&gpu, &gpusplit, &gpuwhole};
+    static const char *const names[3] = {"plan", "3 runs", "unsplit"};
+    for (int shape = 0; shape < 3; shape++) {
+        /* 0: the question after the chunks; 1: the same with recomputed rows
+         * scattered among the chunks' as queries (positions in no order);
+         * 2: keys in no order */
+        for (int i = 0; i < NKV; i++)
+            kvp[i] = shape == 2 ? (int32_t)((i * 7919u) % NKV) : i;
+        for (int i = 0; i < NQ; i++)
+            qp[i] = shape == 1 ? (int32_t)((i * 977u) % NKV) : NKV - NQ + i;
+        for (int b = 0; b < 3; b++) {
+            const struct kvfs_backend_iface *G = bs[b]->iface;
+            void *ctx = bs[b]->ctx;
+            float *dq = dev_of(bs[b], q, sizeof(float) * NQ * NH * HD), *dk = dev_of(bs[b], k, sizeof(float) * NKV * NKH * HD),
+                  *dv = dev_of(bs[b], v, sizeof(float) * NKV * NKH * HD), *dsk = dev_of(bs[b], sk, sizeof(float) * NH),
+                  *dy = dev_of(bs[b], NULL, sizeof(float) * NQ * NH * HD);
+            int32_t *dqp = dev_of(bs[b], qp, sizeof(qp)), *dkvp = dev_of(bs[b], kvp, sizeof(int32_t) * NKV);
+            static const struct { int window; float cap; int sinks; const char *what; } cases[] = {
+                {0, 0.0f, 0, "causal"}, {512, 0.0f, 0, "window 512"}, {0, 0.5f, 0, "softcap"}, {512, 0.0f, 1, "sinks"}};
+            for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                BOTH(C->attention_sinks(cpu.ctx, q, qp, NQ, k, v, kvp, NKV, NH, NKH, HD, sc, cases[c].window,
+                                        cases[c].cap, cases[c].sinks ? sk : NULL, oc),
+                     G->attention_sinks(ctx, dq, dqp, NQ, dk, dv, dkvp, NKV, NH, NKH, HD, sc, cases[c].window,
+                                        cases[c].cap, cases[c].sinks ? dsk : NULL, dy));
+                G->download(ctx, og, dy, sizeof(float) * NQ * NH * HD);
+                char lab[96];
+                snprintf(lab, sizeof(lab), "32 over %d, %s, %s%s", NKV, cases[c].what, names[b],
+                         shape == 1 ? ", scattered" : shape == 2 ? ", keys unsorted" : "");
+                report("attn tc", lab, nerr(oc, og, (size_t)NQ * NH * HD), 3e-3);
+            }
+            G->free(ctx, dq), G->free(ctx, dk), G->free(ctx, dv), G->free(ctx, dsk), G->free(ctx, dy);
+            G->free(ctx, dqp), G->free(ctx, dkvp);
+        }
+    }
+    free(q), free(k), free(v), free(sk), free(oc), free(og), free(kvp);
+}
+
 static void test_quant(void)
 {
     static const uint32_t types[] = {KVFS_GGML_Q4_0, KVFS_GGML_Q4_1, KVFS_GGML_Q5_0, KVFS_GGML_Q5_1,
@@ -450,7 +504,7 @@ static void test_quant(void)
         size_t rb = kvfs_ggml_row_size(type, (uint64_t)in), bytes = rb / (in / per), total = rb * out;
         uint8_t *raw = malloc(total);
         for (size_t i = 0; i < total; i++)
-            raw[i] = (uint8_t)(frand() * 256.0f);
+            raw[i] = (uint8_t)(int)(frand() * 256.0f);
         /* finite f16 scales where the type keeps them: d (and m / dmin) */
         size_t d_at = type == KVFS_GGML_Q6_K ? 208 : 0;
         int two = type == KVFS_GGML_Q4_1 || type == KVFS_GGML_Q5_1 || type == KVFS_GGML_Q4_K || type == KVFS_GGML_Q5_K;
@@ -511,7 +565,7 @@ static void test_quant(void)
         size_t rb = kvfs_ggml_row_size(KVFS_GGML_Q8_0, (uint64_t)cols);
         uint8_t *raw = malloc(rb * rows);
         for (size_t i = 0; i < rb * rows; i++)
-            raw[i] = (uint8_t)(frand() * 256.0f);
+            raw[i] = (uint8_t)(int)(frand() * 256.0f);
         for (int r = 0; r < rows; r++) {
             uint16_t h = kvfs_f32_to_f16(0.01f + frand() * 0.05f);
             memcpy(raw + (size_t)r * rb, &h, 2);
@@ -755,6 +809,8 @@ int main(void)
     unsetenv("KVFS_CUDA_ATTN");
     setenv("KVFS_CUDA_ATTN_SPLIT", "3", 1);
     CHECK_EQ(kvfs_backend_cuda_init(0, &gpusplit), 0);
+    setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
+    CHECK_EQ(kvfs_backend_cuda_init(0, &gpuwhole), 0);
     unsetenv("KVFS_CUDA_ATTN_SPLIT");
     CHECK_EQ(kvfs_backend_cpu_init(0, &cpu), 0);
     test_shapes(64, 576, 9, 3, 1536, "SmolLM2");
@@ -763,6 +819,7 @@ int main(void)
     test_shapes(700, 4096, 32, 8, 14336, "Llama-3-8B");
     test_shapes(200, 2048, 8, 4, 4096, "head dim 256"); /* the tensor cores' widest kernel (Gemma 3's heads) */
     test_mass_many();
+    test_few_over_many();
     test_quant();
     /* gpt-oss: its sinks in the blend's votes (attn_mass_sinks) and in a
      * decoding step's row, YaRN's factors in the chunk shift */
@@ -779,6 +836,7 @@ int main(void)
     kvfs_backend_free(&gpu);
     kvfs_backend_free(&gpu32);
     kvfs_backend_free(&gpusplit);
+    kvfs_backend_free(&gpuwhole);
     CHECK_DONE();
 #endif
 }

@@ -1,5 +1,7 @@
 /* test_loader.c - the layer-wise loader over a real store: every layer
- * arrives byte-identical (raw and zstd frames, with short reads forced), a
+ * arrives byte-identical (raw and zstd frames, with short reads forced,
+ * buffered and O_DIRECT; O_DIRECT chosen for an object out of the page
+ * cache and not for one in it), a
  * throttled ("slow") tier makes the controller raise the ratio and a fast
  * one leaves it at the floor, a checksum failure in the middle of a stream
  * fails the blend cleanly, a truncated object is reported, and a chunk
@@ -33,9 +35,34 @@ static struct kvfs_store *open_store(const char *dir, int zstd)
     return s;
 }
 
-/* every layer of every chunk equals the original image's */
+/* 1 if files in dir can be opened O_DIRECT (not on tmpfs before 6.6) */
+static int direct_ok(const char *dir)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/.direct-probe", dir);
+    int fd = open(p, O_CREAT | O_RDWR | O_DIRECT, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(p);
+    return fd >= 0;
+}
+
+/* the object's pages out of the page cache (a cold disk) */
+static void evict_cache(struct kvfs_store *s, const char *hash)
+{
+    char p[4096];
+    CHECK_EQ(kvfs_store_object_path(s, hash, p, sizeof(p)), 0);
+    int fd = open(p, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(fdatasync(fd), 0);
+    CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+}
+
+/* every layer of every chunk equals the original image's; n_direct of them
+ * were read O_DIRECT */
 static void check_stream(struct kvfs_store *s, char hashes[][KVFS_HASH_HEX_LEN + 1], struct kvfs_writer *w, int n,
-                         const struct kvfs_loader_opts *o)
+                         const struct kvfs_loader_opts *o, int n_direct)
 {
     const char *hp[8];
     for (int i = 0; i < n; i++)
@@ -56,6 +83,7 @@ static void check_stream(struct kvfs_store *s, char hashes[][KVFS_HASH_HEX_LEN +
     struct kvfs_loader_stats st;
     kvfs_loader_get_stats(ld, &st);
     CHECK_EQ(st.n_disk, n);
+    CHECK_EQ(st.n_direct, n_direct);
     CHECK(st.bytes_read > 0);
     kvfs_loader_close(ld);
 }
@@ -86,6 +114,31 @@ static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int
     close(fd);
 }
 
+/* cut the object inside layer's frame: in its middle, or at the last
+ * 4 KiB boundary inside it (the frame must span one) */
+static void truncate_in_layer(struct kvfs_store *s, const char *hash, int layer, int aligned)
+{
+    char p[4096];
+    CHECK_EQ(kvfs_store_object_path(s, hash, p, sizeof(p)), 0);
+    int fd = open(p, O_RDWR);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0);
+    struct kvfs_obj_info info;
+    struct kvfs_header h;
+    uint8_t *hb = NULL;
+    char why[256];
+    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why)), 0);
+    uint64_t lo = info.frames[layer].offset, hi = lo + info.frames[layer].stored_size;
+    uint64_t off = aligned ? (hi - 1) / 4096 * 4096 : lo + (hi - lo) / 2 + 1;
+    if (off % 4096 == 0 && !aligned)
+        off++;
+    CHECK(off > lo && off < hi);
+    CHECK_EQ(ftruncate(fd, (off_t)off), 0);
+    kvfs_obj_info_free(&info);
+    free(hb);
+    close(fd);
+}
+
 static void test_streams(void)
 {
     for (int zstd = 0; zstd <= 1; zstd++) {
@@ -99,8 +152,22 @@ static void test_streams(void)
             CHECK_EQ(kvfs_store_put(s, w[i].buf, w[i].size, NULL, hashes[i], err, sizeof(err)), 0);
         }
         struct kvfs_loader_opts plain = {0}, shorts = {.max_read = 1000, .queue_depth = 4};
-        check_stream(s, hashes, w, 3, &plain);
-        check_stream(s, hashes, w, 3, &shorts); /* every frame arrives in short pieces */
+        check_stream(s, hashes, w, 3, &plain, 0); /* just written: in the page cache, read through it */
+        check_stream(s, hashes, w, 3, &shorts, 0); /* every frame arrives in short pieces */
+        /* O_DIRECT wherever the filesystem allows: whole blocks around each
+         * frame, whole and in pieces of 4 KiB (max_read rounded up) */
+        int dio = direct_ok(dir);
+        struct kvfs_loader_opts direct = {.direct_io = 1}, direct_shorts = {.direct_io = 1, .max_read = 1000,
+                                                                            .queue_depth = 4};
+        check_stream(s, hashes, w, 3, &direct, dio ? 3 : 0);
+        check_stream(s, hashes, w, 3, &direct_shorts, dio ? 3 : 0);
+        /* the default: O_DIRECT for the object out of the page cache only;
+         * never, when told so */
+        evict_cache(s, hashes[1]);
+        struct kvfs_loader_opts never = {.direct_io = -1};
+        check_stream(s, hashes, w, 3, &never, 0);
+        evict_cache(s, hashes[1]);
+        check_stream(s, hashes, w, 3, &plain, dio ? 1 : 0);
 
         /* removed while streaming (slow tier): the open object still streams */
         struct kvfs_loader_opts slow = {.throttle_bps = 2u << 20};
@@ -150,6 +217,40 @@ static void test_streams(void)
         ld = NULL;
         CHECK(kvfs_loader_open(s, one, 1, NULL, &ld, err, sizeof(err)) < 0);
         CHECK(ld == NULL);
+
+        /* the same faults read O_DIRECT: a flipped byte in layer 3 is a
+         * checksum failure there; a truncation in the middle of layer 6 (not
+         * on a block boundary) and one on a block boundary within layer 6
+         * are reported as a truncated object at layer 6 */
+        struct kvfs_writer w4;
+        char h4[KVFS_HASH_HEX_LEN + 1];
+        CHECK_EQ(synth_chunk(&w4, NL, NT * 3, 200, KVFS_DTYPE_F16), 0);
+        CHECK_EQ(kvfs_store_put(s, w4.buf, w4.size, NULL, h4, err, sizeof(err)), 0);
+        const char *four[1] = {h4};
+        corrupt_layer(s, h4, 3, 0);
+        CHECK_EQ(kvfs_loader_open(s, four, 1, &direct, &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_start(ld, 1), 0);
+        CHECK_EQ(kvfs_loader_wait(ld, 2, data, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_wait(ld, 3, data, err, sizeof(err)), -EBADMSG);
+        CHECK(strstr(err, "chunk 1 layer 3") != NULL);
+        kvfs_loader_close(ld);
+        for (int aligned = 0; aligned <= 1; aligned++) {
+            CHECK_EQ(kvfs_store_remove(s, h4), 0); /* whole again */
+            CHECK_EQ(kvfs_store_put(s, w4.buf, w4.size, NULL, NULL, err, sizeof(err)), 0);
+            CHECK_EQ(kvfs_loader_open(s, four, 1, &direct, &ld, err, sizeof(err)), 0);
+            truncate_in_layer(s, h4, 6, aligned);
+            CHECK_EQ(kvfs_loader_start(ld, 4), 0);
+            CHECK_EQ(kvfs_loader_wait(ld, 4, data, err, sizeof(err)), 0);
+            CHECK_EQ(kvfs_loader_wait(ld, 5, data, err, sizeof(err)), 0);
+            CHECK(!memcmp(data[0], w4.buf + kvfs_layer_offset(&w4.hdr, 5), kvfs_layer_bytes(&w4.hdr, 5)));
+            CHECK_EQ(kvfs_loader_wait(ld, 6, data, err, sizeof(err)), -EIO);
+            CHECK(strstr(err, "object truncated") != NULL);
+            struct kvfs_loader_stats st4;
+            kvfs_loader_get_stats(ld, &st4);
+            CHECK_EQ(st4.n_direct, dio);
+            kvfs_loader_close(ld);
+        }
+        kvfs_writer_free(&w4);
         for (int i = 0; i < 3; i++)
             kvfs_writer_free(&w[i]);
         kvfs_store_close(s);

@@ -764,11 +764,16 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
             ld->st.n_ram++;
         } else {
             struct stat st;
-            rc = fstat(c->fd, &st) ? -errno
-                                   : kvfs_obj_read_prefix(c->fd, (uint64_t)st.st_size, &c->info, &c->hdr_buf, &c->h,
-                                                          why, sizeof(why));
+            /* cold or not is asked before the prefix is read: that read's
+             * readahead brings in a small object whole */
+            int cold = 0;
+            rc = fstat(c->fd, &st) ? -errno : 0;
+            if (!rc && ld->o.direct_io >= 0)
+                cold = ld->o.direct_io > 0 || cached_share(c->fd, (uint64_t)st.st_size) < 0.5;
+            if (!rc)
+                rc = kvfs_obj_read_prefix(c->fd, (uint64_t)st.st_size, &c->info, &c->hdr_buf, &c->h, why, sizeof(why));
             ld->st.n_disk++;
-            if (!rc && ld->o.direct_io >= 0 && (ld->o.direct_io > 0 || cached_share(c->fd, (uint64_t)st.st_size) < 0.5)) {
+            if (!rc && cold) {
                 c->direct = reopen_direct(c);
                 ld->st.n_direct += c->direct;
             }

@@ -34,6 +34,9 @@ struct ld_chunk {
     /* disk, read with O_DIRECT: each layer's frame in a slot of dbuf that
      * starts and ends on DIRECT_ALIGN, the frame dhead[l] bytes into it */
     int direct;
+    int buffered_fd;             /* direct: the object's buffered descriptor, kept for a read O_DIRECT
+                                    refuses (EINVAL: an alignment the device wants beyond ours) */
+    int dio_refused;             /* it was: reads go through buffered_fd, swapped into fd */
     uint8_t *dbuf;
     size_t dbuf_len;
     uint64_t *doff;
@@ -66,6 +69,18 @@ struct ld_read {
 /* O_DIRECT's alignment of offsets, lengths and buffers: the largest logical
  * block size in use */
 #define DIRECT_ALIGN 4096u
+
+/* A raw frame read from an object into a buffer of its own (remote, O_DIRECT)
+ * sits at its object offset's alignment: used where it landed when that
+ * suits any element type (16 bytes, as a layer's place in `layers`), else
+ * copied there by the worker (frames are packed: a raw frame after a zstd
+ * one starts anywhere) */
+#define FRAME_ALIGN 16u
+static int raw_in_place(const struct ld_chunk *c, int l)
+{
+    return (c->remote || c->direct) && c->info.frames[l].codec == KVFS_CODEC_RAW &&
+           c->info.frames[l].offset % FRAME_ALIGN == 0;
+}
 
 struct kvfs_loader {
     int n, n_layer, first, started, stop;
@@ -221,14 +236,18 @@ static void *worker_main(void *arg)
         struct ld_chunk *c = &ld->ch[r.c];
         uint64_t lbytes = c->loff[r.l + 1] - c->loff[r.l];
         uint8_t *frame = r.dst + r.head; /* the stored frame, need - head bytes */
-        uint8_t *layer = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD ? c->layers + c->loff[r.l] : frame;
+        int zstd = c->info.frames[r.l].codec == KVFS_CODEC_ZSTD;
+        int moved = !zstd && (c->remote || c->direct) && !raw_in_place(c, r.l);
+        uint8_t *layer = zstd || moved ? c->layers + c->loff[r.l] : frame;
         int rc = 0;
-        if (c->info.frames[r.l].codec == KVFS_CODEC_ZSTD) {
+        if (zstd) {
             size_t got = z ? ZSTD_decompressDCtx(z, layer, lbytes, frame, r.need - r.head) : 0;
             if (!z)
                 rc = -ENOMEM;
             else if (ZSTD_isError(got) || got != lbytes)
                 rc = -EBADMSG;
+        } else if (moved) {
+            memcpy(layer, frame, lbytes); /* a raw frame's stored size is its layer's (kvfs_obj_read_prefix) */
         }
         if (!rc)
             rc = kvfs_layer_verify(&c->h, (uint32_t)r.l, layer, lbytes);
@@ -271,11 +290,33 @@ static void throttle(struct kvfs_loader *ld, uint64_t bytes)
     }
 }
 
+/* r goes O_DIRECT now (its chunk's reads were not refused) */
+static int odirect(const struct kvfs_loader *ld, const struct ld_read *r)
+{
+    return r->direct && !ld->ch[r->c].dio_refused;
+}
+
+/* A read O_DIRECT refused with EINVAL (the device wants an alignment past
+ * DIRECT_ALIGN): that chunk's reads go through its buffered descriptor from
+ * now on (the I/O thread's own fields), into the same slots; 1 if so */
+static int refuse_direct(struct kvfs_loader *ld, struct ld_read *r, int err)
+{
+    struct ld_chunk *c = &ld->ch[r->c];
+    if (err != -EINVAL || !odirect(ld, r) || c->buffered_fd < 0)
+        return 0;
+    int fd = c->fd;
+    c->fd = c->buffered_fd;
+    c->buffered_fd = fd; /* closed with the chunk: reads still in flight hold it */
+    c->dio_refused = 1;
+    kvfs_log(KVFS_LOG_WARN, "loader: chunk %d: O_DIRECT read refused (alignment); reading it buffered", r->c + 1);
+    return 1;
+}
+
 /* max_read (tests) for this read: whole aligned blocks for O_DIRECT */
 static uint64_t read_cap(const struct kvfs_loader *ld, const struct ld_read *r)
 {
     uint64_t cap = ld->o.max_read;
-    if (cap && r->direct)
+    if (cap && odirect(ld, r))
         cap = cap < DIRECT_ALIGN ? DIRECT_ALIGN : cap / DIRECT_ALIGN * DIRECT_ALIGN;
     return cap;
 }
@@ -305,8 +346,10 @@ static int disk_buffers(struct kvfs_loader *ld, struct iovec *iov, int *buf_of)
         if (ch->fd < 0)
             continue;
         if (ch->direct) {
-            buf_of[3 * c + 2] = n_iov;
-            iov[n_iov++] = (struct iovec){ch->dbuf, (size_t)ch->doff[ld->n_layer]};
+            if (ch->doff[ld->n_layer]) { /* a zero-length buffer would fail the whole registration */
+                buf_of[3 * c + 2] = n_iov;
+                iov[n_iov++] = (struct iovec){ch->dbuf, (size_t)ch->doff[ld->n_layer]};
+            }
             continue;
         }
         buf_of[3 * c] = n_iov;
@@ -354,12 +397,14 @@ static void pread_frame(struct kvfs_loader *ld, struct ld_read *r)
         uint64_t n = r->len - r->done;
         if (cap && n > cap)
             n = cap;
-        if (r->direct && r->done % DIRECT_ALIGN) { /* an O_DIRECT read stopped mid-block: the object ended */
+        if (odirect(ld, r) && r->done % DIRECT_ALIGN) { /* an O_DIRECT read stopped mid-block: the object ended */
             rc = -EIO;
             break;
         }
         ssize_t got = pread(ld->ch[r->c].fd, r->dst + r->done, n, (off_t)(r->off + r->done));
         if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && refuse_direct(ld, r, -errno))
             continue;
         rc = got < 0 ? -errno : got == 0 ? -EIO : 0;
         if (!rc)
@@ -380,7 +425,7 @@ static int reap_one(struct kvfs_loader *ld, struct io_uring *ring, struct io_uri
     int res = cqe->res;
     io_uring_cqe_seen(ring, cqe);
     (*in_flight)--;
-    if (res < 0 && res != -EINTR && res != -EAGAIN) {
+    if (res < 0 && res != -EINTR && res != -EAGAIN && !refuse_direct(ld, r, res)) {
         fail(ld, r->l, res, "chunk %d layer %d: read failed: %s", r->c + 1, r->l, strerror(-res));
         return 1;
     }
@@ -388,7 +433,7 @@ static int reap_one(struct kvfs_loader *ld, struct io_uring *ring, struct io_uri
         r->done += (uint64_t)res;
     /* the object ends before its frame table says (an O_DIRECT read that
      * stopped mid-block has reached the end too) */
-    if (r->done < r->need && (res == 0 || (r->direct && r->done % DIRECT_ALIGN))) {
+    if (r->done < r->need && (res == 0 || (odirect(ld, r) && r->done % DIRECT_ALIGN))) {
         fail(ld, r->l, -EIO, "chunk %d layer %d: object truncated", r->c + 1, r->l);
         return 1;
     }
@@ -439,7 +484,7 @@ static void *io_main(void *arg)
             break;
         if (!have_ring) { /* fallback: plain preads, one frame at a time */
             struct ld_read *r = &reads[next++];
-            throttle(ld, submitted_bytes += r->len);
+            throttle(ld, submitted_bytes += r->need - r->head);
             pread_frame(ld, r);
             completed++;
             continue;
@@ -453,7 +498,7 @@ static void *io_main(void *arg)
                 completed++;
                 continue;
             }
-            throttle(ld, submitted_bytes += r->len);
+            throttle(ld, submitted_bytes += r->need - r->head);
             prep_read(ld, &ring, r, fixed && r->buf_index >= 0);
             in_flight++;
             queued++;
@@ -512,7 +557,7 @@ static int loader_alloc(int n, struct kvfs_loader **out)
     }
     ld->n = n;
     for (int i = 0; i < n; i++)
-        ld->ch[i].fd = -1;
+        ld->ch[i].fd = ld->ch[i].buffered_fd = -1;
     pthread_mutex_init(&ld->lock, NULL);
     pthread_cond_init(&ld->cond, NULL);
     *out = ld;
@@ -631,12 +676,20 @@ static double cached_share(int fd, uint64_t size)
  * does not allow it (tmpfs) and the buffered descriptor stays. */
 static int reopen_direct(struct ld_chunk *c)
 {
+#ifdef STATX_DIOALIGN
+    /* a device that wants more alignment than our slots have, or a file
+     * that has no O_DIRECT (0): stay buffered */
+    struct statx sx;
+    if (statx(c->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+        (!sx.stx_dio_offset_align || sx.stx_dio_offset_align > DIRECT_ALIGN || sx.stx_dio_mem_align > DIRECT_ALIGN))
+        return 0;
+#endif
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", c->fd);
     int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    close(c->fd);
+    c->buffered_fd = c->fd;
     c->fd = fd;
     return 1;
 }
@@ -895,7 +948,7 @@ int kvfs_loader_wait(struct kvfs_loader *ld, int layer, const void **data, char 
         const struct ld_chunk *ch = &ld->ch[c];
         /* a raw frame is used where it landed (remote, O_DIRECT); the frame
          * table is there only for chunks read from an object */
-        int raw = (ch->remote || ch->direct) && ch->info.frames[layer].codec == KVFS_CODEC_RAW;
+        int raw = raw_in_place(ch, layer);
         data[c] = ch->remote && raw  ? (const void *)(ch->obj + ch->info.frames[layer].offset)
                   : ch->direct && raw ? (const void *)(ch->dbuf + ch->doff[layer] + ch->dhead[layer])
                   : streamed(ch) ? (const void *)(ch->layers + ch->loff[layer])
@@ -968,6 +1021,8 @@ void kvfs_loader_close(struct kvfs_loader *ld)
         struct ld_chunk *c = &ld->ch[i];
         if (c->fd >= 0)
             close(c->fd);
+        if (c->buffered_fd >= 0)
+            close(c->buffered_fd);
         if (c->ram)
             kvfs_chunk_release(c->ram);
         kvfs_obj_info_free(&c->info);

@@ -285,6 +285,94 @@ static void test_streams(void)
     }
 }
 
+/* A chunk whose even layers do not compress (15 random bits in each f16)
+ * and odd ones do (6): in a zstd store its raw frames follow zstd frames at
+ * offsets of no particular alignment */
+static int mixed_chunk(struct kvfs_writer *w, uint32_t seed)
+{
+    struct kvfs_fingerprint fp = {.n_layer = NL, .n_kv_head = 2, .head_dim = 8, .rope_type = KVFS_ROPE_NEOX,
+                                  .rope_theta = 10000.0f, .rope_dim = 8, .n_head = 4, .n_embd = 32};
+    memcpy(fp.arch, "llama", 6);
+    memset(fp.model_id, 0x5a, 32);
+    uint32_t ids[NT + 7];
+    uint64_t x = seed * 2654435761u + 1;
+    for (int i = 0; i < NT + 7; i++)
+        ids[i] = (uint32_t)i * 7u + seed;
+    int rc = kvfs_writer_init_salted(w, &fp, KVFS_DTYPE_F16, KVFS_FLAG_KEYS_ROPED, 0, NT + 7, ids, NULL);
+    if (rc)
+        return rc;
+    for (uint32_t l = 0; l < NL; l++) {
+        uint8_t *p = kvfs_writer_layer(w, l);
+        for (uint64_t i = 0; i < kvfs_layer_bytes(&w->hdr, l); i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint8_t b = (uint8_t)(x >> 56);
+            p[i] = l % 2 ? b & 0x3f : i % 2 ? (b & 0xbb) : b; /* high bytes: no NaN or Inf exponent */
+        }
+    }
+    return kvfs_writer_finish(w);
+}
+
+/* raw frames after zstd ones, read O_DIRECT (and buffered): every layer
+ * whole, and every pointer the loader hands out 16-byte aligned */
+static void test_mixed_frames(void)
+{
+    char dir[] = "/tmp/kvfs-loader-mixed.XXXXXX", err[256], h[2][KVFS_HASH_HEX_LEN + 1];
+    CHECK(mkdtemp(dir) != NULL);
+    struct kvfs_store *s = open_store(dir, 1);
+    struct kvfs_writer w[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(mixed_chunk(&w[i], 11 + (uint32_t)i), 0);
+        CHECK_EQ(kvfs_store_put(s, w[i].buf, w[i].size, NULL, h[i], err, sizeof(err)), 0);
+    }
+    /* the object really mixes them, with a raw frame off 16-byte alignment */
+    char p[4096];
+    CHECK_EQ(kvfs_store_object_path(s, h[0], p, sizeof(p)), 0);
+    int fd = open(p, O_RDONLY);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0);
+    struct kvfs_obj_info info;
+    struct kvfs_header hh;
+    uint8_t *hb = NULL;
+    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &hh, err, sizeof(err)), 0);
+    int n_raw = 0, n_zstd = 0, odd_raw = 0;
+    for (int l = 0; l < NL; l++) {
+        n_raw += info.frames[l].codec == KVFS_CODEC_RAW;
+        n_zstd += info.frames[l].codec == KVFS_CODEC_ZSTD;
+        odd_raw += info.frames[l].codec == KVFS_CODEC_RAW && info.frames[l].offset % 16;
+    }
+    CHECK(n_raw > 0 && n_zstd > 0 && odd_raw > 0);
+    kvfs_obj_info_free(&info);
+    free(hb);
+    close(fd);
+    int dio = direct_ok(dir);
+    struct kvfs_loader_opts modes[2] = {{.direct_io = 1}, {.direct_io = -1}};
+    for (int m = 0; m < 2; m++) {
+        const char *hp[2] = {h[0], h[1]};
+        struct kvfs_loader *ld;
+        CHECK_EQ(kvfs_loader_open(s, hp, 2, &modes[m], &ld, err, sizeof(err)), 0);
+        CHECK_EQ(kvfs_loader_start(ld, 0), 0);
+        for (int l = 0; l < NL; l++) {
+            const void *data[2];
+            CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
+            for (int i = 0; i < 2; i++) {
+                CHECK((uintptr_t)data[i] % 16 == 0);
+                CHECK(!memcmp(data[i], w[i].buf + kvfs_layer_offset(&w[i].hdr, (uint32_t)l),
+                              kvfs_layer_bytes(&w[i].hdr, (uint32_t)l)));
+            }
+        }
+        struct kvfs_loader_stats ls;
+        kvfs_loader_get_stats(ld, &ls);
+        CHECK_EQ(ls.n_direct, m == 0 ? 2 * dio : 0);
+        kvfs_loader_close(ld);
+    }
+    for (int i = 0; i < 2; i++)
+        kvfs_writer_free(&w[i]);
+    kvfs_store_close(s);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
 static void test_controller(void)
 {
     /* loading done (RAM tier): the floor */
@@ -381,6 +469,7 @@ int main(void)
 {
     test_controller();
     test_streams();
+    test_mixed_frames();
     test_auto_blend();
     CHECK_DONE();
 }

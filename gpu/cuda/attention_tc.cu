@@ -285,10 +285,14 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
     return cudaGetLastError();
 }
 
-/* The split that finishes first by a simple model: a block's time is its
- * key tiles; blocks run in waves of (multiprocessors x blocks each holds);
- * a split adds a combine (about two tiles' time) and its scratch, bounded.
- * Causal prefills (many query tiles) come out unsplit. */
+/* The split that finishes first by a simple model, in tile-times (one
+ * block's work on one key tile): blocks run in waves of (multiprocessors x
+ * blocks each holds), a block takes its run's tiles; a split adds the
+ * combine's launch (about a tile) and its scratch, written and read again
+ * (~20 MB of it cost a tile-time: an H200's ~13 us tile, 2026-11-28's
+ * figures, at ~3 TB/s), and is bounded.  Causal prefills (many query
+ * tiles) come out unsplit. */
+#define SCRATCH_BYTES_PER_TILE 20e6
 template <int D> static int pick_split(int n_q, int n_head, int n_kv, int n_sm)
 {
     int per = blocks_per_sm<D>();
@@ -296,13 +300,14 @@ template <int D> static int pick_split(int n_q, int n_head, int n_kv, int n_sm)
         return 1;
     long long slots = (long long)n_sm * per, base = (long long)((n_q + TQ - 1) / TQ) * n_head;
     int tiles = (n_kv + TK - 1) / TK, best = 1;
-    long long best_cost = (base + slots - 1) / slots * tiles;
+    double best_cost = (double)((base + slots - 1) / slots * tiles);
     size_t run_bytes = sizeof(float) * (size_t)n_q * n_head * (D + 2);
     for (int z = 2; z <= ATTN_TC_MAX_SPLIT && z <= tiles / 2; z++) {
         if (run_bytes * (size_t)z > ATTN_TC_SPLIT_BYTES)
             break;
         int per_run = (tiles + z - 1) / z;
-        long long cost = (base * z + slots - 1) / slots * per_run + 2;
+        double cost = (double)((base * z + slots - 1) / slots * per_run) + 1.0 +
+                      2.0 * (double)run_bytes * z / SCRATCH_BYTES_PER_TILE;
         if (cost < best_cost) {
             best_cost = cost;
             best = z;

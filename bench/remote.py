@@ -17,6 +17,7 @@ MANY = int(os.environ.get('REMOTE_MANY', '8'))            # chunks read at once
 MANY_TOKENS = int(os.environ.get('REMOTE_MANY_TOKENS', '512'))  # 8 MiB each
 BLEND = os.environ.get('REMOTE_BLEND', '1') != '0'       # the blend TTFT part (needs the model)
 BASE = os.environ.get('REMOTE_BASE')                     # another build's kvfs, read side by side (before/after)
+GAP = float(os.environ.get('REMOTE_GAP', '0'))           # seconds idle before each read (requests in bursts)
 import rados
 
 def sh(*a, **k):
@@ -164,6 +165,7 @@ try:
             order = list(sides) + ['librados', 'librados aio']
             order = order[i % len(order):] + order[:i % len(order)]
             for side in order:
+                time.sleep(GAP)
                 if side == 'librados':
                     dt = read_librados(io, objs[k])
                 elif side == 'librados aio':

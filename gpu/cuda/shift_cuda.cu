@@ -5,8 +5,9 @@
 // Here it is three small kernels per layer and nothing crosses the bus.
 //
 // The arithmetic follows blend/shift.c's: differences in f32, rotations in
-// f64 rounded to f32, each chunk's mean summed in the order of idx, scaled
-// by shift / count, added in f32.  Angles come from cos/sin of the position
+// f64 rounded to f32, each chunk's mean summed in the order of idx (in
+// parts of it, then the parts in order: rounding apart), scaled by shift /
+// count, added in f32.  Angles come from cos/sin of the position
 // (the host steps them from row to row: the same to ~1e-15), so the two
 // agree to rounding; gpu_test_backend_ops checks them against each other.
 #include "cuda_internal.cuh"
@@ -45,29 +46,53 @@ static __device__ __forceinline__ float rotated(const float *v, int d, int32_t p
     return first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
 }
 
-/* mean[ch][h][d] = shift / cnt * the sum over k with chunk_of[idx[k]] == ch
- * of (fresh[k] - cache[idx[k]]) (keys: rotated to position 0), in k's
- * order; cnt[ch] the count.  One block per (head h, chunk ch >= 1), a
- * thread per dim: a key's pairs are within its head, whose difference is
- * made whole in shared memory before either element is rotated. */
-__global__ void k_shift_mean(const float *cache, const float *fresh, const int32_t *idx, int n_sel,
-                             const int32_t *chunk_of, const int32_t *pos, int kv_dim, int head_dim, float shift,
-                             struct shift_rope rope, int has_rope, float *mean, int *cnt)
+/* Part p of chunk ch's sum: over k in part p's share of [0, n_sel) with
+ * chunk_of[idx[k]] == ch, of (fresh[k] - cache[idx[k]]) (keys: rotated to
+ * position 0), in k's order, into part[ch][p][h][d], the count into
+ * part_n[ch][p].  One block per (head h, chunk ch >= 1, part p), a thread
+ * per dim: a key's pairs are within its head, whose difference is made
+ * whole in shared memory before either element is rotated.  The parts
+ * are what make this wide: one block walking all 493 selected rows of an
+ * 8B blend in turn (two dependent loads each, a barrier, f64 rotations)
+ * took ~0.2 ms a call, two calls a layer: most of the shift's 12.5 ms. */
+__global__ void k_shift_part(const float *cache, const float *fresh, const int32_t *idx, int n_sel,
+                             const int32_t *chunk_of, const int32_t *pos, int kv_dim, int head_dim,
+                             struct shift_rope rope, int has_rope, int n_parts, float *part, int *part_n)
 {
     __shared__ float dif[256];
-    int h = blockIdx.x, ch = blockIdx.y + 1, d = threadIdx.x;
-    size_t off = (size_t)h * head_dim + d;
+    int h = blockIdx.x, ch = blockIdx.y + 1, p = blockIdx.z, d = threadIdx.x;
+    int k0 = (int)((long long)n_sel * p / n_parts), k1 = (int)((long long)n_sel * (p + 1) / n_parts);
+    size_t off = (size_t)h * head_dim + d, at = (size_t)ch * n_parts + p;
     float acc = 0;
     int n = 0;
-    for (int k = 0; k < n_sel; k++) {
+    for (int k = k0; k < k1; k++) {
         int r = idx[k];
-        if (chunk_of[r] != ch)
+        if (chunk_of[r] != ch) /* the same row for every thread: the block takes the branch whole */
             continue;
         n++;
         dif[d] = fresh[(size_t)k * kv_dim + off] - cache[(size_t)r * kv_dim + off];
         __syncthreads();
         acc += rotated(dif, d, -pos[r], has_rope ? &rope : NULL);
         __syncthreads();
+    }
+    part[at * kv_dim + off] = acc;
+    if (h == 0 && d == 0)
+        part_n[at] = n;
+}
+
+/* mean[ch][h][d] = shift / cnt * the parts' sums in part order; cnt[ch]
+ * the count.  One block per (head, chunk >= 1), a thread per dim. */
+__global__ void k_shift_mean(const float *part, const int *part_n, int n_parts, int kv_dim, int head_dim,
+                             float shift, float *mean, int *cnt)
+{
+    int h = blockIdx.x, ch = blockIdx.y + 1, d = threadIdx.x;
+    size_t off = (size_t)h * head_dim + d;
+    float acc = 0;
+    int n = 0;
+    for (int p = 0; p < n_parts; p++) {
+        size_t at = (size_t)ch * n_parts + p;
+        acc += part[at * kv_dim + off];
+        n += part_n[at];
     }
     mean[(size_t)ch * kv_dim + off] = acc * (n ? shift / (float)n : 0.0f);
     if (h == 0 && d == 0)
@@ -117,19 +142,30 @@ int c_chunk_shift(void *vctx, float *cache, const float *fresh, const int32_t *i
         if (rope_factors_of(rope->freq_factors, rope->rope_dim, &sr.ff))
             return -ENOTSUP; /* the host's shift then */
     }
-    float *mean = NULL;
-    int *cnt = NULL;
+    /* the selected rows in parts of ~24, at most 16 (each part a block per
+     * head and chunk) */
+    int n_parts = (n_sel + 23) / 24;
+    if (n_parts > 16)
+        n_parts = 16;
+    float *mean = NULL, *part = NULL;
+    int *cnt = NULL, *part_n = NULL;
     unsigned char *mark = NULL;
     int rc;
     if ((rc = c_alloc(c, sizeof(float) * (size_t)n_chunks * kv_dim, (void **)&mean)) ||
         (rc = c_alloc(c, sizeof(int) * (size_t)n_chunks, (void **)&cnt)) ||
+        (rc = c_alloc(c, sizeof(float) * (size_t)n_chunks * n_parts * kv_dim, (void **)&part)) ||
+        (rc = c_alloc(c, sizeof(int) * (size_t)n_chunks * n_parts, (void **)&part_n)) ||
         (rc = c_alloc(c, (size_t)n_rows, (void **)&mark)))
         goto out;
     if ((rc = cuda_err(cudaMemsetAsync(mark, 0, (size_t)n_rows, c->stream), "cudaMemsetAsync")) ||
         (rc = cuda_err(cudaMemsetAsync(cnt, 0, sizeof(int) * (size_t)n_chunks, c->stream), "cudaMemsetAsync")))
         goto out;
+    k_shift_part<<<dim3(n_heads, (unsigned)(n_chunks - 1), (unsigned)n_parts), (unsigned)head_dim, 0, c->stream>>>(
+        cache, fresh, idx, n_sel, chunk_of, pos, kv_dim, head_dim, sr, rope != NULL, n_parts, part, part_n);
+    if ((rc = LAUNCHED("chunk_shift part")))
+        goto out;
     k_shift_mean<<<dim3(n_heads, (unsigned)(n_chunks - 1)), (unsigned)head_dim, 0, c->stream>>>(
-        cache, fresh, idx, n_sel, chunk_of, pos, kv_dim, head_dim, shift, sr, rope != NULL, mean, cnt);
+        part, part_n, n_parts, kv_dim, head_dim, shift, mean, cnt);
     if ((rc = LAUNCHED("chunk_shift mean")))
         goto out;
     k_mark_rows<<<blocks((size_t)n_sel, T), T, 0, c->stream>>>(idx, n_sel, mark);
@@ -143,6 +179,10 @@ out:
         c_free(c, mean);
     if (cnt)
         c_free(c, cnt);
+    if (part)
+        c_free(c, part);
+    if (part_n)
+        c_free(c, part_n);
     if (mark)
         c_free(c, mark);
     return rc;

@@ -396,17 +396,36 @@ __global__ void k_mass_rows(const float *S, int n_kv, int n_head, const float *s
     }
 }
 
-__global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m, const float *inv, float *out)
+/* Part p of every key's probabilities: rows [n_rows * p / n_parts, n_rows *
+ * (p + 1) / n_parts) in order, into part[p][j].  A thread per key; the
+ * parts (grid y) are what make it wide: 3,104 keys are 13 blocks, which
+ * walking all 1,024 rows of a question's heads each took ~0.1-0.2 ms a
+ * layer by estimate */
+__global__ void k_mass_keys(const float *S, int n_rows, int n_kv, const float *m, const float *inv, int n_parts,
+                            float *part)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
+    if (j >= n_kv)
+        return;
+    int r0 = (int)((long long)n_rows * p / n_parts), r1 = (int)((long long)n_rows * (p + 1) / n_parts);
+    float acc = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float sc = S[(size_t)r * n_kv + j];
+        if (sc != -INFINITY)
+            acc += expf(sc - m[r]) * inv[r];
+    }
+    part[(size_t)p * n_kv + j] = acc;
+}
+
+/* out[j] += the parts' sums, in part order */
+__global__ void k_mass_keys_sum(const float *part, int n_parts, int n_kv, float *out)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_kv)
         return;
     float acc = 0.0f;
-    for (int r = 0; r < n_rows; r++) {
-        float sc = S[(size_t)r * n_kv + j];
-        if (sc != -INFINITY)
-            acc += expf(sc - m[r]) * inv[r];
-    }
+    for (int p = 0; p < n_parts; p++)
+        acc += part[(size_t)p * n_kv + j];
     out[j] += acc;
 }
 
@@ -421,12 +440,18 @@ int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q,
     int group = n_head / n_kv_head, rows = n_q * n_head;
     size_t cells = (size_t)rows * n_kv;
     float *S = NULL;
-    if (cells <= ((size_t)64 << 20) && c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows), (void **)&S) == 0) {
-        float *m = S + cells, *inv = m + rows;
+    int n_parts = (rows + 63) / 64; /* rows per key in parts of ~64, at most 16 */
+    if (n_parts > 16)
+        n_parts = 16;
+    if (cells <= ((size_t)64 << 20) &&
+        c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows + (size_t)n_parts * n_kv), (void **)&S) == 0) {
+        float *m = S + cells, *inv = m + rows, *part = inv + rows;
         k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
             q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, softcap, S);
         k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, n_head, sinks, m, inv);
-        k_mass_keys<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv, out);
+        k_mass_keys<<<dim3(blocks((size_t)n_kv, 256), (unsigned)n_parts), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv,
+                                                                                               n_parts, part);
+        k_mass_keys_sum<<<blocks((size_t)n_kv, 256), 256, 0, CTX->stream>>>(part, n_parts, n_kv, out);
         int rc = LAUNCHED("attn_mass");
         c_free(vctx, S); /* reused only by later work on this stream */
         return rc;

@@ -339,11 +339,12 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
 }
 
 /* attn_mass for the usual case (a question's few rows against every key), in
- * three passes over the scores kept in a scratch buffer: scores with a warp
- * per key (each key row read whole by one warp: coalesced; k_attn_mass had
- * each thread read its own key, 256 rows at once, at every step of the dot
- * product: ~10 ms a layer of an 8B blend), each score row's max and sum, then
- * a thread per key adds up its probabilities over the rows (no atomics). */
+ * passes over the scores kept in a scratch buffer: scores with a warp per
+ * key (each key row read whole by one warp: coalesced; k_attn_mass had each
+ * thread read its own key, 256 rows at once, at every step of the dot
+ * product: ~10 ms a layer of an 8B blend), each score row's max and sum,
+ * each key's probabilities summed over parts of the rows (a thread per key
+ * and part), then the parts added to out in order (no atomics). */
 #define MASS_KEYS 64 /* keys per block of the score pass */
 __global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
                               int n_head, int group, int head_dim, float scale, int window, float softcap,

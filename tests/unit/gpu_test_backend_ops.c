@@ -315,9 +315,12 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
         snprintf(lab, sizeof(lab), "%s%s", "attn sparse", tc);
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
-        /* attention mass of the sparse queries over every key (query selection) */
+        /* attention mass of the sparse queries over every key (query selection),
+         * added to what out holds (the votes of earlier layers: 0.5 each here) */
         {
             float *mc = calloc((size_t)n, sizeof(float)), *mg = malloc(sizeof(float) * n);
+            for (int i = 0; i < n; i++)
+                mc[i] = 0.5f;
             float *dm = dev_of(B, mc, sizeof(float) * n);
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dm));

@@ -339,37 +339,49 @@ __global__ void k_attn_mass(const float *q, const int32_t *q_pos, const float *k
 }
 
 /* attn_mass for the usual case (a question's few rows against every key), in
- * passes over the scores kept in a scratch buffer: scores with a warp per
- * key (each key row read whole by one warp: coalesced; k_attn_mass had each
- * thread read its own key, 256 rows at once, at every step of the dot
- * product: ~10 ms a layer of an 8B blend), each score row's max and sum,
- * each key's probabilities summed over parts of the rows (a thread per key
- * and part), then the parts added to out in order (no atomics). */
-#define MASS_KEYS 64 /* keys per block of the score pass */
-__global__ void k_mass_scores(const float *q, const int32_t *q_pos, const float *k, const int32_t *kv_pos, int n_kv,
-                              int n_head, int group, int head_dim, float scale, int window, float softcap,
-                              float *S)
+ * passes over the scores kept in a scratch buffer: the scores, a block per
+ * (KV head, tile of keys) with the tile in shared memory, every query row of
+ * the heads that share that KV head against it (each key read once from
+ * memory: the pass before had a block per query row and head read its 64
+ * keys, which with GQA and 32 rows read an 8B layer's K ~1.6 GB from L2);
+ * each score row's max and sum; each key's probabilities summed over parts
+ * of the rows (a thread per key and part); then the parts added to out in
+ * order (no atomics). */
+#define MASS_TILE_FLOATS 8192 /* a key tile's floats: 64 keys at head dim 128, 33 KiB with the padding */
+static int mass_tile_keys(int head_dim)
 {
-    __shared__ float qs[256];
-    int row = blockIdx.x, i = row / n_head, h = row % n_head, kstride = n_head / group * head_dim;
-    const float *qr = q + (size_t)row * head_dim, *kb = k + (size_t)(h / group) * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
-        qs[d] = qr[d] * scale;
+    int t = MASS_TILE_FLOATS / head_dim; /* 32 keys at head dim 256; narrow heads at most 1024 (under 48 KiB) */
+    return t > 1024 ? 1024 : t;
+}
+
+__global__ void k_mass_scores(const float *q, const int32_t *q_pos, int n_q, const float *k, const int32_t *kv_pos,
+                              int n_kv, int n_head, int group, int head_dim, int tile, float scale, int window,
+                              float softcap, float *S)
+{
+    extern __shared__ float ks[]; /* [tile][head_dim + 1]: a thread's key is its own bank's */
+    const int kh = blockIdx.x, j0 = blockIdx.y * tile, ld = head_dim + 1, kstride = n_head / group * head_dim;
+    const int keys = min(tile, n_kv - j0);
+    for (int e = threadIdx.x; e < keys * head_dim; e += blockDim.x) {
+        int jj = e / head_dim, d = e % head_dim;
+        ks[jj * ld + d] = k[(size_t)(j0 + jj) * kstride + (size_t)kh * head_dim + d];
+    }
     __syncthreads();
-    int32_t qp = q_pos[i];
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-    for (int jj = w; jj < MASS_KEYS; jj += n_warps) {
-        int j = blockIdx.y * MASS_KEYS + jj;
-        if (j >= n_kv)
-            break;
-        const float *kr = kb + (size_t)j * kstride;
+    /* cell c: row r = c / tile of this KV head's (query i = r / group, head
+     * kh * group + r % group), key c % tile: a warp's lanes are one row's
+     * consecutive keys (one q load for all, S written coalesced) */
+    const int rows = n_q * group;
+    for (int c = threadIdx.x; c < rows * tile; c += blockDim.x) {
+        int r = c / tile, jj = c % tile;
+        if (jj >= keys)
+            continue;
+        int i = r / group, h = kh * group + r % group;
+        const float *qr = q + ((size_t)i * n_head + h) * head_dim, *kr = ks + jj * ld;
         float dot = 0.0f;
-        for (int d = lane; d < head_dim; d += 32)
-            dot += qs[d] * kr[d];
-        for (int off = 16; off > 0; off >>= 1)
-            dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        if (lane == 0)
-            S[(size_t)row * n_kv + j] = kv_seen(kv_pos[j], qp, window) ? attn_softcap(dot, softcap) : -INFINITY;
+        for (int d = 0; d < head_dim; d++)
+            dot += qr[d] * scale * kr[d];
+        int j = j0 + jj;
+        S[((size_t)i * n_head + h) * n_kv + j] =
+            kv_seen(kv_pos[j], q_pos[i], window) ? attn_softcap(dot, softcap) : -INFINITY;
     }
 }
 
@@ -447,8 +459,10 @@ int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q,
     if (cells <= ((size_t)64 << 20) &&
         c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows + (size_t)n_parts * n_kv), (void **)&S) == 0) {
         float *m = S + cells, *inv = m + rows, *part = inv + rows;
-        k_mass_scores<<<dim3((unsigned)rows, (unsigned)((n_kv + MASS_KEYS - 1) / MASS_KEYS)), 256, 0, CTX->stream>>>(
-            q, q_pos, k, kv_pos, n_kv, n_head, group, head_dim, scale, window, softcap, S);
+        int tile = mass_tile_keys(head_dim);
+        k_mass_scores<<<dim3((unsigned)n_kv_head, (unsigned)((n_kv + tile - 1) / tile)), 256,
+                        sizeof(float) * (size_t)tile * (head_dim + 1), CTX->stream>>>(
+            q, q_pos, n_q, k, kv_pos, n_kv, n_head, group, head_dim, tile, scale, window, softcap, S);
         k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, n_head, sinks, m, inv);
         k_mass_keys<<<dim3(blocks((size_t)n_kv, 256), (unsigned)n_parts), 256, 0, CTX->stream>>>(S, rows, n_kv, m, inv,
                                                                                                n_parts, part);

@@ -359,21 +359,19 @@ __global__ void k_mass_scores(const float *q, const int32_t *q_pos, int n_q, con
                               float softcap, float *S)
 {
     extern __shared__ float ks[]; /* [tile][head_dim + 1]: a thread's key is its own bank's */
-    const int kh = blockIdx.x, j0 = blockIdx.y * tile, ld = head_dim + 1, kstride = n_head / group * head_dim;
+    const int kh = blockIdx.y, j0 = blockIdx.x * tile, ld = head_dim + 1, kstride = n_head / group * head_dim;
     const int keys = min(tile, n_kv - j0);
     for (int e = threadIdx.x; e < keys * head_dim; e += blockDim.x) {
         int jj = e / head_dim, d = e % head_dim;
         ks[jj * ld + d] = k[(size_t)(j0 + jj) * kstride + (size_t)kh * head_dim + d];
     }
     __syncthreads();
-    /* cell c: row r = c / tile of this KV head's (query i = r / group, head
-     * kh * group + r % group), key c % tile: a warp's lanes are one row's
+    /* cell c: row r = c / keys of this KV head's (query i = r / group, head
+     * kh * group + r % group), key c % keys: a warp's lanes are one row's
      * consecutive keys (one q load for all, S written coalesced) */
-    const int rows = n_q * group;
-    for (int c = threadIdx.x; c < rows * tile; c += blockDim.x) {
-        int r = c / tile, jj = c % tile;
-        if (jj >= keys)
-            continue;
+    const long long cells = (long long)n_q * group * keys;
+    for (long long c = threadIdx.x; c < cells; c += blockDim.x) {
+        int r = (int)(c / keys), jj = (int)(c % keys);
         int i = r / group, h = kh * group + r % group;
         const float *qr = q + ((size_t)i * n_head + h) * head_dim, *kr = ks + jj * ld;
         float dot = 0.0f;
@@ -448,7 +446,7 @@ int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q,
 {
     if (n_q <= 0 || n_kv <= 0)
         return 0;
-    if (n_head % n_kv_head || head_dim > 256 || !(softcap >= 0.0f))
+    if (n_kv_head <= 0 || n_head % n_kv_head || head_dim <= 0 || head_dim > 256 || !(softcap >= 0.0f))
         return -EINVAL;
     int group = n_head / n_kv_head, rows = n_q * n_head;
     size_t cells = (size_t)rows * n_kv;
@@ -460,7 +458,7 @@ int c_attn_mass_sinks(void *vctx, const float *q, const int32_t *q_pos, int n_q,
         c_alloc(vctx, sizeof(float) * (cells + 2 * (size_t)rows + (size_t)n_parts * n_kv), (void **)&S) == 0) {
         float *m = S + cells, *inv = m + rows, *part = inv + rows;
         int tile = mass_tile_keys(head_dim);
-        k_mass_scores<<<dim3((unsigned)n_kv_head, (unsigned)((n_kv + tile - 1) / tile)), 256,
+        k_mass_scores<<<dim3((unsigned)((n_kv + tile - 1) / tile), (unsigned)n_kv_head), 256,
                         sizeof(float) * (size_t)tile * (head_dim + 1), CTX->stream>>>(
             q, q_pos, n_q, k, kv_pos, n_kv, n_head, group, head_dim, tile, scale, window, softcap, S);
         k_mass_rows<<<rows, 256, 0, CTX->stream>>>(S, n_kv, n_head, sinks, m, inv);

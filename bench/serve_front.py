@@ -283,6 +283,7 @@ def turns(port, pool, via_kvfs, convs=8, n_turns=5, workers=2):
     ttft = {t: [] for t in range(1, n_turns + 1)}
     follow = ['Tell me more.', 'Which one is the longest?', 'What would you ask next?', 'Summarize it all.']
     lock = threading.Lock()
+    phases = {}
 
     def messages(h):
         out = []
@@ -299,9 +300,12 @@ def turns(port, pool, via_kvfs, convs=8, n_turns=5, workers=2):
         b = {'messages': messages(hist[c]), 'max_tokens': 16, 'temperature': 0}
         if not via_kvfs:
             b['cache_prompt'] = True
-        tt, _, text, _ = stream(port, '/v1/chat/completions', b)
+        tt, _, text, last = stream(port, '/v1/chat/completions', b)
         with lock:
             ttft[t].append(tt)
+            if t > 1:  # where kvfs-serve's time went (its kvfs.ms marks), turns 2..n
+                for k, v in ((last.get('kvfs') or {}).get('ms') or {}).items():
+                    phases.setdefault(k, []).append(v)
         hist[c].append({'role': 'assistant', 'content': text})
         if t < n_turns:
             hist[c].append({'role': 'user', 'docs': [], 'q': follow[(t - 1) % len(follow)] + f' (conversation {c})'})
@@ -313,8 +317,11 @@ def turns(port, pool, via_kvfs, convs=8, n_turns=5, workers=2):
         for x in th:
             x.join()
     later = [x for t in range(2, n_turns + 1) for x in ttft[t]]
-    return {'turn1_ttft_p50': statistics.median(ttft[1]), 'later_ttft_p50': statistics.median(later),
-            'later_ttft_p99': max(later)}
+    out = {'turn1_ttft_p50': statistics.median(ttft[1]), 'later_ttft_p50': statistics.median(later),
+           'later_ttft_p99': max(later)}
+    if phases:
+        out['later_kvfs_ms_p50'] = {k: round(statistics.median(v), 1) for k, v in phases.items()}
+    return out
 
 
 def main():

@@ -428,6 +428,10 @@ int kvfs_blend_batch(const struct kvfs_model *m, struct kvfs_loader *ld, const s
         rc = done(ctx, i, &c, L[i].tokens, &st);
     }
 free_prefix:
+    /* copies from page-locked chunk buffers may still be reading them: the
+     * device is done before the caller lets them go (as kvfs_blend_stream) */
+    if (rc)
+        BE(m)->synchronize(CTX(m));
     if (have_cache) {
         BE(m)->free(CTX(m), d_delta);
         kvfs_kv_cache_free(m, &c);

@@ -194,6 +194,7 @@ int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m)
     if (!be->host_register || !be->host_unregister)
         return 0;
     kvfs_store_set_pin(s, pin_image, (void *)m, unpin_image, (void *)be);
+    kvfs_loader_set_pin(pin_image, (void *)m, unpin_image, (void *)be); /* and the loader's buffers */
     return 1;
 }
 
@@ -266,8 +267,10 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc)
     pthread_mutex_unlock(&svc->lock);
     if (svc->trimmer_started)
         pthread_join(svc->trimmer, NULL);
-    if (svc->pinning)
+    if (svc->pinning) {
         kvfs_store_set_pin(svc->store, NULL, NULL, NULL, NULL);
+        kvfs_loader_set_pin(NULL, NULL, NULL, NULL); /* no blend runs now: the kept buffers let go */
+    }
     for (int i = 0; i < svc->n_models; i++) {
         kvfs_tokenizer_free(svc->models[i].tok);
         for (int k = svc->models[i].n_lanes - 1; k > 0; k--) /* the views before the model */

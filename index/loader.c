@@ -19,6 +19,13 @@
 #include "object.h"
 #include "parallel.h"
 
+/* How a streaming buffer is page-locked: its unlock and that's argument
+ * (unpin NULL: it is not) */
+struct buf_pin {
+    void (*unpin)(void *arg, void *p);
+    void *arg;
+};
+
 struct ld_chunk {
     struct kvfs_header h;
     uint8_t *hdr_buf;            /* disk: the header region h points into */
@@ -39,6 +46,7 @@ struct ld_chunk {
     int dio_refused;             /* it was: reads go through buffered_fd, swapped into fd */
     uint8_t *dbuf;
     size_t dbuf_len;
+    struct buf_pin layers_pin, stage_pin, dbuf_pin; /* how each buffer is page-locked (kvfs_loader_set_pin) */
     uint64_t *doff;
     uint32_t *dhead;
     /* remote tier (RADOS): the whole object is assembled here by ranged
@@ -114,14 +122,48 @@ struct kvfs_loader {
 #define BUF_KEEP ((size_t)1 << 30)
 #define BUF_SLOTS 32
 static pthread_mutex_t buf_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct { void *p; size_t len; } buf_kept[BUF_SLOTS];
+static struct {
+    void *p;
+    size_t len;
+    struct buf_pin pin;
+} buf_kept[BUF_SLOTS];
 static size_t buf_kept_bytes;
+/* kvfs_loader_set_pin's hook (under buf_mu) */
+static int (*pin_fn)(void *, void *, size_t);
+static void *pin_fn_arg, *unpin_fn_arg;
+static void (*unpin_fn)(void *, void *);
 
 static size_t buf_round(size_t len) { return (len + 4095) & ~(size_t)4095; }
 
-/* *len: the size wanted; set to the size of the buffer returned */
-static void *buf_get(size_t *lenp)
+/* a buffer given back for good: page-locked no more, unmapped */
+static void buf_release(void *p, size_t len, struct buf_pin pin)
 {
+    if (pin.unpin)
+        pin.unpin(pin.arg, p);
+    munmap(p, len);
+}
+
+/* page-locked through the hook (a GPU backend's host_register), if one is
+ * set and the buffer is not yet: the device then copies a layer straight
+ * from it by DMA.  Kept buffers stay page-locked for the next loader. */
+static void buf_lock(void *p, size_t len, struct buf_pin *pin)
+{
+    if (!p || pin->unpin)
+        return;
+    pthread_mutex_lock(&buf_mu);
+    int (*fn)(void *, void *, size_t) = pin_fn;
+    void *arg = pin_fn_arg, *uarg = unpin_fn_arg;
+    void (*ufn)(void *, void *) = unpin_fn;
+    pthread_mutex_unlock(&buf_mu);
+    if (fn && ufn && fn(arg, p, len) == 0)
+        *pin = (struct buf_pin){ufn, uarg};
+}
+
+/* *len: the size wanted; set to the size of the buffer returned; *pin: how
+ * it is page-locked (a kept buffer may be) */
+static void *buf_get(size_t *lenp, struct buf_pin *pin)
+{
+    *pin = (struct buf_pin){0};
     size_t len = buf_round(*lenp);
     *lenp = len;
     pthread_mutex_lock(&buf_mu);
@@ -133,6 +175,7 @@ static void *buf_get(size_t *lenp)
     if (best >= 0) {
         void *p = buf_kept[best].p;
         *lenp = buf_kept[best].len;
+        *pin = buf_kept[best].pin;
         buf_kept_bytes -= buf_kept[best].len;
         buf_kept[best].p = NULL;
         pthread_mutex_unlock(&buf_mu);
@@ -149,7 +192,7 @@ static void *buf_get(size_t *lenp)
 }
 
 /* len: the size buf_get reported */
-static void buf_put(void *p, size_t len)
+static void buf_put(void *p, size_t len, struct buf_pin pin)
 {
     if (!p)
         return;
@@ -158,23 +201,43 @@ static void buf_put(void *p, size_t len)
         if (!buf_kept[i].p) {
             buf_kept[i].p = p;
             buf_kept[i].len = len;
+            buf_kept[i].pin = pin;
             buf_kept_bytes += len;
             pthread_mutex_unlock(&buf_mu);
             return;
         }
     pthread_mutex_unlock(&buf_mu);
-    munmap(p, len);
+    buf_release(p, len, pin);
+}
+
+/* every kept buffer released (under buf_mu) */
+static void trim_locked(void)
+{
+    for (int i = 0; i < BUF_SLOTS; i++)
+        if (buf_kept[i].p) {
+            buf_release(buf_kept[i].p, buf_kept[i].len, buf_kept[i].pin);
+            buf_kept[i].p = NULL;
+        }
+    buf_kept_bytes = 0;
 }
 
 void kvfs_loader_trim(void)
 {
     pthread_mutex_lock(&buf_mu);
-    for (int i = 0; i < BUF_SLOTS; i++)
-        if (buf_kept[i].p) {
-            munmap(buf_kept[i].p, buf_kept[i].len);
-            buf_kept[i].p = NULL;
-        }
-    buf_kept_bytes = 0;
+    trim_locked();
+    pthread_mutex_unlock(&buf_mu);
+}
+
+void kvfs_loader_set_pin(int (*pin)(void *arg, void *p, size_t n), void *pin_arg, void (*unpin)(void *arg, void *p),
+                         void *unpin_arg)
+{
+    pthread_mutex_lock(&buf_mu);
+    if (!pin || !unpin) /* off: what was locked through the old hook is let go (no loader runs: the caller's word) */
+        trim_locked();
+    pin_fn = pin && unpin ? pin : NULL;
+    unpin_fn = pin && unpin ? unpin : NULL;
+    pin_fn_arg = pin_arg;
+    unpin_fn_arg = unpin_arg;
     pthread_mutex_unlock(&buf_mu);
 }
 
@@ -713,7 +776,10 @@ static int direct_slots(const struct kvfs_loader *ld, struct ld_chunk *c)
     }
     c->doff[ld->n_layer] = at;
     c->dbuf_len = at + 1;
-    return (c->dbuf = buf_get(&c->dbuf_len)) ? 0 : -ENOMEM; /* page-aligned: mmap's */
+    if (!(c->dbuf = buf_get(&c->dbuf_len, &c->dbuf_pin))) /* page-aligned: mmap's */
+        return -ENOMEM;
+    buf_lock(c->dbuf, c->dbuf_len, &c->dbuf_pin); /* raw frames go to the device from where they land */
+    return 0;
 }
 
 struct remote_read {
@@ -845,7 +911,7 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         if (c->direct && (rc = direct_slots(ld, c)))
             break;
         c->layers_len = (size_t)c->loff[ld->n_layer] + 1;
-        if (!(c->layers = buf_get(&c->layers_len))) {
+        if (!(c->layers = buf_get(&c->layers_len, &c->layers_pin))) {
             rc = -ENOMEM;
             break;
         }
@@ -861,10 +927,13 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
         }
         c->stage_off[ld->n_layer] = z;
         c->stage_len = z;
-        if (z && !(c->stage = buf_get(&c->stage_len))) {
+        /* compressed frames are never copied to a device: not locked (a kept
+         * buffer that was comes back as it is) */
+        if (z && !(c->stage = buf_get(&c->stage_len, &c->stage_pin))) {
             rc = -ENOMEM;
             break;
         }
+        buf_lock(c->layers, c->layers_len, &c->layers_pin);
     }
     if (rc) {
         kvfs_loader_close(ld);
@@ -1027,9 +1096,9 @@ void kvfs_loader_close(struct kvfs_loader *ld)
             kvfs_chunk_release(c->ram);
         kvfs_obj_info_free(&c->info);
         free(c->hdr_buf);
-        buf_put(c->layers, c->layers_len);
-        buf_put(c->stage, c->stage_len);
-        buf_put(c->dbuf, c->dbuf_len);
+        buf_put(c->layers, c->layers_len, c->layers_pin);
+        buf_put(c->stage, c->stage_len, c->stage_pin);
+        buf_put(c->dbuf, c->dbuf_len, c->dbuf_pin);
         free(c->doff);
         free(c->dhead);
         free(c->stage_off);

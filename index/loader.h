@@ -66,5 +66,13 @@ void kvfs_loader_close(struct kvfs_loader *ld);
 /* Unmap the streaming buffers kept for the next loader (an idle service:
  * the next load faults its buffers in again, ~1 ms per 10 MB). */
 void kvfs_loader_trim(void);
+/* Page-lock the buffers layers are handed out from (decoded layers, O_DIRECT
+ * slots) through pin (a GPU backend's host_register: the device then copies
+ * a layer from them by DMA, no staging copy), unlocked with unpin before
+ * they are unmapped; kept buffers stay locked for the next loader.  NULL
+ * turns it off and lets every kept buffer go: call it so only while no
+ * loader runs (the blend service's close). */
+void kvfs_loader_set_pin(int (*pin)(void *arg, void *p, size_t n), void *pin_arg, void (*unpin)(void *arg, void *p),
+                         void *unpin_arg);
 
 #endif

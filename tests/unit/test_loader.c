@@ -373,6 +373,94 @@ static void test_mixed_frames(void)
     CHECK_EQ(system(cmd), 0);
 }
 
+/* a fake page-locking hook (a GPU backend's host_register) that keeps the
+ * ranges it locked */
+struct locked_range {
+    void *p;
+    size_t n;
+};
+static struct locked_range locked[64];
+static int n_locked, n_pins, n_unpins;
+
+static int fake_pin(void *arg, void *p, size_t n)
+{
+    CHECK(arg == &n_pins && n_locked < 64);
+    locked[n_locked++] = (struct locked_range){p, n};
+    n_pins++;
+    return 0;
+}
+
+static void fake_unpin(void *arg, void *p)
+{
+    CHECK(arg == &n_unpins);
+    int at = -1;
+    for (int i = 0; i < n_locked; i++)
+        if (locked[i].p == p)
+            at = i;
+    CHECK(at >= 0); /* only what was locked is unlocked, once */
+    if (at >= 0)
+        locked[at] = locked[--n_locked];
+    n_unpins++;
+}
+
+static int in_locked(const void *q, size_t n)
+{
+    for (int i = 0; i < n_locked; i++)
+        if ((const char *)q >= (const char *)locked[i].p && (const char *)q + n <= (const char *)locked[i].p + locked[i].n)
+            return 1;
+    return 0;
+}
+
+/* with a page-locking hook set, every layer is handed out from a locked
+ * buffer (decoded layers, O_DIRECT slots), buffered and O_DIRECT; the next
+ * loader reuses the kept buffers locked as they are; turning the hook off
+ * unlocks every kept buffer, and each exactly once */
+static void test_pinning(void)
+{
+    char dir[] = "/tmp/kvfs-loader-pin.XXXXXX", err[256], h[2][KVFS_HASH_HEX_LEN + 1];
+    CHECK(mkdtemp(dir) != NULL);
+    struct kvfs_store *s = open_store(dir, 1);
+    struct kvfs_writer w[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(mixed_chunk(&w[i], 31 + (uint32_t)i), 0);
+        CHECK_EQ(kvfs_store_put(s, w[i].buf, w[i].size, NULL, h[i], err, sizeof(err)), 0);
+    }
+    kvfs_loader_trim(); /* no kept buffers from the tests before */
+    kvfs_loader_set_pin(fake_pin, &n_pins, fake_unpin, &n_unpins);
+    struct kvfs_loader_opts modes[2] = {{.direct_io = 1}, {.direct_io = -1}};
+    int pins_after[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        for (int m = 0; m < 2; m++) {
+            const char *hp[2] = {h[0], h[1]};
+            struct kvfs_loader *ld;
+            CHECK_EQ(kvfs_loader_open(s, hp, 2, &modes[m], &ld, err, sizeof(err)), 0);
+            CHECK_EQ(kvfs_loader_start(ld, 0), 0);
+            for (int l = 0; l < NL; l++) {
+                const void *data[2];
+                CHECK_EQ(kvfs_loader_wait(ld, l, data, err, sizeof(err)), 0);
+                for (int i = 0; i < 2; i++) {
+                    size_t n = kvfs_layer_bytes(&w[i].hdr, (uint32_t)l);
+                    CHECK(in_locked(data[i], n));
+                    CHECK(!memcmp(data[i], w[i].buf + kvfs_layer_offset(&w[i].hdr, (uint32_t)l), n));
+                }
+            }
+            kvfs_loader_close(ld);
+        }
+        pins_after[round] = n_pins;
+    }
+    CHECK(pins_after[0] >= 2);
+    CHECK_EQ(pins_after[1], pins_after[0]); /* the second round's buffers were the first's, still locked */
+    kvfs_loader_set_pin(NULL, NULL, NULL, NULL);
+    CHECK_EQ(n_locked, 0);
+    CHECK_EQ(n_unpins, n_pins);
+    for (int i = 0; i < 2; i++)
+        kvfs_writer_free(&w[i]);
+    kvfs_store_close(s);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
 static void test_controller(void)
 {
     /* loading done (RAM tier): the floor */
@@ -470,6 +558,7 @@ int main(void)
     test_controller();
     test_streams();
     test_mixed_frames();
+    test_pinning();
     test_auto_blend();
     CHECK_DONE();
 }

@@ -494,6 +494,25 @@ int main(int argc, char **argv)
            "q4s (%.0f MB of images) %.2f / %.2f GB/s of image bytes (%.2fx) (medians of 3, alternating)\n",
            dropped ? "dropped" : "NOT dropped", median(cold, 3), median(cold_buf, 3), median(cold, 3) / median(cold_buf, 3),
            q4_bytes / 1e6, median(q4_cold, 3), median(q4_cold_buf, 3), median(q4_cold, 3) / median(q4_cold_buf, 3));
+    /* A/B: the loader's buffers page-locked (KVFS_PIN_LOADER=1) or not,
+     * uncompressed objects warm in the page cache: the first load on fresh
+     * buffers (locking them, or faulting them in), then 3 more on the same */
+    if (kvfs_blend_pin_loader(m, 0) == 0 && m->be.iface->host_register) {
+        double first[2], steady[2][3];
+        load_to_device(m, store_raw, hp_, K, K * L); /* the page cache warm */
+        for (int lock = 0; lock < 2; lock++) {
+            kvfs_blend_pin_loader(m, lock);
+            kvfs_loader_trim(); /* fresh buffers */
+            first[lock] = layer_bytes / load_to_device(m, store_raw, hp_, K, K * L) / 1e9;
+            for (int rep = 0; rep < 3; rep++)
+                steady[lock][rep] = layer_bytes / load_to_device(m, store_raw, hp_, K, K * L) / 1e9;
+        }
+        kvfs_blend_pin_loader(m, 0); /* the default */
+        printf("A/B, the loader's buffers page-locked / not (uncompressed objects, page cache warm): %.1f / %.1f GB/s "
+               "(%.2fx; medians of 3 on kept buffers); the first load on fresh buffers %.1f / %.1f GB/s\n",
+               median(steady[1], 3), median(steady[0], 3), median(steady[1], 3) / median(steady[0], 3), first[1],
+               first[0]);
+    }
     if (loader_only) { /* and the loader alone, cold, O_DIRECT / buffered taking turns */
         for (int raw = 0; raw <= 1; raw++) {
             double a[5], b[5];

@@ -194,7 +194,20 @@ int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m)
     if (!be->host_register || !be->host_unregister)
         return 0;
     kvfs_store_set_pin(s, pin_image, (void *)m, unpin_image, (void *)be);
-    kvfs_loader_set_pin(pin_image, (void *)m, unpin_image, (void *)be); /* and the loader's buffers */
+    const char *e = getenv("KVFS_PIN_LOADER"); /* and the loader's buffers: until measured on a GPU, asked for */
+    if (e && !strcmp(e, "1"))
+        kvfs_blend_pin_loader(m, 1);
+    return 1;
+}
+
+int kvfs_blend_pin_loader(const struct kvfs_model *m, int on)
+{
+    const struct kvfs_backend_iface *be = m ? m->be.iface : NULL;
+    if (!on || !be || !be->host_register || !be->host_unregister) {
+        kvfs_loader_set_pin(NULL, NULL, NULL, NULL);
+        return 0;
+    }
+    kvfs_loader_set_pin(pin_image, (void *)m, unpin_image, (void *)be);
     return 1;
 }
 

@@ -42,6 +42,10 @@ void kvfs_blend_service_close(struct kvfs_blend_service *svc);
  * backend cannot (the CPU's); kvfs_store_set_pin(s, NULL, ...) undoes it. */
 struct kvfs_model;
 int kvfs_blend_pin_store(struct kvfs_store *s, const struct kvfs_model *m);
+/* The loader's buffers page-locked through m's backend too (on), or none
+ * (off: what was locked let go; only while no loader runs); 1 if locked.
+ * The service does it where KVFS_PIN_LOADER=1 (not measured on a GPU yet). */
+int kvfs_blend_pin_loader(const struct kvfs_model *m, int on);
 
 /* The i-th loaded model (in model= order): its chunks' fingerprint and its
  * vocabulary size.  -ENODEV past the last one. */

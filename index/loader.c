@@ -24,6 +24,7 @@
 struct buf_pin {
     void (*unpin)(void *arg, void *p);
     void *arg;
+    int refused; /* the hook refused it once: not asked again while it is kept */
 };
 
 struct ld_chunk {
@@ -148,15 +149,15 @@ static void buf_release(void *p, size_t len, struct buf_pin pin)
  * from it by DMA.  Kept buffers stay page-locked for the next loader. */
 static void buf_lock(void *p, size_t len, struct buf_pin *pin)
 {
-    if (!p || pin->unpin)
+    if (!p || pin->unpin || pin->refused)
         return;
     pthread_mutex_lock(&buf_mu);
     int (*fn)(void *, void *, size_t) = pin_fn;
     void *arg = pin_fn_arg, *uarg = unpin_fn_arg;
     void (*ufn)(void *, void *) = unpin_fn;
     pthread_mutex_unlock(&buf_mu);
-    if (fn && ufn && fn(arg, p, len) == 0)
-        *pin = (struct buf_pin){ufn, uarg};
+    if (fn && ufn)
+        *pin = fn(arg, p, len) == 0 ? (struct buf_pin){ufn, uarg, 0} : (struct buf_pin){NULL, NULL, 1};
 }
 
 /* *len: the size wanted; set to the size of the buffer returned; *pin: how
@@ -210,35 +211,54 @@ static void buf_put(void *p, size_t len, struct buf_pin pin)
     buf_release(p, len, pin);
 }
 
-/* every kept buffer released (under buf_mu) */
-static void trim_locked(void)
+/* every kept buffer taken out of the list (under buf_mu) into out[]; its count */
+static int take_kept_locked(void **p, size_t *len, struct buf_pin *pin)
 {
+    int n = 0;
     for (int i = 0; i < BUF_SLOTS; i++)
         if (buf_kept[i].p) {
-            buf_release(buf_kept[i].p, buf_kept[i].len, buf_kept[i].pin);
+            p[n] = buf_kept[i].p, len[n] = buf_kept[i].len, pin[n++] = buf_kept[i].pin;
             buf_kept[i].p = NULL;
         }
     buf_kept_bytes = 0;
+    return n;
+}
+
+/* released outside the lock: unlocking a GiB takes a while, and a blend
+ * starting meanwhile must not wait for it */
+static void release_all(void **p, size_t *len, struct buf_pin *pin, int n)
+{
+    for (int i = 0; i < n; i++)
+        buf_release(p[i], len[i], pin[i]);
 }
 
 void kvfs_loader_trim(void)
 {
+    void *p[BUF_SLOTS];
+    size_t len[BUF_SLOTS];
+    struct buf_pin pin[BUF_SLOTS];
     pthread_mutex_lock(&buf_mu);
-    trim_locked();
+    int n = take_kept_locked(p, len, pin);
     pthread_mutex_unlock(&buf_mu);
+    release_all(p, len, pin, n);
 }
 
 void kvfs_loader_set_pin(int (*pin)(void *arg, void *p, size_t n), void *pin_arg, void (*unpin)(void *arg, void *p),
                          void *unpin_arg)
 {
+    void *kp[BUF_SLOTS];
+    size_t klen[BUF_SLOTS];
+    struct buf_pin kpin[BUF_SLOTS];
+    int n = 0;
     pthread_mutex_lock(&buf_mu);
     if (!pin || !unpin) /* off: what was locked through the old hook is let go (no loader runs: the caller's word) */
-        trim_locked();
+        n = take_kept_locked(kp, klen, kpin);
     pin_fn = pin && unpin ? pin : NULL;
     unpin_fn = pin && unpin ? unpin : NULL;
     pin_fn_arg = pin_arg;
     unpin_fn_arg = unpin_arg;
     pthread_mutex_unlock(&buf_mu);
+    release_all(kp, klen, kpin, n);
 }
 
 static double now_s(void)
@@ -933,7 +953,14 @@ int kvfs_loader_open(struct kvfs_store *s, const char *const *hashes, int n, con
             rc = -ENOMEM;
             break;
         }
-        buf_lock(c->layers, c->layers_len, &c->layers_pin);
+        /* decoded layers are handed out from `layers` (buffered reads, zstd
+         * frames, raw frames moved there); an O_DIRECT chunk of aligned raw
+         * frames only from its slots: its `layers` stays untouched */
+        int from_layers = !c->direct;
+        for (int l = 0; l < ld->n_layer && !from_layers; l++)
+            from_layers = c->info.frames[l].codec != KVFS_CODEC_RAW || !raw_in_place(c, l);
+        if (from_layers)
+            buf_lock(c->layers, c->layers_len, &c->layers_pin);
     }
     if (rc) {
         kvfs_loader_close(ld);

@@ -109,6 +109,9 @@ static int c_download(void *vctx, void *host, const void *dev, size_t bytes)
 static int c_sync(void *vctx)
 {
     CK(cudaStreamSynchronize(CTX->stream));
+    /* and the copies (upload_kv's staging): a failure after one was queued
+     * left the compute stream without its wait on it */
+    CK(cudaStreamSynchronize(CTX->copy_stream));
     return 0;
 }
 
@@ -486,10 +489,10 @@ static int c_host_register(void *vctx, void *host, size_t bytes)
     struct cuda_ctx *c = CTX;
     CK(cudaSetDevice(c->device));
     cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable);
-    if (e == cudaErrorHostMemoryAlreadyRegistered) {
-        cudaGetLastError();
+    if (e != cudaSuccess)
+        cudaGetLastError(); /* the caller goes on unlocked: not an error for the next launch's check */
+    if (e == cudaErrorHostMemoryAlreadyRegistered)
         return -EEXIST;
-    }
     return cuda_err(e, "cudaHostRegister");
 }
 

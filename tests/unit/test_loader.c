@@ -382,9 +382,12 @@ struct locked_range {
 static struct locked_range locked[64];
 static int n_locked, n_pins, n_unpins;
 
+static int in_locked(const void *q, size_t n);
+
 static int fake_pin(void *arg, void *p, size_t n)
 {
     CHECK(arg == &n_pins && n_locked < 64);
+    CHECK(!in_locked(p, 1)); /* never twice (CUDA refuses memory already registered) */
     locked[n_locked++] = (struct locked_range){p, n};
     n_pins++;
     return 0;
@@ -428,7 +431,7 @@ static void test_pinning(void)
     kvfs_loader_trim(); /* no kept buffers from the tests before */
     kvfs_loader_set_pin(fake_pin, &n_pins, fake_unpin, &n_unpins);
     struct kvfs_loader_opts modes[2] = {{.direct_io = 1}, {.direct_io = -1}};
-    int pins_after[2] = {0, 0};
+    int pins_after[2] = {0, 0}, dio = direct_ok(dir);
     for (int round = 0; round < 2; round++) {
         for (int m = 0; m < 2; m++) {
             const char *hp[2] = {h[0], h[1]};
@@ -444,6 +447,9 @@ static void test_pinning(void)
                     CHECK(!memcmp(data[i], w[i].buf + kvfs_layer_offset(&w[i].hdr, (uint32_t)l), n));
                 }
             }
+            struct kvfs_loader_stats ls;
+            kvfs_loader_get_stats(ld, &ls);
+            CHECK_EQ(ls.n_direct, m == 0 ? 2 * dio : 0);
             kvfs_loader_close(ld);
         }
         pins_after[round] = n_pins;

@@ -24,8 +24,9 @@ check "the blended file verifies" sh -c "'$KVFSCTL' info '$M/blends/rag.kv' > /d
 g1=$("$KVFSCTL" generate -m "$MODEL" --kv "$M/blends/rag.kv" -n 8 --ids 2>/dev/null)
 g2=$("$KVFSCTL" generate -m "$MODEL" --kv "$T/cpu.kv" -n 8 --ids 2>/dev/null)
 check "greedy tokens from the CUDA blend ($g1) == from the CPU blend" test -n "$g1" -a "$g1" = "$g2"
-# K/V of both files: normalized error of the f16 payload as floats
-err=$(python3 - "$M/blends/rag.kv" "$T/cpu.kv" <<'PY'
+# K/V of two files: normalized error of the f16 payload as floats
+kv_err() {
+python3 - "$1" "$2" <<'PY'
 import struct, sys
 a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
 hs = struct.unpack_from('<I', a, 12)[0]  # header_size (kvfs(5)): layer data follows
@@ -37,7 +38,8 @@ for (p,), (q,) in zip(struct.iter_unpack('<e', a[hs:]), struct.iter_unpack('<e',
     den += p * p
 print("%.3e" % ((num / den) ** 0.5 if den else 0.0))
 PY
-)
+}
+err=$(kv_err "$M/blends/rag.kv" "$T/cpu.kv")
 check "blended K/V on CUDA vs CPU: normalized error $err <= 1e-2" python3 -c "import sys; sys.exit(0 if float('$err') <= 1e-2 else 1)"
 # blend_jobs=4: blends at once on CUDA, each on a context of its own (its
 # stream and cuBLAS handle; kvfs_model_view), each as the CPU blends it
@@ -46,4 +48,35 @@ C=$T/c.mnt
 check "the daemon made 4 CUDA contexts for blend_jobs=4" grep -q "4 contexts (streams) for blends at once" "$T/c.log"
 cp "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" "$C/chunks/"
 blends_at_once "$C" "$M/chunks" 0.01 greedy
+# chunks from the disk tier (ram=0) on CUDA: read O_DIRECT into page-locked
+# loader buffers (KVFS_PIN_LOADER=1: layers go to the device by DMA from
+# where they landed), and read buffered, unlocked (staged): each blend as
+# the CPU's
+for mode in "direct 1" "buffered 0"; do
+    set -- $mode
+    export KVFS_PIN_LOADER=$2
+    mount_kvfs "d$2" "model=$MODEL,backend=cuda,ram=0,cold_reads=$1" || exit 1
+    unset KVFS_PIN_LOADER
+    D=$T/d$2.mnt
+    dio=$(python3 -c "import os, sys
+p = sys.argv[1] + '/.dio-probe'
+try:
+    os.close(os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)); print(1)
+except OSError:
+    print(0)
+finally:
+    try: os.unlink(p)
+    except OSError: pass" "$T/d$2.store")
+    [ "$1" = direct ] && want=$((3 * dio)) || want=0
+    cp "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" "$D/chunks/"
+    "$KVFSCTL" blend -M "$D" --name disk --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} ${h[3]} > /dev/null
+    nd=$(python3 -c "import json; print(json.load(open('$D/.kvfs/stats'))['blends']['last']['chunks_direct'])")
+    check "cold_reads=$1, loader locked $2: the blend read $nd chunks O_DIRECT (expected $want)" test "$nd" = "$want"
+    err=$(kv_err "$D/blends/disk.kv" "$T/cpu.kv")
+    check "... its K/V vs the CPU's blend: normalized error $err <= 1e-2" \
+        python3 -c "import sys; sys.exit(0 if float('$err') <= 1e-2 else 1)"
+    g3=$("$KVFSCTL" generate -m "$MODEL" --kv "$D/blends/disk.kv" -n 8 --ids 2>/dev/null)
+    check "... greedy tokens ($g3) == the CPU blend's" test -n "$g3" -a "$g3" = "$g2"
+    unmount_kvfs "d$2"
+done
 finish

@@ -89,6 +89,20 @@ license_chunk() {
     "$KVFSCTL" prefill -m "$MODEL" -M "$1" "$f" 2>/dev/null | cut -d' ' -f1
 }
 
+# direct_io_ok DIR: 1 if files in DIR can be opened O_DIRECT (not on tmpfs
+# before Linux 6.6), else 0
+direct_io_ok() {
+    python3 -c "import os, sys
+p = sys.argv[1] + '/.dio-probe'
+try:
+    os.close(os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)); print(1)
+except OSError:
+    print(0)
+finally:
+    try: os.unlink(p)
+    except OSError: pass" "$1"
+}
+
 # license_chunks MOUNT BYTES LICENSE...: license_chunk of each license, the
 # hashes in h[1], h[2], ...
 license_chunks() {

@@ -58,15 +58,7 @@ for mode in "direct 1" "buffered 0"; do
     mount_kvfs "d$2" "model=$MODEL,backend=cuda,ram=0,cold_reads=$1" || exit 1
     unset KVFS_PIN_LOADER
     D=$T/d$2.mnt
-    dio=$(python3 -c "import os, sys
-p = sys.argv[1] + '/.dio-probe'
-try:
-    os.close(os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)); print(1)
-except OSError:
-    print(0)
-finally:
-    try: os.unlink(p)
-    except OSError: pass" "$T/d$2.store")
+    dio=$(direct_io_ok "$T/d$2.store")
     [ "$1" = direct ] && want=$((3 * dio)) || want=0
     cp "$M/chunks/${h[1]}.kv" "$M/chunks/${h[2]}.kv" "$M/chunks/${h[3]}.kv" "$D/chunks/"
     "$KVFSCTL" blend -M "$D" --name disk --ratio 0.15 --suffix "$Q" ${h[1]} ${h[2]} ${h[3]} > /dev/null

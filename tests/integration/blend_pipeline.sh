@@ -58,15 +58,7 @@ unmount_kvfs a
 # each blend its own suffix (a recipe blended before is served from the
 # result cache, with no loading); their bytes are the loader's unit test's
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
-dio=$(python3 -c "import os, sys
-p = sys.argv[1] + '/.dio-probe'
-try:
-    os.close(os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)); print(1)
-except OSError:
-    print(0)
-finally:
-    try: os.unlink(p)
-    except OSError: pass" "$T/a.store")
+dio=$(direct_io_ok "$T/a.store")
 direct_of() { stat_of "$M" 's["blends"]["last"]["chunks_direct"]'; }
 mount_kvfs a "model=$MODEL,ram=0,min_ratio=0.15" || exit 1
 if cold; then

@@ -113,18 +113,25 @@ static void check_stream(struct kvfs_store *s, char hashes[][KVFS_HASH_HEX_LEN +
     kvfs_loader_close(ld);
 }
 
-static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int truncate_it)
+/* the chunk's object opened (flags) and its frame table read into *info */
+static int open_frames(struct kvfs_store *s, const char *hash, int flags, struct kvfs_obj_info *info)
 {
-    char p[4096];
+    char p[4096], why[256];
     CHECK_EQ(kvfs_store_object_path(s, hash, p, sizeof(p)), 0);
-    int fd = open(p, O_RDWR);
+    int fd = open(p, flags);
     struct stat st;
     CHECK(fd >= 0 && fstat(fd, &st) == 0);
-    struct kvfs_obj_info info;
     struct kvfs_header h;
     uint8_t *hb = NULL;
-    char why[256];
-    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why)), 0);
+    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, info, &hb, &h, why, sizeof(why)), 0);
+    free(hb); /* the header, which the frame table does not point into */
+    return fd;
+}
+
+static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int truncate_it)
+{
+    struct kvfs_obj_info info;
+    int fd = open_frames(s, hash, O_RDWR, &info);
     uint64_t off = info.frames[layer].offset + info.frames[layer].stored_size / 2;
     if (truncate_it) {
         CHECK_EQ(ftruncate(fd, (off_t)off), 0);
@@ -135,7 +142,6 @@ static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int
         CHECK_EQ(pwrite(fd, &b, 1, (off_t)off), 1);
     }
     kvfs_obj_info_free(&info);
-    free(hb);
     close(fd);
 }
 
@@ -143,16 +149,8 @@ static void corrupt_layer(struct kvfs_store *s, const char *hash, int layer, int
  * 4 KiB boundary inside it (the frame must span one) */
 static void truncate_in_layer(struct kvfs_store *s, const char *hash, int layer, int aligned)
 {
-    char p[4096];
-    CHECK_EQ(kvfs_store_object_path(s, hash, p, sizeof(p)), 0);
-    int fd = open(p, O_RDWR);
-    struct stat st;
-    CHECK(fd >= 0 && fstat(fd, &st) == 0);
     struct kvfs_obj_info info;
-    struct kvfs_header h;
-    uint8_t *hb = NULL;
-    char why[256];
-    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &h, why, sizeof(why)), 0);
+    int fd = open_frames(s, hash, O_RDWR, &info);
     uint64_t lo = info.frames[layer].offset, hi = lo + info.frames[layer].stored_size;
     uint64_t off = aligned ? (hi - 1) / 4096 * 4096 : lo + (hi - lo) / 2 + 1;
     if (off % 4096 == 0 && !aligned)
@@ -160,7 +158,6 @@ static void truncate_in_layer(struct kvfs_store *s, const char *hash, int layer,
     CHECK(off > lo && off < hi);
     CHECK_EQ(ftruncate(fd, (off_t)off), 0);
     kvfs_obj_info_free(&info);
-    free(hb);
     close(fd);
 }
 
@@ -325,15 +322,8 @@ static void test_mixed_frames(void)
         CHECK_EQ(kvfs_store_put(s, w[i].buf, w[i].size, NULL, h[i], err, sizeof(err)), 0);
     }
     /* the object really mixes them, with a raw frame off 16-byte alignment */
-    char p[4096];
-    CHECK_EQ(kvfs_store_object_path(s, h[0], p, sizeof(p)), 0);
-    int fd = open(p, O_RDONLY);
-    struct stat st;
-    CHECK(fd >= 0 && fstat(fd, &st) == 0);
     struct kvfs_obj_info info;
-    struct kvfs_header hh;
-    uint8_t *hb = NULL;
-    CHECK_EQ(kvfs_obj_read_prefix(fd, (uint64_t)st.st_size, &info, &hb, &hh, err, sizeof(err)), 0);
+    int fd = open_frames(s, h[0], O_RDONLY, &info);
     int n_raw = 0, n_zstd = 0, odd_raw = 0;
     for (int l = 0; l < NL; l++) {
         n_raw += info.frames[l].codec == KVFS_CODEC_RAW;
@@ -342,7 +332,6 @@ static void test_mixed_frames(void)
     }
     CHECK(n_raw > 0 && n_zstd > 0 && odd_raw > 0);
     kvfs_obj_info_free(&info);
-    free(hb);
     close(fd);
     int dio = direct_ok(dir);
     struct kvfs_loader_opts modes[2] = {{.direct_io = 1}, {.direct_io = -1}};

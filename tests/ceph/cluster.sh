@@ -49,7 +49,15 @@ esac
 STORE=${3:-bluestore}; NOSD=${4:-3}
 need_packages
 [ "$(id -u)" = 0 ] || { echo "skip: a test cluster needs root"; exit 77; }
-stop_all; rm -rf "$B"; mkdir -p "$B"/{run,log,crash,mon.a}
+stop_all; rm -rf "$B"
+# a taken port would only show as the monitor's bind retries in its log
+python3 -c "import socket, sys
+for p in (int(sys.argv[1]), int(sys.argv[1]) + 1):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: s.bind(('127.0.0.1', p))
+    except OSError as e: sys.exit('cluster.sh: monitor port %d: %s (choose another MONPORT)' % (p, e.strerror))
+    finally: s.close()" "$PORT" || exit 1
+mkdir -p "$B"/{run,log,crash,mon.a}
 # on any failure below, leave nothing running
 trap 'rc=$?; [ $rc -ne 0 ] && { echo "cluster.sh: start failed (rc=$rc), logs in $B/log" >&2; tail -n 20 "$B"/log/*.log >&2 2>/dev/null; stop_all; }' EXIT
 

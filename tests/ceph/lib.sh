@@ -1,7 +1,9 @@
 # Shared by the tests that need a real Ceph cluster (remote_tier.sh,
 # crash_soak_remote.sh); sourced after tests/lib.sh.
-#   ceph_test_cluster PORT: a 1-mon, 3-OSD bluestore cluster in $T/ceph on
-#     PORT (tests/ceph/cluster.sh), stopped at exit; skips (77) when Ceph
+#   ceph_test_cluster: a 1-mon, 3-OSD bluestore cluster in $T/ceph, its
+#     monitor on $MONPORT or else on a free pair of ports below the
+#     ephemeral range (free_port, tests/lib.sh; fixed ports there were taken
+#     now and then by some client's socket), stopped at exit; skips (77) when Ceph
 #     cannot be installed; sets CL, CEPH_CONF and R (the mount's rados=
 #     options, 3 s timeout).
 #   remote MOUNT EXPR: EXPR over the mount's .kvfs/stats "remote" object r.
@@ -18,7 +20,8 @@
 #     removes $T.
 ceph_test_cluster() {
     CL=$T/ceph
-    export MONPORT=$1
+    [ -n "${MONPORT:-}" ] || MONPORT=$(free_port 2) || { echo "FAIL: no free port pair for the monitor"; exit 1; }
+    export MONPORT
     local out rc
     out=$("$KVFS_ROOT/tests/ceph/cluster.sh" start "$CL" bluestore 3 2>&1); rc=$?
     [ $rc -eq 77 ] && skip "$(echo "$out" | grep skip)"

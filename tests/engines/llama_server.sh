@@ -54,7 +54,7 @@ for f in GPL-3 Apache-2.0 MPL-2.0; do
 done
 SQ=$'\nQuestion: Which of these licenses was written by the Free Software Foundation?'
 "$KVFSCTL" blend -M "$A" --name q --ratio 0.15 --suffix "$SQ" ${h[1]} ${h[2]} ${h[3]} > /dev/null
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(free_port) || { echo "FAIL: no free port"; exit 1; }
 "$SERVER" -m "$MODEL" "${SERVER_ARGS[@]}" --slot-save-path "$A/llama/" -np 1 -c "$CTX" --cache-ram 0 -t "$(nproc)" --port "$PORT" > "$T/server.log" 2>&1 &
 PIDS+=($!); SRV=$!
 for _ in $(seq 600); do healthy && break; sleep 0.1; done

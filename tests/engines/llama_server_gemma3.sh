@@ -25,7 +25,7 @@ healthy() { curl -sf "localhost:$PORT/health" > /dev/null; }
 post() { curl -s -X POST "localhost:$PORT$1" -H 'Content-Type: application/json' -d "$2"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 ids() { printf '%s' "$1" | "$KVFSCTL" tokenize -m "$MODEL" - 2>/dev/null | tr ' ' ','; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(free_port) || { echo "FAIL: no free port"; exit 1; }
 start() { # start DIR LOG ARGS...: a server saving into DIR
     local dir=$1 log=$2
     shift 2

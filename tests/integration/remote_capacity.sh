@@ -15,7 +15,7 @@
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40600}"
+ceph_test_cluster
 cc -O2 -o "$T/pool_usage" "$KVFS_ROOT/tests/ceph/pool_usage.c" -lrados || { echo "FAIL: cannot build the sampler"; exit 1; }
 usage_now() { "$T/pool_usage" "$CEPH_CONF" kvfs ev | cut -d' ' -f1; }
 

@@ -16,7 +16,7 @@ ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librado
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" >/dev/null 2>&1 || skip "no model"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40800}"
+ceph_test_cluster
 LEASE=5
 for i in $(seq 1 8); do
     mount_kvfs h$i "$R,remote_lease=$LEASE,remote_list=-1" || exit 1

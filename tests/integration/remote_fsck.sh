@@ -13,7 +13,7 @@
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40900}"
+ceph_test_cluster
 cc -O2 -o "$T/pool_usage" "$KVFS_ROOT/tests/ceph/pool_usage.c" -lrados || { echo "FAIL: cannot build the sampler"; exit 1; }
 usage_now() { "$T/pool_usage" "$CEPH_CONF" kvfs f | cut -d' ' -f1; }
 rf() { timeout 20 rados -p kvfs -N f "$@"; }

@@ -16,7 +16,7 @@
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-41000}"
+ceph_test_cluster
 rl() { timeout 20 rados -p kvfs -N l "$@"; }
 # the namespace's usage counters, summed over its model indexes
 counters() {

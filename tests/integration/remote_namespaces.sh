@@ -13,7 +13,7 @@
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
 export CEPHX=1
-ceph_test_cluster "${MONPORT:-40500}"
+ceph_test_cluster
 for t in a b; do
     timeout 30 ceph auth get-or-create "client.tenant-$t" mon 'allow r' osd "allow rw pool=kvfs namespace=$t" \
         -o "$T/$t.keyring" >/dev/null 2>&1

@@ -15,7 +15,7 @@ ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librado
 [ -f /usr/include/rados/librados.h ] || skip "librados headers missing (the pool sampler needs them)"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
 export CEPHX=1
-ceph_test_cluster "${MONPORT:-40700}"
+ceph_test_cluster
 cc -O2 -o "$T/pool_usage" "$KVFS_ROOT/tests/ceph/pool_usage.c" -lrados || { echo "FAIL: cannot build the sampler"; exit 1; }
 usage_now() { "$T/pool_usage" "$CEPH_CONF" kvfs q | cut -d' ' -f1; }
 timeout 30 ceph auth get-or-create client.tenant-q mon 'allow r' osd 'allow rwx pool=kvfs namespace=q' \

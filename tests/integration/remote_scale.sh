@@ -17,7 +17,7 @@ ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librado
 POP=$BUILD/remote_populate
 [ -x "$POP" ] || { echo "FAIL: $POP not built"; exit 1; }
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40900}"
+ceph_test_cluster
 SMALL=20000 BIG=50000
 
 kib() { awk '$1 == "VmHWM:" {print $2}' "/proc/$1/status"; }

@@ -13,7 +13,7 @@
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados (librados-dev missing): remote tier not tested"
 command -v bc >/dev/null || skip "bc missing"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40300}"
+ceph_test_cluster
 MODEL=$KVFS_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -s "$MODEL" ] || "$KVFS_ROOT/tools/fetch-model.sh" >/dev/null 2>&1 || MODEL=
 mount_kvfs a "$R${MODEL:+,model=$MODEL}" || exit 1; PID_A=$MNT_PID

@@ -12,7 +12,7 @@
 ITERS=${1:-30}
 ldd "$KVFS" | grep -q librados || skip "kvfs was built without librados"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40400}"
+ceph_test_cluster
 declare -A SRC
 N=40
 for i in $(seq 1 $N); do

@@ -34,7 +34,7 @@ command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -
     >"$T/nft-apt.log" 2>&1 || skip "nftables (nft) missing and cannot be installed: no way to cut the network"
 command -v setpriv >/dev/null || skip "setpriv (util-linux) missing"
 . "$KVFS_ROOT/tests/ceph/lib.sh"
-ceph_test_cluster "${MONPORT:-40900}"
+ceph_test_cluster
 
 # the cut host's daemon runs with group CUT_GID; the rule drops what any
 # socket of that group sends, loopback included

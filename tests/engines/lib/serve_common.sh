@@ -19,7 +19,7 @@ command -v curl > /dev/null || skip "curl missing"
 
 mount_kvfs a "model=$MODEL" || exit 1
 A=$T/a.mnt
-EPORT=$((20000 + RANDOM % 20000))
+EPORT=$(free_port 2) || { echo "FAIL: no free ports"; exit 1; }
 SPORT=$((EPORT + 1))
 U=http://127.0.0.1:$SPORT
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }

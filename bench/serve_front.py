@@ -35,6 +35,8 @@ from corpus import documents  # noqa: E402
 BUILD = os.environ.get('BUILD', os.path.join(ROOT, 'build'))
 MODEL = os.environ.get('MODEL', os.path.join(ROOT, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'))
 SERVER = os.environ.get('LLAMA_SERVER', os.path.join(BUILD, 'llama-server', 'bin', 'llama-server'))
+# how the mount stores llama-server's slot saves (kvfs(8) llama_saves=): async, as kvfs-serve(1) advises
+LLAMA_SAVES = os.environ.get('LLAMA_SAVES', 'async')
 QUESTIONS = ['What does this text allow you to do?', 'Who is responsible for the software?',
              'Summarize the conditions in one sentence.', 'Which command or option is described?',
              'What is the main topic of these passages?', 'Which passage is the most technical?']
@@ -109,7 +111,8 @@ class Rig:
             store = os.path.join(td, name + '.store')
             os.makedirs(self.mnt), os.makedirs(store)
             self.procs.append(subprocess.Popen([os.path.join(BUILD, 'kvfs'), '-f', '-o',
-                                                f'store={store},ram=1G,model={MODEL},llama_streams={slots}', self.mnt],
+                                                f'store={store},ram=1G,model={MODEL},llama_streams={slots},'
+                                                f'llama_saves={LLAMA_SAVES}', self.mnt],
                                                stderr=open(os.path.join(td, name + '.kvfs.log'), 'w')))
             for _ in range(400):
                 if os.path.exists(os.path.join(self.mnt, '.kvfs', 'stats')):

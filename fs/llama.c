@@ -222,7 +222,7 @@ int llama_ingest(struct kvfs_mount *m, const char *name, const void *buf, size_t
     if (rc)
         return rc;
     double t1 = ingest_profile() ? ingest_clock() : 0;
-    rc = ingest_put_keep(m, &w.buf, w.size, hash, err, errlen);
+    rc = ingest_put_keep(m, &w.buf, w.size, m->llama_async, hash, err, errlen);
     kvfs_writer_free(&w); /* what the RAM tier did not take */
     if (ingest_profile())
         fprintf(stderr, "kvfs: ingest llama/%s: to a chunk %.4f s, stored %.4f s\n", name, t1 - t0,

@@ -43,7 +43,7 @@ static const struct fuse_opt kvfs_opt_spec[] = {
     OPT("rados_keyring=%s", rados_keyring), OPT("rados_namespace=%s", rados_ns),
     OPT("rados_timeout=%d", rados_timeout), OPT("remote_lease=%d", remote_lease), OPT("remote_changes=%d", remote_changes),
     OPT("remote_list=%d", remote_list), OPT("remote_capacity=%s", remote_capacity), OPT("passthrough=%s", passthrough), OPT("kv_quant=%s", kv_quant),
-    OPT("cold_reads=%s", cold_reads),
+    OPT("cold_reads=%s", cold_reads), OPT("llama_saves=%s", llama_saves),
     OPT("llama_streams=%d", llama_streams), FUSE_OPT_END};
 
 static void usage(const char *prog)
@@ -86,6 +86,9 @@ static void usage(const char *prog)
            "                     (incoming/, llama/, blend results) as 8- or 4-bit K/V\n"
            "  llama_streams=N    llama/ views hold N KV streams: llama-server -np N without -kvu\n"
            "                     restores only states of its N streams (default 1: a unified cache)\n"
+           "  llama_saves=MODE   sync (default): a state saved into llama/ is on the disk when its\n"
+           "                     close returns; async: converted and checked by then, written\n"
+           "                     after (llama-server stalls less; kvfs-serve's turn saves)\n"
            "  verbose            log every stored and removed chunk\n\n"
            "general options:\n"
            "  -f                 stay in the foreground (logs to stderr)\n"
@@ -310,6 +313,13 @@ static int check_options(struct kvfs_mount *m, struct settings *st)
             return 2;
         }
     }
+    if (m->opts.llama_saves && strcmp(m->opts.llama_saves, "sync")) {
+        if (strcmp(m->opts.llama_saves, "async")) {
+            fprintf(stderr, "kvfs: llama_saves=%s: expected sync or async\n", m->opts.llama_saves);
+            return 2;
+        }
+        m->llama_async = 1;
+    }
     if (passthrough_parse(m, m->opts.passthrough)) {
         fprintf(stderr, "kvfs: passthrough=%s: expected auto, on or off\n", m->opts.passthrough);
         return 2;
@@ -504,6 +514,7 @@ static int serve(struct kvfs_mount *m, struct fuse_args *args, const struct fuse
     kvfs_log(KVFS_LOG_INFO, "unmounting %s", cl->mountpoint);
     systemd_notify_stopping();
     fuse_session_unmount(se);
+    kvfs_store_flush(m->store); /* saves closed before the unmount: stored, and told to the remote tier */
     m->remote = NULL;
     kvfs_remote_close(remote);
 remove_handlers:
@@ -517,7 +528,7 @@ static void free_opts(struct kvfs_opts *o)
 {
     char *strs[] = {o->store_dir, o->capacity, o->ram, o->max_ingest, o->model, o->backend, o->min_ratio, o->kv_quant,
                     o->sim_read_bw, o->blend_cache, o->rados_pool, o->ceph_conf, o->rados_id, o->rados_keyring, o->rados_ns, o->passthrough,
-                    o->remote_capacity, o->cold_reads};
+                    o->remote_capacity, o->cold_reads, o->llama_saves};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         free(strs[i]);
 }

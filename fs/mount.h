@@ -77,6 +77,7 @@ struct kvfs_opts {
     char *passthrough;/* auto (default), on, off: FUSE passthrough reads */
     char *cold_reads; /* auto (default), direct, buffered: the blend loader's O_DIRECT */
     char *kv_quant;   /* q8, q4, none: the dtype of chunks the mount names itself */
+    char *llama_saves;/* sync (default), async: a llama.cpp state's close waits for the disk, or not */
     int verbose;
 };
 
@@ -87,6 +88,7 @@ struct kvfs_mount {
     int lock_fd;              /* STORE/kvfs.lock, flock()ed: one daemon per store (fs/main.c) */
     uint64_t max_ingest;
     uint32_t kv_quant;        /* KVFS_DTYPE_Q8/Q4/Q4S (-o kv_quant), 0: none */
+    int llama_async;          /* -o llama_saves=async: llama/ states stored after their close returns */
     pthread_mutex_t lock;     /* protects the inode map and pending list */
     struct ino_map *inos;     /* chunk inode -> hash */
     struct pending *pending;

@@ -232,22 +232,31 @@ static int rows_quantizable(const struct kvfs_header *h)
     return (h->flags & KVFS_FLAG_LAYER_SHAPES) || (h->fp.n_kv_head * h->fp.head_dim) % 64 == 0;
 }
 
+/* kvfs_store_put_keep, or with async its _async (written after we return) */
+static int put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, int async, char hash[KVFS_HASH_HEX_LEN + 1],
+                    char *err, size_t errlen)
+{
+    return async ? kvfs_store_put_keep_async(m->store, img, len, hash, err, errlen)
+                 : kvfs_store_put_keep(m->store, img, len, hash, err, errlen);
+}
+
 /* ingest_put; own (may be NULL): buf is the caller's image to give away,
- * kept in the RAM tier once stored (kvfs_store_put_keep: taken on success) */
-static int put_image(struct kvfs_mount *m, const void *buf, size_t len, uint8_t **own,
+ * kept in the RAM tier once stored (kvfs_store_put_keep: taken on success);
+ * async (with own): stored after this returns (kvfs_store_put_keep_async) */
+static int put_image(struct kvfs_mount *m, const void *buf, size_t len, uint8_t **own, int async,
                      char hash[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_header h;
     if (!m->kv_quant || kvfs_header_parse(buf, len, &h, NULL, 0) ||
         kvfs_dtype_bits(m->kv_quant) >= kvfs_dtype_bits(h.dtype) || !rows_quantizable(&h))
-        return own ? kvfs_store_put_keep(m->store, own, len, hash, err, errlen) /* as it is (it verifies) */
+        return own ? put_keep(m, own, len, async, hash, err, errlen) /* as it is (it verifies) */
                    : kvfs_store_put(m->store, buf, len, NULL, hash, err, errlen);
     struct kvfs_writer w;
     int rc = kvfs_chunk_convert(buf, len, m->kv_quant, &w, err, errlen);
     if (rc)
         return rc;
     size_t size = w.size;
-    rc = own ? kvfs_store_put_keep(m->store, &w.buf, w.size, hash, err, errlen)
+    rc = own ? put_keep(m, &w.buf, w.size, async, hash, err, errlen)
              : kvfs_store_put(m->store, w.buf, w.size, NULL, hash, err, errlen);
     if (!rc)
         kvfs_log(KVFS_LOG_DEBUG, "chunk %s re-encoded %s -> %s (kv_quant): %zu -> %zu bytes", hash,
@@ -259,13 +268,13 @@ static int put_image(struct kvfs_mount *m, const void *buf, size_t len, uint8_t 
 int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
                size_t errlen)
 {
-    return put_image(m, buf, len, NULL, hash, err, errlen);
+    return put_image(m, buf, len, NULL, 0, hash, err, errlen);
 }
 
-int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-                    size_t errlen)
+int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, int async, char hash[KVFS_HASH_HEX_LEN + 1],
+                    char *err, size_t errlen)
 {
-    return put_image(m, *img, len, img, hash, err, errlen);
+    return put_image(m, *img, len, img, async, hash, err, errlen);
 }
 
 int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)

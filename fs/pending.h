@@ -46,9 +46,10 @@ int ingest_put(struct kvfs_mount *m, const void *buf, size_t len, char hash[KVFS
  * once stored it stays in the RAM tier while that has room, so a read soon
  * after (a saved slot restored) decodes nothing.  *img is taken (NULL) when
  * it was stored as it is; else (kv_quant re-encoded it, or an error) it is
- * left to the caller. */
-int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, char hash[KVFS_HASH_HEX_LEN + 1], char *err,
-                    size_t errlen);
+ * left to the caller.  async: verified and named now, written to the disk
+ * after this returns (kvfs_store_put_keep_async; -o llama_saves=async). */
+int ingest_put_keep(struct kvfs_mount *m, uint8_t **img, size_t len, int async, char hash[KVFS_HASH_HEX_LEN + 1],
+                    char *err, size_t errlen);
 
 /* A handle for writing parent/name (a new draft unless one is open); st
  * (may be NULL) its attributes.  NULL: out of memory. */

@@ -4,15 +4,17 @@
 #ifndef KVFS_FS_PROFILE_H
 #define KVFS_FS_PROFILE_H
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
 static inline int ingest_profile(void)
 {
-    static int on = -1;
-    if (on < 0)
-        on = getenv("KVFS_INGEST_PROFILE") != NULL;
-    return on;
+    static atomic_int on = -1; /* read by every FUSE worker */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0)
+        atomic_store_explicit(&on, v = getenv("KVFS_INGEST_PROFILE") != NULL, memory_order_relaxed);
+    return v;
 }
 
 /* monotonic seconds */

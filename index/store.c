@@ -41,6 +41,7 @@ void store_object_path(const struct kvfs_store *s, const char *hash, char *out, 
 
 int store_has_chunk(struct kvfs_store *s, const char *hash)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     pthread_mutex_lock(&s->lock);
     int found = chunk_rows_get(&s->rows, hash) != NULL;
     pthread_mutex_unlock(&s->lock);
@@ -168,6 +169,7 @@ int store_write_tmp(struct kvfs_store *s, const char *name, const void *obj, siz
 
 int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     pthread_mutex_lock(&s->lock);
     struct kvfs_chunk_info *c = chunk_rows_get(&s->rows, hash);
     if (c) {
@@ -183,6 +185,7 @@ int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_in
 
 int kvfs_store_list(struct kvfs_store *s, kvfs_store_list_cb cb, void *ctx)
 {
+    store_settle(s, NULL); /* every put that returned is listed */
     int rc = 0;
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->rows.n && !rc; i++)
@@ -203,6 +206,7 @@ uint64_t kvfs_store_count(struct kvfs_store *s)
 
 int kvfs_store_remove(struct kvfs_store *s, const char *hash)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     if (s->opts.read_only)
         return -EROFS;
     pthread_mutex_lock(&s->lock);
@@ -215,6 +219,7 @@ int kvfs_store_remove(struct kvfs_store *s, const char *hash)
 
 int kvfs_store_set_pinned(struct kvfs_store *s, const char *hash, int pinned)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     if (s->opts.read_only)
         return -EROFS;
     pthread_mutex_lock(&s->lock);
@@ -311,6 +316,10 @@ int kvfs_store_stats_json(struct kvfs_store *s, char **out)
     result_table_stats(&s->results, &s->ram, f);
     size_t n_extra = s->n_extra;
     pthread_mutex_unlock(&s->lock);
+    uint64_t queued, stored, failed;
+    store_async_stats(s, &queued, &stored, &failed);
+    fprintf(f, ",\n  \"async_puts\": {\"queued\": %" PRIu64 ", \"stored\": %" PRIu64 ", \"failed\": %" PRIu64
+            "}", queued, stored, failed);
     /* outside the store lock: the blend service calls the store under its
      * own lock, so its stats must not be taken under ours */
     for (size_t i = 0; i < n_extra; i++)

@@ -61,6 +61,21 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len,
 int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
                         char *err, size_t errlen);
 
+/* kvfs_store_put_keep, the object written by the store's writer thread
+ * after this returns (store_async.c): the image is verified and named here
+ * (those errors as put_keep's, *img left to the caller), then *img is taken.
+ * Until it is stored, every function here that takes its name waits for it,
+ * so none sees it missing; kvfs_store_list waits for every queued put.  A
+ * write that fails then (disk full, over capacity) is logged and counted in
+ * ingest_errors, and the chunk is not stored.  For writers that must not
+ * wait for the disk (llama.cpp slot saves: the server stalls until close).
+ * At most a few puts wait at once: past that a put waits for room. */
+int kvfs_store_put_keep_async(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
+                              char *err, size_t errlen);
+/* Return once every put kvfs_store_put_keep_async queued is stored or has
+ * failed (a daemon stopping, before its remote tier goes) */
+void kvfs_store_flush(struct kvfs_store *s);
+
 /* Look up metadata (-ENOENT if absent). Does not count as a hit. */
 int kvfs_store_stat(struct kvfs_store *s, const char *hash, struct kvfs_chunk_info *out);
 

@@ -7,6 +7,7 @@
 #define KVFS_STORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/uio.h>
 
@@ -20,6 +21,23 @@ struct kvfs_index_db;
 struct kvfs_chunk_ref {
     struct kvfs_store *s;
     struct ram_entry *e;
+};
+
+/* Images kvfs_store_put_keep_async took, written by one thread in order.
+ * Its own lock (never taken with s->lock held by a waiter): a put's commit
+ * takes s->lock. */
+struct async_put;
+struct store_async {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;          /* a put done, room made, or work queued */
+    struct async_put *head, *tail; /* queued and the one being written (head) */
+    size_t n;                     /* queued + being written */
+    uint64_t bytes;               /* their images' sizes */
+    int finishing;                /* the writer tells the remote tier, fills the RAM tier */
+    atomic_size_t waiting;        /* nonzero while any of that: store_settle's lock-free look */
+    uint64_t stored, failed;      /* since open */
+    pthread_t thread;
+    int started, stopping;
 };
 
 struct kvfs_store {
@@ -37,6 +55,7 @@ struct kvfs_store {
     /* images a lookup fetched that the RAM tier does not keep, parked for
      * the open that follows it (store_remote.c) */
     struct { struct kvfs_chunk_ref *ref; int64_t at_ns; } parked[8];
+    struct store_async async;      /* puts written after they returned (store_async.c) */
 };
 
 int64_t store_now_ns(void);
@@ -50,6 +69,29 @@ struct kvfs_store_remote store_remote_hooks(struct kvfs_store *s);
 /* A local miss: ask the remote tier, if any (without the lock held); ref as
  * the fetch hook's (store.h). */
 int store_fetch_remote(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ref);
+
+/* Wait until no queued async put (store_async.c) is for hash (NULL: none
+ * at all), so that a lookup never misses a chunk a put returned for.  Never
+ * with s->lock held. */
+void store_settle(struct kvfs_store *s, const char *hash);
+/* Set up / write every queued put and stop the writer (kvfs_store_close) */
+void store_async_init(struct kvfs_store *s);
+void store_async_close(struct kvfs_store *s);
+/* puts queued or being written now; stored and failed since open */
+void store_async_stats(struct kvfs_store *s, uint64_t *queued, uint64_t *stored, uint64_t *failed);
+/* The rest of kvfs_store_put once the image is verified and named (h, hex):
+ * encode, write, sync, move into place and index (store_put.c); with notify,
+ * then tell the remote tier (else the caller does: store_notify_stored).
+ * 0 stored, 1 stored before by another writer, or -errno (counted). */
+int store_put_verified(struct kvfs_store *s, const void *buf, const struct kvfs_header *h, const char *hex,
+                       int notify, char *err, size_t errlen);
+void store_notify_stored(struct kvfs_store *s, const char *hex);
+/* check an image and name it (store_put.c) */
+int store_check_image(const void *img, size_t len, struct kvfs_header *h, char hex[KVFS_HASH_HEX_LEN + 1], char *err,
+                      size_t errlen);
+/* give a stored chunk's verified image to the RAM tier (or free it) */
+void store_ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len);
+void store_count_ingest_error(struct kvfs_store *s);
 
 /* with s->lock held: */
 /* A fetched image parked for this chunk's open (the lock stays held), or NULL. */

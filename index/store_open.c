@@ -219,6 +219,7 @@ int kvfs_store_open(const struct kvfs_store_opts *opts, struct kvfs_store **out,
     s->ram.capacity = opts->ram_bytes;
     result_table_init(&s->results, s->dir, opts->result_capacity, opts->capacity);
     pthread_mutex_init(&s->lock, NULL);
+    store_async_init(s);
     if (!opts->read_only) {
         const char *subs[] = {"", "/objects", "/tmp"};
         for (int i = 0; i < 3; i++) {
@@ -255,6 +256,7 @@ void kvfs_store_close(struct kvfs_store *s)
 {
     if (!s)
         return;
+    store_async_close(s); /* first: it writes what is queued */
     kvfs_idx_close(s->db);
     result_table_free(&s->results);
     chunk_rows_free(&s->rows);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void count_ingest_error(struct kvfs_store *s)
+void store_count_ingest_error(struct kvfs_store *s)
 {
     pthread_mutex_lock(&s->lock);
     s->ingest_errors++;
@@ -59,8 +60,9 @@ static void count_ingest_error(struct kvfs_store *s)
 }
 
 /* Move the complete, verified, synced object file `tmp` into place as `hex`
- * and index it; tmp is gone afterwards either way.  0 too when a concurrent
- * writer stored the same chunk first. */
+ * and index it; tmp is gone afterwards either way.  0 when stored, 1 when a
+ * concurrent writer stored the same chunk first.  On 0 the caller tells the
+ * remote tier (store_notify_stored). */
 static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex, const struct kvfs_header *h,
                          size_t obj_len, char *err, size_t errlen)
 {
@@ -72,7 +74,7 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
     if (chunk_rows_get(&s->rows, hex)) {
         pthread_mutex_unlock(&s->lock);
         unlink(tmp);
-        return 0;
+        return 1;
     }
     if ((rc = store_evict_for(s, obj_len))) {
         pthread_mutex_unlock(&s->lock);
@@ -103,7 +105,6 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
             s->puts++;
         }
     }
-    struct kvfs_store_remote remote = s->remote;
     pthread_mutex_unlock(&s->lock);
     if (getenv("KVFS_FETCH_PROFILE"))
         fprintf(stderr, "kvfs: commit %.12s: store lock awaited %.4f s, eviction + rename %.4f, directory fsync %.4f, "
@@ -113,8 +114,6 @@ static int commit_object(struct kvfs_store *s, const char *tmp, const char *hex,
         unlink(tmp);
         return kvfs_errf(err, errlen, rc, "storing object failed: %s", strerror(-rc));
     }
-    if (remote.stored)
-        remote.stored(remote.ctx, hex);
     return 0;
 }
 
@@ -146,50 +145,87 @@ static int check_image(const void *img, size_t len, const char *expect_hash, str
     return check_image_as(img, len, expect_hash, 0, h, hex, err, errlen);
 }
 
+int store_check_image(const void *img, size_t len, struct kvfs_header *h, char hex[KVFS_HASH_HEX_LEN + 1], char *err,
+                      size_t errlen)
+{
+    return check_image(img, len, NULL, h, hex, err, errlen);
+}
+
+void store_notify_stored(struct kvfs_store *s, const char *hex)
+{
+    struct kvfs_store_remote remote = store_remote_hooks(s);
+    if (remote.stored)
+        remote.stored(remote.ctx, hex);
+}
+
+/* KVFS_INGEST_PROFILE: where a put spends its time */
+static int put_profile(void)
+{
+    static atomic_int on = -1; /* puts run on many threads */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0)
+        atomic_store_explicit(&on, v = getenv("KVFS_INGEST_PROFILE") != NULL, memory_order_relaxed);
+    return v;
+}
+
+int store_put_verified(struct kvfs_store *s, const void *buf, const struct kvfs_header *h, const char *hex,
+                       int notify, char *err, size_t errlen)
+{
+    struct kvfs_obj_parts obj = {0};
+    char tmp[4096];
+    int rc, fd, prof = put_profile();
+    double t0 = prof ? mono_s() : 0, t1 = t0, t2 = t0, t3 = t0;
+    if ((rc = kvfs_obj_encode_parts(buf, h, s->opts.zstd_level, &obj))) {
+        kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
+        goto count_error;
+    }
+    t1 = prof ? mono_s() : 0;
+    if ((fd = rc = store_write_tmp_iov(s, hex, obj.iov, obj.n, tmp, err, errlen)) < 0)
+        goto count_error;
+    t2 = prof ? mono_s() : 0;
+    if ((rc = finish_tmp(s, fd, tmp, err, errlen)))
+        goto count_error;
+    t3 = prof ? mono_s() : 0;
+    size_t obj_len = obj.len;
+    kvfs_obj_parts_free(&obj);
+    if ((rc = commit_object(s, tmp, hex, h, obj_len, err, errlen)) < 0)
+        goto count_error;
+    if (rc == 0 && notify)
+        store_notify_stored(s, hex);
+    if (prof)
+        fprintf(stderr, "kvfs: put %.12s: encode %.4f s, write %.4f, fsync %.4f, commit %.4f\n", hex, t1 - t0,
+                t2 - t1, t3 - t2, mono_s() - t3);
+    return rc;
+count_error:
+    kvfs_obj_parts_free(&obj);
+    store_count_ingest_error(s);
+    return rc;
+}
+
 int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char *expect_hash,
                    char hash_out[KVFS_HASH_HEX_LEN + 1], char *err, size_t errlen)
 {
     struct kvfs_header h;
-    struct kvfs_obj_parts obj = {0};
-    char hex[KVFS_HASH_HEX_LEN + 1], tmp[4096];
-    int rc, fd;
+    char hex[KVFS_HASH_HEX_LEN + 1];
+    int rc;
     if (s->opts.read_only)
         return -EROFS;
-    int prof = getenv("KVFS_INGEST_PROFILE") != NULL;
-    double t0 = prof ? mono_s() : 0, t1 = t0, t2 = t0, t3 = t0, t4 = t0;
-    if ((rc = check_image(buf, len, expect_hash, &h, hex, err, errlen)))
-        goto count_error;
-    t1 = prof ? mono_s() : 0;
+    double t0 = put_profile() ? mono_s() : 0;
+    if ((rc = check_image(buf, len, expect_hash, &h, hex, err, errlen))) {
+        store_count_ingest_error(s);
+        return rc;
+    }
+    if (put_profile())
+        fprintf(stderr, "kvfs: put %.12s: verify + hash %.4f s\n", hex, mono_s() - t0);
     if (hash_out)
         memcpy(hash_out, hex, sizeof(hex));
+    store_settle(s, hex); /* the same chunk queued to be written: it is, or it failed */
     if (store_has_chunk(s, hex))
         return 0; /* content addressed: same name, same meaning */
-    if ((rc = kvfs_obj_encode_parts(buf, &h, s->opts.zstd_level, &obj))) {
-        kvfs_errf(err, errlen, 0, "cannot encode object: %s", strerror(-rc));
-        goto count_error;
-    }
-    t2 = prof ? mono_s() : 0;
-    if ((fd = rc = store_write_tmp_iov(s, hex, obj.iov, obj.n, tmp, err, errlen)) < 0)
-        goto count_error;
-    t3 = prof ? mono_s() : 0;
-    if ((rc = finish_tmp(s, fd, tmp, err, errlen)))
-        goto count_error;
-    t4 = prof ? mono_s() : 0;
-    size_t obj_len = obj.len;
-    kvfs_obj_parts_free(&obj);
-    if ((rc = commit_object(s, tmp, hex, &h, obj_len, err, errlen)))
-        goto count_error;
-    if (prof)
-        fprintf(stderr, "kvfs: put %.12s: verify + hash %.4f s, encode %.4f, write %.4f, fsync %.4f, commit %.4f\n", hex,
-                t1 - t0, t2 - t1, t3 - t2, t4 - t3, mono_s() - t4);
-    return 0;
-count_error:
-    kvfs_obj_parts_free(&obj);
-    count_ingest_error(s);
-    return rc;
+    rc = store_put_verified(s, buf, &h, hex, 1, err, errlen);
+    return rc < 0 ? rc : 0;
 }
 
-static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len);
 
 int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
                         char *err, size_t errlen)
@@ -200,7 +236,7 @@ int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char ha
         return rc;
     if (hash_out)
         memcpy(hash_out, hex, sizeof(hex));
-    ram_adopt(s, hex, *img, len); /* verified and stored: the RAM tier's to keep or free */
+    store_ram_adopt(s, hex, *img, len); /* verified and stored: the RAM tier's to keep or free */
     *img = NULL;
     return 0;
 }
@@ -208,7 +244,7 @@ int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char ha
 /* A freshly fetched chunk's verified image goes to the RAM tier (where there
  * is one and it fits), so the read that caused the fetch does not decode the
  * stored file again.  Takes img. */
-static void ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len)
+void store_ram_adopt(struct kvfs_store *s, const char *hash, uint8_t *img, size_t len)
 {
     struct ram_entry *e = s->ram.capacity ? ram_entry_new(hash, img, len, 0) : NULL;
     if (e) {
@@ -251,7 +287,7 @@ int kvfs_store_incoming_open(struct kvfs_store *s, const char *hash, struct kvfs
         return kvfs_errf(err, errlen, -EROFS, "the store is read-only");
     int fd = store_write_tmp(s, hash ? hash : "object", NULL, 0, in->tmp, err, errlen);
     if (fd < 0) {
-        count_ingest_error(s);
+        store_count_ingest_error(s);
         return fd;
     }
     in->fd = fd;
@@ -343,15 +379,17 @@ static int finish(struct kvfs_store_incoming *in, uint64_t len, const char *expe
     rc = finish_tmp(s, fd, in->tmp, err, errlen);
     if (getenv("KVFS_FETCH_PROFILE"))
         fprintf(stderr, "kvfs: commit %.12s: file fsync %.4f s\n", hex, mono_s() - t_sync);
-    if (rc || (rc = commit_object(s, in->tmp, hex, &h, len, err, errlen))) {
+    if (rc || (rc = commit_object(s, in->tmp, hex, &h, len, err, errlen)) < 0) {
         kvfs_img_free(img);
         goto count_error;
     }
+    if (rc == 0)
+        store_notify_stored(s, hex);
 adopt:
     if (ref)
         *ref = ref_adopt(s, hex, img, img_len);
     else
-        ram_adopt(s, hex, img, img_len);
+        store_ram_adopt(s, hex, img, img_len);
     return 0;
 drop:
     kvfs_img_free(img);
@@ -360,7 +398,7 @@ drop:
     if (!counted)
         return rc;
 count_error:
-    count_ingest_error(s);
+    store_count_ingest_error(s);
     return rc;
 }
 
@@ -386,7 +424,7 @@ int kvfs_store_put_object(struct kvfs_store *s, const void *obj, size_t len, con
         return rc;
     if ((rc = kvfs_store_incoming_write(&in, obj, len, 0, err, errlen))) {
         kvfs_store_incoming_abort(&in);
-        count_ingest_error(s);
+        store_count_ingest_error(s);
         return rc;
     }
     return kvfs_store_incoming_finish(&in, len, expect_hash, NULL, err, errlen);

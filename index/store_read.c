@@ -61,6 +61,7 @@ static struct kvfs_chunk_info *open_row(struct kvfs_store *s, const char *hash, 
 
 static int get(struct kvfs_store *s, const char *hash, int private_img, struct kvfs_chunk_ref **out)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     struct kvfs_chunk_ref *ref = store_new_ref(s, NULL), *fetched;
     struct ram_entry *e;
     if (!ref)
@@ -115,6 +116,7 @@ int kvfs_store_get_private(struct kvfs_store *s, const char *hash, struct kvfs_c
 static int open_stream(struct kvfs_store *s, const char *hash, struct kvfs_chunk_ref **ram_ref, int *fd,
                        int may_fetch)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     struct ram_entry *e;
     struct kvfs_chunk_ref *fetched;
     *ram_ref = NULL;

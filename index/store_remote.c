@@ -177,6 +177,7 @@ int kvfs_store_lookup(struct kvfs_store *s, const char *hash, struct kvfs_chunk_
 
 int kvfs_store_hold(struct kvfs_store *s, const char *hash, int held)
 {
+    store_settle(s, hash); /* a put returned for it may still be being written */
     pthread_mutex_lock(&s->lock);
     struct kvfs_chunk_info *c = chunk_rows_get(&s->rows, hash);
     if (c)

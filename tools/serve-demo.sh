@@ -26,7 +26,7 @@ stop() {
 }
 trap stop EXIT
 trap 'exit 0' INT TERM
-"$BUILD/kvfs" -f -o "store=$RUN/store,ram=512M,model=$PWD/$MODEL" "$MNT" 2>"$RUN/kvfs.log" &
+"$BUILD/kvfs" -f -o "store=$RUN/store,ram=512M,model=$PWD/$MODEL,llama_saves=async" "$MNT" 2>"$RUN/kvfs.log" &
 pids+=($!)
 for _ in $(seq 400); do [ -e "$MNT/.kvfs/stats" ] && break; sleep 0.05; done
 [ -e "$MNT/.kvfs/stats" ] || { echo "kvfs failed to mount:"; cat "$RUN/kvfs.log"; exit 1; }

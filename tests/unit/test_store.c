@@ -610,6 +610,114 @@ static void test_put_keep(void)
     memcpy(dir, saved, sizeof(saved));
 }
 
+/* kvfs_store_put_keep_async: the put returns before the object is written,
+ * and yet every lookup after it finds the chunk (it waits for the write);
+ * more puts than may wait at once queue up; the remote tier is told once
+ * per stored chunk, from the writer, and its hook may look the chunk up; a
+ * bad image is refused at once; a write that fails later (over capacity)
+ * leaves no chunk and is counted; close writes what is still queued. */
+struct stored_log {
+    struct kvfs_store *s;
+    int calls, held;
+};
+
+static void note_stored(void *ctx, const char *hash)
+{
+    struct stored_log *l = ctx;
+    l->calls++; /* the writer thread alone calls it */
+    l->held += kvfs_store_hold(l->s, hash, 1) == 0; /* as the remote tier's hook does */
+}
+
+static int async_put_synth(struct kvfs_store *s, uint32_t tokens, uint32_t seed, char hash[65], int *taken)
+{
+    struct kvfs_writer w;
+    char err[256];
+    synth_chunk(&w, 4, tokens, seed, KVFS_DTYPE_F16);
+    int rc = kvfs_store_put_keep_async(s, &w.buf, w.size, hash, err, sizeof(err));
+    *taken = w.buf == NULL;
+    kvfs_writer_free(&w);
+    return rc;
+}
+
+/* .kvfs/stats' "async_puts" object (queued, stored, failed) and ingest_errors */
+static int async_stats(struct kvfs_store *s, unsigned *queued, unsigned *stored, unsigned *failed, unsigned *errors)
+{
+    char *json = NULL, *a, *e;
+    int ok = kvfs_store_stats_json(s, &json) == 0 && (a = strstr(json, "\"async_puts\"")) &&
+             (e = strstr(json, "\"ingest_errors\"")) &&
+             sscanf(a, "\"async_puts\": {\"queued\": %u, \"stored\": %u, \"failed\": %u}", queued, stored, failed) == 3 &&
+             sscanf(e, "\"ingest_errors\": %u", errors) == 1;
+    free(json);
+    return ok ? 0 : -1;
+}
+
+static void test_put_async(void)
+{
+    char saved[sizeof(dir)], h[8][65], err[256], cmd[600];
+    int taken;
+    memcpy(saved, dir, sizeof(saved));
+    snprintf(dir, sizeof(dir), "/tmp/kvfs-test-async.%d", (int)getpid());
+    struct kvfs_store *s = open_store(0, 64u << 20, 1);
+    CHECK(s != NULL);
+    if (!s)
+        goto out;
+    struct stored_log log = {.s = s};
+    struct kvfs_store_remote hooks = {.ctx = &log, .stored = note_stored};
+    kvfs_store_set_remote(s, &hooks);
+    for (uint32_t i = 0; i < 7; i++) { /* more than may wait at once */
+        CHECK_EQ(async_put_synth(s, 600 + i, 50 + i, h[i], &taken), 0);
+        CHECK(taken);
+        struct kvfs_chunk_info c;
+        CHECK_EQ(kvfs_store_stat(s, h[i], &c), 0); /* found at once: the lookup waited for the write */
+    }
+    int listed = 0;
+    CHECK_EQ(kvfs_store_list(s, count_cb, &listed), 0);
+    CHECK_EQ(listed, 7);
+    for (uint32_t i = 0; i < 7; i++)
+        CHECK(same_as_synth(s, h[i], 600 + i, 50 + i));
+    CHECK_EQ(async_put_synth(s, 600, 50, h[7], &taken), 0); /* stored already: taken, nothing new */
+    CHECK(taken && !strcmp(h[7], h[0]));
+    kvfs_store_flush(s);
+    CHECK_EQ(log.calls, 7);
+    CHECK_EQ(log.held, 7);
+    unsigned queued, stored, failed, errors;
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued == 0 && stored == 7 && failed == 0 && errors == 0);
+    { /* a bad image: refused now, left to the caller */
+        struct kvfs_writer w;
+        synth_chunk(&w, 4, 300, 3, KVFS_DTYPE_F16);
+        w.buf[w.size - 1] ^= 1;
+        CHECK(kvfs_store_put_keep_async(s, &w.buf, w.size, h[7], err, sizeof(err)) < 0);
+        CHECK(w.buf != NULL);
+        kvfs_writer_free(&w);
+    }
+    for (uint32_t i = 0; i < 3; i++) /* queued, and the store closed at once: written by the close */
+        CHECK_EQ(async_put_synth(s, 700 + i, 60 + i, h[i], &taken), 0);
+    kvfs_store_close(s);
+    s = open_store(0, 0, 1);
+    CHECK(s != NULL);
+    for (uint32_t i = 0; s && i < 3; i++)
+        CHECK(same_as_synth(s, h[i], 700 + i, 60 + i));
+    kvfs_store_close(s);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    system(cmd);
+    s = open_store(4096, 0, 1); /* no chunk fits: the write fails after the put returned */
+    CHECK(s != NULL);
+    if (!s)
+        goto out;
+    CHECK_EQ(async_put_synth(s, 300, 5, h[0], &taken), 0);
+    CHECK(taken);
+    struct kvfs_chunk_info c;
+    CHECK_EQ(kvfs_store_stat(s, h[0], &c), -ENOENT);
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued == 0 && stored == 0 && failed == 1 && errors == 1);
+    kvfs_store_close(s);
+out:
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    system(cmd);
+    memcpy(dir, saved, sizeof(saved));
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/kvfs-test-store.%d", (int)getpid());
@@ -901,6 +1009,7 @@ int main(void)
     test_results();
     test_object_parts();
     test_put_keep();
+    test_put_async();
 
     uint64_t v;
     CHECK_EQ(kvfs_parse_size("64M", &v), 0);

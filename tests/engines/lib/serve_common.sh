@@ -17,7 +17,7 @@ fi
 [ -x "$SERVE" ] || { echo "FAIL: $SERVE not built"; exit 1; }
 command -v curl > /dev/null || skip "curl missing"
 
-mount_kvfs a "model=$MODEL" || exit 1
+mount_kvfs a "model=$MODEL,llama_saves=async" || exit 1 # as kvfs-serve(1) advises
 A=$T/a.mnt
 EPORT=$(free_port 2) || { echo "FAIL: no free ports"; exit 1; }
 SPORT=$((EPORT + 1))

@@ -332,7 +332,8 @@ int pending_commit(struct kvfs_mount *m, struct pending *p, int partial_ok)
         remember_chunk(m, hash, 0); /* not a kernel lookup: the kernel knows the draft's inode */
         if (pin >= 0)
             kvfs_store_set_pinned(m->store, hash, pin);
-        kvfs_log(KVFS_LOG_INFO, "stored %s/%s as chunks/%s.kv", where(p), p->name, hash);
+        kvfs_log(KVFS_LOG_INFO, "%s %s/%s as chunks/%s.kv", p->parent == INO_LLAMA && m->llama_async ?
+                 "converted (written after the close)" : "stored", where(p), p->name, hash);
         return 0;
     }
     size_t len = p->len; /* another handle may write the draft again once it is unlocked */

@@ -8,13 +8,17 @@
  * takes a chunk's name), so no reader sees it missing in between; a listing
  * waits for all of them.  kvfs_store_flush and kvfs_store_close write every
  * queued put.  At most ASYNC_MAX_PUTS or ASYNC_MAX_BYTES wait at once: a put
- * past that waits for room, so memory stays bounded.
+ * past that waits for room, so memory stays bounded.  The writer tells the
+ * remote tier and fills the RAM tier before a put leaves the queue, as a
+ * sync put does before it returns.  KVFS_TEST_ASYNC_PUT_DELAY_MS (tests
+ * only) makes each write start that late, so tests see puts queued.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "image.h"
 #include "log.h"
@@ -37,19 +41,19 @@ void store_async_init(struct kvfs_store *s)
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
     atomic_init(&a->waiting, 0);
+    const char *d = getenv("KVFS_TEST_ASYNC_PUT_DELAY_MS"); /* tests only: see writer() */
+    a->test_delay_ms = d ? atoi(d) : 0;
 }
 
-/* with a->lock held, after n or finishing changed */
+/* with a->lock held, after n changed */
 static void set_waiting(struct store_async *a)
 {
-    atomic_store_explicit(&a->waiting, a->n + (size_t)a->finishing, memory_order_release);
+    atomic_store_explicit(&a->waiting, a->n, memory_order_release);
 }
 
-/* a put of hash queued or being written; NULL: any, or one finishing */
+/* a put of hash (NULL: any) queued or being written */
 static int queued_locked(const struct store_async *a, const char *hash)
 {
-    if (!hash && a->finishing)
-        return 1;
     for (const struct async_put *p = a->head; p; p = p->next)
         if (!hash || !strcmp(p->hash, hash))
             return 1;
@@ -83,39 +87,38 @@ static void *writer(void *arg)
             pthread_cond_wait(&a->cond, &a->lock);
         if (!a->head)
             break; /* stopping and nothing left */
-        struct async_put *p = a->head; /* stays queued (and waited for) while written */
+        struct async_put *p = a->head; /* stays queued (and waited for) until all is done */
         pthread_mutex_unlock(&a->lock);
+        if (a->test_delay_ms) /* tests: a write that comes late */
+            nanosleep(&(struct timespec){a->test_delay_ms / 1000, (a->test_delay_ms % 1000) * 1000000L}, NULL);
         char err[512] = "";
         int rc = store_put_verified(s, p->img, &p->h, p->hash, 0, err, sizeof(err));
-        if (rc < 0)
+        if (rc < 0) {
             kvfs_log(KVFS_LOG_ERR, "chunk %s (%zu bytes) was not stored after its writer closed it: %s", p->hash,
                      p->len, err[0] ? err : strerror(-rc));
+            kvfs_img_free(p->img);
+        } else {
+            /* before the dequeue, as a sync put does before it returns: the
+             * remote tier hears of it (its hook holds the chunk and marks a
+             * claim's lease produced; the writer never waits in
+             * store_settle) and the RAM tier takes the image */
+            if (rc == 0)
+                store_notify_stored(s, p->hash);
+            store_ram_adopt(s, p->hash, p->img, p->len);
+        }
         pthread_mutex_lock(&a->lock);
         if (rc < 0)
             a->failed++;
         else
             a->stored++;
-        a->head = p->next; /* indexed (or failed): its lookups need not wait */
+        a->head = p->next;
         if (!a->head)
             a->tail = NULL;
         a->n--;
         a->bytes -= p->len;
-        a->finishing = 1; /* but a flush waits for the rest below too */
         set_waiting(a);
         pthread_cond_broadcast(&a->cond);
-        pthread_mutex_unlock(&a->lock);
-        /* after the dequeue: the remote tier's hook looks the chunk up */
-        if (rc == 0)
-            store_notify_stored(s, p->hash);
-        if (rc < 0)
-            kvfs_img_free(p->img);
-        else
-            store_ram_adopt(s, p->hash, p->img, p->len);
         free(p);
-        pthread_mutex_lock(&a->lock);
-        a->finishing = 0;
-        set_waiting(a);
-        pthread_cond_broadcast(&a->cond);
     }
     pthread_mutex_unlock(&a->lock);
     return NULL;
@@ -159,6 +162,13 @@ int kvfs_store_put_keep_async(struct kvfs_store *s, uint8_t **img, size_t len, c
                 return kvfs_store_put_keep(s, img, len, hash_out, err, errlen);
             }
             a->started = 1;
+        }
+        if (queued_locked(a, p->hash)) { /* the same chunk queued meanwhile: its lookups wait for that one */
+            pthread_mutex_unlock(&a->lock);
+            free(p);
+            kvfs_img_free(*img);
+            *img = NULL;
+            return 0;
         }
         if (a->n < ASYNC_MAX_PUTS && (!a->n || a->bytes + len <= ASYNC_MAX_BYTES))
             break;

@@ -33,8 +33,8 @@ struct store_async {
     struct async_put *head, *tail; /* queued and the one being written (head) */
     size_t n;                     /* queued + being written */
     uint64_t bytes;               /* their images' sizes */
-    int finishing;                /* the writer tells the remote tier, fills the RAM tier */
-    atomic_size_t waiting;        /* nonzero while any of that: store_settle's lock-free look */
+    atomic_size_t waiting;        /* n, for store_settle's lock-free look */
+    int test_delay_ms;            /* KVFS_TEST_ASYNC_PUT_DELAY_MS: each write starts that late */
     uint64_t stored, failed;      /* since open */
     pthread_t thread;
     int started, stopping;

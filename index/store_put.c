@@ -219,8 +219,7 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         fprintf(stderr, "kvfs: put %.12s: verify + hash %.4f s\n", hex, mono_s() - t0);
     if (hash_out)
         memcpy(hash_out, hex, sizeof(hex));
-    store_settle(s, hex); /* the same chunk queued to be written: it is, or it failed */
-    if (store_has_chunk(s, hex))
+    if (store_has_chunk(s, hex)) /* (after any queued write of it: store_settle) */
         return 0; /* content addressed: same name, same meaning */
     rc = store_put_verified(s, buf, &h, hex, 1, err, errlen);
     return rc < 0 ? rc : 0;

@@ -121,21 +121,30 @@ head -c $n12 "$T/s3.llama" > "$T/s3.a"; head -c $n12 "$T/h1.llama" > "$T/h1.a"
 tail -c +$((n12 + 5)) "$T/s3.llama" | head -c $((size - n12 - 4)) > "$T/s3.b"; tail -c +$((n12 + 5)) "$T/h1.llama" > "$T/h1.b"
 check "... the rest as the one-stream view" sh -c "cmp -s '$T/s3.a' '$T/h1.a' && cmp -s '$T/s3.b' '$T/h1.b'"
 check "... then two empty streams (cell_count 0)" test "$(tail -c 8 "$T/s3.llama" | od -An -tx1 | tr -d ' \n')" = 0000000000000000
-# llama_saves=async: the close returns before the object is written, yet the
-# chunk is there for the very next lookup, the same bytes; a bad state still
-# fails its cp; states saved just before an unmount are on the disk after it
+# llama_saves=async: the close returns before the object is written (each
+# write held back 1 s here), yet the chunk is there for the very next lookup,
+# the same bytes; a bad state still fails its cp; a state saved just before
+# an unmount is on the disk after it
+export KVFS_TEST_ASYNC_PUT_DELAY_MS=1000
 mount_kvfs as "model=$MODEL,llama_saves=async" || exit 1
+unset KVFS_TEST_ASYNC_PUT_DELAY_MS
 AS=$T/as.mnt
-check "llama_saves=async: a state cp'd into llama/ is chunks/<its hash>.kv at once" sh -c "cp '$T/h1.llama' '$AS/llama/s1.bin' && test -e '$AS/chunks/$h1.kv'"
+queued() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['async_puts'][sys.argv[2]])" "$AS/.kvfs/stats" "$1"; }
+cp "$T/h1.llama" "$AS/llama/s1.bin"
+check "llama_saves=async: cp into llama/ returns with the chunk still to be written" test "$(queued queued)" -eq 1
+check "... yet chunks/<its hash>.kv is there for the next lookup" test -e "$AS/chunks/$h1.kv"
 check "... byte for byte the original chunk" cmp "$A/chunks/$h1.kv" "$AS/chunks/$h1.kv"
-check "... and its llama/ view the original state" sh -c "cp '$A/llama/$h2.vt.llama' '$AS/llama/s2.bin' && cmp '$AS/llama/$h2.llama' '$A/llama/$h2.llama'"
+check "... and a state's llama/ view is the original state" sh -c "cp '$A/llama/$h2.vt.llama' '$AS/llama/s2.bin' && cmp '$AS/llama/$h2.llama' '$A/llama/$h2.llama'"
 check "... a truncated state still fails its cp" sh -c "head -c 5000 '$T/h1.llama' > '$T/trunc.bin' && ! cp '$T/trunc.bin' '$AS/llama/t.bin' 2>/dev/null"
-check "... .kvfs/stats counts the stored ones" python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['async_puts']; sys.exit(not (a['stored'] == 2 and a['failed'] == 0))" "$AS/.kvfs/stats"
+check "... .kvfs/stats counts the two stored" test "$(queued stored) $(queued failed)" = "2 0"
+check "... the log says it was converted, to be written" grep -q "converted (written after the close) llama/s1.bin as chunks/$h1.kv" "$T/as.log"
 h3=$(license_chunk "$A" MPL-2.0 700)
 cp "$A/llama/$h3.llama" "$T/h3.llama"
-cp "$T/h3.llama" "$AS/llama/s3.bin" && unmount_kvfs as
+cp "$T/h3.llama" "$AS/llama/s3.bin"
+check "... a save just before the unmount is still queued at it" test "$(queued queued)" -eq 1
+unmount_kvfs as
 mount_kvfs as "model=$MODEL" || exit 1 # the same store again
-check "... a state saved just before the unmount is stored" cmp "$A/chunks/$h3.kv" "$AS/chunks/$h3.kv"
+check "... and stored by the unmount" cmp "$A/chunks/$h3.kv" "$AS/chunks/$h3.kv"
 mkdir -p "$T/bad.mnt"
 check "llama_saves=later refused at mount" sh -c "! '$KVFS' -f -o store=$T/bad.store,llama_saves=later $T/bad.mnt 2>$T/bad2.err && grep -q 'llama_saves=later: expected sync or async' $T/bad2.err"
 check "llama_streams=300 refused at mount, saying the range" sh -c "! '$KVFS' -f -o store=$T/bad.store,llama_streams=300 $T/bad.mnt 2>$T/bad.err && grep -q 'llama_streams=300: expected 1 to 256' $T/bad.err"

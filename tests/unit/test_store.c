@@ -654,9 +654,11 @@ static int async_stats(struct kvfs_store *s, unsigned *queued, unsigned *stored,
 static void test_put_async(void)
 {
     char saved[sizeof(dir)], h[8][65], err[256], cmd[600];
+    unsigned queued, stored, failed, errors;
     int taken;
     memcpy(saved, dir, sizeof(saved));
     snprintf(dir, sizeof(dir), "/tmp/kvfs-test-async.%d", (int)getpid());
+    setenv("KVFS_TEST_ASYNC_PUT_DELAY_MS", "200", 1); /* each write starts late: puts are seen queued */
     struct kvfs_store *s = open_store(0, 64u << 20, 1);
     CHECK(s != NULL);
     if (!s)
@@ -664,25 +666,35 @@ static void test_put_async(void)
     struct stored_log log = {.s = s};
     struct kvfs_store_remote hooks = {.ctx = &log, .stored = note_stored};
     kvfs_store_set_remote(s, &hooks);
-    for (uint32_t i = 0; i < 7; i++) { /* more than may wait at once */
+    CHECK_EQ(async_put_synth(s, 600, 50, h[0], &taken), 0);
+    CHECK(taken);
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued == 1 && stored == 0); /* returned before the write */
+    for (uint32_t i = 1; i < 7; i++) /* more than may wait at once: the fifth on wait for room */
         CHECK_EQ(async_put_synth(s, 600 + i, 50 + i, h[i], &taken), 0);
-        CHECK(taken);
-        struct kvfs_chunk_info c;
-        CHECK_EQ(kvfs_store_stat(s, h[i], &c), 0); /* found at once: the lookup waited for the write */
-    }
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued >= 1 && queued <= 4 && stored >= 3); /* never more than 4 waited */
+    struct kvfs_chunk_info c;
+    CHECK_EQ(kvfs_store_stat(s, h[6], &c), 0); /* the last one: found, the lookup waited for its write */
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued == 0 && stored == 7);
+    CHECK_EQ(log.calls, 7); /* told once each, before the lookups stopped waiting */
+    CHECK_EQ(log.held, 7);
     int listed = 0;
     CHECK_EQ(kvfs_store_list(s, count_cb, &listed), 0);
     CHECK_EQ(listed, 7);
-    for (uint32_t i = 0; i < 7; i++)
+    for (uint32_t i = 0; i < 7; i++) {
+        CHECK_EQ(kvfs_store_stat(s, h[i], &c), 0);
+        CHECK_EQ(c.in_ram, 1); /* the RAM tier took the image */
         CHECK(same_as_synth(s, h[i], 600 + i, 50 + i));
-    CHECK_EQ(async_put_synth(s, 600, 50, h[7], &taken), 0); /* stored already: taken, nothing new */
-    CHECK(taken && !strcmp(h[7], h[0]));
+    }
+    CHECK_EQ(async_put_synth(s, 700, 70, h[7], &taken), 0); /* queued, then the same chunk again */
+    CHECK_EQ(async_put_synth(s, 700, 70, h[7], &taken), 0);
+    CHECK(taken);
+    CHECK_EQ(kvfs_store_stat(s, h[7], &c), 0);
     kvfs_store_flush(s);
-    CHECK_EQ(log.calls, 7);
-    CHECK_EQ(log.held, 7);
-    unsigned queued, stored, failed, errors;
     CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
-    CHECK(queued == 0 && stored == 7 && failed == 0 && errors == 0);
+    CHECK(queued == 0 && stored == 8 && failed == 0 && errors == 0); /* written once */
     { /* a bad image: refused now, left to the caller */
         struct kvfs_writer w;
         synth_chunk(&w, 4, 300, 3, KVFS_DTYPE_F16);
@@ -691,13 +703,15 @@ static void test_put_async(void)
         CHECK(w.buf != NULL);
         kvfs_writer_free(&w);
     }
-    for (uint32_t i = 0; i < 3; i++) /* queued, and the store closed at once: written by the close */
-        CHECK_EQ(async_put_synth(s, 700 + i, 60 + i, h[i], &taken), 0);
+    for (uint32_t i = 0; i < 3; i++) /* queued when the store closes: the close writes them */
+        CHECK_EQ(async_put_synth(s, 800 + i, 60 + i, h[i], &taken), 0);
+    CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
+    CHECK(queued >= 2);
     kvfs_store_close(s);
     s = open_store(0, 0, 1);
     CHECK(s != NULL);
     for (uint32_t i = 0; s && i < 3; i++)
-        CHECK(same_as_synth(s, h[i], 700 + i, 60 + i));
+        CHECK(same_as_synth(s, h[i], 800 + i, 60 + i));
     kvfs_store_close(s);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     system(cmd);
@@ -707,12 +721,12 @@ static void test_put_async(void)
         goto out;
     CHECK_EQ(async_put_synth(s, 300, 5, h[0], &taken), 0);
     CHECK(taken);
-    struct kvfs_chunk_info c;
     CHECK_EQ(kvfs_store_stat(s, h[0], &c), -ENOENT);
     CHECK_EQ(async_stats(s, &queued, &stored, &failed, &errors), 0);
     CHECK(queued == 0 && stored == 0 && failed == 1 && errors == 1);
     kvfs_store_close(s);
 out:
+    unsetenv("KVFS_TEST_ASYNC_PUT_DELAY_MS");
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     system(cmd);
     memcpy(dir, saved, sizeof(saved));

@@ -21,7 +21,9 @@ through kvfs-serve, against the same restore and completion sent to
 llama-server directly); multi-turn (8 conversations of 5 turns interleaved
 on 2 slots, each side fresh: time to first token of turns 2-5), against
 llama-server with its RAM prompt cache and without it (--cache-ram 0: what
-a restarted server, or another host, has for a returning conversation).
+a restarted server, or another host, has for a returning conversation);
+kvfs-serve's mount stores the slot saves after their close
+(llama_saves=async, or LLAMA_SAVES=sync), and once more with sync saves.
 
 usage: LLAMA_SERVER=... bench/serve_front.py [--seconds 90] [--clients 8]
        [--pool 200] [--sample 30] [--out FILE.json]
@@ -99,7 +101,7 @@ def wait_up(port, what, proc, secs=120):
 class Rig:
     """llama-server (and with mount: kvfs and kvfs-serve) in a temporary directory"""
 
-    def __init__(self, td, name, slots, mount, port, ram_cache=True):
+    def __init__(self, td, name, slots, mount, port, ram_cache=True, llama_saves=None):
         self.procs, self.td, self.mnt = [], td, None
         self.eport, self.port = port, port + 1
         # a KV cache per slot (llama-server's default; a unified one makes every slot's attention
@@ -112,7 +114,7 @@ class Rig:
             os.makedirs(self.mnt), os.makedirs(store)
             self.procs.append(subprocess.Popen([os.path.join(BUILD, 'kvfs'), '-f', '-o',
                                                 f'store={store},ram=1G,model={MODEL},llama_streams={slots},'
-                                                f'llama_saves={LLAMA_SAVES}', self.mnt],
+                                                f'llama_saves={llama_saves or LLAMA_SAVES}', self.mnt],
                                                stderr=open(os.path.join(td, name + '.kvfs.log'), 'w')))
             for _ in range(400):
                 if os.path.exists(os.path.join(self.mnt, '.kvfs', 'stats')):
@@ -376,11 +378,15 @@ def main():
                     save()
             finally:
                 kv.stop()
-        for name, via, ram in (('turns_llama_server', False, True), ('turns_llama_server_no_ram_cache', False, False),
-                               ('turns_kvfs_serve', True, False)):
+        # kvfs-serve twice: the mount storing slot saves after their close (llama_saves=async, as
+        # kvfs-serve(1) advises) and before it (sync, kvfs's default), side by side
+        for name, via, ram, saves in (('turns_llama_server', False, True, None),
+                                      ('turns_llama_server_no_ram_cache', False, False, None),
+                                      ('turns_kvfs_serve', True, False, LLAMA_SAVES),
+                                      ('turns_kvfs_serve_sync_saves', True, False, 'sync')):
             if 'turns' not in phases:
                 break
-            rig = Rig(td, name, 2, via, port + 4, ram_cache=ram)
+            rig = Rig(td, name, 2, via, port + 4, ram_cache=ram, llama_saves=saves)
             try:
                 res[name] = turns(rig.port, pool, via)
                 save()
@@ -396,6 +402,8 @@ def main():
             r['turns_ttft_p50'] = res['turns_llama_server']['later_ttft_p50'] / res['turns_kvfs_serve']['later_ttft_p50']
             r['turns_ttft_p50_vs_no_ram_cache'] = (res['turns_llama_server_no_ram_cache']['later_ttft_p50'] /
                                                    res['turns_kvfs_serve']['later_ttft_p50'])
+            r['turns_ttft_p50_async_over_sync_saves'] = (res['turns_kvfs_serve_sync_saves']['later_ttft_p50'] /
+                                                         res['turns_kvfs_serve']['later_ttft_p50'])
     finally:
         shutil.rmtree(td, ignore_errors=True)
     out = json.dumps(res, indent=1)

@@ -25,7 +25,9 @@ def sh(*a, **k):
 
 td = tempfile.mkdtemp(prefix='kvfs-bench-remote.')
 cl = os.path.join(td, 'ceph')
-env = dict(os.environ, MONPORT=os.environ.get('MONPORT', '40500'))
+env = dict(os.environ)
+if not env.get('MONPORT'):  # a free pair below the ephemeral range (tests/ports.sh's free_port)
+    env['MONPORT'] = sh('bash', '-c', f'. {ROOT}/tests/ports.sh && free_port 2').strip()
 r = subprocess.run([os.path.join(ROOT, 'tests/ceph/cluster.sh'), 'start', cl, 'bluestore', '3'], env=env,
                    capture_output=True, text=True)
 if r.returncode:

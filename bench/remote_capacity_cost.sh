@@ -11,14 +11,13 @@
 #
 #   N=100000 ROUNDS=9 bench/remote_capacity_cost.sh
 # Needs root and Ceph (tests/ceph/cluster.sh, 3 bluestore OSDs, pool size 1,
-# MONPORT default 41020).
+# MONPORT, else a free one).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 N=${N:-100000}
 ROUNDS=${ROUNDS:-9}
 OLD_KVFS=${OLD_KVFS:-/work/main/build/kvfs}
-export MONPORT=${MONPORT:-41020}
 POP=$BUILD/remote_populate
 [ -x "$POP" ] || { echo "remote_capacity_cost bench: kvfs was built without librados; skipped" >&2; exit 0; }
 [ -x "$OLD_KVFS" ] || { echo "remote_capacity_cost: OLD_KVFS=$OLD_KVFS is not a kvfs binary" >&2; exit 1; }

@@ -14,14 +14,13 @@
 # reads every index once per hash, 10 s each at a million.)
 #
 #   N=100000 CHANGES=100 ROUNDS=5 bench/remote_listing_refresh.sh
-# Needs root and Ceph (tests/ceph/cluster.sh), monitor port MONPORT (41600).
+# Needs root and Ceph (tests/ceph/cluster.sh), monitor port MONPORT (else a free one).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 N=${N:-100000}
 CHANGES=${CHANGES:-100}
 ROUNDS=${ROUNDS:-5}
-export MONPORT=${MONPORT:-41600}
 POP=$BUILD/remote_populate
 [ -x "$POP" ] || { echo "remote_listing_refresh bench: kvfs was built without librados; skipped" >&2; exit 0; }
 T=$(mktemp -d /tmp/kvfs-rlist.XXXXXX)

@@ -11,12 +11,11 @@
 #
 #   SIZES="100000 1000000" bench/remote_scale.sh    (default; grows one pool)
 # Needs root and Ceph (tests/ceph/cluster.sh: bluestore, 3 OSDs, pool size 1,
-# monitor port MONPORT, default 41000), ~2 GiB of disk per 1M chunks.
+# monitor port MONPORT, else a free one), ~2 GiB of disk per 1M chunks.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-100000 1000000}
-export MONPORT=${MONPORT:-41000}
 POP=$BUILD/remote_populate
 [ -x "$BUILD/kvfs" ] || { echo "remote_scale: build first (make)" >&2; exit 1; }
 [ -x "$POP" ] || { echo "remote_scale bench: kvfs was built without librados; skipped" >&2; exit 0; }

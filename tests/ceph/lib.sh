@@ -1,5 +1,5 @@
 # Shared by the tests that need a real Ceph cluster (remote_tier.sh,
-# crash_soak_remote.sh); sourced after tests/lib.sh.
+# crash_soak_remote.sh); sourced after tests/lib.sh, or alone by bench/.
 #   ceph_test_cluster: a 1-mon, 3-OSD bluestore cluster in $T/ceph, its
 #     monitor on $MONPORT or else on a free pair of ports below the
 #     ephemeral range (free_port, tests/lib.sh; fixed ports there were taken
@@ -10,7 +10,7 @@
 #   drained MOUNT SECONDS: waits until the upload queue is empty and the
 #     tier connected; says where it stood when it is not.
 #   ceph_bench_cluster NAME (for bench/, which sources only this file): a
-#     1-mon, 3-OSD bluestore cluster in $CL on $MONPORT, OSD files of
+#     1-mon, 3-OSD bluestore cluster in $CL on $MONPORT (else free_port's), OSD files of
 #     BLUESTORE_BYTES (16 GiB sparse by default), pool kvfs at size 1 (room
 #     for a million small objects); sets CEPH_CONF; "NAME bench: ...
 #     skipped" and exit 0 where Ceph cannot be had.  Run from the
@@ -18,6 +18,8 @@
 #   ceph_bench_teardown (the benchmarks' exit trap): unmounts every
 #     $T/*/mnt, waits for their daemons, stops the cluster in $CL and
 #     removes $T.
+declare -F free_port > /dev/null || . "$(dirname "${BASH_SOURCE[0]}")/../ports.sh"
+
 ceph_test_cluster() {
     CL=$T/ceph
     [ -n "${MONPORT:-}" ] || MONPORT=$(free_port 2) || { echo "FAIL: no free port pair for the monitor"; exit 1; }
@@ -46,6 +48,8 @@ drained() {
 
 ceph_bench_cluster() {
     local out rc=0
+    [ -n "${MONPORT:-}" ] || MONPORT=$(free_port 2) || exit 1
+    export MONPORT
     out=$(BLUESTORE_BYTES=${BLUESTORE_BYTES:-$((16 << 30))} tests/ceph/cluster.sh start "$CL" bluestore 3 2>&1) || rc=$?
     [ $rc = 77 ] && { echo "$1 bench: $(echo "$out" | grep skip); skipped" >&2; exit 0; }
     [ $rc = 0 ] || { echo "$out" >&2; exit 1; }

@@ -92,7 +92,7 @@ static void *writer(void *arg)
         if (a->test_delay_ms) /* tests: a write that comes late */
             nanosleep(&(struct timespec){a->test_delay_ms / 1000, (a->test_delay_ms % 1000) * 1000000L}, NULL);
         char err[512] = "";
-        int rc = store_put_verified(s, p->img, &p->h, p->hash, 0, err, sizeof(err));
+        int rc = store_put_verified(s, p->img, &p->h, p->hash, err, sizeof(err));
         if (rc < 0) {
             kvfs_log(KVFS_LOG_ERR, "chunk %s (%zu bytes) was not stored after its writer closed it: %s", p->hash,
                      p->len, err[0] ? err : strerror(-rc));
@@ -141,8 +141,7 @@ int kvfs_store_put_keep_async(struct kvfs_store *s, uint8_t **img, size_t len, c
     }
     if (hash_out)
         memcpy(hash_out, p->hash, sizeof(p->hash));
-    store_settle(s, p->hash);
-    if (store_has_chunk(s, p->hash)) { /* content addressed: stored already */
+    if (store_has_chunk(s, p->hash)) { /* content addressed: stored already (or its queued write failed) */
         store_ram_adopt(s, p->hash, *img, len);
         *img = NULL;
         free(p);
@@ -150,19 +149,13 @@ int kvfs_store_put_keep_async(struct kvfs_store *s, uint8_t **img, size_t len, c
     }
     pthread_mutex_lock(&a->lock);
     for (;;) {
-        if (a->stopping) { /* closing: written here instead */
+        /* closing, or no writer thread to be had: written here instead */
+        if (a->stopping || (!a->started && pthread_create(&a->thread, NULL, writer, s))) {
             pthread_mutex_unlock(&a->lock);
             free(p);
             return kvfs_store_put_keep(s, img, len, hash_out, err, errlen);
         }
-        if (!a->started) {
-            if (pthread_create(&a->thread, NULL, writer, s)) { /* no thread: written here */
-                pthread_mutex_unlock(&a->lock);
-                free(p);
-                return kvfs_store_put_keep(s, img, len, hash_out, err, errlen);
-            }
-            a->started = 1;
-        }
+        a->started = 1;
         if (queued_locked(a, p->hash)) { /* the same chunk queued meanwhile: its lookups wait for that one */
             pthread_mutex_unlock(&a->lock);
             free(p);

@@ -80,11 +80,11 @@ void store_async_close(struct kvfs_store *s);
 /* puts queued or being written now; stored and failed since open */
 void store_async_stats(struct kvfs_store *s, uint64_t *queued, uint64_t *stored, uint64_t *failed);
 /* The rest of kvfs_store_put once the image is verified and named (h, hex):
- * encode, write, sync, move into place and index (store_put.c); with notify,
- * then tell the remote tier (else the caller does: store_notify_stored).
- * 0 stored, 1 stored before by another writer, or -errno (counted). */
+ * encode, write, sync, move into place and index (store_put.c).  0 stored
+ * (the caller then tells the remote tier: store_notify_stored), 1 stored
+ * before by another writer, or -errno (counted). */
 int store_put_verified(struct kvfs_store *s, const void *buf, const struct kvfs_header *h, const char *hex,
-                       int notify, char *err, size_t errlen);
+                       char *err, size_t errlen);
 void store_notify_stored(struct kvfs_store *s, const char *hex);
 /* check an image and name it (store_put.c) */
 int store_check_image(const void *img, size_t len, struct kvfs_header *h, char hex[KVFS_HASH_HEX_LEN + 1], char *err,

@@ -169,7 +169,7 @@ static int put_profile(void)
 }
 
 int store_put_verified(struct kvfs_store *s, const void *buf, const struct kvfs_header *h, const char *hex,
-                       int notify, char *err, size_t errlen)
+                       char *err, size_t errlen)
 {
     struct kvfs_obj_parts obj = {0};
     char tmp[4096];
@@ -190,8 +190,6 @@ int store_put_verified(struct kvfs_store *s, const void *buf, const struct kvfs_
     kvfs_obj_parts_free(&obj);
     if ((rc = commit_object(s, tmp, hex, h, obj_len, err, errlen)) < 0)
         goto count_error;
-    if (rc == 0 && notify)
-        store_notify_stored(s, hex);
     if (prof)
         fprintf(stderr, "kvfs: put %.12s: encode %.4f s, write %.4f, fsync %.4f, commit %.4f\n", hex, t1 - t0,
                 t2 - t1, t3 - t2, mono_s() - t3);
@@ -221,10 +219,10 @@ int kvfs_store_put(struct kvfs_store *s, const void *buf, size_t len, const char
         memcpy(hash_out, hex, sizeof(hex));
     if (store_has_chunk(s, hex)) /* (after any queued write of it: store_settle) */
         return 0; /* content addressed: same name, same meaning */
-    rc = store_put_verified(s, buf, &h, hex, 1, err, errlen);
+    if ((rc = store_put_verified(s, buf, &h, hex, err, errlen)) == 0)
+        store_notify_stored(s, hex);
     return rc < 0 ? rc : 0;
 }
-
 
 int kvfs_store_put_keep(struct kvfs_store *s, uint8_t **img, size_t len, char hash_out[KVFS_HASH_HEX_LEN + 1],
                         char *err, size_t errlen)

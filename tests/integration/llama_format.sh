@@ -129,19 +129,19 @@ export KVFS_TEST_ASYNC_PUT_DELAY_MS=1000
 mount_kvfs as "model=$MODEL,llama_saves=async" || exit 1
 unset KVFS_TEST_ASYNC_PUT_DELAY_MS
 AS=$T/as.mnt
-queued() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['async_puts'][sys.argv[2]])" "$AS/.kvfs/stats" "$1"; }
+async_puts() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['async_puts'][sys.argv[2]])" "$AS/.kvfs/stats" "$1"; }
 cp "$T/h1.llama" "$AS/llama/s1.bin"
-check "llama_saves=async: cp into llama/ returns with the chunk still to be written" test "$(queued queued)" -eq 1
+check "llama_saves=async: cp into llama/ returns with the chunk still to be written" test "$(async_puts queued)" -eq 1
 check "... yet chunks/<its hash>.kv is there for the next lookup" test -e "$AS/chunks/$h1.kv"
 check "... byte for byte the original chunk" cmp "$A/chunks/$h1.kv" "$AS/chunks/$h1.kv"
 check "... and a state's llama/ view is the original state" sh -c "cp '$A/llama/$h2.vt.llama' '$AS/llama/s2.bin' && cmp '$AS/llama/$h2.llama' '$A/llama/$h2.llama'"
 check "... a truncated state still fails its cp" sh -c "head -c 5000 '$T/h1.llama' > '$T/trunc.bin' && ! cp '$T/trunc.bin' '$AS/llama/t.bin' 2>/dev/null"
-check "... .kvfs/stats counts the two stored" test "$(queued stored) $(queued failed)" = "2 0"
+check "... .kvfs/stats counts the two stored" test "$(async_puts stored) $(async_puts failed)" = "2 0"
 check "... the log says it was converted, to be written" grep -q "converted (written after the close) llama/s1.bin as chunks/$h1.kv" "$T/as.log"
 h3=$(license_chunk "$A" MPL-2.0 700)
 cp "$A/llama/$h3.llama" "$T/h3.llama"
 cp "$T/h3.llama" "$AS/llama/s3.bin"
-check "... a save just before the unmount is still queued at it" test "$(queued queued)" -eq 1
+check "... a save just before the unmount is still queued at it" test "$(async_puts queued)" -eq 1
 unmount_kvfs as
 mount_kvfs as "model=$MODEL" || exit 1 # the same store again
 check "... and stored by the unmount" cmp "$A/chunks/$h3.kv" "$AS/chunks/$h3.kv"

@@ -2,7 +2,7 @@
 # crash_soak_remote.sh); sourced after tests/lib.sh, or alone by bench/.
 #   ceph_test_cluster: a 1-mon, 3-OSD bluestore cluster in $T/ceph, its
 #     monitor on $MONPORT or else on a free pair of ports below the
-#     ephemeral range (free_port, tests/lib.sh; fixed ports there were taken
+#     ephemeral range (free_port, tests/ports.sh; fixed ports there were taken
 #     now and then by some client's socket), stopped at exit; skips (77) when Ceph
 #     cannot be installed; sets CL, CEPH_CONF and R (the mount's rados=
 #     options, 3 s timeout).

@@ -1,5 +1,5 @@
 /* recipe.h - blend recipes: the text a user writes to blends/NAME.recipe
- * (or passes to KVFS_IOC_BLEND), parsed and keyed (see kvfs(8), BLENDING).
+ * (or passes to KVFS_IOC_BLEND), parsed and keyed (see kvfs(8), NAMESPACE, blends/).
  *
  *   <hash> | chunk <hash> | <hash>.kv     a chunk, in prompt order (1..64)
  *   ratio=R | ratio=auto                  share of chunk rows recomputed

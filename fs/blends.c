@@ -1,6 +1,6 @@
 /* blends.c - the blends/ directory: names, inodes and replies.
  *
- *   blends/NAME.recipe  written by the user (see kvfs(8), "BLENDING"); a
+ *   blends/NAME.recipe  written by the user (see kvfs(8), NAMESPACE, "blends/"); a
  *                       rejected one keeps its text so it can be read back
  *   blends/NAME.kv      the composed cache (format v1, flag BLENDED), from
  *                       the mount's blend service (blend/service.h): blended

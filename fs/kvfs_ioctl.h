@@ -17,7 +17,7 @@
 struct kvfs_blend_req {
     uint32_t version;   /* in: KVFS_IOCTL_VERSION */
     uint32_t flags;     /* in: 0 */
-    int32_t status;     /* out: 0, or a negative errno (also the ioctl's error) */
+    int32_t status;     /* out: 0, or a negative errno (the ioctl itself returns 0) */
     uint32_t n_tokens;  /* out: tokens in the blended cache */
     char path[256];     /* out: "blends/<name>.kv" relative to the mount */
     char recipe[7680];  /* in: recipe text (hashes, ratio=, suffix= or suffix_tokens=) */
@@ -35,7 +35,7 @@ _Static_assert(sizeof(struct kvfs_blend_req) == 8192, "kvfs_blend_req is 8 KiB")
 
 /* KVFS_IOC_BLEND_BATCH: up to KVFS_BATCH_MAX recipes in one call.  Recipes
  * that share their leading chunks are blended together, sharing the work of
- * that prefix (kvfs(8), "BATCHES").  recipes: the recipe texts separated by
+ * that prefix (kvfs(8), SERVING, "Batches").  recipes: the recipe texts separated by
  * lines "%%".  results: one line per recipe, in order, "0 TOKENS PATH" or
  * "-ERRNO REASON".  status: 0 when every recipe succeeded, else the first
  * error; n: recipes read. */
@@ -55,7 +55,7 @@ _Static_assert(sizeof(struct kvfs_blend_batch_req) == 16368, "kvfs_blend_batch_r
 #endif
 #define KVFS_IOC_BLEND_BATCH _IOWR('k', 2, struct kvfs_blend_batch_req)
 
-/* KVFS_IOC_CLAIM: one computation of a chunk per fleet (kvfs(8), "CLAIMS").
+/* KVFS_IOC_CLAIM: one computation of a chunk per fleet (kvfs(8), REMOTE TIER, "Claims").
  * op KVFS_CLAIM_TAKE, before computing chunk `hash`: result PRESENT (the
  * mount or its RADOS pool has it: read chunks/HASH.kv) or YOURS (compute it
  * and store it through this mount; the mount holds a lease in RADOS until

@@ -5,7 +5,7 @@
  *    of the file: no copy, the bytes the page cache holds;
  *  - ask a mount to blend chunks (the KVFS_IOC_BLEND ioctl, kvfs(8));
  *  - claim a chunk before computing it, so one host of a fleet computes it
- *    and the others wait for it (KVFS_IOC_CLAIM, kvfs(8), "CLAIMS").
+ *    and the others wait for it (KVFS_IOC_CLAIM, kvfs(8), REMOTE TIER, "Claims").
  *
  * Every function that can fail returns 0 or a negative errno; those taking
  * err/errlen also write a one-line reason there (err may be NULL).

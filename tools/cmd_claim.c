@@ -11,7 +11,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfsctl claim -M MOUNT [--timeout S] [--hold S] HASH\n"
-               "Claim chunk HASH before computing it (kvfs(8), CLAIMS).  Prints \"present\"\n"
+               "Claim chunk HASH before computing it (kvfs(8), REMOTE TIER, Claims).\n"
+               "Prints \"present\" "
                "(the mount or its pool has it; exit 0) or \"yours\" (compute it; exit 0)\n"
                "followed by \"fleet\" (a lease in RADOS) or \"local\", and the wait in ms.\n"
                "A claim lasts while kvfsctl runs: store the chunk through the mount within\n"

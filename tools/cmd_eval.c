@@ -116,7 +116,9 @@ static void usage(FILE *f)
                "and each chunk's cache, in DIR (by model, tokens and how they were made)\n"
                "and reuses them when they come again (comparing variants of a blend; the\n"
                "full prefill's TTFT is then the first run's; the key covers this kvfsctl's\n"
-               "own bytes and the KVFS_* kernel overrides, so another build never reads them).\n",
+               "own bytes and the KVFS_* kernel overrides, so another build never reads them).\n"
+               "--backend NAME: cpu (the default), cuda or auto; -t, --threads N: CPU threads\n"
+               "(default: all cores).\n",
             (double)KVFS_BLEND_DEFAULT_RATIO, kvfs_blend_select_name(KVFS_BLEND_SELECT_DEFAULT), (double)KVFS_BLEND_SHIFT,
             KVFS_BLEND_MIN_ROWS);
 }

@@ -798,7 +798,13 @@ static int direct_slots(const struct kvfs_loader *ld, struct ld_chunk *c)
     c->dbuf_len = at + 1;
     if (!(c->dbuf = buf_get(&c->dbuf_len, &c->dbuf_pin))) /* page-aligned: mmap's */
         return -ENOMEM;
-    buf_lock(c->dbuf, c->dbuf_len, &c->dbuf_pin); /* raw frames go to the device from where they land */
+    /* raw frames go to the device from where they land; a chunk of zstd
+     * frames only is decoded into `layers` (locked there): not locked */
+    int in_place = 0;
+    for (int l = 0; l < ld->n_layer && !in_place; l++)
+        in_place = c->info.frames[l].stored_size && raw_in_place(c, l);
+    if (in_place)
+        buf_lock(c->dbuf, c->dbuf_len, &c->dbuf_pin);
     return 0;
 }
 

@@ -241,7 +241,10 @@ static int tc_split(struct cuda_ctx *c, int head_dim, int n_q, int n_head, int n
         }
         if (dev_malloc(c, (void **)&c->attn_part, bytes)) {
             c->attn_part = NULL;
-            return 0; /* no room for the scratch even without the cache: unsplit, as before */
+            c->attn_split = 0; /* the device is full: unsplit from now on, not this again per call */
+            kvfs_log(KVFS_LOG_WARN, "cuda: no room for the split attention's %zu-byte scratch: unsplit from now on",
+                     bytes);
+            return 0;
         }
         c->attn_part_cap = bytes;
     }

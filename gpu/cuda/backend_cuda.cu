@@ -28,8 +28,11 @@ int dev_malloc(struct cuda_ctx *c, void **p, size_t len)
         return 0;
     cudaGetLastError();
     cache_release(c);
-    CK(cudaMalloc(p, len));
-    return 0;
+    cudaError_t e = cudaMalloc(p, len);
+    /* a failed cudaMalloc also sets the last error: cleared, so a caller that
+     * goes on without the memory does not see it at its next launch check */
+    cudaGetLastError();
+    return cuda_err(e, "cudaMalloc");
 }
 
 int c_alloc(void *vctx, size_t bytes, void **dev)

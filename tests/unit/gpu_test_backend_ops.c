@@ -69,6 +69,18 @@ static void report(const char *op, const char *shape, double e, double tol)
  * queries over keys in no position order.  Sinks from -1 to 3 (the scores'
  * size), head 1's at 12, far above its scores (its keys keep ~e^-11 of the
  * mass: no overflow, the error still relative).  q, k, v on both sides. */
+/* test_shapes' passes: f32, tensor cores split as planned, in 3 runs, never split */
+static const char *pass_label(int pass)
+{
+    static const char *const l[] = {"", " tc", " tc split", " tc whole"};
+    return l[pass];
+}
+static const char *mass_label(int pass)
+{
+    static const char *const l[] = {"", " (2)", " (3)", " (4)"};
+    return l[pass];
+}
+
 static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int n, int n_head, int n_kv_head, int hd,
                        const float *q, const float *k, const float *v, const float *dq, const float *dk,
                        const float *dv, double tol, float *oc, float *og, float *dy)
@@ -92,7 +104,7 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
              G->attention_sinks(B->ctx, dq, dqp, n, dk, dv, dkvp, n, n_head, n_kv_head, hd, sc, cases[c].window,
                                 cases[c].cap, dsk, dy));
         G->download(B->ctx, og, dy, sizeof(float) * n * embd);
-        snprintf(lab, sizeof(lab), "attn %s%s", cases[c].what, pass == 2 ? " tc split" : pass ? " tc" : "");
+        snprintf(lab, sizeof(lab), "attn %s%s", cases[c].what, pass_label(pass));
         report(lab, shape, nerr(oc, og, (size_t)n * embd), tol);
     }
     /* sparse queries (a blend's recomputed rows), then over unsorted keys */
@@ -108,7 +120,7 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
                                 dy));
         G->download(B->ctx, og, dy, sizeof(float) * nsel * embd);
         snprintf(lab, sizeof(lab), "attn sinks %s%s", unsorted ? "unsorted" : "sparse",
-                 pass == 2 ? " tc split" : pass ? " tc" : "");
+                 pass_label(pass));
         report(lab, shape, nerr(oc, og, (size_t)nsel * embd), tol);
         /* the blend's votes: attention mass of the sparse queries, the
          * sinks' share left out; f32 on both passes */
@@ -122,7 +134,7 @@ static void test_sinks(struct kvfs_backend *B, int pass, const char *shape, int 
                  G->attn_mass_sinks(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, w, cap, dsk, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
             snprintf(lab, sizeof(lab), "mass sinks%s%s%s", w ? " window cap" : "", unsorted ? " unsorted" : "",
-                     pass ? (pass == 2 ? " (3)" : " (2)") : "");
+                     mass_label(pass));
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
         }
         G->free(B->ctx, dm);
@@ -279,12 +291,14 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
     /* three times: the f32 kernels (KVFS_CUDA_ATTN=f32), then the tensor
      * cores' (f16 inputs: a looser bound), which the backend uses from 16
      * rows, with the keys split as the device's size says (few query tiles
-     * over many keys), then always split in 3 runs (KVFS_CUDA_ATTN_SPLIT=3) */
-    for (int pass = 0; pass < 3; pass++) {
-        struct kvfs_backend *B = pass == 2 ? &gpusplit : pass ? &gpu : &gpu32;
+     * over many keys), then always split in 3 runs (KVFS_CUDA_ATTN_SPLIT=3),
+     * then never split (=0: on a large device the plan splits every shape
+     * here, so the unsplit kernel is checked only by this pass) */
+    for (int pass = 0; pass < 4; pass++) {
+        struct kvfs_backend *B = pass == 3 ? &gpuwhole : pass == 2 ? &gpusplit : pass ? &gpu : &gpu32;
         const struct kvfs_backend_iface *G = B->iface;
         double tol = pass ? 3e-3 : 1e-5;
-        const char *tc = pass == 2 ? " tc split" : pass ? " tc" : "";
+        const char *tc = pass_label(pass);
         char lab[96];
         for (int i = 0; i < n; i++)
             kvp[i] = qp[i] = i;
@@ -325,7 +339,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 0, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass", pass ? (pass == 2 ? " (3)" : " (2)") : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass", mass_label(pass));
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5); /* one kernel, f32, on both passes */
             /* and through a sliding window (a local layer's votes) */
             memset(mc, 0, sizeof(float) * n);
@@ -333,7 +347,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.0f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", pass ? (pass == 2 ? " (3)" : " (2)") : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass window", mass_label(pass));
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
             /* soft-capped (gemma2's votes) */
             memset(mc, 0, sizeof(float) * n);
@@ -341,7 +355,7 @@ static void test_shapes(int n, int embd, int n_head, int n_kv_head, int ff, cons
             BOTH(C->attn_mass(cpu.ctx, q, qp, nsel, k, kvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, mc),
                  G->attn_mass(B->ctx, dq, dqp, nsel, dk, dkvp, n, n_head, n_kv_head, hd, sc, 64, 0.5f, dm));
             G->download(B->ctx, mg, dm, sizeof(float) * n);
-            snprintf(lab, sizeof(lab), "%s%s", "attn_mass softcap", pass ? (pass == 2 ? " (3)" : " (2)") : "");
+            snprintf(lab, sizeof(lab), "%s%s", "attn_mass softcap", mass_label(pass));
             report(lab, shape, nerr(mc, mg, (size_t)n), 1e-5);
             G->free(B->ctx, dm);
             free(mc);
@@ -686,11 +700,18 @@ static void test_chunk_shift(struct kvfs_model *mc, struct kvfs_model *mg, const
     kvfs_kv_cache_free(mc, &a), kvfs_kv_cache_free(mg, &g), kvfs_kv_cache_free(mg, &h);
 }
 
-static void test_model(const char *arch, double tol)
+/* n_head: 8 gives heads of 32 (the f32 kernels only); 4 gives 64 (128 for
+ * gemma's doubled heads), which the tensor-core attention and its key split
+ * take in a model's prefill and blends */
+static void test_model(const char *arch, int n_head, double tol)
 {
-    char path[64], err[256], lab[64];
+    char path[64], err[256], lab[96], name[48];
+    if (n_head == 8)
+        snprintf(name, sizeof(name), "%s", arch);
+    else
+        snprintf(name, sizeof(name), "%s, %d heads", arch, n_head);
     snprintf(path, sizeof(path), "/tmp/kvfs-gpu-model.%d.gguf", (int)getpid());
-    struct kvfs_synth_model_opts o = {arch, 4, 256, 8, 2, 512, 10000.0f, 3, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
+    struct kvfs_synth_model_opts o = {arch, 4, 256, n_head, 2, 512, 10000.0f, 3, 0, 0, 0, 0, NULL, 0.0f, 0, 0};
     CHECK_EQ(kvfs_synth_model_write(path, &o), 0);
     struct kvfs_model *mc, *mg;
     CHECK_EQ(kvfs_model_load(path, "cpu", 0, &mc, err, sizeof(err)), 0);
@@ -707,12 +728,12 @@ static void test_model(const char *arch, double tol)
     CHECK_EQ(kvfs_forward(mc, &cc, t, n, 0, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, t, n, 0, lgp), 0);
     const char *mode = getenv("KVFS_CUDA_ATTN") ? "f32 attn" : "tc attn";
-    snprintf(lab, sizeof(lab), "%s %s, n=300", arch, mode);
+    snprintf(lab, sizeof(lab), "%s %s, n=300", name, mode);
     report("model prefill", lab, nerr(lc, lgp, V), tol);
     int32_t nx = 7;
     CHECK_EQ(kvfs_forward(mc, &cc, &nx, 1, n, lc), 0);
     CHECK_EQ(kvfs_forward(mg, &cg, &nx, 1, n, lgp), 0);
-    snprintf(lab, sizeof(lab), "%s %s", arch, mode);
+    snprintf(lab, sizeof(lab), "%s %s", name, mode);
     report("model decode", lab, nerr(lc, lgp, V), tol);
     /* blend on both backends from the same chunk images */
     struct kvfs_writer w1, w2;
@@ -726,7 +747,7 @@ static void test_model(const char *arch, double tol)
     int32_t *bt1, *bt2, suf[3] = {1, 2, 3};
     CHECK_EQ(kvfs_blend(mc, ch, 2, suf, 3, 0.15f, &bc, &bt1, lc, NULL, err, sizeof(err)), 0);
     CHECK_EQ(kvfs_blend(mg, ch, 2, suf, 3, 0.15f, &bg, &bt2, lgp, NULL, err, sizeof(err)), 0);
-    snprintf(lab, sizeof(lab), "%s %s, 2 x 150", arch, mode);
+    snprintf(lab, sizeof(lab), "%s %s, 2 x 150", name, mode);
     report("blend 0.15", lab, nerr(lc, lgp, V), tol);
     {
         /* the query selection on both backends */
@@ -756,14 +777,14 @@ static void test_model(const char *arch, double tol)
             af = lf[i] > lf[af] ? i : af;
             ab = lgp[i] > lgp[ab] ? i : ab;
         }
-        snprintf(lab, sizeof(lab), "%s %s, next token %d vs %d", arch, mode, ab, af);
+        snprintf(lab, sizeof(lab), "%s %s, next token %d vs %d", name, mode, ab, af);
         report("blend 1.0 = full", lab, af == ab ? nerr(lf, lgp, V) : 1.0, 1e-3);
         kvfs_kv_cache_free(mg, &fc);
         kvfs_kv_cache_free(mg, &oc1);
         free(ft), free(ot), free(lf);
     }
     CHECK_EQ(kvfs_blend_selftest(mg), 0);
-    test_chunk_shift(mc, mg, arch);
+    test_chunk_shift(mc, mg, name);
     {   /* and with Llama 3.1-style RoPE frequency factors (in place of
          * gpt-oss's YaRN ones, the models' own, put back to be freed) */
         float ff[128], *own_c = mc->rope_freqs, *own_g = mg->rope_freqs;
@@ -777,7 +798,7 @@ static void test_model(const char *arch, double tol)
             mc->layers[l].rope_freqs = mg->layers[l].rope_freqs = ff;
         }
         char lab2[64];
-        snprintf(lab2, sizeof(lab2), "%s + rope_freqs", arch);
+        snprintf(lab2, sizeof(lab2), "%s + rope_freqs", name);
         test_chunk_shift(mc, mg, lab2);
         mc->rope_freqs = own_c;
         mg->rope_freqs = own_g;
@@ -831,10 +852,14 @@ int main(void)
     enum { N_ARCHES = sizeof(arches) / sizeof(arches[0]) };
     setenv("KVFS_CUDA_ATTN", "f32", 1); /* the models load their own backends */
     for (int a = 0; a < N_ARCHES; a++)
-        test_model(arches[a], 1e-3);
+        test_model(arches[a], 8, 1e-3);
     unsetenv("KVFS_CUDA_ATTN");
     for (int a = 0; a < N_ARCHES; a++)
-        test_model(arches[a], 1e-2);
+        test_model(arches[a], 8, 1e-2);
+    /* heads the tensor cores take: a model's prefill, blends and their key
+     * split end to end (heads of 32 above never reach them) */
+    test_model("llama", 4, 1e-2);
+    test_model("gemma3", 4, 1e-2);
     kvfs_backend_free(&cpu);
     kvfs_backend_free(&gpu);
     kvfs_backend_free(&gpu32);

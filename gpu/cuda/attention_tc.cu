@@ -290,8 +290,10 @@ static cudaError_t launch(cudaStream_t s, const float *q, const int32_t *q_pos, 
  * blocks each holds), a block takes its run's tiles; a split adds the
  * combine's launch (about a tile) and its scratch, written and read again
  * (~20 MB of it cost a tile-time: an H200's ~13 us tile, 2026-11-28's
- * figures, at ~3 TB/s), and is bounded.  Causal prefills (many query
- * tiles) come out unsplit. */
+ * figures, at ~3 TB/s), and is bounded.  A causal prefill is costed as if
+ * every tile were whole (about half are skipped), so a long one may come out
+ * split (700 rows x 32 heads: 3 runs on an H200); bench/device.sh's A/B
+ * against KVFS_CUDA_ATTN_SPLIT=0 says whether that costs time. */
 #define SCRATCH_BYTES_PER_TILE 20e6
 template <int D> static int pick_split(int n_q, int n_head, int n_kv, int n_sm)
 {

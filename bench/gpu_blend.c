@@ -385,6 +385,25 @@ int main(int argc, char **argv)
     printf("full prefill: %d tokens %.1f ms (%.0f tokens/s), %d tokens %.1f ms (%.0f tokens/s) (medians of 5; "
            "attention %s)\n", 512, 1e3 * p512, 512 / p512, K * L + Q, 1e3 * pfull, (K * L + Q) / pfull,
            attn && !strcmp(attn, "f32") ? "f32" : "default");
+    /* the same prefills with the attention's keys never split: the split
+     * model costs a causal prefill as whole tiles, so a long one may split
+     * (attention_tc.cu's pick_split); this says whether that costs time */
+    if (!loader_only && !strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
+        struct kvfs_model *m0 = NULL;
+        setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
+        int rc = kvfs_model_view(m, &m0);
+        unsetenv("KVFS_CUDA_ATTN_SPLIT");
+        if (rc) {
+            fprintf(stderr, "gpu_blend: prefill A/B view: %s\n", strerror(-rc));
+        } else {
+            prefill_s(m0, toks, 512, lf0); /* its first: device buffers */
+            double u512 = prefill_s(m0, toks, 512, lf0), ufull = prefill_s(m0, toks, K * L + Q, lf0);
+            printf("A/B, full prefill with the attention's keys never split: %d tokens %.1f ms (%.2fx the split "
+                   "as planned), %d tokens %.1f ms (%.2fx)\n", 512, 1e3 * u512, u512 / p512, K * L + Q, 1e3 * ufull,
+                   ufull / pfull);
+            kvfs_model_free(m0);
+        }
+    }
     free(lf0);
     fflush(stdout);
     if (getenv("GPU_BLEND_PREFILL_ONLY"))

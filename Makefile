@@ -316,7 +316,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11 \
                 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(LAYER_INC)
 FUZZ_LIBS    := $(shell pkg-config --libs libxxhash libcrypto libpcre2-8 2>/dev/null) -lm
-FUZZ_TARGETS := chunk recipe gguf tokenizer llama_state ioctl rebuild
+FUZZ_TARGETS := chunk recipe gguf tokenizer llama_state ioctl rebuild serve_plan
 $(FUZZ_BUILD)/fuzz_chunk: tests/fuzz/fuzz_chunk.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_recipe: tests/fuzz/fuzz_recipe.c blend/recipe.c blend/select.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_ioctl: tests/fuzz/fuzz_ioctl.c fs/ioctl_req.c blend/recipe.c blend/select.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c \
@@ -325,6 +325,12 @@ $(FUZZ_BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c blend/runtime/gguf.c gpu/ggml/qu
 $(FUZZ_BUILD)/fuzz_llama_state: tests/fuzz/fuzz_llama_state.c index/llama_state.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
 $(FUZZ_BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c blend/runtime/tokenizer.c blend/runtime/gguf.c \
                               gpu/ggml/quant.c index/kvformat.c index/bigbuf.c index/half.c index/kvquant.c index/log.c
+# kvfs-serve's request planner (the engine's template rendering stubbed in the target)
+$(FUZZ_BUILD)/fuzz_serve_plan: tests/fuzz/fuzz_serve_plan.c tools/serve/plan.c tools/serve/memo.c blend/runtime/tokenizer.c \
+                               blend/runtime/gguf.c gpu/ggml/quant.c index/kvformat.c index/bigbuf.c index/half.c \
+                               index/kvquant.c index/log.c
+$(FUZZ_BUILD)/fuzz_serve_plan: FUZZ_FLAGS += -Itools/serve $(shell pkg-config --cflags jansson 2>/dev/null)
+$(FUZZ_BUILD)/fuzz_serve_plan: FUZZ_LIBS += $(shell pkg-config --libs jansson 2>/dev/null) -lpthread
 # the index rebuild: the store core without the RADOS tier
 $(FUZZ_BUILD)/fuzz_rebuild: tests/fuzz/fuzz_rebuild.c $(filter-out index/remote_rados.c,$(wildcard index/*.c))
 $(FUZZ_BUILD)/fuzz_rebuild: FUZZ_LIBS += -lsqlite3 -lzstd -luring -lpthread

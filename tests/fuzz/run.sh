@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.." || exit 1
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 secs=${1:-60}; shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(chunk recipe gguf tokenizer llama_state ioctl rebuild)
+[ ${#targets[@]} -eq 0 ] && targets=(chunk recipe gguf tokenizer llama_state ioctl rebuild serve_plan)
 mkdir -p "$FUZZ_BUILD/artifacts"
 # fuzz_rebuild writes a store per input under $TMPDIR: on a tmpfs its fsyncs
 # cost nothing and the parser gets the CPU (FUZZ_TMPDIR=DIR to choose)

@@ -408,8 +408,9 @@ static int render_marked(struct memo *templates, const struct engine *e, json_t 
                  json_string_length(json_object_get(*tr, "prompt")));
     json_t *pr = json_object_get(*tr, "prompt");
     if (st != 200 || !json_is_string(pr)) {
-        rc = kvfs_errf(err, errlen, st >= 400 && st < 500 ? -EINVAL : -EIO, "the engine's chat template: %s",
-                       st == 200 ? "no prompt in its answer" : err);
+        char why[SERVE_ERR]; /* err holds the engine's reason: copied, not printed into itself */
+        snprintf(why, sizeof(why), "%s", st == 200 ? "no prompt in its answer" : err);
+        rc = kvfs_errf(err, errlen, st >= 400 && st < 500 ? -EINVAL : -EIO, "the engine's chat template: %s", why);
         goto out;
     }
     *rendered = json_string_value(pr);

@@ -270,6 +270,22 @@ static struct kvfs_model *synthetic_model(const char *backend)
     return m;
 }
 
+/* A view of m (the same weights, a backend context of its own) whose
+ * attention never splits its keys (KVFS_CUDA_ATTN_SPLIT=0, read when the
+ * context is made), for the A/B rows; NULL, said on stderr, when it fails */
+static struct kvfs_model *unsplit_view(struct kvfs_model *m, const char *what)
+{
+    struct kvfs_model *m0 = NULL;
+    setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
+    int rc = kvfs_model_view(m, &m0);
+    unsetenv("KVFS_CUDA_ATTN_SPLIT");
+    if (rc) {
+        fprintf(stderr, "gpu_blend: %s view: %s\n", what, strerror(-rc));
+        return NULL;
+    }
+    return m0;
+}
+
 /* median seconds of a full prefill of the first n tokens */
 static double prefill_s(struct kvfs_model *m, const int32_t *toks, int n, float *logits)
 {
@@ -389,13 +405,8 @@ int main(int argc, char **argv)
      * model costs a causal prefill as whole tiles, so a long one may split
      * (attention_tc.cu's pick_split); this says whether that costs time */
     if (!loader_only && !strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
-        struct kvfs_model *m0 = NULL;
-        setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
-        int rc = kvfs_model_view(m, &m0);
-        unsetenv("KVFS_CUDA_ATTN_SPLIT");
-        if (rc) {
-            fprintf(stderr, "gpu_blend: prefill A/B view: %s\n", strerror(-rc));
-        } else {
+        struct kvfs_model *m0 = unsplit_view(m, "prefill A/B");
+        if (m0) {
             prefill_s(m0, toks, 512, lf0); /* its first: device buffers */
             double u512 = prefill_s(m0, toks, 512, lf0), ufull = prefill_s(m0, toks, K * L + Q, lf0);
             printf("A/B, full prefill with the attention's keys never split: %d tokens %.1f ms (%.2fx the split "
@@ -665,13 +676,8 @@ int main(int argc, char **argv)
      * KVFS_CUDA_ATTN_SPLIT=0), the two taking turns; then where the
      * unsplit one's time goes, to stderr beside the profiles above */
     if (!strcmp(backend, "cuda") && !getenv("GPU_BLEND_NO_AB")) {
-        struct kvfs_model *m0 = NULL;
-        setenv("KVFS_CUDA_ATTN_SPLIT", "0", 1);
-        int rc = kvfs_model_view(m, &m0);
-        unsetenv("KVFS_CUDA_ATTN_SPLIT");
-        if (rc) {
-            fprintf(stderr, "gpu_blend: A/B view: %s\n", strerror(-rc));
-        } else {
+        struct kvfs_model *m0 = unsplit_view(m, "A/B");
+        if (m0) {
             struct kvfs_blend_opts bo;
             struct kvfs_blend_stats bs;
             kvfs_blend_opts_init(&bo, 0.15f);

@@ -232,6 +232,9 @@ if c8 and s8:
 mm = re.search(r'device memory for the model: ([\d.]+) GiB for a ([\d.]+) GiB file \(([\d.]+)x\)', g)
 if mm:
     print(f"| device memory for the model | {mm.group(1)} GiB ({mm.group(3)}x the file) | | |")
+cv = re.search(r'clients at once, the curve: .*', g)
+if cv:
+    print(f"\nkvfs {cv.group(0)}")
 PY
 cat "$OUT/summary.md" >&2
 [ -n "${MODEL8B:-}" ] || rm -f "$M"

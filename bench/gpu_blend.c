@@ -19,6 +19,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -333,9 +334,21 @@ static void *client_run(void *arg)
     return NULL;
 }
 
-/* prompts/s of n clients at once, each blending `each` prompts */
+/* this process's CPU seconds so far, user and system, every thread */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru))
+        return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* prompts/s of n clients at once, each blending `each` prompts; *cores: the
+ * host CPU they kept busy (CPU seconds over wall seconds), which says
+ * whether more lanes wait for the host or for the device */
 static double clients_at_once(struct kvfs_model *m, struct kvfs_store *st, const char *const *hashes,
-                              const int32_t *query, int n, int each)
+                              const int32_t *query, int n, int each, double *cores)
 {
     struct client cl[16];
     pthread_t th[16];
@@ -346,12 +359,13 @@ static double clients_at_once(struct kvfs_model *m, struct kvfs_store *st, const
             exit(1);
         }
     }
-    double t = now();
+    double t = now(), c0 = cpu_s();
     for (int i = 0; i < n; i++)
         pthread_create(&th[i], NULL, client_run, &cl[i]);
     for (int i = 0; i < n; i++)
         pthread_join(th[i], NULL);
     t = now() - t;
+    *cores = (cpu_s() - c0) / t;
     for (int i = 1; i < n; i++)
         kvfs_model_free(cl[i].m);
     return n * each / t;
@@ -701,11 +715,21 @@ int main(int argc, char **argv)
             kvfs_model_free(m0);
         }
     }
-    /* clients at once: 1 (the same loop alone) and 8, chunks in the RAM tier */
-    double one = clients_at_once(m, store_ram, hp_, toks + K * L, 1, 8);
-    double eight = clients_at_once(m, store_ram, hp_, toks + K * L, 8, 4);
+    /* clients at once: 1 (the same loop alone) and 8, chunks in the RAM
+     * tier; then 2 and 4, so the curve says where the lanes stop adding */
+    double one_cores, eight_cores;
+    double one = clients_at_once(m, store_ram, hp_, toks + K * L, 1, 8, &one_cores);
+    double eight = clients_at_once(m, store_ram, hp_, toks + K * L, 8, 4, &eight_cores);
     printf("clients at once, blend ratio 0.15 query selection from the RAM tier: 1 client %.2f prompts/s, "
            "8 clients %.2f prompts/s (%.2fx)\n", one, eight, eight / one);
+    if (!getenv("GPU_BLEND_NO_AB")) {
+        double two_cores, four_cores;
+        double two = clients_at_once(m, store_ram, hp_, toks + K * L, 2, 4, &two_cores);
+        double four = clients_at_once(m, store_ram, hp_, toks + K * L, 4, 4, &four_cores);
+        printf("clients at once, the curve: 1, 2, 4, 8 clients %.2f, %.2f, %.2f, %.2f prompts/s; host CPU busy "
+               "%.1f, %.1f, %.1f, %.1f cores of %ld\n", one, two, four, eight, one_cores, two_cores, four_cores,
+               eight_cores, sysconf(_SC_NPROCESSORS_ONLN));
+    }
     kvfs_store_close(store);
     kvfs_store_close(store_ram);
     kvfs_store_close(store_raw);

@@ -715,21 +715,17 @@ int main(int argc, char **argv)
             kvfs_model_free(m0);
         }
     }
-    /* clients at once: 1 (the same loop alone) and 8, chunks in the RAM
-     * tier; then 2 and 4, so the curve says where the lanes stop adding */
-    double one_cores, eight_cores;
-    double one = clients_at_once(m, store_ram, hp_, toks + K * L, 1, 8, &one_cores);
-    double eight = clients_at_once(m, store_ram, hp_, toks + K * L, 8, 4, &eight_cores);
+    /* clients at once, chunks in the RAM tier: 1 (the same loop alone), 2,
+     * 4 and 8, so the curve says where the lanes stop adding */
+    const int n_clients[4] = {1, 2, 4, 8};
+    double rate[4], cores[4];
+    for (int i = 0; i < 4; i++)
+        rate[i] = clients_at_once(m, store_ram, hp_, toks + K * L, n_clients[i], n_clients[i] == 1 ? 8 : 4, &cores[i]);
     printf("clients at once, blend ratio 0.15 query selection from the RAM tier: 1 client %.2f prompts/s, "
-           "8 clients %.2f prompts/s (%.2fx)\n", one, eight, eight / one);
-    if (!getenv("GPU_BLEND_NO_AB")) {
-        double two_cores, four_cores;
-        double two = clients_at_once(m, store_ram, hp_, toks + K * L, 2, 4, &two_cores);
-        double four = clients_at_once(m, store_ram, hp_, toks + K * L, 4, 4, &four_cores);
-        printf("clients at once, the curve: 1, 2, 4, 8 clients %.2f, %.2f, %.2f, %.2f prompts/s; host CPU busy "
-               "%.1f, %.1f, %.1f, %.1f cores of %ld\n", one, two, four, eight, one_cores, two_cores, four_cores,
-               eight_cores, sysconf(_SC_NPROCESSORS_ONLN));
-    }
+           "8 clients %.2f prompts/s (%.2fx)\n", rate[0], rate[3], rate[3] / rate[0]);
+    printf("clients at once, the curve: 1, 2, 4, 8 clients %.2f, %.2f, %.2f, %.2f prompts/s; host CPU busy "
+           "%.1f, %.1f, %.1f, %.1f cores of %ld\n", rate[0], rate[1], rate[2], rate[3], cores[0], cores[1], cores[2],
+           cores[3], sysconf(_SC_NPROCESSORS_ONLN));
     kvfs_store_close(store);
     kvfs_store_close(store_ram);
     kvfs_store_close(store_raw);
